@@ -1,0 +1,35 @@
+# Epochal: `make demo` runs the example on a local cluster, `make test` runs the whole suite.
+# Everything lives in .venv; nothing is installed outside this directory.
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint down
+
+install: $(STAMP)
+
+# Re-run only when pyproject.toml changed (or the virtualenv is missing).
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/epochal cluster up
+	$(BIN)/epochal experiment create examples/digits/grid.yaml examples/digits --follow
+	$(BIN)/epochal cluster status
+
+# The suite starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
+test: install
+	$(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: install
+	test -x $(BIN)/ruff || $(BIN)/python -m pip install --quiet ruff
+	$(BIN)/ruff check .
+
+down: install
+	$(BIN)/epochal cluster down

@@ -1,0 +1,181 @@
+"""Activities that record experiment and trial state in PostgreSQL for the workflows.
+
+Each one is idempotent: Temporal retries an activity whose result it did not see, so running one
+twice must leave the same rows as running it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import asyncpg
+from temporalio import activity
+
+from activities.checkpoint_gc import (
+    RetentionPolicy,
+    StoredCheckpoint,
+    checkpoints_to_keep,
+    delete_checkpoint_files,
+)
+from workflows.types import (
+    CreateTrialInput,
+    FinishExperimentInput,
+    RecordExperimentStateInput,
+    RecordTrialStateInput,
+    RequestPreemptionInput,
+    ResumePoint,
+)
+
+
+def _searcher_value(metrics: dict[str, object] | None, name: str) -> float | None:
+    if not metrics:
+        return None
+    value = metrics.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        return None
+    return float(value)
+
+
+class ExperimentStore:
+    """Activities bound to the master's connection pool."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+
+    @activity.defn(name="create_trial")
+    async def create_trial(self, inp: CreateTrialInput) -> int:
+        return await self._pool.fetchval(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed)"
+            " VALUES ($1, $2, $3, $4)"
+            " ON CONFLICT (experiment_id, request_id) DO UPDATE SET request_id = EXCLUDED.request_id"
+            " RETURNING id",
+            inp.experiment_id,
+            inp.request_id,
+            inp.hparams,
+            inp.trial_seed,
+        )
+
+    @activity.defn(name="record_experiment_state")
+    async def record_experiment_state(self, inp: RecordExperimentStateInput) -> None:
+        await self._pool.execute(
+            "UPDATE experiments SET state = $2,"
+            " end_time = CASE WHEN $3 THEN coalesce(end_time, now()) ELSE NULL END"
+            " WHERE id = $1",
+            inp.experiment_id,
+            inp.state,
+            inp.ended,
+        )
+
+    @activity.defn(name="record_trial_state")
+    async def record_trial_state(self, inp: RecordTrialStateInput) -> None:
+        await self._pool.execute(
+            "UPDATE trials SET state = $2,"
+            " restarts = coalesce($3, restarts),"
+            " run_id = coalesce($4, run_id),"
+            " preempt_requested = CASE WHEN $4::int IS NOT NULL THEN false"
+            "                     ELSE preempt_requested END,"
+            " end_time = CASE WHEN $5 THEN coalesce(end_time, now()) ELSE NULL END"
+            " WHERE id = $1",
+            inp.trial_id,
+            inp.state,
+            inp.restarts,
+            inp.run_id,
+            inp.ended,
+        )
+
+    @activity.defn(name="request_preemption")
+    async def request_preemption(self, inp: RequestPreemptionInput) -> None:
+        await self._pool.execute(
+            "UPDATE trials SET preempt_requested = $2 WHERE id = $1", inp.trial_id, inp.preempt
+        )
+
+    @activity.defn(name="get_resume_point")
+    async def get_resume_point(self, trial_id: int) -> ResumePoint:
+        """Where the trial's next run starts: its newest checkpoint and that checkpoint's step."""
+        row = await self._pool.fetchrow(
+            "SELECT c.uuid::text AS uuid, c.steps_completed, t.early_exit_reason"
+            " FROM trials t LEFT JOIN LATERAL ("
+            "   SELECT uuid, steps_completed FROM checkpoints"
+            "   WHERE trial_id = t.id AND state = 'COMPLETED'"
+            "   ORDER BY steps_completed DESC, report_time DESC LIMIT 1) c ON true"
+            " WHERE t.id = $1",
+            trial_id,
+        )
+        if row is None:
+            return ResumePoint(latest_checkpoint=None, steps_completed=0)
+        return ResumePoint(
+            latest_checkpoint=row["uuid"],
+            steps_completed=row["steps_completed"] or 0,
+            early_exit_reason=row["early_exit_reason"],
+        )
+
+    @activity.defn(name="finish_experiment")
+    async def finish_experiment(self, inp: FinishExperimentInput) -> int | None:
+        """Record the final state and best trial, then delete checkpoints the policy drops."""
+        config = await self._pool.fetchval(
+            "SELECT config FROM experiments WHERE id = $1", inp.experiment_id
+        )
+        searcher = config["searcher"]
+        metric, smaller = searcher["metric"], searcher.get("smaller_is_better", True)
+        rows = await self._pool.fetch(
+            "SELECT c.uuid::text AS uuid, c.trial_id, c.steps_completed, c.storage_path,"
+            "       m.metrics AS validation"
+            " FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
+            " LEFT JOIN metrics m ON m.trial_id = c.trial_id AND m.metric_group = 'validation'"
+            "   AND m.steps_completed = c.steps_completed"
+            " WHERE t.experiment_id = $1 AND c.state = 'COMPLETED'",
+            inp.experiment_id,
+        )
+        best_trial_id = await self._pool.fetchval(
+            "SELECT m.trial_id FROM metrics m JOIN trials t ON t.id = m.trial_id"
+            " WHERE t.experiment_id = $1 AND m.metric_group = 'validation'"
+            "   AND jsonb_typeof(m.metrics -> $2) = 'number'"
+            f" ORDER BY (m.metrics ->> $2)::float8 {'ASC' if smaller else 'DESC'}, m.id LIMIT 1",
+            inp.experiment_id,
+            metric,
+        )
+        storage = config.get("checkpoint_storage") or {}
+        policy = RetentionPolicy(
+            save_experiment_best=storage.get("save_experiment_best", 0),
+            save_trial_best=storage.get("save_trial_best", 1),
+            save_trial_latest=storage.get("save_trial_latest", 1),
+            smaller_is_better=smaller,
+        )
+        stored = [
+            StoredCheckpoint(
+                r["uuid"], r["trial_id"], r["steps_completed"], _searcher_value(r["validation"], metric)
+            )
+            for r in rows
+        ]
+        keep = checkpoints_to_keep(stored, policy)
+        dropped = [r for r in rows if r["uuid"] not in keep]
+        for row in dropped:
+            await asyncio.to_thread(delete_checkpoint_files, row["storage_path"])
+        async with self._pool.acquire() as conn, conn.transaction():
+            if dropped:
+                await conn.execute(
+                    "UPDATE checkpoints SET state = 'DELETED' WHERE uuid = ANY($1::uuid[])",
+                    [r["uuid"] for r in dropped],
+                )
+            await conn.execute(
+                "UPDATE experiments SET state = $2, best_trial_id = $3,"
+                " end_time = coalesce(end_time, now()),"
+                " progress = CASE WHEN $2 = 'COMPLETED' THEN 1 ELSE progress END"
+                " WHERE id = $1",
+                inp.experiment_id,
+                inp.state,
+                best_trial_id,
+            )
+        return best_trial_id
+
+    def all(self) -> list[object]:
+        """Every activity of this class, for the worker."""
+        return [
+            self.create_trial,
+            self.record_experiment_state,
+            self.record_trial_state,
+            self.request_preemption,
+            self.get_resume_point,
+            self.finish_experiment,
+        ]

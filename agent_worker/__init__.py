@@ -1,0 +1,21 @@
+"""The Epochal agent: one process per compute node that runs trials for its resource pool.
+
+It registers its slots with the master, polls its pool's and its own Temporal task queues for
+the `run_trial` activity, and runs each trial with a `Runtime` (processes for now).
+"""
+
+from agent_worker.activities import AgentActivities
+from agent_worker.main import Agent, AgentConfig, main
+from agent_worker.process_runtime import ProcessRuntime
+from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
+
+__all__ = [
+    "Agent",
+    "AgentActivities",
+    "AgentConfig",
+    "ExitStatus",
+    "ProcessRuntime",
+    "Runtime",
+    "TrialLaunch",
+    "main",
+]

@@ -1,0 +1,139 @@
+"""The agent's activities: `run_trial` runs one run of a trial on this agent.
+
+It prepares a fresh working directory (model definition, trial_info.json), hands the run to the
+agent's `Runtime`, ships its output as task logs and reports how it ended. Cancellation (a kill
+from the trial workflow, delivered through the heartbeat) stops the trial's processes and is
+re-raised; an agent shutting down fails the run with a retryable `AgentShutdown` error instead,
+so the trial restarts elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+import shutil
+from pathlib import Path
+from typing import Any
+
+import httpx
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agent_worker.aio import uninterruptible
+from agent_worker.logs import LogShipper
+from agent_worker.model_def import ModelDefinitions
+from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
+from agent_worker.slots import SlotPool
+from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
+from workflows.constants import allocation_id, task_id
+from workflows.types import RunTrialInput, RunTrialResult
+
+RUN_TRIAL = "run_trial"
+
+
+class AgentActivities:
+    """Activities with the agent's state; register `run_trial` with a Temporal worker."""
+
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        master_url: str,
+        work_dir: Path,
+        http: httpx.AsyncClient,
+        runtime: Runtime,
+        slots: SlotPool,
+        cluster_id: str | None = None,
+        log_flush_interval: float = 0.5,
+        log_close_timeout: float = 30.0,
+    ) -> None:
+        self.agent_id = agent_id
+        self.master_url = master_url.rstrip("/")
+        self.work_dir = work_dir
+        self.http = http
+        self.runtime = runtime
+        self.slots = slots
+        self.cluster_id = cluster_id
+        self.log_flush_interval = log_flush_interval
+        self.log_close_timeout = log_close_timeout
+        self.model_defs = ModelDefinitions(http, self.master_url, work_dir)
+
+    def run_dir(self, inp: RunTrialInput) -> Path:
+        return self.work_dir / "trials" / str(inp.trial_id) / f"run-{inp.run_id}"
+
+    @activity.defn(name=RUN_TRIAL)
+    async def run_trial(self, inp: RunTrialInput) -> RunTrialResult:
+        activity.heartbeat()
+        master_url = (inp.master_url or self.master_url).rstrip("/")
+        slot_ids = self.slots.acquire(1)
+        try:
+            launch = await self.prepare(inp, master_url, slot_ids)
+            activity.logger.info("running trial %s run %s in %s on slots %s", inp.trial_id,
+                                 inp.run_id, launch.run_dir, slot_ids)
+            status = await self._run(launch, master_url)
+        finally:
+            self.slots.release(slot_ids)
+        activity.logger.info("trial %s run %s %s", inp.trial_id, inp.run_id, status.message)
+        return RunTrialResult(exit_code=status.exit_code, agent_id=self.agent_id,
+                              oom_killed=status.oom_killed, message=status.message)
+
+    async def _run(self, launch: TrialLaunch, master_url: str) -> ExitStatus:
+        inp = launch.input
+        shipper = LogShipper(
+            self.http, master_url,
+            task_id=task_id(inp.experiment_id, inp.trial_id),
+            allocation_id=allocation_id(inp.experiment_id, inp.trial_id, inp.run_id),
+            agent_id=self.agent_id,
+            flush_interval=self.log_flush_interval,
+        )
+        shipper.start()
+        try:
+            return await self.runtime.run(launch, shipper, activity.heartbeat)
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise ApplicationError(
+                    f"agent {self.agent_id} shut down while trial {inp.trial_id} run "
+                    f"{inp.run_id} was running; its processes were stopped",
+                    type="AgentShutdown") from None
+            activity.logger.info("trial %s run %s cancelled; its processes were stopped",
+                                 inp.trial_id, inp.run_id)
+            raise
+        finally:
+            await uninterruptible(shipper.close(self.log_close_timeout))
+
+    async def prepare(self, inp: RunTrialInput, master_url: str,
+                      slot_ids: list[int]) -> TrialLaunch:
+        """A fresh working directory with the model definition and trial_info.json in it."""
+        entrypoint = entrypoint_command(inp.config)
+        run_dir = self.run_dir(inp)
+        await asyncio.to_thread(_fresh_dir, run_dir)
+        await self.model_defs.extract_to(inp.experiment_id, run_dir)
+        info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
+                                cluster_id=self.cluster_id, slot_ids=slot_ids)
+        info_path = run_dir / TRIAL_INFO_FILE
+        await asyncio.to_thread(
+            info_path.write_text, json.dumps(info, indent=2) + "\n", "utf-8")
+        env = trial_environment(inp.config, trial_info_path=str(info_path),
+                                master_url=master_url)
+        return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
+                           slot_ids=slot_ids)
+
+
+def entrypoint_command(config: dict[str, Any]) -> str:
+    """The config's `entrypoint` as a shell command line (a list is quoted word by word)."""
+    entrypoint = config.get("entrypoint")
+    if isinstance(entrypoint, list) and entrypoint and all(isinstance(w, str)
+                                                           for w in entrypoint):
+        return shlex.join(entrypoint)
+    if isinstance(entrypoint, str) and entrypoint.strip():
+        return entrypoint
+    raise ApplicationError(
+        f"the experiment config's entrypoint must be a command line (a string or a list of "
+        f"strings), got {entrypoint!r}", type="ConfigError", non_retryable=True)
+
+
+def _fresh_dir(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)

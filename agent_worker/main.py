@@ -1,0 +1,251 @@
+"""The agent process: register with the master, then run trials from Temporal until told to stop.
+
+    python -m agent_worker --master URL --temporal ADDRESS [--namespace default] --pool default \
+        [--slots N] --work-dir DIR [--agent-id ID]
+
+It polls two task queues with the `run_trial` activity: its resource pool's (any agent of the
+pool may take the run) and its own (`agent.<agentId>`, for work aimed at this agent). SIGTERM or
+SIGINT stops polling, stops the running trials (their whole process groups) and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import socket
+from collections.abc import Coroutine, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from agent_worker.activities import AgentActivities
+from agent_worker.process_runtime import ProcessRuntime
+from agent_worker.registration import Registration
+from agent_worker.runtime import Runtime
+from agent_worker.slots import SlotPool, discover_slots
+from workflows.constants import (
+    DEFAULT_NAMESPACE,
+    DEFAULT_RESOURCE_POOL,
+    agent_task_queue,
+    pool_task_queue,
+)
+
+logger = logging.getLogger("agent_worker")
+
+T = TypeVar("T")
+
+HEARTBEAT_THROTTLE_SECONDS = 2.0
+
+
+@dataclass
+class AgentConfig:
+    master_url: str
+    temporal_address: str
+    work_dir: Path
+    agent_id: str
+    namespace: str = DEFAULT_NAMESPACE
+    resource_pool: str = DEFAULT_RESOURCE_POOL
+    slots: int | None = None  # CPU slots; None: one per CPU
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m agent_worker",
+        description="Epochal agent: runs trials of its resource pool on this machine.")
+    p.add_argument("--master", default=os.environ.get("EPOCHAL_MASTER", "http://127.0.0.1:8080"),
+                   help="the master's URL (default: $EPOCHAL_MASTER or %(default)s)")
+    p.add_argument("--temporal",
+                   default=os.environ.get("EPOCHAL_TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+                   help="Temporal frontend host:port (default: %(default)s)")
+    p.add_argument("--namespace",
+                   default=os.environ.get("EPOCHAL_TEMPORAL_NAMESPACE", DEFAULT_NAMESPACE),
+                   help="Temporal namespace (default: %(default)s)")
+    p.add_argument("--pool", default=DEFAULT_RESOURCE_POOL,
+                   help="resource pool to join (default: %(default)s)")
+    p.add_argument("--slots", type=int, default=None,
+                   help="number of CPU slots to offer (default: one per CPU)")
+    p.add_argument("--work-dir", type=Path, default=Path("~/.epochal/agent"),
+                   help="where trials run and model definitions are cached "
+                        "(default: %(default)s)")
+    p.add_argument("--agent-id", default=None, help="this agent's id (default: the hostname)")
+    p.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
+    return p
+
+
+def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
+    p = parser()
+    args = p.parse_args(argv)
+    if args.slots is not None and args.slots < 1:
+        p.error(f"--slots must be at least 1, got {args.slots}")
+    agent_id = args.agent_id or socket.gethostname()
+    if not agent_id.strip():
+        p.error("--agent-id must not be empty")
+    config = AgentConfig(
+        master_url=args.master.rstrip("/"),
+        temporal_address=args.temporal,
+        namespace=args.namespace,
+        resource_pool=args.pool,
+        slots=args.slots,
+        work_dir=args.work_dir.expanduser().resolve(),
+        agent_id=agent_id,
+    )
+    return config, args.log_level
+
+
+async def connect_temporal(address: str, namespace: str) -> Client:
+    """Connect, retrying for as long as it takes (an agent waits for its cluster)."""
+    delay = 1.0
+    attempt = 0
+    while True:
+        try:
+            return await Client.connect(address, namespace=namespace)
+        except Exception as err:  # the bridge raises RuntimeError; be broad, keep waiting
+            attempt += 1
+            if attempt == 1 or attempt % 12 == 0:
+                logger.warning("cannot connect to Temporal at %s (%s); retrying", address, err)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+
+class Agent:
+    """One agent: registration heartbeat plus Temporal workers on the pool and agent queues."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        runtime: Runtime | None = None,
+        client: Client | None = None,
+        heartbeat_throttle: float = HEARTBEAT_THROTTLE_SECONDS,
+    ) -> None:
+        self.config = config
+        self.heartbeat_throttle = heartbeat_throttle
+        self.slots = discover_slots(config.slots)
+        self.runtime = runtime or ProcessRuntime()
+        self._client = client
+        self._stop = asyncio.Event()
+        self.activities: AgentActivities | None = None
+        self.ready = asyncio.Event()  # set once polling
+
+    def stop(self) -> None:
+        """Ask the agent to shut down (safe from a signal handler)."""
+        if self._stop.is_set():
+            logger.info("already shutting down")
+            return
+        logger.info("shutting down: no new trials; stopping the running ones")
+        self._stop.set()
+
+    async def _unless_stopped(self, coro: Coroutine[Any, Any, T]) -> T | None:
+        """`coro`'s result, or None if the agent is told to stop first."""
+        task = asyncio.ensure_future(coro)
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+            await asyncio.gather(task, stop, return_exceptions=True)
+        return task.result() if not task.cancelled() else None
+
+    async def run(self) -> int:
+        """Run until `stop()`; 0 after a requested stop, 1 if a Temporal worker failed."""
+        cfg = self.config
+        cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        async with httpx.AsyncClient() as http:
+            registration = Registration(http, cfg.master_url, agent_id=cfg.agent_id,
+                                        resource_pool=cfg.resource_pool, slots=self.slots)
+            logger.info("agent %s: %d slots, pool %r, master %s, work dir %s", cfg.agent_id,
+                        len(self.slots), cfg.resource_pool, cfg.master_url, cfg.work_dir)
+            if not await self._unless_stopped(self._register(registration)):
+                return 0
+            heartbeat = asyncio.create_task(registration.heartbeat_forever())
+            try:
+                client = self._client or await self._unless_stopped(
+                    connect_temporal(cfg.temporal_address, cfg.namespace))
+                if client is None:
+                    return 0
+                cluster_id = await registration.cluster_id()
+                self.activities = AgentActivities(
+                    agent_id=cfg.agent_id, master_url=cfg.master_url, work_dir=cfg.work_dir,
+                    http=http, runtime=self.runtime, slots=SlotPool(self.slots),
+                    cluster_id=cluster_id)
+                return await self._serve(client, self.activities)
+            finally:
+                heartbeat.cancel()
+                await asyncio.gather(heartbeat, return_exceptions=True)
+
+    async def _register(self, registration: Registration) -> bool:
+        await registration.wait_registered()
+        return True
+
+    def workers(self, client: Client, activities: AgentActivities) -> list[Worker]:
+        cfg = self.config
+        n = len(self.slots)
+        return [
+            Worker(
+                client,
+                task_queue=queue,
+                activities=[activities.run_trial],
+                max_concurrent_activities=n,
+                # Cancel running trials at once on shutdown; they get their own kill grace.
+                graceful_shutdown_timeout=timedelta(0),
+                # A cancel reaches an activity only in the answer to a heartbeat, which the SDK
+                # would otherwise send only every 0.8 x heartbeat timeout.
+                max_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_throttle),
+                default_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_throttle),
+                identity=f"{os.getpid()}@{cfg.agent_id}",
+            )
+            for queue in (pool_task_queue(cfg.resource_pool), agent_task_queue(cfg.agent_id))
+        ]
+
+    async def _serve(self, client: Client, activities: AgentActivities) -> int:
+        workers = self.workers(client, activities)
+        runs = [asyncio.create_task(w.run()) for w in workers]
+        stop = asyncio.create_task(self._stop.wait())
+        logger.info("polling task queues %s",
+                    ", ".join(repr(w.task_queue) for w in workers))
+        self.ready.set()
+        await asyncio.wait([*runs, stop], return_when=asyncio.FIRST_COMPLETED)
+        failed = [t for t in runs if t.done()]
+        stop.cancel()
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+        results = await asyncio.gather(*runs, stop, return_exceptions=True)
+        for task, result in zip(runs, results, strict=False):
+            if task in failed and isinstance(result, BaseException):
+                logger.error("a Temporal worker stopped: %r", result)
+        if failed and not self._stop.is_set():
+            logger.error("a Temporal worker stopped on its own; the agent exits")
+            return 1
+        logger.info("agent %s stopped", self.config.agent_id)
+        return 0
+
+
+async def run_agent(config: AgentConfig) -> int:
+    """Run an agent until SIGTERM or SIGINT."""
+    agent = Agent(config)
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, agent.stop)
+    try:
+        return await agent.run()
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `python -m agent_worker` and `epochal agent run`; returns the exit code."""
+    config, log_level = parse_args(argv)
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=log_level.upper(),
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(run_agent(config))

@@ -1,0 +1,194 @@
+"""The process runtime: a trial is a shell command run on the agent's host, in its own session.
+
+The entrypoint runs with `/bin/sh -c` in a new session (so a new process group) with the agent's
+own Python first on PATH, which has the harness installed. Stopping a trial signals the whole
+group: SIGTERM, a grace period (`EPOCHAL_KILL_GRACE_SECONDS`, default 10 s), then SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+from temporalio.exceptions import ApplicationError
+
+from agent_worker.aio import uninterruptible
+from agent_worker.logs import pump_lines
+from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
+
+logger = logging.getLogger(__name__)
+
+KILL_GRACE_ENV = "EPOCHAL_KILL_GRACE_SECONDS"
+DEFAULT_KILL_GRACE_SECONDS = 10.0
+
+
+def kill_grace_from_env() -> float:
+    raw = os.environ.get(KILL_GRACE_ENV)
+    if not raw:
+        return DEFAULT_KILL_GRACE_SECONDS
+    try:
+        value = float(raw)
+        if value < 0:
+            raise ValueError("negative")
+    except ValueError:
+        logger.warning("%s=%r is not a number of seconds >= 0; using %s", KILL_GRACE_ENV, raw,
+                       DEFAULT_KILL_GRACE_SECONDS)
+        return DEFAULT_KILL_GRACE_SECONDS
+    return value
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"killed by signal {-code} ({_signal_name(-code)})"
+    if code > 128 and code - 128 < signal.NSIG:
+        return (f"exited with code {code} (the shell reports a process killed by signal "
+                f"{code - 128}, {_signal_name(code - 128)})")
+    return f"exited with code {code}"
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _prepend(entry: str, value: str | None) -> str:
+    return f"{entry}{os.pathsep}{value}" if value else entry
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. Zombies do not count: where nothing reaps
+    orphans (PID 1 of many containers), they stay in the group forever."""
+    if not _signal_group(pgid, 0):
+        return False
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                return True
+        except (psutil.Error, OSError):
+            continue
+    return False
+
+
+def _signal_group(pgid: int, sig: int) -> bool:
+    """Send `sig` to the group; False when no process is left in it."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        # Only a process that changed its uid can cause this; nothing more can be done.
+        logger.warning("no permission to signal process group %s", pgid)
+        return False
+    return True
+
+
+class ProcessRuntime(Runtime):
+    def __init__(
+        self,
+        *,
+        kill_grace_seconds: float | None = None,
+        heartbeat_interval: float = 2.0,
+        python_bin_dir: Path | None = None,
+        output_drain_timeout: float = 5.0,
+    ) -> None:
+        self.kill_grace_seconds = (
+            kill_grace_from_env() if kill_grace_seconds is None else kill_grace_seconds)
+        self.heartbeat_interval = heartbeat_interval
+        # The agent's interpreter (not resolved: a venv's bin/python is a symlink).
+        self.python_bin_dir = python_bin_dir or Path(sys.executable).parent
+        self.output_drain_timeout = output_drain_timeout
+
+    def environment(self, launch: TrialLaunch) -> dict[str, str]:
+        """The agent's environment, the launch's variables, and PATH/PYTHONPATH put first."""
+        env = dict(os.environ)
+        env.update(launch.env)
+        env["PATH"] = _prepend(str(self.python_bin_dir), env.get("PATH"))
+        env["PYTHONPATH"] = _prepend(str(launch.run_dir), env.get("PYTHONPATH"))
+        return env
+
+    async def run(
+        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]
+    ) -> ExitStatus:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "/bin/sh", "-c", launch.entrypoint,
+                cwd=launch.run_dir,
+                env=self.environment(launch),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as err:
+            raise ApplicationError(f"cannot start the entrypoint {launch.entrypoint!r}: {err}",
+                                   type="EntrypointError", non_retryable=True) from err
+        assert proc.stdout is not None and proc.stderr is not None
+        pgid = proc.pid  # a new session's leader leads its process group
+        logger.info("trial %s run %s: started process group %s: %s", launch.input.trial_id,
+                    launch.input.run_id, pgid, launch.entrypoint)
+        readers = [
+            asyncio.create_task(pump_lines(proc.stdout, "stdout", logs)),
+            asyncio.create_task(pump_lines(proc.stderr, "stderr", logs)),
+        ]
+        waiter = asyncio.create_task(proc.wait())
+        try:
+            while True:
+                heartbeat()
+                done, _ = await asyncio.wait({waiter}, timeout=self.heartbeat_interval)
+                if done:
+                    break
+        except asyncio.CancelledError:
+            logger.info("trial %s run %s: cancelled; stopping process group %s",
+                        launch.input.trial_id, launch.input.run_id, pgid)
+            await uninterruptible(self._stop_group(pgid, waiter))
+            await uninterruptible(self._drain(readers))
+            raise
+        code = waiter.result()
+        # The entrypoint is done; anything it left behind in its group goes with it.
+        if await asyncio.to_thread(group_alive, pgid):
+            logger.info("trial %s run %s: killing what the entrypoint left running",
+                        launch.input.trial_id, launch.input.run_id)
+            _signal_group(pgid, signal.SIGKILL)
+        await self._drain(readers)
+        return ExitStatus(exit_code=code, message=describe_exit(code))
+
+    async def _stop_group(self, pgid: int, waiter: asyncio.Task[int]) -> None:
+        """SIGTERM the group, give it the grace period to exit, then SIGKILL what is left."""
+        loop = asyncio.get_running_loop()
+        if _signal_group(pgid, signal.SIGTERM):
+            deadline = loop.time() + self.kill_grace_seconds
+            while loop.time() < deadline:
+                await asyncio.wait({waiter}, timeout=min(0.1, max(deadline - loop.time(), 0)))
+                if waiter.done() and not await asyncio.to_thread(group_alive, pgid):
+                    break
+        await self._kill_group(pgid)
+        await waiter
+
+    async def _kill_group(self, pgid: int) -> None:
+        """SIGKILL what is left of the group and wait (a little) for it to be gone."""
+        if not await asyncio.to_thread(group_alive, pgid):
+            return
+        _signal_group(pgid, signal.SIGKILL)
+        logger.warning("process group %s did not exit in its %.1f s grace period; killed it",
+                       pgid, self.kill_grace_seconds)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 5.0
+        while loop.time() < deadline and await asyncio.to_thread(group_alive, pgid):
+            await asyncio.sleep(0.02)
+
+    async def _drain(self, readers: list[asyncio.Task[None]]) -> None:
+        """Read the output to its end; a process that left the group may hold it open."""
+        _, pending = await asyncio.wait(readers, timeout=self.output_drain_timeout)
+        for task in pending:
+            task.cancel()
+        if pending:
+            logger.warning("stopped reading output still held open by an escaped process")
+        await asyncio.gather(*readers, return_exceptions=True)

@@ -1,0 +1,52 @@
+"""The seam between a prepared trial run and what executes it (a process now, Docker later).
+
+The `run_trial` activity prepares the run (working directory, model definition, trial info,
+environment, log shipper) and hands it to a `Runtime`, which runs the entrypoint to its end.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from workflows.types import RunTrialInput
+
+
+class LogSink(Protocol):
+    def add(self, stdtype: str, line: str) -> None:
+        """Take one line of the trial's output; must not block."""
+
+
+@dataclass
+class TrialLaunch:
+    """One prepared run. `run_dir` holds the extracted model definition and trial_info.json."""
+
+    input: RunTrialInput
+    run_dir: Path
+    entrypoint: str  # a shell command line
+    env: dict[str, str]  # added to the runtime's own environment (EPOCHAL_*, the user's)
+    slot_ids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class ExitStatus:
+    exit_code: int  # negative: killed by that signal
+    message: str = ""
+    oom_killed: bool = False
+
+
+class Runtime(ABC):
+    @abstractmethod
+    async def run(
+        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]
+    ) -> ExitStatus:
+        """Run the entrypoint to its end, sending its output to `logs`.
+
+        Calls `heartbeat` every few seconds while it runs (this is how the activity's
+        cancellation is delivered). On cancellation (asyncio.CancelledError) it stops the
+        trial, all its processes, and re-raises. Raises `ApplicationError` when the trial
+        cannot be started.
+        """

@@ -1,0 +1,87 @@
+"""What the agent tells a trial run: `trial_info.json` and the environment variables.
+
+See docs/CONTRACTS.md, "Trial info"; the harness reads both (harness/core/_info.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from workflows.constants import allocation_id, task_id
+from workflows.types import RunTrialInput
+
+TRIAL_INFO_FILE = "trial_info.json"
+TRIAL_INFO_ENV = "EPOCHAL_TRIAL_INFO"
+MASTER_ENV = "EPOCHAL_MASTER"
+
+
+def build_trial_info(
+    inp: RunTrialInput,
+    *,
+    master_url: str,
+    agent_id: str,
+    cluster_id: str | None,
+    slot_ids: list[int],
+) -> dict[str, Any]:
+    config = inp.config
+    searcher = config.get("searcher") or {}
+    return {
+        "master_url": master_url,
+        "cluster_id": cluster_id,
+        "agent_id": agent_id,
+        "experiment_id": inp.experiment_id,
+        "trial_id": inp.trial_id,
+        "trial_run_id": inp.run_id,
+        "task_id": task_id(inp.experiment_id, inp.trial_id),
+        "allocation_id": allocation_id(inp.experiment_id, inp.trial_id, inp.run_id),
+        "trial_seed": inp.trial_seed,
+        "hparams": inp.hparams,
+        "experiment_config": config,
+        "latest_checkpoint": inp.latest_checkpoint,
+        "steps_completed": inp.steps_completed,
+        "max_length": searcher.get("max_length"),
+        "checkpoint_storage": config.get("checkpoint_storage"),
+        "slot_ids": list(slot_ids),
+        "session_token": inp.session_token,
+    }
+
+
+def user_environment(config: Mapping[str, Any], slot_type: str = "cpu") -> dict[str, str]:
+    """The config's `environment.environment_variables` as a dict of strings.
+
+    Accepts a dict, a list of "KEY=VALUE" strings, or Determined's per-device form
+    ``{"cpu": [...], "cuda": [...]}`` (the entry for `slot_type` is used).
+    """
+    env_vars = (config.get("environment") or {}).get("environment_variables") or {}
+    if isinstance(env_vars, Mapping) and set(env_vars) <= {"cpu", "cuda", "rocm"} and all(
+        isinstance(v, list | Mapping) for v in env_vars.values()
+    ):
+        env_vars = env_vars.get(slot_type) or {}
+    if isinstance(env_vars, list):
+        pairs: dict[str, Any] = {}
+        for item in env_vars:
+            key, sep, value = str(item).partition("=")
+            if sep and key:
+                pairs[key] = value
+        env_vars = pairs
+    if not isinstance(env_vars, Mapping):
+        return {}
+    return {str(k): _env_value(v) for k, v in env_vars.items() if v is not None}
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def trial_environment(
+    config: Mapping[str, Any], *, trial_info_path: str, master_url: str
+) -> dict[str, str]:
+    """Variables every runtime sets for a trial; the user's own, then Epochal's (which win)."""
+    env = user_environment(config)
+    env[TRIAL_INFO_ENV] = trial_info_path
+    env[MASTER_ENV] = master_url
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

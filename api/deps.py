@@ -1,0 +1,28 @@
+"""What routes receive: the pool, the Temporal client and the settings made in the app's lifespan."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import asyncpg
+from fastapi import Depends, Request
+from temporalio.client import Client
+
+from api.settings import Settings
+
+
+def _pool(request: Request) -> asyncpg.Pool:
+    return request.app.state.pool
+
+
+def _temporal(request: Request) -> Client:
+    return request.app.state.temporal
+
+
+def _settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+Pool = Annotated[asyncpg.Pool, Depends(_pool)]
+Temporal = Annotated[Client, Depends(_temporal)]
+AppSettings = Annotated[Settings, Depends(_settings)]

@@ -1,0 +1,44 @@
+"""Errors as JSON a person can act on: `{"message": ..., "details": [...]}`."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, details: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.details = details or []
+
+
+def not_found(kind: str, ident: object) -> ApiError:
+    return ApiError(404, f"{kind} {ident} not found")
+
+
+def _field_path(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "body"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse(
+            {"message": exc.message, "details": exc.details}, status_code=exc.status
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        details = [f"{_field_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
+        return JSONResponse(
+            {"message": "invalid request", "details": details}, status_code=400
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse({"message": str(exc.detail), "details": []}, status_code=exc.status_code)

@@ -1,0 +1,84 @@
+"""Checkpoints: the harness reports each one it stores; anyone can look one up."""
+
+from __future__ import annotations
+
+import os
+import uuid as uuidlib
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from api import views
+from api.deps import Pool
+from api.errors import ApiError, not_found
+from api.routes.tasks import trial_of_task
+
+router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
+
+
+class CheckpointTraining(BaseModel):
+    trialId: int | None = None
+    experimentId: int | None = None
+
+
+class ReportCheckpointRequest(BaseModel):
+    uuid: uuidlib.UUID
+    taskId: str
+    allocationId: str | None = None
+    reportTime: datetime | None = None
+    resources: dict[str, int] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    state: str = "STATE_COMPLETED"
+    training: CheckpointTraining | None = None
+
+
+def storage_path(config: dict[str, Any], uuid: str) -> str:
+    """Where a shared_fs checkpoint lives: `host_path/<uuid>` (as the harness writes it)."""
+    storage = config.get("checkpoint_storage") or {}
+    return os.path.join(storage.get("host_path", ""), uuid)
+
+
+@router.post("/checkpoints")
+async def report_checkpoint(body: ReportCheckpointRequest, pool: Pool) -> dict[str, Any]:
+    trial_id = trial_of_task(body.taskId, "taskId")
+    if body.training and body.training.trialId not in (None, trial_id):
+        raise ApiError(400, f"training.trialId: {body.training.trialId} does not match taskId")
+    steps = body.metadata.get("steps_completed")
+    if not isinstance(steps, int) or steps < 0:
+        raise ApiError(400, "metadata.steps_completed: expected a whole number >= 0")
+    config = await pool.fetchval(
+        "SELECT e.config FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE t.id = $1",
+        trial_id,
+    )
+    if config is None:
+        raise not_found("trial", trial_id)
+    uuid = str(body.uuid)
+    await pool.execute(
+        "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
+        " metadata, resources, storage_path, state, report_time)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, now()))"
+        " ON CONFLICT (uuid) DO UPDATE SET metadata = EXCLUDED.metadata,"
+        "   resources = EXCLUDED.resources, state = EXCLUDED.state",
+        uuid,
+        trial_id,
+        body.taskId,
+        body.allocationId or "",
+        steps,
+        body.metadata,
+        body.resources,
+        storage_path(config, uuid),
+        body.state.removeprefix("STATE_"),
+        body.reportTime,
+    )
+    return {}
+
+
+@router.get("/checkpoints/{checkpoint_uuid}")
+async def get_checkpoint(checkpoint_uuid: uuidlib.UUID, pool: Pool) -> dict[str, Any]:
+    row = await pool.fetchrow(views.CHECKPOINT_SELECT + " WHERE c.uuid = $1", checkpoint_uuid)
+    if row is None:
+        raise not_found("checkpoint", checkpoint_uuid)
+    return {"checkpoint": views.checkpoint_json(row, row["searcher_metric"])}

@@ -1,0 +1,104 @@
+"""What a running task sends and asks: its logs, and whether it should stop (preemption)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+
+from api.deps import Pool
+from api.errors import ApiError, not_found
+
+router = APIRouter(prefix="/api/v1", tags=["tasks"])
+
+PREEMPTION_POLL_SECONDS = 0.25
+MAX_LOGS_PER_REQUEST = 10_000
+
+
+class TaskLog(BaseModel):
+    taskId: str
+    allocationId: str | None = None
+    agentId: str | None = None
+    containerId: str | None = None
+    rankId: int | None = None
+    timestamp: datetime | None = None
+    level: str | None = None
+    stdtype: str | None = None
+    source: str | None = None
+    log: str
+
+
+class PostTaskLogsRequest(BaseModel):
+    logs: list[TaskLog] = Field(max_length=MAX_LOGS_PER_REQUEST)
+
+
+def trial_of_task(task_id: str, where: str) -> int:
+    """Trial tasks are named `<experimentId>.<trialId>` (allocations add `.<runId>`)."""
+    parts = task_id.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise ApiError(400, f"{where}: {task_id!r} is not a trial task id (expected EXP.TRIAL)")
+    return int(parts[1])
+
+
+@router.post("/task/logs")
+async def post_task_logs(body: PostTaskLogsRequest, pool: Pool) -> dict[str, Any]:
+    rows = [
+        (
+            trial_of_task(log.taskId, f"logs[{i}].taskId"),
+            log.taskId,
+            log.allocationId,
+            log.agentId,
+            log.stdtype,
+            log.level,
+            log.log.replace("\x00", ""),
+            log.timestamp or datetime.now().astimezone(),
+        )
+        for i, log in enumerate(body.logs)
+    ]
+    if rows:
+        await pool.executemany(
+            "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level,"
+            " log, timestamp) SELECT $1, $2, $3, $4, $5, $6, $7, $8"
+            " WHERE EXISTS (SELECT 1 FROM trials WHERE id = $1)",
+            rows,
+        )
+    return {}
+
+
+async def _allocation_trial(pool: Pool, allocation_id: str) -> tuple[int, int, int]:
+    parts = allocation_id.split(".")
+    if len(parts) != 3 or not all(p.isdigit() for p in parts):
+        raise ApiError(400, f"allocationId: {allocation_id!r} is not EXP.TRIAL.RUN")
+    trial_id, run_id = int(parts[1]), int(parts[2])
+    row = await pool.fetchrow("SELECT run_id FROM trials WHERE id = $1", trial_id)
+    if row is None:
+        raise not_found("allocation", allocation_id)
+    return trial_id, run_id, row["run_id"]
+
+
+@router.get("/allocations/{allocation_id}/signals/preemption")
+async def allocation_preemption_signal(
+    allocation_id: str, pool: Pool, timeoutSeconds: int = Query(60, ge=0, le=3600)
+) -> dict[str, bool]:
+    """Long-poll: answers at once when the allocation should stop, else after the timeout."""
+    trial_id, run_id, _ = await _allocation_trial(pool, allocation_id)
+    deadline = asyncio.get_running_loop().time() + timeoutSeconds
+    while True:
+        row = await pool.fetchrow(
+            "SELECT preempt_requested, run_id FROM trials WHERE id = $1", trial_id
+        )
+        # An allocation older than the trial's current run is stale: it should stop.
+        if row["preempt_requested"] or row["run_id"] != run_id:
+            return {"preempt": True}
+        if asyncio.get_running_loop().time() >= deadline:
+            return {"preempt": False}
+        await asyncio.sleep(PREEMPTION_POLL_SECONDS)
+
+
+@router.post("/allocations/{allocation_id}/signals/ack_preemption")
+async def ack_allocation_preemption(allocation_id: str, pool: Pool) -> dict[str, Any]:
+    await _allocation_trial(pool, allocation_id)
+    return {}

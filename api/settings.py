@@ -1,0 +1,45 @@
+"""The master's settings, read once from the environment."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from workflows.constants import DEFAULT_NAMESPACE
+
+
+def _default_checkpoint_dir() -> str:
+    state = os.environ.get("EPOCHAL_STATE_DIR") or str(Path.home() / ".epochal" / "cluster")
+    return str(Path(state) / "checkpoints")
+
+
+@dataclass(frozen=True)
+class Settings:
+    db_url: str = "postgresql://postgres@127.0.0.1:54329/epochal"
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = DEFAULT_NAMESPACE
+    api_host: str = "127.0.0.1"
+    api_port: int = 8080
+    cluster_id: str = "epochal-local"
+    cluster_name: str = "epochal"
+    checkpoint_dir: str = field(default_factory=_default_checkpoint_dir)
+    max_model_definition_bytes: int = 96 * 1024 * 1024
+
+    @property
+    def master_url(self) -> str:
+        return f"http://{self.api_host}:{self.api_port}"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        env = os.environ
+        base = cls()
+        return cls(
+            db_url=env.get("EPOCHAL_DB_URL", base.db_url),
+            temporal_address=env.get("EPOCHAL_TEMPORAL_ADDRESS", base.temporal_address),
+            temporal_namespace=env.get("EPOCHAL_TEMPORAL_NAMESPACE", base.temporal_namespace),
+            api_host=env.get("EPOCHAL_API_HOST", base.api_host),
+            api_port=int(env.get("EPOCHAL_API_PORT", base.api_port)),
+            cluster_id=env.get("EPOCHAL_CLUSTER_ID", base.cluster_id),
+            checkpoint_dir=env.get("EPOCHAL_CHECKPOINT_DIR", base.checkpoint_dir),
+        )

@@ -1,0 +1,146 @@
+"""`epochal agent ...`: list the cluster's agents, or run one on this machine."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli import render
+from cli.client import Client, master_url
+
+app = typer.Typer(help="List agents, or run one on this machine.", no_args_is_help=True)
+
+DEFAULT_TEMPORAL = "127.0.0.1:7233"
+
+
+def slots_text(slots: Any) -> str:
+    """`4 (CPU)`, `8 (CUDA)` or `2 (CPU) + 1 (CUDA)` from an agent's slots."""
+    values = list(slots.values()) if isinstance(slots, Mapping) else slots
+    if not isinstance(values, list) or not values:
+        return "0"
+    kinds = Counter(
+        str(s.get("type") or "TYPE_CPU").removeprefix("TYPE_") if isinstance(s, Mapping) else "?"
+        for s in values
+    )
+    return " + ".join(f"{n} ({kind})" for kind, n in sorted(kinds.items()))
+
+
+def _yes(value: Any) -> str:
+    if value is None:
+        return "-"
+    return "yes" if value else "no"
+
+
+@app.command("list", help="List the agents registered with the master.")
+def list_agents(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.get("/agents")
+    if as_json:
+        render.print_json(answer)
+        return
+    agents = answer.get("agents") or []
+    if not agents:
+        render.say("No agents registered.")
+        return
+    t = render.table("ID", "Pool", "Slots", "Alive", "Enabled", "Registered", "Last seen")
+    for a in agents:
+        t.add_row(
+            str(a.get("id")),
+            str(a.get("resourcePool") or "-"),
+            slots_text(a.get("slots")),
+            _yes(a.get("alive")),
+            _yes(a.get("enabled")),
+            render.when(a.get("registeredTime")),
+            render.when(a.get("lastSeen")),
+        )
+    render.show(t)
+
+
+def agent_argv(
+    master: str,
+    temporal: str,
+    pool: str,
+    slots: int | None,
+    work_dir: Path | None,
+    agent_id: str | None,
+) -> list[str]:
+    argv = ["--master", master, "--temporal", temporal, "--pool", pool]
+    if slots is not None:
+        argv += ["--slots", str(slots)]
+    if work_dir is not None:
+        argv += ["--work-dir", str(work_dir)]
+    if agent_id is not None:
+        argv += ["--agent-id", agent_id]
+    return argv
+
+
+def run_agent(argv: list[str]) -> Any:
+    """Run the agent in this process, as `python -m agent_worker ARGV` would."""
+    import importlib
+    import importlib.util
+    import runpy
+    import sys
+
+    if importlib.util.find_spec("agent_worker.main") is not None:
+        module = importlib.import_module("agent_worker.main")
+        if hasattr(module, "main"):
+            return module.main(argv)
+    saved = sys.argv
+    sys.argv = ["agent_worker", *argv]
+    try:
+        runpy.run_module("agent_worker", run_name="__main__", alter_sys=True)
+    finally:
+        sys.argv = saved
+    return None
+
+
+@app.command(
+    "run",
+    help=(
+        "Run an agent on this machine: it registers with the master and runs trials on its "
+        "slots until stopped."
+    ),
+)
+def run(
+    ctx: typer.Context,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Master URL (default: the root -m/--master).")
+    ] = None,
+    temporal: Annotated[
+        str | None,
+        typer.Option(
+            "--temporal",
+            help=f"Temporal frontend address (default: env EPOCHAL_TEMPORAL_ADDRESS, else "
+            f"{DEFAULT_TEMPORAL}).",
+        ),
+    ] = None,
+    pool: Annotated[str, typer.Option("--pool", help="Resource pool to join.")] = "default",
+    slots: Annotated[
+        int | None, typer.Option("--slots", min=1, help="Slots to offer (default: detected).")
+    ] = None,
+    work_dir: Annotated[
+        Path | None, typer.Option("--work-dir", help="Where trials run and keep their files.")
+    ] = None,
+    agent_id: Annotated[
+        str | None, typer.Option("--agent-id", help="Agent id (default: the agent's own choice).")
+    ] = None,
+) -> None:
+    argv = agent_argv(
+        master or master_url(ctx),
+        temporal or os.environ.get("EPOCHAL_TEMPORAL_ADDRESS") or DEFAULT_TEMPORAL,
+        pool,
+        slots,
+        work_dir,
+        agent_id,
+    )
+    code = run_agent(argv)
+    if isinstance(code, int) and code:
+        raise typer.Exit(code)

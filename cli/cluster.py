@@ -1,0 +1,170 @@
+"""`epochal cluster up/down/status`: the embedded local cluster (deploy.local_cluster)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli import render
+from cli.client import CliError
+
+app = typer.Typer(
+    help="Start, stop and inspect the local cluster (PostgreSQL, Temporal, master, one agent).",
+    no_args_is_help=True,
+)
+
+StateDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Where the cluster keeps its data, logs and pid files "
+        "(default: env EPOCHAL_STATE_DIR, else ~/.epochal/cluster).",
+        show_default=False,
+    ),
+]
+
+ApiPort = Annotated[int | None, typer.Option(help="Master REST API port [8080].")]
+TemporalPort = Annotated[int | None, typer.Option(help="Temporal frontend port [7233].")]
+TemporalUiPort = Annotated[int | None, typer.Option(help="Temporal web UI port [8233].")]
+PostgresPort = Annotated[int | None, typer.Option(help="PostgreSQL port [54329].")]
+
+
+def settings(**given: Any) -> Any:
+    """The cluster settings, with only the options the user gave overriding the defaults."""
+    from deploy.local_cluster import ClusterSettings
+
+    return ClusterSettings(**{k: v for k, v in given.items() if v is not None})
+
+
+def _cluster_errors() -> tuple[type[BaseException], ...]:
+    from deploy.local_cluster import ClusterError
+
+    return (ClusterError,)
+
+
+def _run(action: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call the local cluster, turning its ClusterError into the CLI's plain error."""
+    errors = _cluster_errors()
+    try:
+        return action(*args, **kwargs)
+    except errors as exc:
+        raise CliError(str(exc)) from None
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    return value
+
+
+@app.command("up", help="Start the local cluster (whatever part is not running yet).")
+def up(
+    state_dir: StateDir = None,
+    api_port: ApiPort = None,
+    temporal_port: TemporalPort = None,
+    temporal_ui_port: TemporalUiPort = None,
+    postgres_port: PostgresPort = None,
+    slots: Annotated[
+        int | None, typer.Option(min=1, help="Slots of the local agent [the CPU count].")
+    ] = None,
+) -> None:
+    from deploy import local_cluster
+
+    s = settings(
+        state_dir=state_dir,
+        api_port=api_port,
+        temporal_port=temporal_port,
+        temporal_ui_port=temporal_ui_port,
+        postgres_port=postgres_port,
+        agent_slots=slots,
+    )
+
+    def report(message: str) -> None:
+        sys.stderr.write(f"starting {message}\n")
+        sys.stderr.flush()
+
+    info = _run(local_cluster.up, s, report=report)
+    render.say("Local cluster is up.")
+    rows = [
+        ("API", info.api_url),
+        ("Dashboard", info.dashboard_url),
+        ("Temporal", info.temporal_address),
+        ("Temporal UI", info.temporal_ui_url or "-"),
+        ("State", str(info.state_dir)),
+    ]
+    render.show(render.fields(rows))
+    if info.api_url != "http://127.0.0.1:8080":
+        render.say(
+            f"Point the CLI at it with `-m {info.api_url}` or EPOCHAL_MASTER={info.api_url}."
+        )
+
+
+@app.command("down", help="Stop the local cluster; its data is kept for the next `up`.")
+def down(state_dir: StateDir = None) -> None:
+    from deploy import local_cluster
+
+    stopped = _run(local_cluster.down, settings(state_dir=state_dir))
+    if stopped:
+        render.say(f"Stopped {', '.join(stopped)}.")
+    else:
+        render.say("Nothing was running.")
+
+
+@app.command(
+    "status",
+    help="Show each part of the local cluster: running, answering, address. "
+    "Exit code 1 when a part does not answer.",
+)
+def status(
+    state_dir: StateDir = None,
+    api_port: ApiPort = None,
+    temporal_port: TemporalPort = None,
+    postgres_port: PostgresPort = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
+) -> None:
+    from deploy import local_cluster
+
+    s = settings(
+        state_dir=state_dir,
+        api_port=api_port,
+        temporal_port=temporal_port,
+        postgres_port=postgres_port,
+    )
+    result = _run(local_cluster.status, s)
+    if as_json:
+        data = _plain(result)
+        if isinstance(data, dict):
+            data["allAnswering"] = bool(getattr(result, "all_answering", False))
+        render.print_json(data)
+    else:
+        _show_status(result)
+    if not getattr(result, "all_answering", True):
+        raise typer.Exit(1)
+
+
+def _show_status(result: Any) -> None:
+    t = render.table("Part", "PID", "Running", "Answering", "Address", "Log")
+    for part in result.parts:
+        t.add_row(
+            part.name,
+            str(part.pid) if part.pid else "-",
+            "yes" if part.running else "no",
+            "yes" if part.answering else "no",
+            part.address + (" (external)" if getattr(part, "external", False) else ""),
+            str(part.log_file) if part.log_file else "-",
+        )
+    render.show(t)
+    info = result.info
+    render.say(f"Dashboard: {info.dashboard_url}")
+    if info.temporal_ui_url:
+        render.say(f"Temporal UI: {info.temporal_ui_url}")

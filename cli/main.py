@@ -1,0 +1,96 @@
+"""The `epochal` command: experiments, trials, checkpoints, agents and the local cluster.
+
+Every expected failure is a `cli.client.CliError`, turned into `error: ...` on stderr and its exit
+code by `_Root.invoke`, the one error handler. Heavy modules (temporalio, deploy, the config
+model) are imported inside the commands that need them so `epochal --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from cli import agent, checkpoint, cluster, experiment, trial
+from cli.client import CliError, resolve_master
+
+
+class _Root(TyperGroup):
+    """The root group: runs every command inside the one handler of expected errors."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except CliError as exc:
+            sys.stdout.flush()
+            lines = [f"error: {exc.message}", *(f"  {d}" for d in exc.details)]
+            sys.stderr.write("\n".join(lines) + "\n")
+            sys.stderr.flush()
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            sys.stderr.write("\ninterrupted\n")
+            raise typer.Exit(130) from None
+        except BrokenPipeError:
+            # `epochal experiment logs 1 | head`: the reader left; that is not an error.
+            raise typer.Exit(0) from None
+
+
+app = typer.Typer(
+    name="epochal",
+    cls=_Root,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    help=(
+        "Epochal: train deep-learning models on a cluster. Experiments, hyperparameter "
+        "search and checkpoints; the master runs on Temporal workflows.\n\n"
+        "Exit codes: 0 success, 1 error (an `error: ...` line says why), 2 bad usage or "
+        "invalid input found before anything was sent."
+    ),
+)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    master: Annotated[
+        str | None,
+        typer.Option(
+            "-m",
+            "--master",
+            help="Master URL (default: env EPOCHAL_MASTER, else http://127.0.0.1:8080).",
+            show_default=False,
+        ),
+    ] = None,
+) -> None:
+    ctx.obj = {"master": resolve_master(master)}
+
+
+app.add_typer(experiment.app, name="experiment")
+app.add_typer(trial.app, name="trial")
+app.add_typer(checkpoint.app, name="checkpoint")
+app.add_typer(agent.app, name="agent")
+app.add_typer(cluster.app, name="cluster")
+
+master_app = typer.Typer(help="Run the master.", no_args_is_help=True)
+app.add_typer(master_app, name="master")
+
+
+@master_app.command(
+    "run",
+    help=(
+        "Run the master in this process: database migrations, the REST API and the Temporal "
+        "worker. Configured by env EPOCHAL_DB_URL, EPOCHAL_TEMPORAL_ADDRESS, "
+        "EPOCHAL_API_HOST, EPOCHAL_API_PORT (see docs/CONTRACTS.md)."
+    ),
+)
+def master_run() -> None:
+    from deploy.master import main
+
+    main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

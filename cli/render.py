@@ -1,0 +1,265 @@
+"""How the CLI shows things to people: tables, states, times, sizes, metric values.
+
+`--json` output bypasses all of this (`print_json`), so scripts get the server's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
+
+
+def console() -> Console:
+    # Made per use so that it writes to whatever sys.stdout is now (tests swap it).
+    return Console(highlight=False, soft_wrap=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    sys.stdout.flush()
+
+
+def say(text: str = "") -> None:
+    """A plain line on stdout (no markup: names and logs may hold brackets)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def warn(text: str) -> None:
+    sys.stderr.write(f"warning: {text}\n")
+    sys.stderr.flush()
+
+
+def state(value: Any) -> str:
+    """A state without Determined's `STATE_` prefix."""
+    if not value:
+        return "-"
+    text = str(value)
+    return text.removeprefix("STATE_")
+
+
+def is_terminal(value: Any) -> bool:
+    return state(value) in TERMINAL_STATES
+
+
+def when(value: Any) -> str:
+    """An RFC 3339 time as local, short `YYYY-MM-DD HH:MM:SS`."""
+    if not value:
+        return "-"
+    text = str(value)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return text
+    if moment.tzinfo is not None:
+        moment = moment.astimezone()
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def duration(start: Any, end: Any) -> str:
+    if not start or not end:
+        return "-"
+    try:
+        a = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        b = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+        seconds = int((b - a).total_seconds())
+    except (ValueError, TypeError):
+        return "-"
+    hours, rest = divmod(max(seconds, 0), 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{secs:02d}s"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def size(n: Any) -> str:
+    if not isinstance(n, int | float):
+        return "-"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"  # pragma: no cover
+
+
+def number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def percent(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return "-"
+    return f"{100 * value:.0f}%"
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` -> `{"a.b": 1}`."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def hparams(values: Any) -> str:
+    if not isinstance(values, Mapping) or not values:
+        return "-"
+    return ", ".join(f"{k}={hp_value(v)}" for k, v in flatten(values).items())
+
+
+def hp_value(value: Any) -> str:
+    if isinstance(value, str | int | float | bool) or value is None:
+        return number(value) if not isinstance(value, str) else value
+    return json.dumps(value)
+
+
+def metrics_of(report: Any) -> dict[str, Any]:
+    """The metric values of a MetricReport (`metrics` may wrap them in `avgMetrics`)."""
+    if not isinstance(report, Mapping):
+        return {}
+    values = report.get("metrics")
+    if not isinstance(values, Mapping):
+        return {}
+    inner = values.get("avgMetrics")
+    if isinstance(inner, Mapping):
+        return dict(inner)
+    return dict(values)
+
+
+def metric_value(report: Any, name: str | None) -> Any:
+    if not name:
+        return None
+    return metrics_of(report).get(name)
+
+
+def trial_metric(trial: Mapping[str, Any], name: str | None, which: str) -> Any:
+    """The searcher metric of a trial's `latest` or `best` validation."""
+    if which == "latest":
+        value = metric_value(trial.get("latestValidation"), name)
+        return value
+    value = metric_value(trial.get("bestValidation"), name)
+    if value is None:
+        value = trial.get("searcherMetricValue")
+    if value is None:
+        value = metric_value(trial.get("latestValidation"), name)
+    return value
+
+
+def best_trial(
+    trials: Sequence[Mapping[str, Any]], smaller_is_better: bool, metric: str | None
+) -> Mapping[str, Any] | None:
+    """The trial with the best searcher-metric value (None if no trial has one)."""
+    scored = [
+        (v, t)
+        for t in trials
+        if isinstance(v := trial_metric(t, metric, "best"), int | float) and not isinstance(v, bool)
+    ]
+    if not scored:
+        return None
+    pick = min if smaller_is_better else max
+    return pick(scored, key=lambda pair: pair[0])[1]
+
+
+def table(*columns: str, title: str | None = None) -> Table:
+    t = Table(
+        *columns,
+        title=title,
+        box=box.SIMPLE_HEAD,
+        title_justify="left",
+        pad_edge=False,
+        show_edge=False,
+    )
+    return t
+
+
+def fields(rows: Iterable[tuple[str, Any]]) -> Table:
+    """A two-column `name  value` list."""
+    t = Table(box=None, show_header=False, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column()
+    for name, value in rows:
+        t.add_row(name, value if isinstance(value, str) else number(value))
+    return t
+
+
+def show(renderable: Any) -> None:
+    console().print(renderable)
+
+
+def trials_table(
+    trials: Sequence[Mapping[str, Any]], metric: str | None, best_id: Any = None
+) -> Table:
+    metric_header = f"{metric} (latest)" if metric else "metric (latest)"
+    t = table("Trial", "State", "Steps", metric_header, "Restarts", "Hyperparameters")
+    for trial in sorted(trials, key=lambda x: x.get("id") or 0):
+        marker = " *" if best_id is not None and trial.get("id") == best_id else ""
+        t.add_row(
+            f"{trial.get('id')}{marker}",
+            state(trial.get("state")),
+            number(trial.get("totalBatchesProcessed")),
+            number(trial_metric(trial, metric, "latest")),
+            number(trial.get("restarts")),
+            hparams(trial.get("hparams")),
+        )
+    return t
+
+
+def checkpoint_steps(checkpoint: Mapping[str, Any]) -> Any:
+    metadata = checkpoint.get("metadata")
+    if isinstance(metadata, Mapping):
+        return metadata.get("steps_completed")
+    return None
+
+
+def checkpoint_size(checkpoint: Mapping[str, Any]) -> int | None:
+    resources = checkpoint.get("resources")
+    if not isinstance(resources, Mapping):
+        return None
+    return sum(v for v in resources.values() if isinstance(v, int))
+
+
+def checkpoint_training(checkpoint: Mapping[str, Any]) -> Mapping[str, Any]:
+    training = checkpoint.get("training")
+    return training if isinstance(training, Mapping) else {}
+
+
+def checkpoints_table(checkpoints: Sequence[Mapping[str, Any]], metric: str | None) -> Table:
+    metric_header = metric or "searcher metric"
+    t = table("UUID", "Trial", "Steps", "State", "Size", "Reported", metric_header)
+    ordered = sorted(
+        checkpoints,
+        key=lambda c: (checkpoint_training(c).get("trialId") or 0, checkpoint_steps(c) or 0),
+    )
+    for c in ordered:
+        training = checkpoint_training(c)
+        t.add_row(
+            str(c.get("uuid")),
+            number(training.get("trialId")),
+            number(checkpoint_steps(c)),
+            state(c.get("state")),
+            size(checkpoint_size(c)),
+            when(c.get("reportTime")),
+            number(training.get("searcherMetric")),
+        )
+    return t

@@ -1,0 +1,94 @@
+"""`epochal trial ...`: describe and logs."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from cli import render
+from cli.client import ApiError, Client, master_url
+from cli.experiment import print_logs
+
+app = typer.Typer(help="Inspect trials.", no_args_is_help=True)
+
+IdArg = Annotated[int, typer.Argument(help="Trial id.", metavar="ID", show_default=False)]
+
+
+def _validation_text(report: Any) -> str:
+    if not isinstance(report, dict):
+        return "-"
+    values = render.metrics_of(report)
+    shown = ", ".join(f"{k}={render.number(v)}" for k, v in values.items()) or "no metrics"
+    return f"step {render.number(report.get('stepsCompleted'))}: {shown}"
+
+
+def trial_fields(trial: dict[str, Any], metric: str | None) -> list[tuple[str, Any]]:
+    rows: list[tuple[str, Any]] = [
+        ("ID", trial.get("id")),
+        ("Experiment", trial.get("experimentId")),
+        ("State", render.state(trial.get("state"))),
+        ("Steps", trial.get("totalBatchesProcessed")),
+        ("Progress", render.percent(trial.get("progress"))),
+        ("Restarts", trial.get("restarts")),
+        ("Run", trial.get("runId")),
+        ("Agent", trial.get("agentId") or "-"),
+        ("Task", trial.get("taskId") or "-"),
+        ("Started", render.when(trial.get("startTime"))),
+        ("Ended", render.when(trial.get("endTime"))),
+        ("Duration", render.duration(trial.get("startTime"), trial.get("endTime"))),
+    ]
+    if trial.get("earlyExitReason"):
+        rows.append(("Early exit", str(trial["earlyExitReason"])))
+    hparams = render.flatten(trial.get("hparams") or {})
+    lines = [f"{k}={render.hp_value(v)}" for k, v in hparams.items()]
+    rows.append(("Hyperparameters", "\n".join(lines) or "-"))
+    if metric:
+        rows.append(("Searcher metric", metric))
+        rows.append(("Latest value", render.trial_metric(trial, metric, "latest")))
+        rows.append(("Best value", render.trial_metric(trial, metric, "best")))
+    rows.append(("Latest validation", _validation_text(trial.get("latestValidation"))))
+    rows.append(("Best validation", _validation_text(trial.get("bestValidation"))))
+    rows.append(("Latest checkpoint", trial.get("latestCheckpointUuid") or "-"))
+    return rows
+
+
+@app.command("describe", help="Show a trial: state, hyperparameters, metrics, checkpoints.")
+def describe(
+    ctx: typer.Context,
+    trial_id: IdArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        trial = client.get(f"/trials/{trial_id}")["trial"]
+        checkpoints = client.get(f"/trials/{trial_id}/checkpoints").get("checkpoints") or []
+        metric: str | None = None
+        experiment_id = trial.get("experimentId")
+        if experiment_id is not None and not as_json:
+            try:
+                experiment = client.get(f"/experiments/{experiment_id}")["experiment"]
+                metric = experiment.get("searcherMetric")
+            except ApiError:
+                metric = None
+    if as_json:
+        render.print_json({"trial": trial, "checkpoints": checkpoints})
+        return
+    render.show(render.fields(trial_fields(trial, metric)))
+    render.say()
+    if checkpoints:
+        render.show(render.checkpoints_table(checkpoints, metric))
+    else:
+        render.say("No checkpoints.")
+
+
+@app.command("logs", help="Print a trial's logs.")
+def logs(
+    ctx: typer.Context,
+    trial_id: IdArg,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep streaming until the trial ends.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print each TrialLog as JSON.")] = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        print_logs(client, f"/trials/{trial_id}/logs", follow, False, as_json)

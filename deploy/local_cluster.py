@@ -1,0 +1,310 @@
+"""The embedded local cluster: PostgreSQL, Temporal, the master and one agent on this machine.
+
+`up` starts whatever is not running yet, in dependency order, and waits until each part answers,
+so `epochal cluster up` either returns a working cluster or a ClusterError that says which part
+failed and shows the end of its log. Every part runs detached (it outlives the command), with its
+log in STATE/logs/<part>.log and its pid in STATE/run/<part>.pid. `down` stops them and keeps
+all data, so the next `up` finds experiments, workflows and checkpoints where they were.
+
+With env EPOCHAL_DB_URL / EPOCHAL_TEMPORAL_ADDRESS set, the cluster uses that PostgreSQL /
+Temporal instead of starting its own.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from deploy import processes, temporal_server
+from deploy.postgres import EmbeddedPostgres, database_url
+from deploy.processes import ClusterError, failure
+from deploy.temporal_server import TemporalDevServer
+
+__all__ = [
+    "PARTS", "ClusterError", "ClusterInfo", "ClusterSettings", "ClusterStatus", "PartStatus",
+    "cluster_info", "default_state_dir", "down", "status", "up",
+]
+
+PARTS = ("postgres", "temporal", "master", "agent")
+HOST = "127.0.0.1"
+AGENT_ID = "local-agent"
+DATABASE = "epochal"
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("EPOCHAL_STATE_DIR") or Path.home() / ".epochal" / "cluster")
+
+
+@dataclass
+class ClusterSettings:
+    """Where the local cluster keeps its state and which ports it uses."""
+
+    state_dir: Path = field(default_factory=default_state_dir)
+    api_port: int = 8080
+    temporal_port: int = 7233
+    temporal_ui_port: int = 8233
+    postgres_port: int = 54329
+    agent_slots: int = field(default_factory=lambda: os.cpu_count() or 1)
+    headless_temporal: bool = False
+    # An external PostgreSQL / Temporal to use instead of starting our own.
+    external_db_url: str | None = field(
+        default_factory=lambda: os.environ.get("EPOCHAL_DB_URL") or None)
+    external_temporal_address: str | None = field(
+        default_factory=lambda: os.environ.get("EPOCHAL_TEMPORAL_ADDRESS") or None)
+    start_timeout: float = 120.0
+    stop_grace: float = 15.0
+
+    def __post_init__(self) -> None:
+        self.state_dir = Path(self.state_dir).expanduser().absolute()
+
+    def log_file(self, part: str) -> Path:
+        return self.state_dir / "logs" / f"{part}.log"
+
+    def pid_file(self, part: str) -> Path:
+        return self.state_dir / "run" / f"{part}.pid"
+
+
+@dataclass
+class ClusterInfo:
+    """Addresses of a running local cluster."""
+
+    api_url: str
+    dashboard_url: str
+    temporal_address: str
+    temporal_ui_url: str | None
+    db_url: str
+    state_dir: Path
+
+
+@dataclass
+class PartStatus:
+    name: str
+    pid: int | None
+    running: bool
+    answering: bool
+    address: str
+    log_file: Path | None
+    external: bool = False
+
+
+@dataclass
+class ClusterStatus:
+    info: ClusterInfo
+    parts: list[PartStatus]
+
+    @property
+    def all_answering(self) -> bool:
+        return all(p.answering for p in self.parts)
+
+
+def cluster_info(settings: ClusterSettings) -> ClusterInfo:
+    s = settings
+    api_url = f"http://{HOST}:{s.api_port}"
+    ui = None
+    if not (s.headless_temporal or s.external_temporal_address):
+        ui = f"http://{HOST}:{s.temporal_ui_port}"
+    return ClusterInfo(
+        api_url=api_url,
+        dashboard_url=f"{api_url}/",
+        temporal_address=s.external_temporal_address or f"{HOST}:{s.temporal_port}",
+        temporal_ui_url=ui,
+        db_url=s.external_db_url or database_url(s.postgres_port, DATABASE, HOST),
+        state_dir=s.state_dir,
+    )
+
+
+# -- up ----------------------------------------------------------------------------------------
+
+
+def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
+       report: Callable[[str], None] | None = None) -> ClusterInfo:
+    """Start the parts that are not running yet and wait until all answer.
+
+    Idempotent: a part that already runs is left alone (a stale pid file is cleaned up). On
+    failure the parts already started keep running; `down` stops them.
+    """
+    s = settings or ClusterSettings()
+    wanted = set(parts)
+    unknown = wanted - set(PARTS)
+    if unknown:
+        raise ValueError(f"unknown cluster parts: {sorted(unknown)}")
+    say = report or (lambda _msg: None)
+    for sub in ("logs", "run", "checkpoints", "agent"):
+        (s.state_dir / sub).mkdir(parents=True, exist_ok=True)
+    info = cluster_info(s)
+
+    if "postgres" in wanted and not s.external_db_url:
+        say(f"postgres: {info.db_url}")
+        _up_postgres(s)
+    if "temporal" in wanted and not s.external_temporal_address:
+        say(f"temporal: {info.temporal_address}")
+        _temporal(s).start(s.temporal_port, ui_port=s.temporal_ui_port,
+                           headless=s.headless_temporal, ip=HOST, timeout=s.start_timeout)
+    if "master" in wanted:
+        say(f"master: {info.api_url}")
+        _up_process(s, "master", _master_command(), env=_master_env(s, info), port=s.api_port,
+                    check=lambda: _master_answers(info.api_url))
+    if "agent" in wanted:
+        say(f"agent: {AGENT_ID} with {s.agent_slots} slots")
+        _up_process(s, "agent", _agent_command(s, info), env=_base_env(), port=None,
+                    check=lambda: _agent_answers(info.api_url))
+    return info
+
+
+def _postgres(s: ClusterSettings) -> EmbeddedPostgres:
+    return EmbeddedPostgres(s.state_dir / "postgres", log_file=s.log_file("postgres"))
+
+
+def _temporal(s: ClusterSettings) -> TemporalDevServer:
+    return TemporalDevServer(s.state_dir / "temporal.db", log_file=s.log_file("temporal"),
+                             pid_file=s.pid_file("temporal"))
+
+
+def _up_postgres(s: ClusterSettings) -> None:
+    pg = _postgres(s)
+    pg.start(s.postgres_port, HOST, timeout=s.start_timeout)
+    processes.wait_until(lambda: pg.answers(s.postgres_port, HOST), part="postgres",
+                         log_file=pg.log_file, timeout=s.start_timeout, pid=pg.pid())
+    pg.ensure_database(DATABASE, s.postgres_port, HOST)
+    pid = pg.pid()
+    if pid is not None:
+        processes.write_pid(s.pid_file("postgres"), pid)
+
+
+def _up_process(s: ClusterSettings, part: str, cmd: list[str], *, env: dict[str, str],
+                port: int | None, check: Callable[[], bool]) -> None:
+    log_file = s.log_file(part)
+    pid = processes.read_pid(s.pid_file(part))
+    if pid is None:
+        if port is not None and processes.port_in_use(port, HOST):
+            raise failure(part, f"port {port} on {HOST} is already in use by another process",
+                          log_file)
+        pid = processes.spawn(cmd, log_file=log_file, pid_file=s.pid_file(part), env=env,
+                              cwd=s.state_dir).pid
+    processes.wait_until(check, part=part, log_file=log_file, timeout=s.start_timeout, pid=pid)
+
+
+def _cluster_id(s: ClusterSettings) -> str:
+    """A stable id for this cluster, made on the first `up`."""
+    path = s.state_dir / "cluster_id"
+    if not path.exists():
+        path.write_text(f"{uuid.uuid4()}\n")
+    return path.read_text().strip()
+
+
+def _base_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
+def _master_command() -> list[str]:
+    return [sys.executable, "-m", "deploy.master"]
+
+
+def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
+    return {
+        **_base_env(),
+        "EPOCHAL_DB_URL": info.db_url,
+        "EPOCHAL_TEMPORAL_ADDRESS": info.temporal_address,
+        "EPOCHAL_API_HOST": HOST,
+        "EPOCHAL_API_PORT": str(s.api_port),
+        "EPOCHAL_CHECKPOINT_DIR": str(s.state_dir / "checkpoints"),
+        "EPOCHAL_CLUSTER_ID": _cluster_id(s),
+    }
+
+
+def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
+    return [sys.executable, "-m", "agent_worker", "--master", info.api_url,
+            "--temporal", info.temporal_address, "--pool", "default",
+            "--slots", str(s.agent_slots), "--work-dir", str(s.state_dir / "agent"),
+            "--agent-id", AGENT_ID]
+
+
+def _get_json(url: str) -> dict | None:
+    try:
+        response = httpx.get(url, timeout=2.0)
+    except httpx.HTTPError:
+        return None
+    if response.status_code != 200:
+        return None
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _master_answers(api_url: str) -> bool:
+    return _get_json(f"{api_url}/api/v1/master") is not None
+
+
+def _agent_answers(api_url: str, agent_id: str = AGENT_ID) -> bool:
+    body = _get_json(f"{api_url}/api/v1/agents") or {}
+    return any(a.get("id") == agent_id and a.get("alive") for a in body.get("agents", []))
+
+
+# -- down --------------------------------------------------------------------------------------
+
+
+def down(settings: ClusterSettings | None = None) -> list[str]:
+    """Stop agent, master, Temporal and PostgreSQL (in that order); data is kept.
+
+    Returns the names of the parts that were running.
+    """
+    s = settings or ClusterSettings()
+    stopped = []
+    for part in ("agent", "master"):
+        if processes.stop_pid_file(s.pid_file(part), s.stop_grace):
+            stopped.append(part)
+    if _temporal(s).stop(s.stop_grace):
+        stopped.append("temporal")
+    if _postgres(s).stop():
+        stopped.append("postgres")
+    s.pid_file("postgres").unlink(missing_ok=True)
+    return stopped
+
+
+# -- status ------------------------------------------------------------------------------------
+
+
+def status(settings: ClusterSettings | None = None) -> ClusterStatus:
+    """Each part: pid, running or not, answering or not, and its address."""
+    s = settings or ClusterSettings()
+    info = cluster_info(s)
+    parts = [_postgres_status(s, info), _temporal_status(s, info)]
+    for part, check, address in (
+        ("master", _master_answers, info.api_url),
+        ("agent", _agent_answers, f"{AGENT_ID} via {info.api_url}"),
+    ):
+        pid = processes.read_pid(s.pid_file(part))
+        parts.append(PartStatus(part, pid, pid is not None, check(info.api_url), address,
+                                s.log_file(part)))
+    return ClusterStatus(info, parts)
+
+
+def _postgres_status(s: ClusterSettings, info: ClusterInfo) -> PartStatus:
+    url = urlsplit(info.db_url)
+    address = f"{url.hostname}:{url.port or 5432}"
+    if s.external_db_url:
+        answering = processes.tcp_answers(url.hostname or HOST, url.port or 5432)
+        return PartStatus("postgres", None, answering, answering, address, None, external=True)
+    pg = _postgres(s)
+    pid = pg.pid()
+    answering = pid is not None and pg.answers(s.postgres_port, HOST)
+    return PartStatus("postgres", pid, pid is not None, answering, address, pg.log_file)
+
+
+def _temporal_status(s: ClusterSettings, info: ClusterInfo) -> PartStatus:
+    answering = temporal_server.answers(info.temporal_address)
+    if s.external_temporal_address:
+        return PartStatus("temporal", None, answering, answering, info.temporal_address, None,
+                          external=True)
+    pid = _temporal(s).pid()
+    return PartStatus("temporal", pid, pid is not None, answering, info.temporal_address,
+                      s.log_file("temporal"))
+

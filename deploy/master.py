@@ -1,0 +1,91 @@
+"""The master process: schema migrations, then the REST API and the Temporal worker in one loop.
+
+The worker hosts the experiment and trial workflows and the activities that write PostgreSQL.
+Everything durable lives in Temporal and PostgreSQL, so this process can be killed and restarted
+at any moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import asyncpg
+import uvicorn
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.database import apply_migrations, create_pool
+from activities.experiment_store import ExperimentStore
+from api.app import create_app
+from api.settings import Settings
+from workflows.constants import MASTER_TASK_QUEUE
+from workflows.experiment import ExperimentWorkflow
+from workflows.trial import TrialWorkflow
+
+log = logging.getLogger("epochal.master")
+T = TypeVar("T")
+CONNECT_ATTEMPTS = 60
+
+
+async def _retry(what: str, connect: Callable[[], Awaitable[T]]) -> T:
+    """The database and Temporal may still be starting: wait for them, a minute at most."""
+    for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        try:
+            return await connect()
+        except (OSError, asyncpg.PostgresError, RuntimeError) as err:
+            if attempt == CONNECT_ATTEMPTS:
+                raise
+            log.warning("%s not reachable yet (%s); retrying", what, err)
+            await asyncio.sleep(1)
+    raise AssertionError("unreachable")
+
+
+def build_worker(client: Client, pool: asyncpg.Pool) -> Worker:
+    return Worker(
+        client,
+        task_queue=MASTER_TASK_QUEUE,
+        workflows=[ExperimentWorkflow, TrialWorkflow],
+        activities=ExperimentStore(pool).all(),
+    )
+
+
+async def serve(settings: Settings) -> None:
+    pool = await _retry("PostgreSQL", lambda: create_pool(settings.db_url))
+    try:
+        applied = await apply_migrations(pool)
+        if applied:
+            log.info("applied migrations: %s", ", ".join(applied))
+        client = await _retry(
+            "Temporal",
+            lambda: Client.connect(
+                settings.temporal_address, namespace=settings.temporal_namespace
+            ),
+        )
+        app = create_app(settings, pool, client)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=settings.api_host,
+                port=settings.api_port,
+                log_level="warning",
+                timeout_graceful_shutdown=2,
+            )
+        )
+        worker = build_worker(client, pool)
+        async with worker:
+            log.info("master serving on %s", settings.master_url)
+            await server.serve()
+    finally:
+        await pool.close()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(serve(Settings.from_env()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Start, watch and stop the detached background processes of the local cluster.
+
+Each part runs in its own session so that it outlives the command that started it
+(`epochal cluster up` returns at once) and so that stopping its process group also stops the
+children it started (an agent's trials). A pid file records it; its log file is what we show
+when it fails, because "it did not start" is useless without the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+
+import psutil
+
+LOG_TAIL_LINES = 20
+
+
+class ClusterError(RuntimeError):
+    """A part of the local cluster could not start, answer or stop; the message says why."""
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a log file ('' if it does not exist yet)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            text = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def failure(part: str, reason: str, log_file: Path | None) -> ClusterError:
+    """A ClusterError naming the part, its log file and the end of that log."""
+    message = f"{part}: {reason}"
+    if log_file is not None:
+        message += f"\nlog file: {log_file}"
+        last = tail(log_file)
+        if last:
+            message += f"\nlast lines of the log:\n{last}"
+    return ClusterError(message)
+
+
+def spawn(
+    cmd: Sequence[str],
+    *,
+    log_file: Path,
+    pid_file: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen:
+    """Start `cmd` detached, stdout and stderr appended to `log_file`, its pid in `pid_file`."""
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_file, "ab") as log:
+        stamp = datetime.now().isoformat(timespec="seconds")
+        log.write(f"--- {stamp} starting: {' '.join(map(str, cmd))}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            [str(c) for c in cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    if pid_file is not None:
+        write_pid(pid_file, proc.pid)
+    return proc
+
+
+def write_pid(pid_file: Path, pid: int) -> None:
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pid_file.with_suffix(".tmp")
+    tmp.write_text(f"{pid}\n")
+    tmp.replace(pid_file)
+
+
+def is_alive(pid: int) -> bool:
+    """True if the process exists and is not a zombie (a dead child nobody reaped yet)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid recorded in `pid_file` if that process still runs; a stale file is removed.
+
+    A process younger than the pid file's last write is an unrelated one that got the same pid
+    (after a reboot, say), so it does not count.
+    """
+    try:
+        pid = int(pid_file.read_text().strip())
+        written = pid_file.stat().st_mtime
+    except (FileNotFoundError, ValueError):
+        pid_file.unlink(missing_ok=True)
+        return None
+    try:
+        started = psutil.Process(pid).create_time()
+    except psutil.Error:
+        started = None
+    if started is None or started > written + 2 or not is_alive(pid):
+        pid_file.unlink(missing_ok=True)
+        return None
+    return pid
+
+
+def stop_pid(pid: int, grace: float = 10.0) -> None:
+    """SIGTERM the process (and its process group if it leads one), then SIGKILL after `grace`."""
+
+    def send(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(pid) == pid:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+
+    if not is_alive(pid):
+        return
+    send(signal.SIGTERM)
+    if wait_dead(pid, grace):
+        return
+    send(signal.SIGKILL)
+    if not wait_dead(pid, 10.0):
+        raise ClusterError(f"process {pid} did not exit after SIGKILL")
+
+
+def wait_dead(pid: int, timeout: float) -> bool:
+    """Wait until `pid` has exited (reaping it if it is our child); False on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        if not is_alive(pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop_pid_file(pid_file: Path, grace: float = 10.0) -> bool:
+    """Stop the process named by `pid_file` and remove the file; False if nothing ran."""
+    pid = read_pid(pid_file)
+    if pid is not None:
+        stop_pid(pid, grace)
+    pid_file.unlink(missing_ok=True)
+    return pid is not None
+
+
+def wait_until(
+    check: Callable[[], bool],
+    *,
+    part: str,
+    log_file: Path | None,
+    timeout: float,
+    pid: int | None = None,
+    interval: float = 0.2,
+) -> None:
+    """Poll `check` until it is true; raise a ClusterError if `pid` dies or time runs out."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if check():
+            return
+        if pid is not None and not is_alive(pid):
+            raise failure(part, "exited before it answered", log_file)
+        if time.monotonic() >= deadline:
+            raise failure(part, f"did not answer within {timeout:.0f} s", log_file)
+        time.sleep(interval)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now (for tests and throwaway servers)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    """True if something already listens on host:port (connections in TIME_WAIT do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def tcp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False

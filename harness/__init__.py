@@ -1,0 +1,1 @@
+"""Epochal's harness: the library training code imports inside a trial (``harness.core``)."""

@@ -1,0 +1,156 @@
+"""``init()`` and ``Context``: how training code gets its parts."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from harness.core import _info
+from harness.core._checkpoint import CheckpointContext
+from harness.core._info import LengthUnit, TrialInfo
+from harness.core._preempt import PreemptContext
+from harness.core._session import Session
+from harness.core._train import TrainContext
+
+logger = logging.getLogger("harness.core")
+
+
+class Context:
+    """The parts of the Core API, as a plain composition. Get one from ``init()``.
+
+    Threads start in ``__enter__``; ``__exit__`` flushes every metric (bounded) and stops them.
+    """
+
+    def __init__(
+        self,
+        *,
+        info: TrialInfo,
+        train: TrainContext,
+        checkpoint: CheckpointContext,
+        preempt: PreemptContext,
+        session: Session | None = None,
+        owns_session: bool = True,
+    ) -> None:
+        self.info = info
+        self.train = train
+        self.checkpoint = checkpoint
+        self.preempt = preempt
+        self._session = session
+        self._owns_session = owns_session
+        self._state = "new"
+
+    @property
+    def on_cluster(self) -> bool:
+        return self._session is not None
+
+    def start(self) -> Context:
+        if self._state != "new":
+            raise RuntimeError("a core Context can be entered only once; call init() again")
+        self._state = "started"
+        self.train._start()
+        self.preempt._start()
+        return self
+
+    def close(self, *, _raise_errors: bool = True) -> None:
+        """Flush metrics (waiting a bounded time), stop the background threads."""
+        if self._state == "closed":
+            return
+        self._state = "closed"
+        self.preempt._close()
+        self.checkpoint._close()
+        try:
+            self.train._close(raise_errors=_raise_errors)
+        finally:
+            if self._session is not None and self._owns_session:
+                self._session.close()
+
+    def __enter__(self) -> Context:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # Do not hide the user's exception behind a metrics error.
+        self.close(_raise_errors=exc_type is None)
+
+
+def init(
+    *,
+    info: TrialInfo | None = None,
+    transport: httpx.BaseTransport | None = None,
+    session: Session | None = None,
+    hparams: Mapping[str, Any] | None = None,
+    checkpoint_dir: str | os.PathLike[str] | None = None,
+    max_length: int = 100,
+    length_unit: LengthUnit = "batches",
+    latest_checkpoint: str | None = None,
+    trial_seed: int = 0,
+    close_timeout: float = 120.0,
+) -> Context:
+    """Build the Core API context: ``with harness.core.init() as core: ...``.
+
+    On the cluster the trial info comes from ``EPOCHAL_TRIAL_INFO`` (or ``info=``) and the
+    off-cluster keywords below are ignored. Off-cluster (no trial info) metrics are logged,
+    checkpoints go to ``checkpoint_dir`` (default ``./checkpoints``), ``should_preempt()`` is
+    always False and the info is built from ``hparams``, ``max_length``/``length_unit``,
+    ``latest_checkpoint`` and ``trial_seed``.
+
+    ``transport`` (e.g. ``httpx.MockTransport``) or a ready ``session`` replace the connection
+    to the master, for tests. ``close_timeout`` bounds how long leaving the block waits for the
+    master to accept the last metrics.
+    """
+    if info is None:
+        info = _info.from_environment()
+    if info is None or not info.on_cluster:
+        if session is not None or transport is not None:
+            raise ValueError("transport= and session= need cluster trial info (info= or env)")
+        if info is None:
+            info = TrialInfo.off_cluster(
+                hparams=hparams,
+                max_length=max_length,
+                length_unit=length_unit,
+                latest_checkpoint=latest_checkpoint,
+                trial_seed=trial_seed,
+                checkpoint_dir=checkpoint_dir if checkpoint_dir is not None else "checkpoints",
+            )
+        logger.info(
+            "no trial info (%s is not set): running off-cluster, checkpoints in %s",
+            _info.TRIAL_INFO_ENV, info.checkpoint_storage["host_path"],
+        )
+        return Context(
+            info=info,
+            train=TrainContext(info, None),
+            checkpoint=CheckpointContext(info, None),
+            preempt=PreemptContext(None, info.allocation_id),
+        )
+
+    if hparams is not None or checkpoint_dir is not None or latest_checkpoint is not None:
+        logger.debug("on the cluster: ignoring the off-cluster keywords given to init()")
+    if session is not None and transport is not None:
+        raise ValueError("pass transport= or session=, not both")
+    owns_session = session is None
+    if session is None:
+        assert info.master_url is not None
+        session = Session(info.master_url, token=info.session_token, transport=transport)
+    try:
+        checkpoint = CheckpointContext(info, session)
+    except Exception:
+        if owns_session:
+            session.close()
+        raise
+    return Context(
+        info=info,
+        train=TrainContext(info, session, close_timeout=close_timeout),
+        checkpoint=checkpoint,
+        preempt=PreemptContext(session, info.allocation_id),
+        session=session,
+        owns_session=owns_session,
+    )

@@ -1,0 +1,257 @@
+"""The agent's smaller parts: log shipping, registration, slots, arguments, environment."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+import agent_worker
+from agent_worker.logs import LogShipper, log_level, pump_lines
+from agent_worker.main import parse_args
+from agent_worker.process_runtime import (
+    DEFAULT_KILL_GRACE_SECONDS,
+    ProcessRuntime,
+    describe_exit,
+    kill_grace_from_env,
+)
+from agent_worker.registration import Registration
+from agent_worker.runtime import TrialLaunch
+from agent_worker.slots import SlotPool, cpu_slots, discover_slots
+from agent_worker.testing import FakeMaster
+from agent_worker.trial_info import trial_environment, user_environment
+from workflows.types import RunTrialInput
+
+
+@pytest.fixture
+def master() -> Iterator[FakeMaster]:
+    with FakeMaster() as m:
+        yield m
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def shipper(master_url: str, http: httpx.AsyncClient, **kwargs: Any) -> LogShipper:
+    kwargs.setdefault("flush_interval", 0.05)
+    return LogShipper(http, master_url, task_id="1.2", allocation_id="1.2.1", agent_id="a",
+                      **kwargs)
+
+
+def test_public_names() -> None:
+    assert set(agent_worker.__all__) == {
+        "Agent", "AgentActivities", "AgentConfig", "ExitStatus", "ProcessRuntime", "Runtime",
+        "TrialLaunch", "main"}
+
+
+async def test_shipper_retries_until_the_master_takes_the_lines(
+        master: FakeMaster, http: httpx.AsyncClient) -> None:
+    master.fail_log_posts = 2
+    s = shipper(master.url, http)
+    s.start()
+    for i in range(300):
+        s.add("stdout", f"line {i}")
+    await s.close(timeout=10)
+    assert master.log_lines() == [f"line {i}" for i in range(300)]  # in order, none twice
+    assert master.log_posts >= 3
+    assert s.shipped == 300 and s.pending == 0
+
+
+async def test_shipper_flushes_on_its_interval_and_at_the_batch_size(
+        master: FakeMaster, http: httpx.AsyncClient) -> None:
+    s = shipper(master.url, http, flush_interval=30, batch_lines=10)
+    s.start()
+    for i in range(9):
+        s.add("stdout", f"line {i}")
+    await asyncio.sleep(0.2)
+    assert master.logs == []  # neither the interval nor the batch size reached
+    s.add("stdout", "line 9")
+    for _ in range(100):
+        if len(master.logs) == 10:
+            break
+        await asyncio.sleep(0.02)
+    assert len(master.logs) == 10
+    await s.close(timeout=5)
+
+
+async def test_shipper_drops_beyond_its_bound_and_says_so(
+        master: FakeMaster, http: httpx.AsyncClient) -> None:
+    master.fail_log_posts = 1_000_000  # the master is not taking logs
+    s = shipper(master.url, http, max_buffered=10)
+    s.start()
+    for i in range(25):
+        s.add("stdout", f"line {i}")  # never blocks
+    assert s.dropped == 15 and s.pending == 10
+    master.fail_log_posts = 0
+    for _ in range(200):
+        if s.pending == 0:
+            break
+        await asyncio.sleep(0.02)
+    s.add("stdout", "after")
+    await s.close(timeout=5)
+    lines = master.log_lines()
+    assert lines[:10] == [f"line {i}" for i in range(10)]
+    assert "15 log lines were dropped" in lines[10]
+    assert master.logs[10]["level"] == "LOG_LEVEL_WARNING"
+    assert lines[11:] == ["after"]
+
+
+async def test_shipper_gives_up_at_close_when_the_master_is_away(
+        http: httpx.AsyncClient) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    s = shipper(f"http://127.0.0.1:{port}", http)
+    s.start()
+    s.add("stdout", "lost")
+    await s.close(timeout=0.3)
+    assert s.pending == 1 and s.shipped == 0
+
+
+async def test_pump_splits_lines_and_cuts_very_long_ones() -> None:
+    class Sink:
+        def __init__(self) -> None:
+            self.lines: list[tuple[str, str]] = []
+
+        def add(self, stdtype: str, line: str) -> None:
+            self.lines.append((stdtype, line))
+
+    reader = asyncio.StreamReader()
+    reader.feed_data(b"a\r\nb\n" + b"x" * (64 * 1024 + 5) + b"\n\xff tail")
+    reader.feed_eof()
+    sink = Sink()
+    await pump_lines(reader, "stderr", sink)
+    assert [line for _, line in sink.lines] == ["a", "b", "x" * 64 * 1024, "xxxxx", "\ufffd tail"]
+    assert {t for t, _ in sink.lines} == {"stderr"}
+
+
+@pytest.mark.parametrize(("line", "level"), [
+    ("INFO: hello", "LOG_LEVEL_INFO"),
+    ("[rank=0] ERROR: boom", "LOG_LEVEL_ERROR"),
+    ("[WARN] careful", "LOG_LEVEL_WARNING"),
+    ("DEBUG hello", "LOG_LEVEL_DEBUG"),
+    ("plain text", "LOG_LEVEL_INFO"),
+    ("INFORMATION", "LOG_LEVEL_INFO"),
+])
+def test_log_level(line: str, level: str) -> None:
+    assert log_level(line) == level
+
+
+async def test_registration_retries_until_the_master_answers_then_heartbeats(
+        master: FakeMaster, http: httpx.AsyncClient) -> None:
+    master.fail_registrations = 2
+    reg = Registration(http, master.url, agent_id="host 1", resource_pool="gpus",
+                       slots=cpu_slots(2), interval=0.05)
+    await asyncio.wait_for(reg.wait_registered(), timeout=10)
+    assert reg.registered
+    agent_id, body = master.registrations[0]
+    assert agent_id == "host%201"
+    assert body["resourcePool"] == "gpus"
+    assert body["version"]
+    assert [s["id"] for s in body["slots"]] == ["0", "1"]
+    assert body["slots"][0]["type"] == "TYPE_CPU"
+    assert body["slots"][0]["device"]["uuid"] is None
+    assert body["slots"][0]["device"]["brand"]
+
+    beat = asyncio.create_task(reg.heartbeat_forever())
+    await asyncio.sleep(0.3)
+    beat.cancel()
+    await asyncio.gather(beat, return_exceptions=True)
+    assert len(master.registrations) >= 3
+    assert await reg.cluster_id() == "test-cluster"
+
+
+async def test_registration_never_raises_when_the_master_is_away(
+        http: httpx.AsyncClient) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    reg = Registration(http, f"http://127.0.0.1:{port}", agent_id="a", resource_pool="default",
+                       slots=cpu_slots(1))
+    assert await reg.register_once() is False
+    assert await reg.cluster_id() is None
+
+
+def test_slots() -> None:
+    assert len(discover_slots(None)) == (os.cpu_count() or 1)
+    slots = discover_slots(3)
+    assert [s.id for s in slots] == [0, 1, 2]
+    assert slots[0].to_api() == {"id": "0", "type": "TYPE_CPU",
+                                 "device": {"brand": slots[0].brand, "uuid": None}}
+    with pytest.raises(ValueError):
+        cpu_slots(0)
+    pool = SlotPool(cpu_slots(2))
+    a, b = pool.acquire(), pool.acquire()
+    assert (a, b) == ([0], [1])
+    assert pool.acquire() == [0]  # more runs than slots: shared, least used first
+    pool.release(a)
+    pool.release([0])
+    assert pool.in_use() == 1 and pool.acquire() == [0]
+
+
+def test_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("EPOCHAL_MASTER", raising=False)
+    config, level = parse_args(["--work-dir", str(tmp_path)])
+    assert config.agent_id == socket.gethostname()
+    assert config.master_url == "http://127.0.0.1:8080"
+    assert config.temporal_address == "127.0.0.1:7233"
+    assert (config.namespace, config.resource_pool, config.slots) == ("default", "default", None)
+    assert config.work_dir == tmp_path and level == "INFO"
+
+    config, _ = parse_args(["--master", "http://m:1/", "--temporal", "t:7", "--namespace", "ns",
+                            "--pool", "p", "--slots", "4", "--work-dir", str(tmp_path),
+                            "--agent-id", "me"])
+    assert (config.master_url, config.temporal_address, config.namespace,
+            config.resource_pool, config.slots, config.agent_id) == (
+        "http://m:1", "t:7", "ns", "p", 4, "me")
+    with pytest.raises(SystemExit):
+        parse_args(["--slots", "0"])
+
+
+def test_user_environment_forms() -> None:
+    def env(value: object) -> dict[str, str]:
+        return user_environment({"environment": {"environment_variables": value}})
+
+    assert env({"A": "1", "B": 2, "C": True, "D": None}) == {"A": "1", "B": "2", "C": "true"}
+    assert env(["A=1", "B=x=y", "bad"]) == {"A": "1", "B": "x=y"}
+    assert env({"cpu": ["A=1"], "cuda": ["A=2"]}) == {"A": "1"}
+    assert env(None) == {} and user_environment({}) == {}
+
+
+def test_epochal_variables_win_over_the_users(tmp_path: Path) -> None:
+    config = {"environment": {"environment_variables": {
+        "EPOCHAL_MASTER": "http://wrong", "PYTHONPATH": "/mine", "PATH": "/usr/bin", "X": "1"}}}
+    env = trial_environment(config, trial_info_path="/t/trial_info.json", master_url="http://m")
+    assert env["EPOCHAL_MASTER"] == "http://m"
+    assert env["EPOCHAL_TRIAL_INFO"] == "/t/trial_info.json"
+    launch = TrialLaunch(
+        input=RunTrialInput(experiment_id=1, trial_id=1, run_id=1, hparams={}, config=config,
+                            trial_seed=0, latest_checkpoint=None, steps_completed=0),
+        run_dir=tmp_path, entrypoint="true", env=env)
+    full = ProcessRuntime(kill_grace_seconds=1).environment(launch)
+    assert full["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}/usr/bin"
+    assert full["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/mine"
+    assert full["X"] == "1" and full["PYTHONUNBUFFERED"] == "1"
+
+
+def test_kill_grace_and_exit_messages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EPOCHAL_KILL_GRACE_SECONDS", "2.5")
+    assert kill_grace_from_env() == 2.5 and ProcessRuntime().kill_grace_seconds == 2.5
+    monkeypatch.setenv("EPOCHAL_KILL_GRACE_SECONDS", "soon")
+    assert kill_grace_from_env() == DEFAULT_KILL_GRACE_SECONDS
+    monkeypatch.delenv("EPOCHAL_KILL_GRACE_SECONDS")
+    assert kill_grace_from_env() == DEFAULT_KILL_GRACE_SECONDS == 10
+    assert describe_exit(0) == "exited with code 0"
+    assert describe_exit(-15) == "killed by signal 15 (SIGTERM)"
+    assert describe_exit(137).startswith("exited with code 137")
+    assert "SIGKILL" in describe_exit(137)

@@ -1,0 +1,351 @@
+"""`run_trial` with the process runtime, in temporalio's ActivityEnvironment, against a fake
+master serving the model definition and taking task logs."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import itertools
+import json
+import os
+import sys
+import tarfile
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from agent_worker.activities import AgentActivities
+from agent_worker.process_runtime import ProcessRuntime
+from agent_worker.slots import SlotPool, cpu_slots
+from agent_worker.testing import FakeMaster, make_tgz
+from workflows.types import RunTrialInput, RunTrialResult
+
+_experiment_ids = itertools.count(100)
+
+CONFIG: dict[str, Any] = {
+    "entrypoint": "python3 train.py",
+    "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 100}},
+    "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/ckpts"},
+    "environment": {"environment_variables": {"MY_VAR": "hello", "MY_NUM": 3}},
+    "resources": {"resource_pool": "default"},
+}
+
+TRAIN_PY = """
+import json, os, sys
+print("INFO: starting", flush=True)
+for i in range(450):
+    print(f"line {i}")
+print("oops", file=sys.stderr)
+with open("seen.json", "w") as f:
+    json.dump({
+        "env": {k: os.environ.get(k) for k in (
+            "EPOCHAL_TRIAL_INFO", "EPOCHAL_MASTER", "PYTHONUNBUFFERED", "MY_VAR", "MY_NUM",
+            "PATH", "PYTHONPATH")},
+        "executable": sys.executable,
+        "cwd": os.getcwd(),
+    }, f)
+sys.exit(int(os.environ.get("EXIT_CODE", "0")))
+"""
+
+# Ignores SIGTERM and starts a child that ignores it too; both must die after the grace period.
+STUBBORN_PY = """
+import os, signal, subprocess, sys, time
+def on_term(signum, frame):
+    print("got SIGTERM, ignoring it", flush=True)
+signal.signal(signal.SIGTERM, on_term)
+child = subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+with open("pids.tmp", "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+os.rename("pids.tmp", "pids")
+print("ready", flush=True)
+while True:
+    time.sleep(0.05)
+"""
+
+
+@pytest.fixture
+def master() -> Iterator[FakeMaster]:
+    with FakeMaster() as m:
+        yield m
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def make_activities(master: FakeMaster, http: httpx.AsyncClient, work_dir: Path,
+                    **runtime_kwargs: Any) -> AgentActivities:
+    runtime_kwargs.setdefault("heartbeat_interval", 0.1)
+    return AgentActivities(
+        agent_id="agent-1", master_url=master.url, work_dir=work_dir, http=http,
+        runtime=ProcessRuntime(**runtime_kwargs), slots=SlotPool(cpu_slots(2)),
+        cluster_id="test-cluster", log_flush_interval=0.05)
+
+
+def trial_input(experiment_id: int, config: dict[str, Any] | None = None, *, trial_id: int = 7,
+                run_id: int = 2) -> RunTrialInput:
+    return RunTrialInput(
+        experiment_id=experiment_id, trial_id=trial_id, run_id=run_id,
+        hparams={"lr": 0.1}, config=config or CONFIG, trial_seed=42,
+        latest_checkpoint="ckpt-uuid", steps_completed=10)
+
+
+def with_env(extra: dict[str, Any]) -> dict[str, Any]:
+    env = dict(CONFIG["environment"]["environment_variables"], **extra)
+    return {**CONFIG, "environment": {"environment_variables": env}}
+
+
+async def test_run_trial_ships_logs_and_writes_trial_info(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": TRAIN_PY, "pkg/helper.py": "X = 1\n"})
+    acts = make_activities(master, http, tmp_path)
+    env = ActivityEnvironment()
+    heartbeats: list[tuple[Any, ...]] = []
+    env.on_heartbeat = lambda *details: heartbeats.append(details)
+
+    result = await env.run(acts.run_trial, trial_input(exp))
+
+    assert result == RunTrialResult(exit_code=0, agent_id="agent-1",
+                                    message="exited with code 0")
+    assert heartbeats
+    run_dir = tmp_path / "trials" / "7" / "run-2"
+    assert (run_dir / "pkg" / "helper.py").read_text() == "X = 1\n"
+
+    # Logs: every line, in order, with the contract's fields.
+    stdout = master.log_lines("stdout")
+    assert stdout == ["INFO: starting"] + [f"line {i}" for i in range(450)]
+    assert master.log_lines("stderr") == ["oops"]
+    first = master.logs[0]
+    assert {k: first[k] for k in ("taskId", "allocationId", "agentId", "stdtype", "level")} == {
+        "taskId": f"{exp}.7", "allocationId": f"{exp}.7.2", "agentId": "agent-1",
+        "stdtype": "stdout", "level": "LOG_LEVEL_INFO"}
+    assert first["timestamp"].endswith("Z")
+
+    info = json.loads((run_dir / "trial_info.json").read_text())
+    assert info == {
+        "master_url": master.url, "cluster_id": "test-cluster", "agent_id": "agent-1",
+        "experiment_id": exp, "trial_id": 7, "trial_run_id": 2, "task_id": f"{exp}.7",
+        "allocation_id": f"{exp}.7.2", "trial_seed": 42, "hparams": {"lr": 0.1},
+        "experiment_config": CONFIG, "latest_checkpoint": "ckpt-uuid", "steps_completed": 10,
+        "max_length": {"batches": 100},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/ckpts"},
+        "slot_ids": [0], "session_token": None}
+
+    seen = json.loads((run_dir / "seen.json").read_text())
+    assert seen["env"]["EPOCHAL_TRIAL_INFO"] == str(run_dir / "trial_info.json")
+    assert seen["env"]["EPOCHAL_MASTER"] == master.url
+    assert seen["env"]["PYTHONUNBUFFERED"] == "1"
+    assert seen["env"]["MY_VAR"] == "hello"
+    assert seen["env"]["MY_NUM"] == "3"
+    assert seen["env"]["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(run_dir)
+    assert Path(seen["cwd"]).resolve() == run_dir.resolve()
+    # `python3` in the entrypoint is the agent's interpreter (it has the harness installed).
+    assert Path(seen["executable"]).parent == Path(sys.executable).parent
+
+
+async def test_exit_codes_and_signals(master: FakeMaster, http: httpx.AsyncClient,
+                                      tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": TRAIN_PY})
+    acts = make_activities(master, http, tmp_path)
+
+    failed = await ActivityEnvironment().run(
+        acts.run_trial, trial_input(exp, with_env({"EXIT_CODE": 3}), run_id=1))
+    assert (failed.exit_code, failed.message) == (3, "exited with code 3")
+
+    killed = await ActivityEnvironment().run(
+        acts.run_trial, trial_input(exp, {**CONFIG, "entrypoint": "kill -9 $$"}, run_id=2))
+    assert (killed.exit_code, killed.message) == (-9, "killed by signal 9 (SIGKILL)")
+    # The model definition was fetched once for both runs.
+    assert master.model_def_requests == [exp]
+
+
+async def test_run_dir_is_fresh_for_each_attempt(master: FakeMaster, http: httpx.AsyncClient,
+                                                 tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": "open('leftover', 'w').write('x')\n"})
+    acts = make_activities(master, http, tmp_path)
+    inp = trial_input(exp, {**CONFIG, "entrypoint": ["python3", "train.py"]})
+    await ActivityEnvironment().run(acts.run_trial, inp)
+    run_dir = tmp_path / "trials" / "7" / "run-2"
+    (run_dir / "stale").write_text("from an earlier attempt")
+    await ActivityEnvironment().run(acts.run_trial, inp)
+    assert not (run_dir / "stale").exists()
+    assert (run_dir / "leftover").exists()
+
+
+def _dead(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+
+
+async def _wait_for_file(path: Path, timeout: float = 10.0) -> str:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        await asyncio.sleep(0.02)
+    return path.read_text()
+
+
+async def test_cancel_kills_the_whole_process_group(master: FakeMaster,
+                                                    http: httpx.AsyncClient,
+                                                    tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": STUBBORN_PY})
+    acts = make_activities(master, http, tmp_path, kill_grace_seconds=0.5)
+    env = ActivityEnvironment()
+    task = asyncio.create_task(env.run(acts.run_trial, trial_input(exp)))
+    parent, child = map(int, (await _wait_for_file(
+        tmp_path / "trials" / "7" / "run-2" / "pids")).split())
+    assert not _dead(parent) and not _dead(child)
+
+    cancelled_at = time.monotonic()
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    elapsed = time.monotonic() - cancelled_at
+
+    assert 0.5 <= elapsed < 5, elapsed  # the grace period, then SIGKILL
+    assert _dead(parent) and _dead(child)
+    # What the process printed until the end was shipped before the cancellation returned.
+    assert master.log_lines("stdout") == ["ready", "got SIGTERM, ignoring it"]
+    assert acts.slots.in_use() == 0
+
+
+async def test_cancel_waits_less_when_the_process_exits_on_sigterm(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": "import time\nprint('up', flush=True)\n"
+                                                    "time.sleep(600)\n"})
+    acts = make_activities(master, http, tmp_path, kill_grace_seconds=30)
+    env = ActivityEnvironment()
+    task = asyncio.create_task(env.run(acts.run_trial, trial_input(exp)))
+    while master.log_lines() != ["up"]:
+        await asyncio.sleep(0.02)
+    started = time.monotonic()
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 5
+
+
+async def test_worker_shutdown_fails_the_run_retryably(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": "import time\nprint('up', flush=True)\n"
+                                                    "time.sleep(600)\n"})
+    acts = make_activities(master, http, tmp_path, kill_grace_seconds=1)
+    env = ActivityEnvironment()
+    task = asyncio.create_task(env.run(acts.run_trial, trial_input(exp)))
+    while master.log_lines() != ["up"]:
+        await asyncio.sleep(0.02)
+    env.worker_shutdown()
+    env.cancel()
+    with pytest.raises(ApplicationError) as err:
+        await task
+    assert err.value.type == "AgentShutdown"
+    assert not err.value.non_retryable
+
+
+def _tgz_with(member: tarfile.TarInfo, data: bytes = b"x") -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        train = tarfile.TarInfo("train.py")
+        train.size = 1
+        tar.addfile(train, io.BytesIO(b"\n"))
+        if member.isreg():
+            member.size = len(data)
+            tar.addfile(member, io.BytesIO(data))
+        else:
+            tar.addfile(member)
+    return buffer.getvalue()
+
+
+def _symlink(name: str, target: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.SYMTYPE
+    info.linkname = target
+    return info
+
+
+@pytest.mark.parametrize("member", [
+    tarfile.TarInfo("../escaped.py"),
+    tarfile.TarInfo("sub/../../escaped.py"),
+    tarfile.TarInfo("/tmp/epochal-test-absolute.py"),
+    _symlink("link", "../../../../escaped.py"),
+    _symlink("abs-link", "/etc/passwd"),
+], ids=["dotdot", "nested-dotdot", "absolute", "symlink-out", "symlink-absolute"])
+async def test_unsafe_model_definition_is_rejected(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path,
+        member: tarfile.TarInfo) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = _tgz_with(member)
+    work_dir = tmp_path / "work"
+    acts = make_activities(master, http, work_dir)
+    with pytest.raises(ApplicationError) as err:
+        await ActivityEnvironment().run(acts.run_trial, trial_input(exp))
+    assert err.value.non_retryable
+    assert err.value.type == "ModelDefinitionError"
+    assert not (tmp_path / "escaped.py").exists()
+    assert not (work_dir / "trials" / "escaped.py").exists()
+    assert not Path("/tmp/epochal-test-absolute.py").exists()
+    assert master.logs == []
+    assert acts.slots.in_use() == 0
+
+
+async def test_missing_or_broken_model_definition(master: FakeMaster, http: httpx.AsyncClient,
+                                                  tmp_path: Path) -> None:
+    acts = make_activities(master, http, tmp_path)
+    with pytest.raises(ApplicationError) as err:
+        await ActivityEnvironment().run(acts.run_trial, trial_input(999_999))
+    assert err.value.non_retryable
+    assert "999999" in err.value.message and "404" in err.value.message
+
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = b"not a tarball"
+    with pytest.raises(ApplicationError) as err:
+        await ActivityEnvironment().run(acts.run_trial, trial_input(exp))
+    assert err.value.non_retryable
+    # The bad copy is not kept: a later attempt downloads it again.
+    assert not (tmp_path / "model_defs" / f"{exp}.tgz").exists()
+
+
+async def test_bad_entrypoint_is_a_non_retryable_error(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": ""})
+    acts = make_activities(master, http, tmp_path)
+    with pytest.raises(ApplicationError) as err:
+        await ActivityEnvironment().run(
+            acts.run_trial, trial_input(exp, {**CONFIG, "entrypoint": None}))
+    assert err.value.non_retryable and "entrypoint" in err.value.message
+
+
+async def test_trials_run_concurrently(master: FakeMaster, http: httpx.AsyncClient,
+                                       tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": "import time\ntime.sleep(0.7)\n"})
+    acts = make_activities(master, http, tmp_path)
+    started = time.monotonic()
+    results = await asyncio.gather(*(
+        ActivityEnvironment().run(acts.run_trial, trial_input(exp, trial_id=t))
+        for t in (1, 2)))
+    assert [r.exit_code for r in results] == [0, 0]
+    assert time.monotonic() - started < 1.3
+    trial_infos = [json.loads((tmp_path / "trials" / str(t) / "run-2" / "trial_info.json")
+                              .read_text()) for t in (1, 2)]
+    assert sorted(i["slot_ids"][0] for i in trial_infos) == [0, 1]

@@ -1,0 +1,323 @@
+"""`epochal trial/checkpoint/agent/cluster/master` commands."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import cli.agent
+import cli.client
+from cli.main import app
+from cli.testing import CHECKPOINTS, FakeMaster, experiment, log, ndjson, trial
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeMaster:
+    master = FakeMaster()
+    monkeypatch.setattr(cli.client, "transport_factory", master.transport)
+    return master
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "220", "EPOCHAL_MASTER": None})
+
+
+# -- trial ------------------------------------------------------------------------------------
+
+
+def test_trial_describe(fake: FakeMaster) -> None:
+    t = trial(12, 0.3, 0.25)
+    t["restarts"] = 2
+    fake.on("GET", "/trials/12", {"trial": t})
+    fake.on("GET", "/trials/12/checkpoints", {"checkpoints": CHECKPOINTS[1:]})
+    fake.on("GET", "/experiments/4", {"experiment": experiment()})
+
+    result = run("trial", "describe", "12")
+
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    fields = {
+        line.split(maxsplit=1)[0]: line.split(maxsplit=1)[1].strip()
+        for line in out.splitlines()
+        if line and not line.startswith(" ") and len(line.split(maxsplit=1)) == 2
+    }
+    assert fields["State"] == "COMPLETED"
+    assert fields["Restarts"] == "2"
+    assert "lr=0.12" in out and "optimizer.momentum=0.9" in out
+    assert "step 300: validation_loss=0.3, accuracy=0.9" in out  # latest validation
+    assert "step 200: validation_loss=0.25, accuracy=0.9" in out  # best validation
+    assert "c-12-200" in out and "c-12-300" in out
+    assert "2.1 KiB" in out  # checkpoint size
+
+
+def test_trial_describe_json(fake: FakeMaster) -> None:
+    t = trial(12, 0.3, 0.25)
+    fake.on("GET", "/trials/12", {"trial": t})
+    fake.on("GET", "/trials/12/checkpoints", {"checkpoints": []})
+
+    result = run("trial", "describe", "12", "--json")
+
+    assert json.loads(result.stdout) == {"trial": t, "checkpoints": []}
+
+
+def test_trial_logs_unprefixed(fake: FakeMaster) -> None:
+    fake.on("GET", "/trials/12/logs", ndjson([log(1, 12, "a\n"), log(2, 12, "b")]))
+
+    result = run("trial", "logs", "12", "--follow")
+
+    assert result.stdout == "a\nb\n"
+    assert fake.sent("GET", "/trials/12/logs")[0].url.params["follow"] == "true"
+
+
+def test_trial_logs_json_lines(fake: FakeMaster) -> None:
+    fake.on("GET", "/trials/12/logs", ndjson([log(1, 12, "a")]))
+
+    result = run("trial", "logs", "12", "--json")
+
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [log(1, 12, "a")]
+    assert fake.sent("GET", "/trials/12/logs")[0].url.params["follow"] == "false"
+
+
+# -- checkpoint -------------------------------------------------------------------------------
+
+
+def test_checkpoint_list(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    fake.on("GET", "/experiments/4", {"experiment": experiment()})
+
+    result = run("checkpoint", "list", "4")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].split()[:7] == [
+        "UUID",
+        "Trial",
+        "Steps",
+        "State",
+        "Size",
+        "Reported",
+        "validation_loss",
+    ]
+    row = lines[2].split()
+    assert row[:6] == ["c-11-300", "11", "300", "COMPLETED", "2.1", "KiB"]
+    assert row[-1] == "0.5"
+
+
+def test_checkpoint_list_json(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+
+    result = run("checkpoint", "list", "4", "--json")
+
+    assert json.loads(result.stdout)["checkpoints"] == CHECKPOINTS
+
+
+# -- agent ------------------------------------------------------------------------------------
+
+
+AGENTS = {
+    "agents": [
+        {
+            "id": "local-agent",
+            "resourcePool": "default",
+            "slots": {
+                "0": {"id": "0", "type": "TYPE_CPU", "device": {}},
+                "1": {"id": "1", "type": "TYPE_CPU", "device": {}},
+            },
+            "registeredTime": "2025-01-02T10:00:00+00:00",
+            "lastSeen": "2025-01-02T10:05:00+00:00",
+            "enabled": True,
+            "alive": True,
+        }
+    ]
+}
+
+
+def test_agent_list(fake: FakeMaster) -> None:
+    fake.on("GET", "/agents", AGENTS)
+
+    result = run("agent", "list")
+
+    assert result.exit_code == 0, result.output
+    row = result.stdout.splitlines()[2].split()
+    assert row[:6] == ["local-agent", "default", "2", "(CPU)", "yes", "yes"]
+
+
+def test_agent_list_json(fake: FakeMaster) -> None:
+    fake.on("GET", "/agents", AGENTS)
+
+    assert json.loads(run("agent", "list", "--json").stdout) == AGENTS
+
+
+def test_agent_run_forwards_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[list[str]] = []
+    monkeypatch.setattr(cli.agent, "run_agent", lambda argv: seen.append(argv))
+    monkeypatch.delenv("EPOCHAL_TEMPORAL_ADDRESS", raising=False)
+
+    result = run(
+        "-m",
+        "http://m:8080",
+        "agent",
+        "run",
+        "--slots",
+        "3",
+        "--work-dir",
+        "/w",
+        "--agent-id",
+        "a1",
+    )
+
+    assert result.exit_code == 0, result.output
+    assert seen == [
+        [
+            "--master",
+            "http://m:8080",
+            "--temporal",
+            "127.0.0.1:7233",
+            "--pool",
+            "default",
+            "--slots",
+            "3",
+            "--work-dir",
+            "/w",
+            "--agent-id",
+            "a1",
+        ]
+    ]
+
+
+# -- cluster ----------------------------------------------------------------------------------
+
+
+@dataclass
+class FakeInfo:
+    api_url: str = "http://127.0.0.1:8080"
+    dashboard_url: str = "http://127.0.0.1:8080/"
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_ui_url: str | None = "http://127.0.0.1:8233"
+    db_url: str = "postgresql://127.0.0.1:54329/epochal"
+    state_dir: Path = Path("/state")
+
+
+@dataclass
+class FakePart:
+    name: str
+    pid: int | None
+    running: bool
+    answering: bool
+    address: str
+    log_file: Path | None
+    external: bool = False
+
+
+@dataclass
+class FakeStatus:
+    info: FakeInfo
+    parts: list[FakePart] = field(default_factory=list)
+
+    @property
+    def all_answering(self) -> bool:
+        return all(p.answering for p in self.parts)
+
+
+@pytest.fixture
+def cluster(monkeypatch: pytest.MonkeyPatch) -> dict:
+    from deploy import local_cluster
+
+    calls: dict = {}
+
+    def up(settings, report=None):
+        calls["up"] = settings
+        if report:
+            report("postgres: somewhere")
+        return FakeInfo()
+
+    def down(settings):
+        calls["down"] = settings
+        return ["agent", "master"]
+
+    def status(settings):
+        calls["status"] = settings
+        return FakeStatus(
+            FakeInfo(),
+            [
+                FakePart("postgres", 10, True, True, "127.0.0.1:54329", Path("/l/pg.log")),
+                FakePart("master", None, False, False, "http://127.0.0.1:8080", None),
+            ],
+        )
+
+    monkeypatch.setattr(local_cluster, "up", up)
+    monkeypatch.setattr(local_cluster, "down", down)
+    monkeypatch.setattr(local_cluster, "status", status)
+    return calls
+
+
+def test_cluster_up_passes_only_given_options_and_prints_addresses(cluster, tmp_path) -> None:
+    result = run(
+        "cluster", "up", "--state-dir", str(tmp_path), "--api-port", "9090", "--slots", "2"
+    )
+
+    assert result.exit_code == 0, result.output
+    s = cluster["up"]
+    assert s.state_dir == tmp_path
+    assert (s.api_port, s.agent_slots, s.temporal_port) == (9090, 2, 7233)
+    assert "http://127.0.0.1:8080/" in result.stdout  # dashboard
+    assert "http://127.0.0.1:8233" in result.stdout  # Temporal UI
+    assert "127.0.0.1:7233" in result.stdout
+    assert "starting postgres" in result.stderr
+
+
+def test_cluster_up_failure_is_a_plain_error(
+    cluster, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from deploy import local_cluster
+
+    def fail(settings, report=None):
+        raise local_cluster.ClusterError("master: port 8080 is in use\nlog file: /x.log")
+
+    monkeypatch.setattr(local_cluster, "up", fail)
+
+    result = run("cluster", "up", "--state-dir", str(tmp_path))
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: master: port 8080 is in use\nlog file: /x.log\n"
+
+
+def test_cluster_down(cluster, tmp_path) -> None:
+    result = run("cluster", "down", "--state-dir", str(tmp_path))
+
+    assert result.exit_code == 0
+    assert result.stdout == "Stopped agent, master.\n"
+
+
+def test_cluster_status_table_and_exit_code(cluster, tmp_path) -> None:
+    result = run("cluster", "status", "--state-dir", str(tmp_path))
+
+    assert result.exit_code == 1  # the master does not answer
+    lines = result.stdout.splitlines()
+    assert lines[2].split()[:5] == ["postgres", "10", "yes", "yes", "127.0.0.1:54329"]
+    assert lines[3].split()[:4] == ["master", "-", "no", "no"]
+
+
+def test_cluster_status_json(cluster, tmp_path) -> None:
+    result = run("cluster", "status", "--state-dir", str(tmp_path), "--json")
+
+    data = json.loads(result.stdout)
+    assert data["info"]["api_url"] == "http://127.0.0.1:8080"
+    assert data["parts"][0]["log_file"] == "/l/pg.log"
+    assert data["allAnswering"] is False
+
+
+def test_master_run_calls_deploy_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    import deploy.master
+
+    called: list[bool] = []
+    monkeypatch.setattr(deploy.master, "main", lambda: called.append(True))
+
+    result = run("master", "run")
+
+    assert result.exit_code == 0, result.output
+    assert called == [True]

@@ -1,0 +1,314 @@
+"""`epochal experiment list/describe/logs/follow/pause/...` against a fake master."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+import cli.client
+import cli.experiment
+from cli.main import app
+from cli.testing import (
+    CHECKPOINTS,
+    TRIALS,
+    FakeMaster,
+    error,
+    experiment,
+    log,
+    ndjson,
+)
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeMaster:
+    master = FakeMaster()
+    monkeypatch.setattr(cli.client, "transport_factory", master.transport)
+    monkeypatch.setattr(cli.experiment, "POLL_SECONDS", 0)
+    return master
+
+
+def serve_experiment(fake: FakeMaster, *states: str) -> None:
+    fake.on("GET", "/experiments/4", *({"experiment": experiment(s), "config": {}} for s in states))
+    fake.on("GET", "/experiments/4/trials", {"trials": TRIALS, "pagination": {"total": 2}})
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+
+
+def run(*args: str):
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "220", "EPOCHAL_MASTER": None})
+
+
+# -- list -------------------------------------------------------------------------------------
+
+
+def test_list_renders_a_table_without_state_prefix(fake: FakeMaster) -> None:
+    fake.on(
+        "GET",
+        "/experiments",
+        {
+            "experiments": [experiment(), experiment("STATE_ACTIVE", id=5, name="other")],
+            "pagination": {"offset": 0, "limit": 500, "total": 2},
+        },
+    )
+
+    result = run("experiment", "list")
+
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()]
+    assert rows[2][:7] == ["4", "digits-random", "COMPLETED", "random", "100%", "2", "0.25"]
+    assert rows[3][:3] == ["5", "other", "ACTIVE"]
+    assert "STATE_" not in result.stdout
+    request = fake.sent("GET", "/experiments")[0]
+    assert request.url.params["archived"] == "false"
+
+
+def test_list_follows_pagination_and_all_includes_archived(fake: FakeMaster) -> None:
+    first = [experiment(id=i, name=f"e{i}") for i in range(1, 501)]
+    fake.on(
+        "GET",
+        "/experiments",
+        {"experiments": first, "pagination": {"offset": 0, "limit": 500, "total": 501}},
+        {
+            "experiments": [experiment(id=501, name="last", archived=True)],
+            "pagination": {"offset": 500, "limit": 500, "total": 501},
+        },
+    )
+
+    result = run("experiment", "list", "--all", "--json")
+
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.stdout)
+    assert len(answer["experiments"]) == 501
+    offsets = [r.url.params["offset"] for r in fake.sent("GET", "/experiments")]
+    assert offsets == ["0", "500"]
+    assert fake.sent("GET", "/experiments")[0].url.params["archived"] == "true"
+
+
+def test_list_empty(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments", {"experiments": [], "pagination": {"total": 0}})
+
+    result = run("experiment", "list")
+
+    assert result.exit_code == 0
+    assert "No experiments yet" in result.stdout
+
+
+# -- describe ---------------------------------------------------------------------------------
+
+
+def test_describe_shows_fields_trials_and_best_checkpoint(fake: FakeMaster) -> None:
+    serve_experiment(fake, "STATE_COMPLETED")
+
+    result = run("experiment", "describe", "4")
+
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "digits-random" in out
+    assert "validation_loss (smaller is better)" in out
+    assert "3m05s" in out
+    lines = out.splitlines()
+    row11 = next(line for line in lines if line.lstrip().startswith("11 "))
+    assert row11.split()[:4] == ["11", "COMPLETED", "300", "0.5"]
+    assert "lr=0.11, optimizer.momentum=0.9, activation=relu" in row11
+    row12 = next(line for line in lines if line.lstrip().startswith("12 *"))
+    assert "0.3" in row12
+    # Best by the best validation (0.25 < 0.45), its best checkpoint by searcher metric.
+    assert "Best trial: 12 (validation_loss=0.25, smaller is better), checkpoint c-12-200" in out
+
+
+def test_describe_larger_is_better_picks_the_other_trial(fake: FakeMaster) -> None:
+    fake.on(
+        "GET",
+        "/experiments/4",
+        {"experiment": experiment(smallerIsBetter=False, bestTrialId=None), "config": {}},
+    )
+    fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+
+    result = run("experiment", "describe", "4")
+
+    assert "Best trial: 11 (validation_loss=0.45, larger is better), checkpoint c-11-300" in (
+        result.stdout
+    )
+
+
+def test_describe_falls_back_to_the_trials_latest_checkpoint(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/4", {"experiment": experiment(), "config": {}})
+    fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
+    fake.on("GET", "/experiments/4/checkpoints", error(404, "not here"))
+
+    result = run("experiment", "describe", "4")
+
+    assert result.exit_code == 0, result.output
+    assert "checkpoint latest-12" in result.stdout
+
+
+def test_describe_json_is_the_servers_json(fake: FakeMaster) -> None:
+    serve_experiment(fake, "STATE_COMPLETED")
+
+    result = run("experiment", "describe", "4", "--json")
+
+    answer = json.loads(result.stdout)
+    assert answer["experiment"] == experiment()
+    assert answer["trials"] == TRIALS
+    assert answer["config"] == {}
+
+
+def test_describe_unknown_experiment(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/99", error(404, "experiment 99 not found"))
+
+    result = run("experiment", "describe", "99")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: experiment 99 not found\n"
+    assert result.stdout == ""
+
+
+# -- logs and follow --------------------------------------------------------------------------
+
+
+def test_logs_are_prefixed_with_the_trial(fake: FakeMaster) -> None:
+    fake.on(
+        "GET",
+        "/experiments/4/logs",
+        ndjson([log(1, 11, "epoch 1\n"), log(2, 12, "two\nlines\n"), log(3, 11, "[x] done")]),
+    )
+
+    result = run("experiment", "logs", "4", "-f")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == (
+        "[trial 11] epoch 1\n[trial 12] two\n[trial 12] lines\n[trial 11] [x] done\n"
+    )
+    assert fake.sent("GET", "/experiments/4/logs")[0].url.params["follow"] == "true"
+
+
+@pytest.mark.parametrize(
+    ("final", "code"),
+    [("STATE_COMPLETED", 0), ("STATE_ERROR", 1), ("STATE_CANCELED", 3)],
+)
+def test_follow_exit_code_follows_the_final_state(fake: FakeMaster, final: str, code: int) -> None:
+    serve_experiment(fake, "STATE_ACTIVE", "STATE_ACTIVE", "STATE_STOPPING_COMPLETED", final)
+    fake.on("GET", "/experiments/4/logs", ndjson([log(1, 11, "hello"), log(2, 12, "world")]))
+
+    result = run("experiment", "follow", "4")
+
+    assert result.exit_code == code, result.output
+    out = result.stdout
+    assert "[trial 11] hello\n[trial 12] world\n" in out
+    assert f"Experiment 4 {final.removeprefix('STATE_')} after 3m05s" in out
+    assert "Best trial: 12" in out
+    assert len(fake.sent("GET", "/experiments/4")) >= 4  # polled until terminal
+
+
+def test_create_follow_streams_then_shows_results(fake: FakeMaster, tmp_path) -> None:
+    (tmp_path / "train.py").write_text("")
+    config = tmp_path / "c.yaml"
+    config.write_text(
+        "entrypoint: python3 train.py\nsearcher:\n  name: single\n  metric: validation_loss\n"
+        "  max_length: {batches: 10}\n"
+    )
+    fake.on("POST", "/experiments", {"experiment": experiment("STATE_ACTIVE"), "warnings": []})
+    serve_experiment(fake, "STATE_ACTIVE", "STATE_CANCELED")
+    fake.on("GET", "/experiments/4/logs", ndjson([log(1, 11, "hi")]))
+
+    result = run("experiment", "create", str(config), str(tmp_path), "--follow")
+
+    assert result.exit_code == 3, result.output
+    assert result.stdout.startswith("Created experiment 4\n[trial 11] hi\n")
+    assert "Experiment 4 CANCELED" in result.stdout
+
+
+def test_follow_json_keeps_stdout_for_json(fake: FakeMaster) -> None:
+    serve_experiment(fake, "STATE_COMPLETED")
+    fake.on("GET", "/experiments/4/logs", ndjson([log(1, 11, "hello")]))
+
+    result = run("experiment", "follow", "4", "--json")
+
+    assert result.exit_code == 0
+    assert json.loads(result.stdout)["experiment"]["state"] == "STATE_COMPLETED"
+    assert "[trial 11] hello" in result.stderr
+
+
+def test_follow_unknown_experiment_fails_before_streaming(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/4", error(404, "experiment 4 not found"))
+
+    result = run("experiment", "follow", "4")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: experiment 4 not found\n"
+    assert fake.sent("GET", "/experiments/4/logs") == []
+
+
+def test_ctrl_c_stops_following_not_the_experiment(
+    fake: FakeMaster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    serve_experiment(fake, "STATE_ACTIVE")
+    fake.on("GET", "/experiments/4/logs", ndjson([]))
+
+    def interrupted(client, experiment_id):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.experiment, "wait_until_terminal", interrupted)
+
+    result = run("-m", "http://10.0.0.5:8080", "experiment", "follow", "4")
+
+    assert result.exit_code == 130
+    assert "experiment 4 keeps running" in result.stderr
+    assert "epochal -m http://10.0.0.5:8080 experiment follow 4" in result.stderr
+    assert not [r for r in fake.requests if r.method != "GET"]  # nothing killed or canceled
+
+
+def test_follow_rides_out_a_master_restart(fake: FakeMaster) -> None:
+    import httpx
+
+    def down(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    fake.on(
+        "GET",
+        "/experiments/4",
+        {"experiment": experiment("STATE_ACTIVE")},
+        down,
+        down,
+        {"experiment": experiment("STATE_COMPLETED")},
+    )
+    fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    fake.on("GET", "/experiments/4/logs", ndjson([]))
+
+    result = run("experiment", "follow", "4")
+
+    assert result.exit_code == 0, result.output
+    assert "cannot reach the master" in result.stderr and "still trying" in result.stderr
+
+
+# -- actions ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("verb", "said"),
+    [("pause", "Paused"), ("activate", "Activated"), ("cancel", "Canceling"), ("kill", "Killing")],
+)
+def test_actions_post_to_the_experiment(fake: FakeMaster, verb: str, said: str) -> None:
+    fake.on("POST", f"/experiments/4/{verb}", {})
+
+    result = run("experiment", verb, "4")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"{said} experiment 4\n"
+    assert len(fake.sent("POST", f"/experiments/4/{verb}")) == 1
+
+
+def test_action_in_the_wrong_state(fake: FakeMaster) -> None:
+    fake.on(
+        "POST",
+        "/experiments/4/pause",
+        error(409, "experiment 4 is COMPLETED: it can no longer pause"),
+    )
+
+    result = run("experiment", "pause", "4")
+
+    assert result.exit_code == 1
+    assert result.stderr == "error: experiment 4 is COMPLETED: it can no longer pause\n"

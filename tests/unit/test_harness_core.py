@@ -1,0 +1,515 @@
+"""harness.core against a fake master behind httpx.MockTransport: batching, retries, flushing,
+preemption, checkpoints, misuse and the off-cluster mode."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+import harness.core
+from harness.core import (
+    APIError,
+    CheckpointContext,
+    Context,
+    PreemptContext,
+    TrainContext,
+    TrialInfo,
+)
+from harness.core._session import Backoff, Session
+
+FAST = Backoff(initial=0.001, maximum=0.01)
+
+
+class FakeMaster:
+    """The master's REST API as far as the harness uses it, with ways to misbehave."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.batches: list[list[dict[str, Any]]] = []  # every batch attempt, even failed ones
+        self.stored: dict[tuple[int, str, int], dict[str, Any]] = {}  # the server's key
+        self.stored_count = 0  # distinct keys ever stored
+        self.fail_batches = 0  # the next N batch posts fail (alternately 503 / connection)
+        self.lose_answers = 0  # the next N batch posts are stored, then the answer is lost
+        self.refuse_batches = False  # answer 400
+        self.checkpoints: list[dict[str, Any]] = []
+        self.progress: list[float] = []
+        self.early_exits: list[str] = []
+        self.preempt = threading.Event()
+        self.fail_polls = 0
+        self.polls: list[str] = []
+        self.acks = 0
+        self.transport = httpx.MockTransport(self.handle)
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        body = json.loads(request.content) if request.content else None
+        if path.endswith("/metrics/batch"):
+            return self._batch(request, body)
+        if path.endswith("/progress"):
+            with self.lock:
+                self.progress.append(body)
+            return httpx.Response(200, json={})
+        if path.endswith("/early_exit"):
+            with self.lock:
+                self.early_exits.append(body["earlyExit"]["reason"])
+            return httpx.Response(200, json={})
+        if path == "/api/v1/checkpoints":
+            with self.lock:
+                self.checkpoints.append(body)
+            return httpx.Response(200, json={})
+        if path.endswith("/signals/preemption"):
+            timeout = int(request.url.params["timeoutSeconds"])
+            with self.lock:
+                self.polls.append(request.url.params["timeoutSeconds"])
+                if self.fail_polls:
+                    self.fail_polls -= 1
+                    return httpx.Response(502, json={"message": "bad gateway"})
+            if timeout:
+                self.preempt.wait(0.02)  # a (short) long poll
+            return httpx.Response(200, json={"preempt": self.preempt.is_set()})
+        if path.endswith("/signals/ack_preemption"):
+            with self.lock:
+                self.acks += 1
+            return httpx.Response(200, json={})
+        return httpx.Response(404, json={"message": f"no route {path}"})
+
+    def _batch(self, request: httpx.Request, body: dict[str, Any]) -> httpx.Response:
+        with self.lock:
+            self.batches.append(body["reports"])
+            if self.refuse_batches:
+                return httpx.Response(400, json={"message": "trial 1 is not running"})
+            if self.fail_batches:
+                self.fail_batches -= 1
+                if self.fail_batches % 2:
+                    raise httpx.ConnectError("connection refused", request=request)
+                return httpx.Response(503, json={"message": "unavailable"})
+            for report in body["reports"]:
+                m = report["metrics"]
+                key = (m["trialId"], report["group"], m["stepsCompleted"])
+                if key not in self.stored:
+                    self.stored_count += 1
+                self.stored[key] = report
+            if self.lose_answers:
+                self.lose_answers -= 1
+                raise httpx.ReadError("connection reset after the server stored it")
+            return httpx.Response(200, json={"stored": len(body["reports"])})
+
+    def steps(self, group: str) -> list[int]:
+        with self.lock:
+            return sorted(k[2] for k in self.stored if k[1] == group)
+
+
+def cluster_info(tmp_path, **changes: Any) -> TrialInfo:
+    data = {
+        "master_url": "http://master:8080",
+        "agent_id": "agent-1",
+        "experiment_id": 1,
+        "trial_id": 7,
+        "trial_run_id": 1,
+        "trial_seed": 5,
+        "hparams": {"lr": 0.1},
+        "experiment_config": {},
+        "latest_checkpoint": None,
+        "steps_completed": 0,
+        "max_length": {"batches": 100},
+        "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "ckpt")},
+        **changes,
+    }
+    return TrialInfo.from_dict(data)
+
+
+def make_core(
+    fake: FakeMaster, tmp_path, *, interval: float = 0.5, close_timeout: float = 10.0
+) -> Context:
+    info = cluster_info(tmp_path)
+    session = Session(info.master_url or "", transport=fake.transport, backoff=FAST)
+    return Context(
+        info=info,
+        train=TrainContext(info, session, interval=interval, close_timeout=close_timeout),
+        checkpoint=CheckpointContext(info, session),
+        preempt=PreemptContext(
+            session, info.allocation_id, retry_delay=0.01, min_poll_interval=0.01
+        ),
+        session=session,
+    )
+
+
+def wait_for(predicate, timeout: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
+
+
+def test_public_names() -> None:
+    assert sorted(harness.core.__all__) == [
+        "APIError",
+        "CheckpointContext",
+        "Context",
+        "EarlyExitReason",
+        "MasterError",
+        "MasterUnavailable",
+        "PreemptContext",
+        "TrainContext",
+        "TrialInfo",
+        "init",
+    ]
+    for name in harness.core.__all__:
+        assert getattr(harness.core, name).__module__.startswith("harness.core")
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+def test_reports_go_in_batches_of_at_most_100(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path, interval=60) as core:
+        for step in range(1, 251):
+            core.train.report_training_metrics(step, {"loss": 1.0 / step})
+        # 200 reports filled two batches; the other 50 wait for the interval or the close.
+        assert wait_for(lambda: len(fake.steps("training")) == 200)
+        time.sleep(0.05)
+        assert len(fake.steps("training")) == 200
+    assert fake.steps("training") == list(range(1, 251))
+    assert [len(b) for b in fake.batches] == [100, 100, 50]
+    first = fake.batches[0][0]
+    assert first == {
+        "group": "training",
+        "metrics": {
+            "trialId": 7,
+            "trialRunId": 1,
+            "stepsCompleted": 1,
+            "metrics": {"avgMetrics": {"loss": 1.0}},
+        },
+    }
+
+
+def test_a_few_reports_are_sent_after_the_interval(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path, interval=0.05) as core:
+        core.train.report_training_metrics(10, {"loss": 0.5})
+        core.train.report_training_metrics(20, {"loss": 0.4})
+        assert wait_for(lambda: fake.steps("training") == [10, 20], timeout=2.0)
+        assert len(fake.batches) == 1
+
+
+def test_failed_batches_are_retried_until_delivered_with_the_same_keys(tmp_path) -> None:
+    fake = FakeMaster()
+    fake.fail_batches = 4
+    with make_core(fake, tmp_path, interval=60) as core:
+        for step in range(1, 31):
+            core.train.report_training_metrics(step, {"loss": float(step)})
+    assert fake.steps("training") == list(range(1, 31))
+    assert len(fake.batches) == 5  # four failures, one success
+    assert all(b == fake.batches[0] for b in fake.batches)  # retried unchanged
+    assert fake.stored_count == 30
+
+
+def test_a_lost_answer_never_counts_a_report_twice(tmp_path) -> None:
+    fake = FakeMaster()
+    fake.lose_answers = 1
+    with make_core(fake, tmp_path, interval=60) as core:
+        for step in (5, 10, 15):
+            core.train.report_training_metrics(step, {"loss": 1.0})
+        core.train.report_validation_metrics(15, {"validation_loss": 2.0})
+    assert len(fake.batches) == 2 and fake.batches[0] == fake.batches[1]
+    assert fake.stored_count == 4
+    assert fake.steps("training") == [5, 10, 15] and fake.steps("validation") == [15]
+
+
+def test_validation_metrics_are_delivered_before_the_call_returns(tmp_path) -> None:
+    fake = FakeMaster()
+    fake.fail_batches = 2
+    with make_core(fake, tmp_path, interval=60) as core:
+        core.train.report_training_metrics(50, {"loss": 0.3})
+        core.train.report_validation_metrics(50, {"validation_loss": 0.2, "accuracy": 0.9})
+        # No waiting: the call itself flushed (an interval of 60 s would not have).
+        assert fake.steps("training") == [50] and fake.steps("validation") == [50]
+        stored = fake.stored[(7, "validation", 50)]["metrics"]["metrics"]["avgMetrics"]
+        assert stored == {"validation_loss": 0.2, "accuracy": 0.9}
+
+
+def test_close_flushes_everything(tmp_path) -> None:
+    fake = FakeMaster()
+    core = make_core(fake, tmp_path, interval=60)
+    with core:
+        for step in range(1, 8):
+            core.train.report_training_metrics(step, {"loss": 1.0})
+        core.train.report_progress(0.07)
+        assert fake.batches == []
+    assert fake.steps("training") == list(range(1, 8))
+    assert fake.progress == [0.07]
+
+
+def test_close_is_bounded_and_loud_when_the_master_never_answers(tmp_path, caplog) -> None:
+    fake = FakeMaster()
+    fake.fail_batches = 10**9
+    core = make_core(fake, tmp_path, interval=60, close_timeout=0.3)
+    start = time.monotonic()
+    with caplog.at_level(logging.ERROR, logger="harness.core"), core:
+        core.train.report_training_metrics(1, {"loss": 1.0})
+    assert time.monotonic() - start < 3.0
+    assert "NEVER ACCEPTED 1 METRIC REPORT(S)" in caplog.text
+
+
+def test_a_refused_batch_surfaces_the_servers_message(tmp_path) -> None:
+    fake = FakeMaster()
+    fake.refuse_batches = True
+    core = make_core(fake, tmp_path, interval=60)
+    with pytest.raises(APIError, match="trial 1 is not running"), core:
+        core.train.report_validation_metrics(1, {"validation_loss": 1.0})
+    assert len(fake.batches) == 1  # a 4xx is not retried
+
+
+def test_nan_and_infinity_become_null_and_numpy_numbers_are_accepted(tmp_path) -> None:
+    np = pytest.importorskip("numpy")
+    fake = FakeMaster()
+    with make_core(fake, tmp_path) as core:
+        core.train.report_training_metrics(
+            np.int64(3),
+            {"a": math.nan, "b": math.inf, "c": -math.inf, "d": np.float32(0.5), "e": np.int64(2)},
+        )
+    avg = fake.stored[(7, "training", 3)]["metrics"]["metrics"]["avgMetrics"]
+    assert avg == {"a": None, "b": None, "c": None, "d": 0.5, "e": 2}
+
+
+def test_progress_is_coalesced_and_early_exit_is_reported(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path, interval=60) as core:
+        for i in range(1, 11):
+            core.train.report_progress(i / 10)
+        core.train.report_early_exit("invalid_hp")
+    assert fake.progress == [1.0]
+    assert fake.early_exits == ["EXITED_REASON_INVALID_HP"]
+
+
+# --- misuse ----------------------------------------------------------------------------------
+
+
+def test_misuse_states_the_rule(tmp_path) -> None:
+    fake = FakeMaster()
+    core = make_core(fake, tmp_path)
+    with pytest.raises(RuntimeError, match="use `with harness.core.init"):
+        core.train.report_training_metrics(1, {"loss": 1.0})
+    with core:
+        t = core.train
+        t.report_training_metrics(10, {"loss": 1.0})
+        with pytest.raises(ValueError, match="steps_completed must not decrease: got 9 after 10"):
+            t.report_training_metrics(9, {"loss": 1.0})
+        t.report_validation_metrics(5, {"validation_loss": 1.0})  # groups are separate
+        with pytest.raises(TypeError, match="metrics must be a dict of metric name to number"):
+            t.report_training_metrics(11, [("loss", 1.0)])  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="metrics must be a dict of numbers; 'loss' is str"):
+            t.report_training_metrics(11, {"loss": "1.0"})
+        with pytest.raises(TypeError, match="'ok' is bool"):
+            t.report_training_metrics(11, {"ok": True})
+        with pytest.raises(TypeError, match="steps_completed must be an int"):
+            t.report_training_metrics(11.0, {"loss": 1.0})  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="steps_completed must be >= 0"):
+            t.report_validation_metrics(-1, {"loss": 1.0})
+        with pytest.raises(ValueError, match=r"progress must be a number in \[0, 1\]"):
+            t.report_progress(1.5)
+        with pytest.raises(ValueError, match="early exit reason must be one of"):
+            t.report_early_exit("bored")
+        with (
+            pytest.raises(ValueError, match="must include 'steps_completed'"),
+            core.checkpoint.store_path({"epoch": 1}),
+        ):
+            pass
+        with (
+            pytest.raises(TypeError, match="must be JSON-serializable"),
+            core.checkpoint.store_path({"steps_completed": 1, "x": object()}),
+        ):
+            pass
+        t.report_early_exit("user_requested_stop")
+        with pytest.raises(RuntimeError, match="may be called once"):
+            t.report_early_exit("invalid_hp")
+    with pytest.raises(RuntimeError, match="after the core context was closed"):
+        core.train.report_training_metrics(20, {"loss": 1.0})
+    with (
+        pytest.raises(RuntimeError, match="after the core context was closed"),
+        core.checkpoint.store_path({"steps_completed": 1}),
+    ):
+        pass
+    with pytest.raises(TypeError, match="init\\(\\) takes 0 positional arguments"):
+        harness.core.init({"lr": 1})  # type: ignore[misc]
+    assert fake.steps("training") == [10]
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+
+def test_store_path_reports_files_sizes_and_metadata(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path) as core:
+        with core.checkpoint.store_path({"steps_completed": 42, "note": "hi"}) as (path, sid):
+            assert path == tmp_path / "ckpt" / sid and path.is_dir()
+            (path / "weights.bin").write_bytes(b"x" * 10)
+            (path / "sub").mkdir()
+            (path / "sub" / "state.json").write_text("{}")
+            assert fake.checkpoints == []  # reported only when the block ends
+        with core.checkpoint.restore_path(sid) as restored:
+            assert (restored / "weights.bin").read_bytes() == b"x" * 10
+        assert core.checkpoint.get_metadata(sid) == {"steps_completed": 42, "note": "hi"}
+    (ckpt,) = fake.checkpoints
+    assert ckpt["uuid"] == sid
+    assert (ckpt["taskId"], ckpt["allocationId"]) == ("1.7", "1.7.1")
+    assert ckpt["state"] == "STATE_COMPLETED"
+    assert ckpt["metadata"] == {"steps_completed": 42, "note": "hi"}
+    size = len((path / "metadata.json").read_bytes())
+    assert ckpt["resources"] == {"metadata.json": size, "sub/state.json": 2, "weights.bin": 10}
+    assert ckpt["training"]["trialId"] == 7 and ckpt["training"]["hparams"] == {"lr": 0.1}
+    assert ckpt["storagePath"] == str(path)
+
+
+def test_store_path_that_raises_leaves_nothing(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path) as core:
+        with (
+            pytest.raises(OSError, match="disk full"),
+            core.checkpoint.store_path({"steps_completed": 1}) as (path, _),
+        ):
+            (path / "partial").write_text("x")
+            raise OSError("disk full")
+        assert not path.exists()
+    assert fake.checkpoints == []
+
+
+def test_restore_path_errors(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path) as core:
+        with (
+            pytest.raises(FileNotFoundError, match="checkpoint nope not found"),
+            core.checkpoint.restore_path("nope"),
+        ):
+            pass
+        with pytest.raises(ValueError, match="not a path"), core.checkpoint.restore_path("../etc"):
+            pass
+
+
+def test_unsupported_storage_is_refused(tmp_path) -> None:
+    info = cluster_info(tmp_path, checkpoint_storage={"type": "s3", "bucket": "b"})
+    with pytest.raises(ValueError, match="only shared_fs"):
+        harness.core.init(info=info, transport=FakeMaster().transport)
+
+
+# --- preemption ------------------------------------------------------------------------------
+
+
+def test_preemption_is_watched_in_the_background_and_acked_once(tmp_path) -> None:
+    fake = FakeMaster()
+    with make_core(fake, tmp_path) as core:
+        assert wait_for(lambda: len(fake.polls) >= 2)
+        assert core.preempt.should_preempt() is False
+        assert fake.polls[0] == "0" and fake.polls[1] == "60"
+        fake.preempt.set()
+        assert wait_for(core.preempt.should_preempt)
+        assert core.preempt.should_preempt() is True
+        assert fake.acks == 1
+
+
+def test_preemption_watcher_survives_errors(tmp_path, caplog) -> None:
+    fake = FakeMaster()
+    fake.fail_polls = 3
+    fake.preempt.set()
+    with caplog.at_level(logging.WARNING, logger="harness.core"), make_core(fake, tmp_path) as core:
+        assert wait_for(core.preempt.should_preempt)
+    assert caplog.text.count("preemption check failed") == 3
+    assert fake.acks == 1
+
+
+def test_should_preempt_does_not_block(tmp_path) -> None:
+    fake = FakeMaster()
+    gate = threading.Event()
+
+    def slow(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/signals/preemption"):
+            gate.wait(5)
+        return fake.handle(request)
+
+    info = cluster_info(tmp_path)
+    with harness.core.init(info=info, transport=httpx.MockTransport(slow)) as core:
+        start = time.monotonic()
+        assert core.preempt.should_preempt() is False
+        assert time.monotonic() - start < 0.1
+        gate.set()
+
+
+# --- init ------------------------------------------------------------------------------------
+
+
+def test_init_reads_the_environment(tmp_path, monkeypatch) -> None:
+    from harness.core import _info
+
+    path = tmp_path / "trial_info.json"
+    info = cluster_info(tmp_path)
+    path.write_text(
+        json.dumps(
+            {
+                "master_url": "http://elsewhere:1",
+                "experiment_id": 1,
+                "trial_id": 7,
+                "trial_run_id": 1,
+                "trial_seed": 5,
+                "hparams": {"lr": 0.1},
+                "max_length": {"batches": 100},
+                "checkpoint_storage": info.checkpoint_storage,
+            }
+        )
+    )
+    monkeypatch.setenv("EPOCHAL_TRIAL_INFO", str(path))
+    monkeypatch.setenv("EPOCHAL_MASTER", "http://master:8080")
+    _info._load.cache_clear()
+    fake = FakeMaster()
+    seen_hosts = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen_hosts.append(request.url.host)
+        return fake.handle(request)
+
+    with harness.core.init(transport=httpx.MockTransport(handler)) as core:
+        assert core.on_cluster and core.info.trial_id == 7 and core.info.hparams == {"lr": 0.1}
+        core.train.report_validation_metrics(3, {"validation_loss": 1.0})
+    _info._load.cache_clear()
+    assert fake.steps("validation") == [3]
+    assert set(seen_hosts) == {"master"}
+
+
+def test_off_cluster(tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.delenv("EPOCHAL_TRIAL_INFO", raising=False)
+    with caplog.at_level(logging.INFO, logger="harness.core"), harness.core.init(
+        hparams={"lr": 0.01}, checkpoint_dir=tmp_path / "local", max_length=20
+    ) as core:
+        assert not core.on_cluster
+        assert core.info.hparams == {"lr": 0.01} and core.info.max_length == 20
+        assert core.info.latest_checkpoint is None
+        core.train.report_training_metrics(1, {"loss": 2.5})
+        core.train.report_validation_metrics(1, {"validation_loss": 2.0})
+        core.train.report_progress(0.5)
+        core.train.report_early_exit("user_requested_stop")
+        assert core.preempt.should_preempt() is False
+        with core.checkpoint.store_path({"steps_completed": 1}) as (path, sid):
+            (path / "w").write_text("1")
+        with core.checkpoint.restore_path(sid) as restored:
+            assert (restored / "w").read_text() == "1"
+        with pytest.raises(ValueError, match="must not decrease"):
+            core.train.report_training_metrics(0, {"loss": 2.5})
+    assert path.parent == tmp_path / "local"
+    assert "training metrics at step 1: {'loss': 2.5}" in caplog.text
+    assert "stored checkpoint" in caplog.text
+
+    with harness.core.init(
+        checkpoint_dir=tmp_path / "local", latest_checkpoint=sid, trial_seed=9
+    ) as again:
+        assert again.info.latest_checkpoint == sid and again.info.trial_seed == 9
+        with again.checkpoint.restore_path(sid) as restored:
+            assert (restored / "w").read_text() == "1"

@@ -1,0 +1,90 @@
+"""Local cluster settings, addresses and the use of an external PostgreSQL / Temporal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from deploy import local_cluster
+from deploy.local_cluster import ClusterSettings, cluster_info
+
+
+@pytest.fixture(autouse=True)
+def _no_external(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("EPOCHAL_DB_URL", "EPOCHAL_TEMPORAL_ADDRESS", "EPOCHAL_STATE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    s = ClusterSettings()
+    assert s.state_dir == tmp_path / ".epochal" / "cluster"
+    assert (s.api_port, s.temporal_port, s.temporal_ui_port, s.postgres_port) == (
+        8080, 7233, 8233, 54329)
+    assert s.agent_slots >= 1
+    assert s.log_file("master") == s.state_dir / "logs" / "master.log"
+    assert s.pid_file("agent") == s.state_dir / "run" / "agent.pid"
+    info = cluster_info(s)
+    assert info.api_url == "http://127.0.0.1:8080"
+    assert info.dashboard_url == "http://127.0.0.1:8080/"
+    assert info.temporal_address == "127.0.0.1:7233"
+    assert info.temporal_ui_url == "http://127.0.0.1:8233"
+    assert info.db_url == "postgresql://postgres@127.0.0.1:54329/epochal"
+
+
+def test_state_dir_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("EPOCHAL_STATE_DIR", str(tmp_path / "elsewhere"))
+    assert ClusterSettings().state_dir == tmp_path / "elsewhere"
+
+
+def test_headless_has_no_ui_url(tmp_path: Path) -> None:
+    info = cluster_info(ClusterSettings(state_dir=tmp_path, headless_temporal=True, api_port=9))
+    assert info.temporal_ui_url is None
+    assert info.api_url == "http://127.0.0.1:9"
+
+
+def test_external_servers_are_used_not_started(monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    monkeypatch.setenv("EPOCHAL_DB_URL", "postgresql://u@db.example:5432/x")
+    monkeypatch.setenv("EPOCHAL_TEMPORAL_ADDRESS", "temporal.example:7233")
+    s = ClusterSettings(state_dir=tmp_path)
+    info = local_cluster.up(s, parts=("postgres", "temporal"))
+    assert info.db_url == "postgresql://u@db.example:5432/x"
+    assert info.temporal_address == "temporal.example:7233"
+    assert info.temporal_ui_url is None
+    assert not (tmp_path / "postgres").exists()
+    assert not (tmp_path / "temporal.db").exists()
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_master_gets_its_environment(tmp_path: Path) -> None:
+    s = ClusterSettings(state_dir=tmp_path, api_port=18080, postgres_port=15432)
+    info = cluster_info(s)
+    env = local_cluster._master_env(s, info)
+    assert env["EPOCHAL_DB_URL"] == "postgresql://postgres@127.0.0.1:15432/epochal"
+    assert env["EPOCHAL_TEMPORAL_ADDRESS"] == "127.0.0.1:7233"
+    assert env["EPOCHAL_API_HOST"] == "127.0.0.1"
+    assert env["EPOCHAL_API_PORT"] == "18080"
+    assert env["EPOCHAL_CHECKPOINT_DIR"] == str(tmp_path / "checkpoints")
+    cluster_id = env["EPOCHAL_CLUSTER_ID"]
+    assert cluster_id and local_cluster._master_env(s, info)["EPOCHAL_CLUSTER_ID"] == cluster_id
+    cmd = local_cluster._agent_command(s, info)
+    assert cmd[1:3] == ["-m", "agent_worker"]
+    assert cmd[cmd.index("--master") + 1] == "http://127.0.0.1:18080"
+    assert cmd[cmd.index("--agent-id") + 1] == "local-agent"
+    assert cmd[cmd.index("--work-dir") + 1] == str(tmp_path / "agent")
+
+
+def test_unknown_part_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown cluster parts"):
+        local_cluster.up(ClusterSettings(state_dir=tmp_path), parts=("postgres", "gpu"))
+
+
+def test_status_and_down_of_a_cluster_that_never_ran(tmp_path: Path) -> None:
+    s = ClusterSettings(state_dir=tmp_path, api_port=1, temporal_port=1, postgres_port=1)
+    st = local_cluster.status(s)
+    assert [p.name for p in st.parts] == ["postgres", "temporal", "master", "agent"]
+    assert not any(p.running or p.answering for p in st.parts)
+    assert not st.all_answering
+    assert local_cluster.down(s) == []

@@ -1,0 +1,262 @@
+"""ExperimentWorkflow and TrialWorkflow on a real Temporal dev server and a real PostgreSQL.
+
+The master's real activities write the database; the agent's `run_trial` is replaced by a
+scripted stand-in registered under the real name on the pool's task queue, so each test decides
+what the "training process" does (succeed, crash, wait for preemption, hang until killed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowHandle
+from temporalio.worker import Worker
+from workflows.expconf import validate_experiment_config
+
+from activities.database import apply_migrations, create_pool
+from deploy.master import build_worker
+from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id, pool_task_queue
+from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
+
+Script = Callable[[RunTrialInput, asyncpg.Pool], Awaitable[RunTrialResult]]
+
+
+@pytest.fixture(scope="session")
+async def pool(postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(postgres_url)
+    await apply_migrations(pool)
+    yield pool
+    await pool.close()
+
+
+@pytest.fixture(scope="session")
+async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
+    async with build_worker(temporal_client, pool) as worker:
+        yield worker
+
+
+def make_config(pool_name: str, **searcher: Any) -> dict[str, Any]:
+    raw = {
+        "name": "wf-test",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {
+            "lr": {"type": "categorical", "vals": [0.1, 0.2, 0.3, 0.4]},
+        },
+        "searcher": {
+            "name": "grid",
+            "metric": "loss",
+            "smaller_is_better": True,
+            "max_length": {"batches": 10},
+            "max_concurrent_trials": 2,
+            **searcher,
+        },
+        "resources": {"resource_pool": pool_name},
+        "max_restarts": 1,
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/epochal-wf-test"},
+        "reproducibility": {"experiment_seed": 7},
+    }
+    return validate_experiment_config(raw).model_dump(mode="json")
+
+
+async def start_experiment(
+    client: Client, pool: asyncpg.Pool, config: dict[str, Any]
+) -> tuple[int, WorkflowHandle[Any, str]]:
+    experiment_id = await pool.fetchval(
+        "INSERT INTO experiments (name, config, original_config, seed)"
+        " VALUES ($1, $2, '', 7) RETURNING id",
+        config["name"],
+        config,
+    )
+    handle = await client.start_workflow(
+        "ExperimentWorkflow",
+        ExperimentInput(experiment_id=experiment_id, config=config, seed=7),
+        id=experiment_workflow_id(experiment_id),
+        task_queue=MASTER_TASK_QUEUE,
+        result_type=str,
+    )
+    return experiment_id, handle
+
+
+class FakeAgent:
+    """Stands in for an agent: runs `script` as the `run_trial` activity, counting concurrency."""
+
+    def __init__(self, pool: asyncpg.Pool, script: Script) -> None:
+        self.pool = pool
+        self.script = script
+        self.running = 0
+        self.max_running = 0
+        self.runs: list[RunTrialInput] = []
+
+    @activity.defn(name="run_trial")
+    async def run_trial(self, inp: RunTrialInput) -> RunTrialResult:
+        self.runs.append(inp)
+        self.running += 1
+        self.max_running = max(self.max_running, self.running)
+        try:
+            return await self.script(inp, self.pool)
+        finally:
+            self.running -= 1
+
+
+async def report_validation(pool: asyncpg.Pool, inp: RunTrialInput, steps: int) -> None:
+    await pool.execute(
+        "INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+        " VALUES ($1, 'validation', $2, $3) ON CONFLICT DO NOTHING",
+        inp.trial_id,
+        steps,
+        {"loss": float(inp.hparams["lr"])},
+    )
+
+
+async def succeed(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
+    await asyncio.sleep(0.2)
+    await report_validation(pool, inp, 10)
+    return RunTrialResult(exit_code=0, agent_id="fake")
+
+
+async def wait_for_preemption(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
+    """Behaves like the harness: trains until the master asks it to stop, then exits cleanly."""
+    for _ in range(600):
+        activity.heartbeat()
+        if await pool.fetchval("SELECT preempt_requested FROM trials WHERE id = $1", inp.trial_id):
+            return RunTrialResult(exit_code=0, agent_id="fake")
+        if inp.run_id > 1:  # resumed after activate: finish
+            await report_validation(pool, inp, 10)
+            return RunTrialResult(exit_code=0, agent_id="fake")
+        await asyncio.sleep(0.1)
+    return RunTrialResult(exit_code=1, agent_id="fake", message="never preempted")
+
+
+async def hang(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(0.1)
+
+
+async def trial_states(pool: asyncpg.Pool, experiment_id: int) -> list[str]:
+    rows = await pool.fetch(
+        "SELECT state FROM trials WHERE experiment_id = $1 ORDER BY id", experiment_id
+    )
+    return [r["state"] for r in rows]
+
+
+async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+async def run_with_agent(
+    client: Client, pool: asyncpg.Pool, script: Script, **searcher: Any
+) -> tuple[FakeAgent, str, WorkflowHandle[Any, str], int]:
+    pool_name = f"test-{uuid.uuid4().hex[:8]}"
+    agent = FakeAgent(pool, script)
+    config = make_config(pool_name, **searcher)
+    worker = Worker(client, task_queue=pool_task_queue(pool_name), activities=[agent.run_trial])
+    worker_task = asyncio.create_task(worker.run())
+    experiment_id, handle = await start_experiment(client, pool, config)
+    agent.worker_task = worker_task  # type: ignore[attr-defined]
+    return agent, pool_name, handle, experiment_id
+
+
+async def stop_agent(agent: FakeAgent) -> None:
+    agent.worker_task.cancel()  # type: ignore[attr-defined]
+    with pytest.raises(asyncio.CancelledError):
+        await agent.worker_task  # type: ignore[attr-defined]
+
+
+async def test_grid_runs_every_trial_within_the_concurrency_limit(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    agent, _, handle, experiment_id = await run_with_agent(temporal_client, pool, succeed)
+    try:
+        assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
+    finally:
+        await stop_agent(agent)
+    assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
+    assert agent.max_running == 2
+    assert sorted(r.hparams["lr"] for r in agent.runs) == [0.1, 0.2, 0.3, 0.4]
+    row = await pool.fetchrow(
+        "SELECT e.state, t.hparams FROM experiments e JOIN trials t ON t.id = e.best_trial_id"
+        " WHERE e.id = $1",
+        experiment_id,
+    )
+    assert row["state"] == "COMPLETED"
+    assert row["hparams"] == {"lr": 0.1}
+
+
+async def test_a_crashing_trial_errors_after_max_restarts_while_siblings_complete(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    async def crash_lr_03(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
+        if inp.hparams["lr"] == 0.3:
+            return RunTrialResult(exit_code=1, agent_id="fake", message="boom")
+        return await succeed(inp, pool)
+
+    agent, _, handle, experiment_id = await run_with_agent(temporal_client, pool, crash_lr_03)
+    try:
+        assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
+    finally:
+        await stop_agent(agent)
+    assert await trial_states(pool, experiment_id) == [
+        "COMPLETED",
+        "COMPLETED",
+        "ERROR",
+        "COMPLETED",
+    ]
+    crashed_runs = [r for r in agent.runs if r.hparams["lr"] == 0.3]
+    assert [r.run_id for r in crashed_runs] == [1, 2]  # first run + max_restarts (1)
+    restarts = await pool.fetchval(
+        "SELECT restarts FROM trials WHERE experiment_id = $1 AND state = 'ERROR'", experiment_id
+    )
+    assert restarts == 2
+
+
+async def test_pause_preempts_trials_and_activate_resumes_them(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    agent, _, handle, experiment_id = await run_with_agent(
+        temporal_client, pool, wait_for_preemption, max_concurrent_trials=4
+    )
+    try:
+        await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 4))
+        await handle.signal("pause")
+        await wait_until(lambda: _count(pool, experiment_id, "PAUSED", 4))
+        state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
+        assert state == "PAUSED"
+        await handle.signal("activate")
+        assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
+    finally:
+        await stop_agent(agent)
+    assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
+    assert sorted({r.run_id for r in agent.runs}) == [1, 2]
+
+
+async def test_kill_stops_running_trials_at_once(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    agent, _, handle, experiment_id = await run_with_agent(temporal_client, pool, hang)
+    try:
+        await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 2))
+        await handle.signal("kill")
+        assert await asyncio.wait_for(handle.result(), 30) == "CANCELED"
+    finally:
+        await stop_agent(agent)
+    # Two trials were running and were killed; the other two were never started.
+    assert await trial_states(pool, experiment_id) == ["CANCELED", "CANCELED"]
+    assert agent.running == 0
+
+
+async def _count(pool: asyncpg.Pool, experiment_id: int, state: str, n: int) -> bool:
+    return n == await pool.fetchval(
+        "SELECT count(*) FROM trials WHERE experiment_id = $1 AND state = $2",
+        experiment_id,
+        state,
+    )

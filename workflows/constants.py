@@ -1,0 +1,34 @@
+"""Names shared by the master, the agents and the API: task queues, workflow ids, signals.
+
+They are stored in Temporal histories, so changing one breaks running workflows.
+"""
+
+MASTER_TASK_QUEUE = "epochal-master"
+DEFAULT_NAMESPACE = "default"
+DEFAULT_RESOURCE_POOL = "default"
+
+
+def pool_task_queue(pool: str) -> str:
+    """Task queue every agent of a resource pool polls for trial runs."""
+    return f"epochal-pool-{pool}"
+
+
+def agent_task_queue(agent_id: str) -> str:
+    """Task queue only one agent polls (its own liveness and clean-up work)."""
+    return f"agent.{agent_id}"
+
+
+def experiment_workflow_id(experiment_id: int) -> str:
+    return f"experiment-{experiment_id}"
+
+
+def trial_workflow_id(experiment_id: int, trial_id: int) -> str:
+    return f"experiment-{experiment_id}-trial-{trial_id}"
+
+
+def task_id(experiment_id: int, trial_id: int) -> str:
+    return f"{experiment_id}.{trial_id}"
+
+
+def allocation_id(experiment_id: int, trial_id: int, run_id: int) -> str:
+    return f"{experiment_id}.{trial_id}.{run_id}"

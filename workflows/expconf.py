@@ -1,0 +1,822 @@
+"""The experiment configuration: the one model shared by the CLI, the API and the workflows.
+
+Field names and defaults follow Determined's experiment config (``schemas/expconf/v0``), so that a
+Determined config needs no change beyond the features Epochal has not built yet.
+
+``parse_experiment_config`` reads YAML text and ``validate_experiment_config`` checks parsed data;
+both raise ``ConfigError`` listing every problem at once as ``path.to.field: message``. The
+normalized form, ``ExperimentConfig.model_dump(mode="json")``, is what travels to workflows and
+agents; ``ExperimentConfig.model_validate`` reads it back unchanged.
+
+This module is imported inside Temporal workflows, so it stays pure: pydantic, stdlib and pyyaml.
+"""
+
+import difflib
+import json
+import math
+import shlex
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    RootModel,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from workflows.constants import DEFAULT_RESOURCE_POOL
+
+__all__ = [
+    "MAX_GRID_SIZE",
+    "SEARCHER_CONFIGS",
+    "BindMount",
+    "CategoricalHyperparameter",
+    "CheckpointStorageConfig",
+    "ConfigError",
+    "ConstHyperparameter",
+    "DoubleHyperparameter",
+    "EnvironmentConfig",
+    "ExperimentConfig",
+    "GridConfig",
+    "Hyperparameter",
+    "HyperparameterGroup",
+    "IntHyperparameter",
+    "Length",
+    "LogHyperparameter",
+    "RandomConfig",
+    "ReproducibilityConfig",
+    "ResourcesConfig",
+    "SearcherConfig",
+    "SharedFSConfig",
+    "SingleConfig",
+    "hyperparameters_grid_size",
+    "iter_hyperparameters",
+    "parse_experiment_config",
+    "validate_experiment_config",
+]
+
+MAX_GRID_SIZE = 100_000
+"""The largest grid search accepted: one trial per point."""
+
+# Error type of checks that report one or more problems below the location that raised them;
+# the context's "errors" holds (relative path, message) pairs.
+_EXPCONF_ERROR = "expconf"
+
+Path = tuple[str | int, ...]
+
+
+class ConfigError(Exception):
+    """An experiment config that cannot be used; ``errors`` lists every problem found.
+
+    Each error reads ``path.to.field: message`` (list items as ``field[2]``), except a YAML syntax
+    error, which names the source and the line and column instead.
+    """
+
+    def __init__(self, errors: list[str], source: str = "config", summary: str | None = None):
+        self.errors = list(errors)
+        self.source = source
+        count = len(self.errors)
+        self.summary = summary or (
+            f"the experiment config has {count} error{'s' if count != 1 else ''}"
+        )
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        return "\n".join([f"{self.source}: {self.summary}:", *(f"  {e}" for e in self.errors)])
+
+
+def _fail(*errors: tuple[Path, str]) -> PydanticCustomError:
+    """An error to raise from a validator, located at (relative) paths below it."""
+    return PydanticCustomError(
+        _EXPCONF_ERROR,
+        "{summary}",
+        {"summary": "; ".join(_join(path, msg) for path, msg in errors), "errors": list(errors)},
+    )
+
+
+class _UnknownField:
+    """Stands in for the value of an unknown key, carrying the message to report for it."""
+
+    def __init__(self, message: str):
+        self.message = message
+
+
+def _suggest(word: str, choices: Iterator[str] | list[str]) -> str:
+    match = difflib.get_close_matches(word, list(choices), n=1)
+    return f'; did you mean "{match[0]}"?' if match else ""
+
+
+def _is_plain_data(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, list):
+        return all(_is_plain_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_plain_data(v) for k, v in value.items())
+    return False
+
+
+def _check_plain_data(value: Any) -> Any:
+    if not _is_plain_data(value):
+        raise ValueError(
+            "must be plain data (strings, numbers, booleans, null, lists and mappings with "
+            "string keys); quote values such as dates"
+        )
+    return value
+
+
+class _Model(BaseModel):
+    """Strict types (no "5" for 5), no unknown keys, and null meaning "the default"."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prepare(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        prepared: dict[Any, Any] = {}
+        for key, value in data.items():
+            field = fields.get(key) if isinstance(key, str) else None
+            if field is None:
+                # extra="forbid" reports it; the marker tells the report what to say.
+                prepared[key] = _UnknownField(cls._unknown_field_message(str(key)))
+            elif value is None and not field.is_required() and field.get_default() is not None:
+                continue  # Determined treats null as "not given"
+            else:
+                prepared[key] = value
+        return prepared
+
+    @classmethod
+    def _unknown_field_message(cls, key: str) -> str:
+        return "unknown field" + _suggest(key, list(cls.model_fields))
+
+
+# --- lengths ------------------------------------------------------------------------------------
+
+_LENGTH_UNITS = ("batches", "records", "epochs")
+
+
+class Length(_Model):
+    """A training length, one of ``{batches: N}``, ``{records: N}``, ``{epochs: N}``.
+
+    A bare integer means batches, as in old Determined configs. Dumps as the one-key mapping.
+    """
+
+    batches: int | None = Field(default=None, ge=1)
+    records: int | None = Field(default=None, ge=1)
+    epochs: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_int(cls, data: Any) -> Any:
+        if isinstance(data, int) and not isinstance(data, bool):
+            return {"batches": data}
+        return data
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> "Length":
+        if sum(getattr(self, u) is not None for u in _LENGTH_UNITS) != 1:
+            raise _fail(((), 'must have exactly one of "batches", "records" or "epochs"'))
+        return self
+
+    @property
+    def unit(self) -> Literal["batches", "records", "epochs"]:
+        for u in _LENGTH_UNITS:
+            if getattr(self, u) is not None:
+                return u  # type: ignore[return-value]
+        raise AssertionError("validated Length without a unit")
+
+    @property
+    def value(self) -> int:
+        value: int = getattr(self, self.unit)
+        return value
+
+    @model_serializer
+    def _dump(self) -> dict[str, int]:
+        return {self.unit: self.value}
+
+
+# --- hyperparameters ----------------------------------------------------------------------------
+
+_HP_TYPES = ("const", "int", "double", "log", "categorical")
+
+
+PlainData = Annotated[Any, AfterValidator(_check_plain_data)]
+
+
+class ConstHyperparameter(_Model):
+    type: Literal["const"] = "const"
+    val: PlainData
+
+
+class _RangeHyperparameter(_Model):
+    @model_validator(mode="after")
+    def _ordered(self) -> Any:
+        minval, maxval = getattr(self, "minval"), getattr(self, "maxval")  # noqa: B009
+        if minval > maxval:
+            raise _fail((("maxval",), f"must be >= minval ({maxval} < {minval})"))
+        return self
+
+
+class IntHyperparameter(_RangeHyperparameter):
+    type: Literal["int"] = "int"
+    minval: int
+    maxval: int
+    count: int | None = Field(default=None, ge=1)
+
+
+class DoubleHyperparameter(_RangeHyperparameter):
+    type: Literal["double"] = "double"
+    minval: float
+    maxval: float
+    count: int | None = Field(default=None, ge=1)
+
+
+class LogHyperparameter(_RangeHyperparameter):
+    """Values ``base ** x`` for exponents ``x`` between ``minval`` and ``maxval``."""
+
+    type: Literal["log"] = "log"
+    base: float = Field(default=10.0, gt=0)
+    minval: float
+    maxval: float
+    count: int | None = Field(default=None, ge=1)
+
+
+class CategoricalHyperparameter(_Model):
+    type: Literal["categorical"] = "categorical"
+    vals: list[PlainData] = Field(min_length=1)
+
+
+def _hyperparameter_tag(value: Any) -> str | None:
+    if isinstance(value, dict):
+        if "type" not in value:
+            return "<group>"
+        kind = value["type"]
+        return f"<{kind}>" if isinstance(kind, str) and kind in _HP_TYPES else None
+    if isinstance(value, HyperparameterGroup):
+        return "<group>"
+    if isinstance(value, BaseModel):
+        return f"<{getattr(value, 'type', '')}>"
+    return "<value>"  # a plain scalar or list: shorthand for const
+
+
+def _const_shorthand(value: Any) -> Any:
+    return {"type": "const", "val": value}
+
+
+Hyperparameter = Annotated[
+    Annotated[ConstHyperparameter, Tag("<const>")]
+    | Annotated[IntHyperparameter, Tag("<int>")]
+    | Annotated[DoubleHyperparameter, Tag("<double>")]
+    | Annotated[LogHyperparameter, Tag("<log>")]
+    | Annotated[CategoricalHyperparameter, Tag("<categorical>")]
+    | Annotated["HyperparameterGroup", Tag("<group>")]
+    | Annotated[ConstHyperparameter, BeforeValidator(_const_shorthand), Tag("<value>")],
+    Discriminator(
+        _hyperparameter_tag,
+        custom_error_type="hyperparameter_type",
+        custom_error_message="unknown hyperparameter type",
+    ),
+]
+"""One hyperparameter: a typed mapping, a nested group (a mapping without "type"), or a value."""
+
+
+class HyperparameterGroup(RootModel[dict[str, Hyperparameter]]):
+    """Nested hyperparameters; trials receive them as a nested mapping."""
+
+
+HyperparameterGroup.model_rebuild()
+
+
+def iter_hyperparameters(
+    hparams: Mapping[str, Any], prefix: tuple[str, ...] = ()
+) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """Every hyperparameter that is not a group, with its path, in sorted name order.
+
+    An empty group is yielded itself (as a leaf whose value is ``{}``).
+    """
+    for name in sorted(hparams):
+        hp = hparams[name]
+        path = (*prefix, name)
+        if isinstance(hp, HyperparameterGroup) and hp.root:
+            yield from iter_hyperparameters(hp.root, path)
+        else:
+            yield path, hp
+
+
+def _grid_axis_size(hp: Any) -> int:
+    if isinstance(hp, IntHyperparameter):
+        if hp.count is None:
+            raise ValueError("int hyperparameter without count")
+        return min(hp.count, hp.maxval - hp.minval + 1)
+    if isinstance(hp, (DoubleHyperparameter, LogHyperparameter)):
+        if hp.count is None:
+            raise ValueError(f"{hp.type} hyperparameter without count")
+        return hp.count
+    if isinstance(hp, CategoricalHyperparameter):
+        return len(hp.vals)
+    return 1
+
+
+def hyperparameters_grid_size(hparams: Mapping[str, Any]) -> int:
+    """Number of points of the grid over ``hparams`` (every range needs a count)."""
+    return math.prod(_grid_axis_size(hp) for _, hp in iter_hyperparameters(hparams))
+
+
+def _grid_errors(hparams: Mapping[str, Any]) -> list[tuple[Path, str]]:
+    errors: list[tuple[Path, str]] = [
+        (("hyperparameters", *path, "count"), "required for grid search")
+        for path, hp in iter_hyperparameters(hparams)
+        if isinstance(hp, (IntHyperparameter, DoubleHyperparameter, LogHyperparameter))
+        and hp.count is None
+    ]
+    if not errors:
+        size = hyperparameters_grid_size(hparams)
+        if size > MAX_GRID_SIZE:
+            errors.append(
+                (
+                    ("hyperparameters",),
+                    f"the grid has {size:,} points, more than the {MAX_GRID_SIZE:,} allowed; "
+                    "lower some counts",
+                )
+            )
+    return errors
+
+
+# --- searchers ----------------------------------------------------------------------------------
+
+
+class _SearcherBase(_Model):
+    name: str
+    metric: str = Field(min_length=1)
+    smaller_is_better: bool = True
+    max_length: Length
+    source_trial_id: int | None = None
+    source_checkpoint_uuid: str | None = None
+
+    @classmethod
+    def _unknown_field_message(cls, key: str) -> str:
+        if key in _ALL_SEARCHER_FIELDS:
+            return f'not a field of the "{cls.model_fields["name"].default}" searcher'
+        return super()._unknown_field_message(key)
+
+
+class SingleConfig(_SearcherBase):
+    """One trial with each hyperparameter's middle value."""
+
+    name: Literal["single"] = "single"
+
+
+class GridConfig(_SearcherBase):
+    """One trial per point of the grid of hyperparameters (every range needs a ``count``)."""
+
+    name: Literal["grid"] = "grid"
+    max_concurrent_trials: int = Field(default=16, ge=0)
+
+
+class RandomConfig(_SearcherBase):
+    """``max_trials`` trials with hyperparameters sampled at random."""
+
+    name: Literal["random"] = "random"
+    max_trials: int = Field(ge=1)
+    max_concurrent_trials: int = Field(default=16, ge=0)
+
+
+# To add a searcher: a class above, a line here and a member of the union below.
+SEARCHER_CONFIGS: dict[str, type[_SearcherBase]] = {
+    "single": SingleConfig,
+    "grid": GridConfig,
+    "random": RandomConfig,
+}
+_ALL_SEARCHER_FIELDS = frozenset(f for c in SEARCHER_CONFIGS.values() for f in c.model_fields)
+
+
+def _keyed_tag(key: str, choices: Mapping[str, Any] | tuple[str, ...]) -> Any:
+    def tag(value: Any) -> str | None:
+        kind = value.get(key) if isinstance(value, dict) else getattr(value, key, None)
+        return f"<{kind}>" if isinstance(kind, str) and kind in choices else None
+
+    return tag
+
+
+SearcherConfig = Annotated[
+    Annotated[SingleConfig, Tag("<single>")]
+    | Annotated[GridConfig, Tag("<grid>")]
+    | Annotated[RandomConfig, Tag("<random>")],
+    Discriminator(
+        _keyed_tag("name", SEARCHER_CONFIGS),
+        custom_error_type="searcher_name",
+        custom_error_message="unknown searcher",
+    ),
+]
+
+
+# --- resources, storage, environment -----------------------------------------------------------
+
+
+class ResourcesConfig(_Model):
+    slots_per_trial: int = Field(default=1, ge=0)
+    resource_pool: str = Field(default=DEFAULT_RESOURCE_POOL, min_length=1)
+    priority: int | None = Field(default=None, ge=1, le=99)
+    max_slots: int | None = Field(default=None, ge=0)
+
+
+class SharedFSConfig(_Model):
+    """Checkpoints in ``host_path/<uuid>/`` (or ``host_path/storage_path/<uuid>/``)."""
+
+    type: Literal["shared_fs"] = "shared_fs"
+    host_path: str = Field(min_length=1)
+    storage_path: str | None = None
+    save_experiment_best: int = Field(default=0, ge=0)
+    save_trial_best: int = Field(default=1, ge=0)
+    save_trial_latest: int = Field(default=1, ge=0)
+
+
+_STORAGE_TYPES = ("shared_fs",)
+
+CheckpointStorageConfig = Annotated[
+    Annotated[SharedFSConfig, Tag("<shared_fs>")],
+    Discriminator(
+        _keyed_tag("type", _STORAGE_TYPES),
+        custom_error_type="storage_type",
+        custom_error_message="unknown checkpoint storage type",
+    ),
+]
+
+_DEVICE_KEYS = frozenset({"cpu", "cuda", "gpu", "rocm"})
+
+
+def _is_per_device(value: Any) -> bool:
+    """Determined's ``{cpu: ..., cuda: ...}`` form of a per-device setting."""
+    return isinstance(value, dict) and bool(value) and set(value) <= _DEVICE_KEYS
+
+
+def _env_value(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (str, int, float)):
+        return str(value)
+    return None
+
+
+def _normalize_env(value: Any) -> Any:
+    """``["K=V", ...]``, ``{K: V}`` or ``{cpu: [...], cuda: [...]}`` -> ``{K: V}``."""
+    errors: list[tuple[Path, str]] = []
+    result: dict[str, str] = {}
+    origin: dict[str, str] = {}
+
+    def add_list(items: Any, where: Path) -> None:
+        if not isinstance(items, list):
+            errors.append((where, 'must be a list of "KEY=VALUE" strings'))
+            return
+        for i, item in enumerate(items):
+            key, sep, val = item.partition("=") if isinstance(item, str) else ("", "", "")
+            if not sep or not key:
+                errors.append(((*where, i), f'must be "KEY=VALUE" (got {_describe(item)})'))
+                continue
+            label = ".".join(map(str, where)) or "list"
+            if key in result and result[key] != val and origin[key] != label:
+                errors.append(
+                    (
+                        (*where, i),
+                        f'"{key}" differs from its value for {origin[key]}; '
+                        "Epochal sets the same variables on every device",
+                    )
+                )
+                continue
+            result[key], origin[key] = val, label
+
+    if value is None:
+        return {}
+    if _is_per_device(value):
+        for device in sorted(value):
+            if value[device] is not None:
+                add_list(value[device], (device,))
+    elif isinstance(value, list):
+        add_list(value, ())
+    elif isinstance(value, dict):
+        for key, val in value.items():
+            text = _env_value(val)
+            if not isinstance(key, str) or not key or "=" in key:
+                errors.append(((str(key),), "must be a variable name"))
+            elif text is None:
+                errors.append(((key,), f"must be a string or a number (got {_describe(val)})"))
+            else:
+                result[key] = text
+    else:
+        return value  # the strict dict type reports it
+    if errors:
+        raise _fail(*errors)
+    return result
+
+
+class EnvironmentConfig(_Model):
+    image: str | None = None
+    environment_variables: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("image", mode="before")
+    @classmethod
+    def _one_image(cls, value: Any) -> Any:
+        if _is_per_device(value):
+            images = {v for v in value.values() if v is not None}
+            if len(images) > 1:
+                raise _fail(((), "give one image for every device (a string)"))
+            return images.pop() if images else None
+        return value
+
+    @field_validator("environment_variables", mode="before")
+    @classmethod
+    def _env_to_dict(cls, value: Any) -> Any:
+        return _normalize_env(value)
+
+
+class BindMount(_Model):
+    host_path: str = Field(min_length=1)
+    container_path: str = Field(min_length=1)
+    read_only: bool = False
+
+
+class ReproducibilityConfig(_Model):
+    experiment_seed: int | None = Field(default=None, ge=0)
+
+
+# --- the experiment -----------------------------------------------------------------------------
+
+
+class ExperimentConfig(_Model):
+    """An experiment's configuration, normalized.
+
+    ``checkpoint_storage`` None means the master's default storage; ``reproducibility.
+    experiment_seed`` None means the master picks a seed when the experiment is created.
+    """
+
+    name: str = "Experiment"
+    description: str | None = None
+    labels: list[str] = Field(default_factory=list)
+    data: dict[str, PlainData] = Field(default_factory=dict)
+    entrypoint: str
+    hyperparameters: dict[str, Hyperparameter] = Field(default_factory=dict)
+    searcher: SearcherConfig
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    max_restarts: int = Field(default=5, ge=0)
+    min_validation_period: Length | None = None
+    min_checkpoint_period: Length | None = None
+    checkpoint_storage: CheckpointStorageConfig | None = None
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    bind_mounts: list[BindMount] = Field(default_factory=list)
+    reproducibility: ReproducibilityConfig = Field(default_factory=ReproducibilityConfig)
+
+    @field_validator("entrypoint", mode="before")
+    @classmethod
+    def _entrypoint_to_str(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            if not value:
+                raise _fail(((), "must not be empty"))
+            bad = [(i, v) for i, v in enumerate(value) if not isinstance(v, str)]
+            if bad:
+                raise _fail(*(((i,), f"must be a string (got {_describe(v)})") for i, v in bad))
+            return shlex.join(value)
+        return value
+
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise _fail(((), "must not be empty"))
+        return value
+
+    @model_validator(mode="after")
+    def _searcher_fits_hyperparameters(self) -> "ExperimentConfig":
+        if self.searcher.name == "grid":
+            errors = _grid_errors(self.hyperparameters)
+            if errors:
+                raise _fail(*errors)
+        return self
+
+
+# --- parsing and reporting ----------------------------------------------------------------------
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML that rejects a key given twice in one mapping (YAML would keep the last)."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:
+            continue  # unhashable: construct_mapping reports it
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                f"found duplicate key {key!r}",
+                key_node.start_mark,
+            )
+    mapping: dict[Any, Any] = loader.construct_mapping(node)
+    return mapping
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_experiment_config(text: str, source: str = "config") -> ExperimentConfig:
+    """Parse and validate a YAML experiment config; ``source`` names it in error messages."""
+    try:
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
+        raise ConfigError([f"{where}: {problem}"], source, "not valid YAML") from None
+    return validate_experiment_config(data, source)
+
+
+def validate_experiment_config(data: Any, source: str = "config") -> ExperimentConfig:
+    """Validate already-parsed config data; raises ConfigError listing every problem."""
+    if data is None:
+        raise ConfigError(["config: is empty"], source)
+    if not isinstance(data, dict):
+        raise ConfigError([f"config: must be a mapping of fields (got {_describe(data)})"], source)
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as exc:
+        errors = _format_errors(exc)
+    for path, msg in _grid_errors_best_effort(data):
+        line = _join(path, msg)
+        if line not in errors:
+            errors.append(line)
+    raise ConfigError(errors, source)
+
+
+_HYPERPARAMETERS = TypeAdapter(dict[str, Hyperparameter])
+
+
+def _grid_errors_best_effort(data: dict[str, Any]) -> list[tuple[Path, str]]:
+    """The grid checks, when only other parts of the config failed to validate."""
+    searcher = data.get("searcher")
+    if not isinstance(searcher, dict) or searcher.get("name") != "grid":
+        return []
+    try:
+        hparams = _HYPERPARAMETERS.validate_python(data.get("hyperparameters") or {})
+    except ValidationError:
+        return []
+    return _grid_errors(hparams)
+
+
+def _join(path: Path, message: str) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return f"{text or 'config'}: {message}"
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        text = json.dumps(value)
+        return text if len(text) <= 40 else text[:36] + '..."'
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return type(value).__name__
+
+
+def _choices(names: Any) -> str:
+    return ", ".join(f'"{n}"' for n in names)
+
+
+# Determined's names for what Epochal does not offer yet.
+_NOT_YET = frozenset(
+    {
+        "adaptive_asha",
+        "async_halving",
+        "adaptive",
+        "adaptive_simple",
+        "sync_halving",
+        "pbt",
+        "custom",
+        "s3",
+        "gcs",
+        "azure",
+        "directory",
+        "hdfs",
+    }
+)
+
+
+def _union_message(
+    value: Any, key: str, kind: str, names: Any, extra: str = ""
+) -> tuple[Path, str]:
+    if not isinstance(value, dict):
+        return (), f"must be a mapping (got {_describe(value)})"
+    if key not in value:
+        return (key,), "field required"
+    got = value[key]
+    if isinstance(got, str) and got in _NOT_YET:
+        return (key,), f"{kind} {_describe(got)} is not supported yet; use one of {_choices(names)}"
+    hint = _suggest(got, list(names)) if isinstance(got, str) else ""
+    return (key,), f"unknown {kind} {_describe(got)}; must be one of {_choices(names)}{extra}{hint}"
+
+
+_TYPE_NAMES = {
+    "int_type": "an integer",
+    "float_type": "a number",
+    "string_type": "a string",
+    "bool_type": "true or false",
+    "list_type": "a list",
+    "dict_type": "a mapping",
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+}
+
+
+def _friendly(err: Any) -> str:
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "missing":
+        return "field required"
+    if kind == "extra_forbidden":
+        return value.message if isinstance(value, _UnknownField) else "unknown field"
+    if kind in _TYPE_NAMES:
+        return f"must be {_TYPE_NAMES[kind]} (got {_describe(value)})"
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        op = {
+            "greater_than_equal": ">=",
+            "greater_than": ">",
+            "less_than_equal": "<=",
+            "less_than": "<",
+        }[kind]
+        bound = next(iter(ctx.values()))
+        if isinstance(bound, float) and bound.is_integer():
+            bound = int(bound)
+        return f"must be {op} {bound} (got {_describe(value)})"
+    if kind in ("string_too_short", "too_short"):
+        return "must not be empty"
+    if kind == "literal_error":
+        return f"must be {ctx.get('expected')} (got {_describe(value)})"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return str(err["msg"])
+
+
+def _format_errors(exc: ValidationError) -> list[str]:
+    lines: list[str] = []
+    for err in exc.errors(include_url=False):
+        loc: Path = tuple(
+            part
+            for part in err["loc"]
+            if not (isinstance(part, str) and part.startswith("<") and part.endswith(">"))
+            and part != "[key]"
+        )
+        kind, value = err["type"], err.get("input")
+        found: list[tuple[Path, str]]
+        if kind == _EXPCONF_ERROR:
+            found = [(loc + tuple(p), m) for p, m in err["ctx"]["errors"]]
+        elif kind == "searcher_name":
+            sub, msg = _union_message(value, "name", "searcher", SEARCHER_CONFIGS)
+            found = [(loc + sub, msg)]
+        elif kind == "storage_type":
+            sub, msg = _union_message(value, "type", "checkpoint storage type", _STORAGE_TYPES)
+            found = [(loc + sub, msg)]
+        elif kind == "hyperparameter_type":
+            extra = ' (or no "type" for a group of hyperparameters)'
+            sub, msg = _union_message(value, "type", "hyperparameter type", _HP_TYPES, extra)
+            found = [(loc + sub, msg)]
+        elif err["loc"] and err["loc"][-1] == "[key]":
+            found = [(loc[:-1] + (str(loc[-1]),), "names must be strings")]
+        else:
+            found = [(loc, _friendly(err))]
+        for path, msg in found:
+            line = _join(path, msg)
+            if line not in lines:
+                lines.append(line)
+    return lines

@@ -1,0 +1,78 @@
+"""Searchers that decide a fixed list of trials up front: single, grid and random.
+
+Pure, seeded and replay-safe: no IO, no clock, no global random state, so an experiment workflow
+can call them directly and get the same trials on every replay.
+"""
+
+import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from workflows.expconf import (
+    ExperimentConfig,
+    RandomConfig,
+    hyperparameters_grid_size,
+    validate_experiment_config,
+)
+from workflows.searchers.grid import grid_trials
+from workflows.searchers.hparams import default_hparams, sample_hparams
+from workflows.searchers.random_search import random_trials
+from workflows.searchers.single import single_trials
+
+__all__ = [
+    "default_hparams",
+    "generate_trials",
+    "grid_size",
+    "sample_hparams",
+    "trial_seed",
+]
+
+
+def _as_config(config: ExperimentConfig | Mapping[str, Any]) -> ExperimentConfig:
+    if isinstance(config, ExperimentConfig):
+        return config
+    return validate_experiment_config(dict(config))
+
+
+def _random(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
+    assert isinstance(config.searcher, RandomConfig)
+    return random_trials(config.hyperparameters, config.searcher.max_trials, seed)
+
+
+# Searchers that decide every trial up front; adaptive ones (ASHA) keep state instead.
+_GENERATORS: dict[str, Callable[[ExperimentConfig, int], list[dict[str, Any]]]] = {
+    "single": lambda config, seed: single_trials(config.hyperparameters),
+    "grid": lambda config, seed: grid_trials(config.hyperparameters),
+    "random": _random,
+}
+
+
+def generate_trials(
+    config: ExperimentConfig | Mapping[str, Any], seed: int
+) -> list[dict[str, Any]]:
+    """The hyperparameters of every trial of the experiment, in the order to create them.
+
+    ``config`` is an ExperimentConfig or its ``model_dump(mode="json")``; ``seed`` (the
+    experiment seed) only matters to the random searcher. Same inputs, same list.
+    """
+    cfg = _as_config(config)
+    generate = _GENERATORS.get(cfg.searcher.name)
+    if generate is None:
+        raise ValueError(f"the {cfg.searcher.name} searcher does not decide its trials up front")
+    return generate(cfg, seed)
+
+
+def grid_size(config: ExperimentConfig | Mapping[str, Any]) -> int:
+    """How many points the grid over the config's hyperparameters has (ranges need a count).
+
+    Computed without building the grid, so a billion-point grid costs nothing to reject.
+    """
+    if isinstance(config, ExperimentConfig):
+        return hyperparameters_grid_size(config.hyperparameters)
+    return hyperparameters_grid_size(_as_config(config).hyperparameters)
+
+
+def trial_seed(experiment_seed: int, request_id: int | str) -> int:
+    """The seed of one trial, in [0, 2**31), derived from the experiment seed and its request."""
+    digest = hashlib.sha256(f"{experiment_seed}/{request_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % 2**31
