@@ -72,6 +72,15 @@ class AgentActivities:
             activity.logger.info("running trial %s run %s in %s on slots %s", inp.trial_id,
                                  inp.run_id, launch.run_dir, slot_ids)
             status = await self._run(launch, master_url)
+        except asyncio.CancelledError:
+            if activity.is_worker_shutdown():
+                raise ApplicationError(
+                    f"agent {self.agent_id} shut down while trial {inp.trial_id} run "
+                    f"{inp.run_id} was running; its processes were stopped",
+                    type="AgentShutdown") from None
+            activity.logger.info("trial %s run %s cancelled; its processes were stopped",
+                                 inp.trial_id, inp.run_id)
+            raise
         finally:
             self.slots.release(slot_ids)
         activity.logger.info("trial %s run %s %s", inp.trial_id, inp.run_id, status.message)
@@ -79,6 +88,7 @@ class AgentActivities:
                               oom_killed=status.oom_killed, message=status.message)
 
     async def _run(self, launch: TrialLaunch, master_url: str) -> ExitStatus:
+        """Run the launch, shipping its output; the last lines are shipped even on cancel."""
         inp = launch.input
         shipper = LogShipper(
             self.http, master_url,
@@ -90,15 +100,6 @@ class AgentActivities:
         shipper.start()
         try:
             return await self.runtime.run(launch, shipper, activity.heartbeat)
-        except asyncio.CancelledError:
-            if activity.is_worker_shutdown():
-                raise ApplicationError(
-                    f"agent {self.agent_id} shut down while trial {inp.trial_id} run "
-                    f"{inp.run_id} was running; its processes were stopped",
-                    type="AgentShutdown") from None
-            activity.logger.info("trial %s run %s cancelled; its processes were stopped",
-                                 inp.trial_id, inp.run_id)
-            raise
         finally:
             await uninterruptible(shipper.close(self.log_close_timeout))
 

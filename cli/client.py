@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 MASTER_ENV = "EPOCHAL_MASTER"
@@ -134,6 +135,8 @@ class Client:
     """A small wrapper over `httpx.Client` speaking the contract's REST API under /api/v1."""
 
     def __init__(self, master_url: str, timeout: float = TIMEOUT):
+        import httpx  # here, not at the top: `epochal --help` need not load it
+
         self.master_url = master_url
         transport = transport_factory() if transport_factory is not None else None
         self._http = httpx.Client(
@@ -153,6 +156,8 @@ class Client:
         self._http.close()
 
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        import httpx
+
         try:
             response = self._http.request(method, path, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -185,6 +190,8 @@ class Client:
         return self.request("GET", path, params=params)
 
     def post(self, path: str, body: Any = None, timeout: float | None = None) -> Any:
+        import httpx
+
         kwargs: dict[str, Any] = {"json": body if body is not None else {}}
         if timeout is not None:
             kwargs["timeout"] = httpx.Timeout(timeout, connect=10.0)
@@ -210,6 +217,8 @@ class Client:
     def stream_ndjson(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Yield each JSON line of a streamed answer (no read timeout: followed logs can be quiet
         for as long as training is)."""
+        import httpx
+
         try:
             with self._http.stream(
                 "GET", path, params=params, timeout=httpx.Timeout(None, connect=10.0)

@@ -129,6 +129,7 @@ def status(
     state_dir: StateDir = None,
     api_port: ApiPort = None,
     temporal_port: TemporalPort = None,
+    temporal_ui_port: TemporalUiPort = None,
     postgres_port: PostgresPort = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
@@ -138,6 +139,7 @@ def status(
         state_dir=state_dir,
         api_port=api_port,
         temporal_port=temporal_port,
+        temporal_ui_port=temporal_ui_port,
         postgres_port=postgres_port,
     )
     result = _run(local_cluster.status, s)
@@ -153,7 +155,7 @@ def status(
 
 
 def _show_status(result: Any) -> None:
-    t = render.table("Part", "PID", "Running", "Answering", "Address", "Log")
+    t = render.table("Part", "PID", "Running", "Answering", "Address")
     for part in result.parts:
         t.add_row(
             part.name,
@@ -161,10 +163,12 @@ def _show_status(result: Any) -> None:
             "yes" if part.running else "no",
             "yes" if part.answering else "no",
             part.address + (" (external)" if getattr(part, "external", False) else ""),
-            str(part.log_file) if part.log_file else "-",
         )
     render.show(t)
     info = result.info
+    logs = sorted({str(p.log_file.parent) for p in result.parts if p.log_file is not None})
+    if logs:
+        render.say(f"Logs: {', '.join(logs)}")
     render.say(f"Dashboard: {info.dashboard_url}")
     if info.temporal_ui_url:
         render.say(f"Temporal UI: {info.temporal_ui_url}")

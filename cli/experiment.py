@@ -209,7 +209,7 @@ def wait_until_terminal(client: Client, experiment_id: int) -> dict[str, Any]:
     unreachable_since: float | None = None
     while True:
         try:
-            experiment = client.get(f"/experiments/{experiment_id}")["experiment"]
+            experiment: dict[str, Any] = client.get(f"/experiments/{experiment_id}")["experiment"]
             unreachable_since = None
         except (MasterUnreachable, ConnectionLost) as exc:
             now = time.monotonic()
@@ -417,7 +417,9 @@ def experiment_fields(e: Mapping[str, Any]) -> list[tuple[str, Any]]:
 )
 def create(
     ctx: typer.Context,
-    config: Annotated[Path, typer.Argument(help="Experiment config (YAML).", show_default=False)],
+    config: Annotated[
+        Path, typer.Argument(metavar="CONFIG", help="Experiment config (YAML).", show_default=False)
+    ],
     model_def: Annotated[
         Path, typer.Argument(metavar="MODEL_DIR", help="Directory of training code.")
     ],
@@ -494,14 +496,20 @@ def list_experiments(
     if not experiments:
         render.say("No experiments yet. Create one with `epochal experiment create CONFIG DIR`.")
         return
-    columns = ["ID", "Name", "State", "Searcher", "Progress", "Trials", "Best", "Started", "Ended"]
-    if show_all:
-        columns.append("Archived")
-    t = render.table(*columns)
-    for e in sorted(experiments, key=lambda x: x.get("id") or 0):
+
+    def best_of(e: Mapping[str, Any]) -> Any:
         best = e.get("bestValidation")
         if isinstance(best, Mapping):
             best = render.metric_value(best, e.get("searcherMetric"))
+        return best
+
+    # The list answer may leave the best value out; show the column only when it has one.
+    with_best = any(best_of(e) is not None for e in experiments)
+    columns = ["ID", "Name", "State", "Searcher", "Progress", "Trials"]
+    columns += ["Best"] if with_best else []
+    columns += ["Started", "Ended"] + (["Archived"] if show_all else [])
+    t = render.table(*columns)
+    for e in sorted(experiments, key=lambda x: x.get("id") or 0):
         row = [
             str(e.get("id")),
             str(e.get("name") or "-"),
@@ -509,10 +517,9 @@ def list_experiments(
             str(e.get("searcherType") or "-"),
             render.percent(e.get("progress")),
             render.number(e.get("numTrials")),
-            render.number(best),
-            render.when(e.get("startTime")),
-            render.when(e.get("endTime")),
         ]
+        row += [render.number(best_of(e))] if with_best else []
+        row += [render.when(e.get("startTime")), render.when(e.get("endTime"))]
         if show_all:
             row.append("yes" if e.get("archived") else "")
         t.add_row(*row)

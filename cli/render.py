@@ -125,7 +125,7 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 def hparams(values: Any) -> str:
     if not isinstance(values, Mapping) or not values:
         return "-"
-    return ", ".join(f"{k}={hp_value(v)}" for k, v in flatten(values).items())
+    return ", ".join(f"{k}={hp_value(v)}" for k, v in sorted(flatten(values).items()))
 
 
 def hp_value(value: Any) -> str:

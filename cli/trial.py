@@ -41,7 +41,7 @@ def trial_fields(trial: dict[str, Any], metric: str | None) -> list[tuple[str, A
     if trial.get("earlyExitReason"):
         rows.append(("Early exit", str(trial["earlyExitReason"])))
     hparams = render.flatten(trial.get("hparams") or {})
-    lines = [f"{k}={render.hp_value(v)}" for k, v in hparams.items()]
+    lines = [f"{k}={render.hp_value(v)}" for k, v in sorted(hparams.items())]
     rows.append(("Hyperparameters", "\n".join(lines) or "-"))
     if metric:
         rows.append(("Searcher metric", metric))

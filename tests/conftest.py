@@ -28,6 +28,8 @@ from deploy.postgres import EmbeddedPostgres, bin_dir
 from deploy.processes import free_port
 from deploy.temporal_server import TemporalDevServer
 
+pytest_plugins = ["tests.master_fixtures"]
+
 
 @contextmanager
 def scratch_dir(prefix: str) -> Iterator[Path]:

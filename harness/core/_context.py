@@ -56,15 +56,21 @@ class Context:
         self.preempt._start()
         return self
 
-    def close(self, *, _raise_errors: bool = True) -> None:
-        """Flush metrics (waiting a bounded time), stop the background threads."""
+    def close(self) -> None:
+        """Flush metrics (waiting a bounded time), stop the background threads.
+
+        Raises the master's refusal of a metric report, if there was one.
+        """
+        self._close(raise_errors=True)
+
+    def _close(self, *, raise_errors: bool) -> None:
         if self._state == "closed":
             return
         self._state = "closed"
         self.preempt._close()
         self.checkpoint._close()
         try:
-            self.train._close(raise_errors=_raise_errors)
+            self.train._close(raise_errors=raise_errors)
         finally:
             if self._session is not None and self._owns_session:
                 self._session.close()
@@ -79,7 +85,7 @@ class Context:
         tb: TracebackType | None,
     ) -> None:
         # Do not hide the user's exception behind a metrics error.
-        self.close(_raise_errors=exc_type is None)
+        self._close(raise_errors=exc_type is None)
 
 
 def init(

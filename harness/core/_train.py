@@ -46,8 +46,9 @@ class _Sender:
     Every ``interval`` seconds, or as soon as ``batch_size`` reports are waiting, or when someone
     flushes, the oldest reports (at most ``batch_size``) go out as one batch. A batch is removed
     from the queue only once the master accepted it; connection errors and 5xx are retried with
-    the session's backoff for as long as it takes, a 4xx is kept as an error for the training
-    thread and the batch is dropped. Progress is coalesced: only the newest value is sent.
+    the session's backoff for as long as it takes; a 4xx (or any other failure, which retrying
+    would not cure) is kept as an error for the training thread and the batch is dropped.
+    Progress is coalesced: only the newest value is sent.
     """
 
     def __init__(

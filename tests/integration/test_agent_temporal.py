@@ -8,6 +8,9 @@ activity name and types, heartbeats, cancellation and shutdown.
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -26,6 +29,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from agent_worker.main import Agent, AgentConfig
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.testing import FakeMaster, make_tgz
+from deploy.processes import free_port
 from workflows.constants import agent_task_queue, pool_task_queue
 from workflows.types import RunTrialInput, RunTrialResult
 
@@ -61,7 +65,8 @@ class RunTrialOnAgent:
         await workflow.wait_condition(lambda: handle.done() or self._kill)
         if not handle.done():
             handle.cancel()
-        return await handle
+        result: RunTrialResult = await handle
+        return result
 
     @workflow.signal
     def kill(self) -> None:
@@ -82,9 +87,19 @@ async def workflow_queue(temporal_client: Client) -> AsyncIterator[str]:
         yield queue
 
 
+@dataclass
+class RunningAgent:
+    agent: Agent
+    task: asyncio.Task[int]
+
+    @property
+    def config(self) -> AgentConfig:
+        return self.agent.config
+
+
 @pytest.fixture
 async def agent(temporal_client: Client, temporal_address: str, master: FakeMaster,
-                tmp_path: Path) -> AsyncIterator[Agent]:
+                tmp_path: Path) -> AsyncIterator[RunningAgent]:
     suffix = uuid.uuid4().hex[:8]
     config = AgentConfig(master_url=master.url, temporal_address=temporal_address,
                          work_dir=tmp_path / "agent", agent_id=f"agent-{suffix}",
@@ -93,8 +108,7 @@ async def agent(temporal_client: Client, temporal_address: str, master: FakeMast
                   runtime=ProcessRuntime(kill_grace_seconds=0.5, heartbeat_interval=0.2))
     task = asyncio.create_task(agent.run())
     await asyncio.wait_for(agent.ready.wait(), timeout=10)
-    agent.task = task  # type: ignore[attr-defined]
-    yield agent
+    yield RunningAgent(agent, task)
     agent.stop()
     assert await asyncio.wait_for(task, timeout=20) == 0
 
@@ -107,7 +121,7 @@ def trial_input(experiment_id: int, entrypoint: str = "python3 train.py") -> Run
         trial_seed=1, latest_checkpoint=None, steps_completed=0)
 
 
-async def _pids(agent: Agent) -> list[int]:
+async def _pids(agent: RunningAgent) -> list[int]:
     path = agent.config.work_dir / "trials" / "3" / "run-1" / "pids"
     deadline = time.monotonic() + 10
     while not path.exists():
@@ -124,7 +138,7 @@ def _dead(pid: int) -> bool:
 
 
 async def test_runs_a_trial_from_the_pool_and_the_agent_queue(
-        temporal_client: Client, workflow_queue: str, agent: Agent,
+        temporal_client: Client, workflow_queue: str, agent: RunningAgent,
         master: FakeMaster) -> None:
     master.model_defs[1] = make_tgz({"train.py": "print('hello from the trial')\n"})
     cfg = agent.config
@@ -141,7 +155,7 @@ async def test_runs_a_trial_from_the_pool_and_the_agent_queue(
 
 
 async def test_kill_cancels_the_run_and_its_processes(
-        temporal_client: Client, workflow_queue: str, agent: Agent,
+        temporal_client: Client, workflow_queue: str, agent: RunningAgent,
         master: FakeMaster) -> None:
     master.model_defs[2] = make_tgz({"train.py": SLEEPER_PY})
     handle = await temporal_client.start_workflow(
@@ -161,7 +175,7 @@ async def test_kill_cancels_the_run_and_its_processes(
 
 
 async def test_agent_shutdown_stops_its_trials(
-        temporal_client: Client, workflow_queue: str, agent: Agent,
+        temporal_client: Client, workflow_queue: str, agent: RunningAgent,
         master: FakeMaster) -> None:
     master.model_defs[3] = make_tgz({"train.py": SLEEPER_PY})
     handle = await temporal_client.start_workflow(
@@ -169,11 +183,46 @@ async def test_agent_shutdown_stops_its_trials(
         RunArgs(trial_input(3), pool_task_queue(agent.config.resource_pool)),
         id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
     pids = await _pids(agent)
-    agent.stop()
-    assert await asyncio.wait_for(agent.task, timeout=20) == 0  # type: ignore[attr-defined]
+    agent.agent.stop()
+    assert await asyncio.wait_for(agent.task, timeout=20) == 0
     assert all(_dead(pid) for pid in pids)
     with pytest.raises(WorkflowFailureError) as err:
         await handle.result()
     assert isinstance(err.value.cause, ActivityError)
     cause = err.value.cause.cause
     assert isinstance(cause, ApplicationError) and cause.type == "AgentShutdown"
+
+
+def _start_agent_process(master_url: str, temporal_address: str,
+                         work_dir: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent_worker", "--master", master_url, "--temporal",
+         temporal_address, "--pool", f"pool-{uuid.uuid4().hex[:8]}", "--slots", "1",
+         "--work-dir", str(work_dir), "--agent-id", f"proc-{uuid.uuid4().hex[:8]}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+@pytest.mark.parametrize("master_up", [True, False], ids=["registered", "waiting-for-master"])
+async def test_agent_process_exits_cleanly_on_sigterm(
+        temporal_address: str, master: FakeMaster, tmp_path: Path, master_up: bool) -> None:
+    url = master.url if master_up else f"http://127.0.0.1:{free_port()}"
+    proc = _start_agent_process(url, temporal_address, tmp_path)
+    try:
+        deadline = time.monotonic() + 15
+        if master_up:
+            while not master.registrations:
+                assert time.monotonic() < deadline and proc.poll() is None
+                await asyncio.sleep(0.05)
+        else:
+            await asyncio.sleep(1.0)
+            assert proc.poll() is None  # still waiting for its master
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.to_thread(proc.wait, 15)
+        assert proc.stderr is not None
+        assert code == 0, proc.stderr.read().decode()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if proc.stderr is not None:
+            proc.stderr.close()

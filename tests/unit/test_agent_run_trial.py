@@ -338,14 +338,23 @@ async def test_bad_entrypoint_is_a_non_retryable_error(
 async def test_trials_run_concurrently(master: FakeMaster, http: httpx.AsyncClient,
                                        tmp_path: Path) -> None:
     exp = next(_experiment_ids)
-    master.model_defs[exp] = make_tgz({"train.py": "import time\ntime.sleep(0.7)\n"})
+    # Each run waits (bounded) for the other to have started: only concurrent runs finish fast.
+    master.model_defs[exp] = make_tgz({"train.py": """
+import os, sys, time
+open(f"../../started-{os.environ['TRIAL']}", "w").close()
+other = "1" if os.environ["TRIAL"] == "2" else "2"
+deadline = time.time() + 10
+while not os.path.exists(f"../../started-{other}"):
+    if time.time() > deadline:
+        sys.exit(1)
+    time.sleep(0.01)
+"""})
     acts = make_activities(master, http, tmp_path)
-    started = time.monotonic()
     results = await asyncio.gather(*(
-        ActivityEnvironment().run(acts.run_trial, trial_input(exp, trial_id=t))
+        ActivityEnvironment().run(acts.run_trial,
+                                  trial_input(exp, with_env({"TRIAL": t}), trial_id=t))
         for t in (1, 2)))
     assert [r.exit_code for r in results] == [0, 0]
-    assert time.monotonic() - started < 1.3
     trial_infos = [json.loads((tmp_path / "trials" / str(t) / "run-2" / "trial_info.json")
                               .read_text()) for t in (1, 2)]
     assert sorted(i["slot_ids"][0] for i in trial_infos) == [0, 1]

@@ -300,6 +300,7 @@ def test_cluster_status_table_and_exit_code(cluster, tmp_path) -> None:
     lines = result.stdout.splitlines()
     assert lines[2].split()[:5] == ["postgres", "10", "yes", "yes", "127.0.0.1:54329"]
     assert lines[3].split()[:4] == ["master", "-", "no", "no"]
+    assert "Logs: /l" in result.stdout
 
 
 def test_cluster_status_json(cluster, tmp_path) -> None:

@@ -85,6 +85,23 @@ def test_list_follows_pagination_and_all_includes_archived(fake: FakeMaster) -> 
     assert fake.sent("GET", "/experiments")[0].url.params["archived"] == "true"
 
 
+def test_list_hides_the_best_column_when_the_server_leaves_it_out(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments", {"experiments": [experiment(bestValidation=None)]})
+
+    result = run("experiment", "list")
+
+    assert result.stdout.splitlines()[0].split() == [
+        "ID",
+        "Name",
+        "State",
+        "Searcher",
+        "Progress",
+        "Trials",
+        "Started",
+        "Ended",
+    ]
+
+
 def test_list_empty(fake: FakeMaster) -> None:
     fake.on("GET", "/experiments", {"experiments": [], "pagination": {"total": 0}})
 
@@ -110,7 +127,7 @@ def test_describe_shows_fields_trials_and_best_checkpoint(fake: FakeMaster) -> N
     lines = out.splitlines()
     row11 = next(line for line in lines if line.lstrip().startswith("11 "))
     assert row11.split()[:4] == ["11", "COMPLETED", "300", "0.5"]
-    assert "lr=0.11, optimizer.momentum=0.9, activation=relu" in row11
+    assert "activation=relu, lr=0.11, optimizer.momentum=0.9" in row11
     row12 = next(line for line in lines if line.lstrip().startswith("12 *"))
     assert "0.3" in row12
     # Best by the best validation (0.25 < 0.45), its best checkpoint by searcher metric.

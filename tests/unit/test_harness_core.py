@@ -195,7 +195,7 @@ def test_reports_go_in_batches_of_at_most_100(tmp_path) -> None:
 
 def test_a_few_reports_are_sent_after_the_interval(tmp_path) -> None:
     fake = FakeMaster()
-    with make_core(fake, tmp_path, interval=0.05) as core:
+    with make_core(fake, tmp_path, interval=0.2) as core:
         core.train.report_training_metrics(10, {"loss": 0.5})
         core.train.report_training_metrics(20, {"loss": 0.4})
         assert wait_for(lambda: fake.steps("training") == [10, 20], timeout=2.0)

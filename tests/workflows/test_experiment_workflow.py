@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -17,28 +17,12 @@ import pytest
 from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
-from workflows.expconf import validate_experiment_config
 
-from activities.database import apply_migrations, create_pool
-from deploy.master import build_worker
 from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id, pool_task_queue
+from workflows.expconf import validate_experiment_config
 from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
 Script = Callable[[RunTrialInput, asyncpg.Pool], Awaitable[RunTrialResult]]
-
-
-@pytest.fixture(scope="session")
-async def pool(postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
-    pool = await create_pool(postgres_url)
-    await apply_migrations(pool)
-    yield pool
-    await pool.close()
-
-
-@pytest.fixture(scope="session")
-async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
-    async with build_worker(temporal_client, pool) as worker:
-        yield worker
 
 
 def make_config(pool_name: str, **searcher: Any) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""Session fixtures for tests that need the master's parts: its pool, its worker, a live API.
+
+`live_master` serves the real FastAPI app with uvicorn on a free port inside the test session's
+event loop, backed by the session's PostgreSQL and Temporal dev server; code under test (the
+harness, the CLI) talks to it over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+import pytest_asyncio
+import uvicorn
+from fastapi import FastAPI
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities.database import apply_migrations, create_pool
+from api.app import create_app
+from api.settings import Settings
+from deploy.master import build_worker
+from deploy.processes import free_port
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def pool(postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
+    pool = await create_pool(postgres_url)
+    await apply_migrations(pool)
+    yield pool
+    await pool.close()
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
+    async with build_worker(temporal_client, pool) as worker:
+        yield worker
+
+
+@dataclass(frozen=True)
+class LiveMaster:
+    url: str
+    settings: Settings
+    pool: asyncpg.Pool
+    temporal: Client
+    app: FastAPI
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def live_master(
+    temporal_client: Client,
+    pool: asyncpg.Pool,
+    master_worker: Worker,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[LiveMaster]:
+    port = free_port()
+    checkpoints = Path(tmp_path_factory.mktemp("checkpoints"))
+    settings = Settings(api_port=port, checkpoint_dir=str(checkpoints))
+    app = create_app(settings, pool, temporal_client)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
+    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        assert not task.done(), "the API server did not start"
+        await asyncio.sleep(0.02)
+    yield LiveMaster(settings.master_url, settings, pool, temporal_client, app)
+    server.should_exit = True
+    await task
