@@ -75,13 +75,15 @@ class ExperimentStore:
             " run_id = coalesce($4, run_id),"
             " preempt_requested = CASE WHEN $4::int IS NOT NULL THEN false"
             "                     ELSE preempt_requested END,"
-            " end_time = CASE WHEN $5 THEN coalesce(end_time, now()) ELSE NULL END"
+            " end_time = CASE WHEN $5 THEN coalesce(end_time, now()) ELSE NULL END,"
+            " agent_id = coalesce($6, agent_id)"
             " WHERE id = $1",
             inp.trial_id,
             inp.state,
             inp.restarts,
             inp.run_id,
             inp.ended,
+            inp.agent_id,
         )
 
     @activity.defn(name="request_preemption")

@@ -50,7 +50,9 @@ def list_agents(
     if not agents:
         render.say("No agents registered.")
         return
-    t = render.table("ID", "Pool", "Slots", "Alive", "Enabled", "Registered", "Last seen")
+    t = render.table(
+        "ID", "Pool", "Slots", "Alive", "Enabled", "Registered", "Last seen", wrap=["Slots"]
+    )
     for a in agents:
         t.add_row(
             str(a.get("id")),
@@ -58,8 +60,8 @@ def list_agents(
             slots_text(a.get("slots")),
             _yes(a.get("alive")),
             _yes(a.get("enabled")),
-            render.when(a.get("registeredTime")),
-            render.when(a.get("lastSeen")),
+            render.when(a.get("registeredTime"), compact=True),
+            render.when(a.get("lastSeen"), compact=True),
         )
     render.show(t)
 

@@ -155,7 +155,7 @@ def status(
 
 
 def _show_status(result: Any) -> None:
-    t = render.table("Part", "PID", "Running", "Answering", "Address")
+    t = render.table("Part", "PID", "Running", "Answering", "Address", wrap=["Address"])
     for part in result.parts:
         t.add_row(
             part.name,

@@ -160,14 +160,16 @@ def print_logs(client: Client, path: str, follow: bool, prefixed: bool, as_json:
 class _LogPump(threading.Thread):
     """Streams an experiment's logs while the main thread watches its state.
 
-    Reconnects (skipping lines already shown, by log id) when the stream breaks, e.g. while the
-    master restarts; stops when the stream ends (the experiment is terminal) or when told to.
+    Reconnects (skipping lines already shown, by log id) when the stream breaks or ends early,
+    e.g. while the master restarts; stops when the stream has ended and the experiment is
+    terminal, or when told to.
     """
 
     def __init__(self, master: str, experiment_id: int, out: TextIO):
         super().__init__(name=f"logs-{experiment_id}", daemon=True)
         self.master = master
-        self.path = f"/experiments/{experiment_id}/logs"
+        self.experiment_path = f"/experiments/{experiment_id}"
+        self.path = f"{self.experiment_path}/logs"
         self.out = out
         self.stop = threading.Event()
         self.seen: set[Any] = set()
@@ -179,10 +181,15 @@ class _LogPump(threading.Thread):
                 while not self.stop.is_set():
                     try:
                         self._stream(client)
-                        return
-                    except (ConnectionLost, MasterUnreachable):
-                        if self.stop.wait(max(POLL_SECONDS, 0.05)):
+                        # The stream ends once the experiment is terminal; a master shutting
+                        # down may also end it cleanly, so look before giving up.
+                        experiment = client.get(self.experiment_path)["experiment"]
+                        if render.is_terminal(experiment.get("state")):
                             return
+                    except (ConnectionLost, MasterUnreachable):
+                        pass
+                    if self.stop.wait(max(POLL_SECONDS, 0.05)):
+                        return
         except CliError as exc:
             self.problem = exc.message
         except Exception as exc:  # never a thread traceback in the middle of the output
@@ -508,7 +515,7 @@ def list_experiments(
     columns = ["ID", "Name", "State", "Searcher", "Progress", "Trials"]
     columns += ["Best"] if with_best else []
     columns += ["Started", "Ended"] + (["Archived"] if show_all else [])
-    t = render.table(*columns)
+    t = render.table(*columns, wrap=["Name"])
     for e in sorted(experiments, key=lambda x: x.get("id") or 0):
         row = [
             str(e.get("id")),
@@ -519,7 +526,7 @@ def list_experiments(
             render.number(e.get("numTrials")),
         ]
         row += [render.number(best_of(e))] if with_best else []
-        row += [render.when(e.get("startTime")), render.when(e.get("endTime"))]
+        row += [render.when(e.get("startTime"), True), render.when(e.get("endTime"), True)]
         if show_all:
             row.append("yes" if e.get("archived") else "")
         t.add_row(*row)

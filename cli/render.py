@@ -6,21 +6,37 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
 
+# Width for output that goes to a file or a pipe: wide enough that rows are not wrapped for grep.
+PIPE_WIDTH = 400
+
+
 def console() -> Console:
     # Made per use so that it writes to whatever sys.stdout is now (tests swap it).
-    return Console(highlight=False, soft_wrap=False)
+    width = None
+    if "COLUMNS" not in os.environ and not _is_tty(sys.stdout):
+        width = PIPE_WIDTH
+    return Console(highlight=False, soft_wrap=False, width=width)
+
+
+def _is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def print_json(data: Any) -> None:
@@ -51,8 +67,9 @@ def is_terminal(value: Any) -> bool:
     return state(value) in TERMINAL_STATES
 
 
-def when(value: Any) -> str:
-    """An RFC 3339 time as local, short `YYYY-MM-DD HH:MM:SS`."""
+def when(value: Any, compact: bool = False, now: datetime | None = None) -> str:
+    """An RFC 3339 time in local time: `YYYY-MM-DD HH:MM:SS`, or for table cells (`compact`)
+    `HH:MM:SS` today, `Mon DD HH:MM` this year, `YYYY-MM-DD` before."""
     if not value:
         return "-"
     text = str(value)
@@ -62,7 +79,14 @@ def when(value: Any) -> str:
         return text
     if moment.tzinfo is not None:
         moment = moment.astimezone()
-    return moment.strftime("%Y-%m-%d %H:%M:%S")
+    if not compact:
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    now = now or datetime.now(moment.tzinfo)
+    if moment.date() == now.date():
+        return moment.strftime("%H:%M:%S")
+    if moment.year == now.year:
+        return moment.strftime("%b %d %H:%M")
+    return moment.strftime("%Y-%m-%d")
 
 
 def duration(start: Any, end: Any) -> str:
@@ -181,15 +205,16 @@ def best_trial(
     return pick(scored, key=lambda pair: pair[0])[1]
 
 
-def table(*columns: str, title: str | None = None) -> Table:
-    t = Table(
-        *columns,
-        title=title,
-        box=box.SIMPLE_HEAD,
-        title_justify="left",
-        pad_edge=False,
-        show_edge=False,
-    )
+def table(*columns: str, wrap: Iterable[str] = ()) -> Table:
+    """A table whose cells never wrap (ids, states, numbers stay whole) except in the columns
+    named in `wrap` (names, hyperparameters), which give way when the terminal is narrow."""
+    wrapping = set(wrap)
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for name in columns:
+        if name in wrapping:
+            t.add_column(name, overflow="fold")
+        else:
+            t.add_column(name, no_wrap=True)
     return t
 
 
@@ -204,14 +229,29 @@ def fields(rows: Iterable[tuple[str, Any]]) -> Table:
 
 
 def show(renderable: Any) -> None:
-    console().print(renderable)
+    """Print a table; its no-wrap columns (ids, uuids, states, numbers) are never cut short: the
+    wrapping columns give way first, and past that the line is longer than the terminal."""
+    if isinstance(renderable, Table):
+        for column in renderable.columns:
+            if column.no_wrap:
+                cells = [column.header, *column._cells]
+                column.min_width = max(cell_len(str(c)) for c in cells)
+    console().print(renderable, crop=False)
 
 
 def trials_table(
     trials: Sequence[Mapping[str, Any]], metric: str | None, best_id: Any = None
 ) -> Table:
-    metric_header = f"{metric} (latest)" if metric else "metric (latest)"
-    t = table("Trial", "State", "Steps", metric_header, "Restarts", "Hyperparameters")
+    metric_header = metric or "metric"  # the latest validation's value
+    t = table(
+        "Trial",
+        "State",
+        "Steps",
+        metric_header,
+        "Restarts",
+        "Hyperparameters",
+        wrap=["Hyperparameters"],
+    )
     for trial in sorted(trials, key=lambda x: x.get("id") or 0):
         marker = " *" if best_id is not None and trial.get("id") == best_id else ""
         t.add_row(
@@ -259,7 +299,7 @@ def checkpoints_table(checkpoints: Sequence[Mapping[str, Any]], metric: str | No
             number(checkpoint_steps(c)),
             state(c.get("state")),
             size(checkpoint_size(c)),
-            when(c.get("reportTime")),
+            when(c.get("reportTime"), compact=True),
             number(training.get("searcherMetric")),
         )
     return t

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
@@ -62,7 +63,10 @@ async def live_master(
     settings = Settings(api_port=port, checkpoint_dir=str(checkpoints))
     app = create_app(settings, pool, temporal_client)
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
     )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
@@ -72,3 +76,10 @@ async def live_master(
     yield LiveMaster(settings.master_url, settings, pool, temporal_client, app)
     server.should_exit = True
     await task
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api(live_master: LiveMaster) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client of the live master's API."""
+    async with httpx.AsyncClient(base_url=live_master.url, timeout=30) as client:
+        yield client

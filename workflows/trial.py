@@ -50,6 +50,7 @@ class TrialWorkflow:
         self._state = "QUEUED"
         self._restarts = 0
         self._run_id = 0
+        self._agent_id: str | None = None
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
@@ -141,6 +142,7 @@ class TrialWorkflow:
             result = await handle
         except ActivityError as err:
             return ("preempted" if preempted or self._kill else "failed", str(err.cause or err))
+        self._agent_id = result.agent_id
         if result.exit_code == 0:
             return ("preempted" if preempted else "completed", "exit 0")
         detail = result.message or f"exit code {result.exit_code}"
@@ -174,6 +176,7 @@ class TrialWorkflow:
                 restarts=self._restarts,
                 run_id=run_id,
                 ended=ended,
+                agent_id=self._agent_id,
             ),
             start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
             retry_policy=DB_RETRY,

@@ -62,6 +62,7 @@ class RecordTrialStateInput:
     restarts: int | None = None
     run_id: int | None = None
     ended: bool = False
+    agent_id: str | None = None
 
 
 @dataclass

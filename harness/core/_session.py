@@ -24,6 +24,9 @@ from typing import Any
 import httpx
 
 logger = logging.getLogger("harness.core")
+# httpx logs every request at INFO; in a training script's logs (shipped to the master) that is
+# one line per metric batch and preemption poll. The harness reports its own failures instead.
+logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 class MasterError(Exception):

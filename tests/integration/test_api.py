@@ -11,12 +11,10 @@ import base64
 import dataclasses
 import json
 import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-import pytest_asyncio
 import yaml
 
 from tests.master_fixtures import LiveMaster
@@ -45,12 +43,6 @@ def model_definition(files: dict[str, bytes]) -> list[dict[str, Any]]:
         {"path": path, "type": 48, "content": base64.b64encode(data).decode(), "mode": 0o644}
         for path, data in files.items()
     ]
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def api(live_master: LiveMaster) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=live_master.url, timeout=30) as client:
-        yield client
 
 
 async def create(api: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def test_help_is_fast_to_import() -> None:
     code = (
         "import sys, cli.main; "
         "heavy = [m for m in ('temporalio', 'deploy.local_cluster', 'workflows.expconf', "
-        "'fastapi', 'asyncpg', 'pydantic') if m in sys.modules]; "
+        "'fastapi', 'asyncpg', 'pydantic', 'httpx') if m in sys.modules]; "
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

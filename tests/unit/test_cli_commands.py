@@ -322,3 +322,32 @@ def test_master_run_calls_deploy_master(monkeypatch: pytest.MonkeyPatch) -> None
 
     assert result.exit_code == 0, result.output
     assert called == [True]
+
+
+# -- rendering --------------------------------------------------------------------------------
+
+
+def test_narrow_terminal_never_cuts_uuids_or_states(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    fake.on("GET", "/experiments/4", {"experiment": experiment()})
+
+    result = CliRunner().invoke(
+        app, ["checkpoint", "list", "4"], env={"COLUMNS": "60", "EPOCHAL_MASTER": None}
+    )
+
+    assert "…" not in result.stdout
+    assert "c-12-200" in result.stdout and "COMPLETED" in result.stdout
+
+
+def test_times_are_local_and_short() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from cli.render import when
+
+    local = datetime(2025, 6, 1, 12, 30, 15).astimezone()
+    iso = local.astimezone(UTC).isoformat()
+    assert when(iso) == "2025-06-01 12:30:15"
+    assert when(iso, compact=True, now=local + timedelta(hours=1)) == "12:30:15"
+    assert when(iso, compact=True, now=local + timedelta(days=3)) == "Jun 01 12:30"
+    assert when(iso, compact=True, now=local + timedelta(days=400)) == "2025-06-01"
+    assert when(None) == "-"

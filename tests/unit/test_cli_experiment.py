@@ -301,6 +301,30 @@ def test_follow_rides_out_a_master_restart(fake: FakeMaster) -> None:
     assert "cannot reach the master" in result.stderr and "still trying" in result.stderr
 
 
+def test_follow_reconnects_when_the_log_stream_ends_early_without_repeating_lines(
+    fake: FakeMaster,
+) -> None:
+    fake.on(
+        "GET",
+        "/experiments/4/logs",
+        ndjson([log(1, 11, "one")]),
+        ndjson([log(1, 11, "one"), log(2, 11, "two")]),
+    )
+
+    def state(request):
+        done = len(fake.sent("GET", "/experiments/4/logs")) >= 2
+        return {"experiment": experiment("STATE_COMPLETED" if done else "STATE_ACTIVE")}
+
+    fake.on("GET", "/experiments/4", state)
+    fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+
+    result = run("experiment", "follow", "4")
+
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("[trial 11] one\n[trial 11] two\nExperiment 4 COMPLETED")
+
+
 # -- actions ----------------------------------------------------------------------------------
 
 
