@@ -132,10 +132,10 @@ class ExperimentStore:
         best_trial_id = await self._pool.fetchval(
             "SELECT m.trial_id FROM metrics m JOIN trials t ON t.id = m.trial_id"
             " WHERE t.experiment_id = $1 AND m.metric_group = 'validation'"
-            "   AND jsonb_typeof(m.metrics -> $2) = 'number'"
-            f" ORDER BY (m.metrics ->> $2)::float8 {'ASC' if smaller else 'DESC'}, m.id LIMIT 1",
+            "   AND searcher_metric(m.metrics, $2) IS NOT NULL"
+            " ORDER BY searcher_rank(m.metrics, $2), m.id LIMIT 1",
             inp.experiment_id,
-            metric,
+            searcher,
         )
         storage = config.get("checkpoint_storage") or {}
         policy = RetentionPolicy(

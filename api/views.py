@@ -62,11 +62,8 @@ LEFT JOIN LATERAL (
     ORDER BY m.steps_completed DESC LIMIT 1) lv ON true
 LEFT JOIN LATERAL (
     SELECT * FROM metrics m WHERE m.trial_id = t.id AND m.metric_group = 'validation'
-      AND jsonb_typeof(m.metrics -> (e.config -> 'searcher' ->> 'metric')) = 'number'
-    ORDER BY CASE WHEN (e.config -> 'searcher' ->> 'smaller_is_better')::boolean IS false
-                  THEN -(m.metrics ->> (e.config -> 'searcher' ->> 'metric'))::float8
-                  ELSE (m.metrics ->> (e.config -> 'searcher' ->> 'metric'))::float8 END,
-             m.steps_completed
+      AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL
+    ORDER BY searcher_rank(m.metrics, e.config -> 'searcher'), m.steps_completed
     LIMIT 1) bv ON true
 LEFT JOIN LATERAL (
     SELECT uuid FROM checkpoints c WHERE c.trial_id = t.id AND c.state = 'COMPLETED'
@@ -125,7 +122,12 @@ _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.labels, e.config, e.state, e.owner, e.progress,
        e.archived, e.best_trial_id, e.start_time, e.end_time,
        coalesce(array_agg(t.id ORDER BY t.id) FILTER (WHERE t.id IS NOT NULL), '{}') AS trial_ids,
-       coalesce(avg(t.progress), 0) AS trial_progress
+       coalesce(avg(t.progress), 0) AS trial_progress,
+       (SELECT searcher_metric(m.metrics, e.config -> 'searcher')
+        FROM metrics m JOIN trials bt ON bt.id = m.trial_id
+        WHERE bt.experiment_id = e.id AND m.metric_group = 'validation'
+          AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL
+        ORDER BY searcher_rank(m.metrics, e.config -> 'searcher') LIMIT 1) AS best_validation
 FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id
 """
 
@@ -134,7 +136,7 @@ def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JS
     config = row["config"]
     searcher = config["searcher"]
     best_id = row["best_trial_id"]
-    best_validation = None
+    best_validation = row["best_validation"]
     if trials is not None:
         best = best_trial(trials, searcher.get("smaller_is_better", True))
         if best is not None:

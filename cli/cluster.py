@@ -34,10 +34,10 @@ PostgresPort = Annotated[int | None, typer.Option(help="PostgreSQL port [54329].
 
 
 def settings(**given: Any) -> Any:
-    """The cluster settings, with only the options the user gave overriding the defaults."""
-    from deploy.local_cluster import ClusterSettings
+    """The cluster's settings: those its last `up` saved, overridden by the options given."""
+    from deploy.local_cluster import load_settings
 
-    return ClusterSettings(**{k: v for k, v in given.items() if v is not None})
+    return _run(load_settings, **{k: v for k, v in given.items() if v is not None})
 
 
 def _cluster_errors() -> tuple[type[BaseException], ...]:

@@ -239,28 +239,44 @@ def show(renderable: Any) -> None:
     console().print(renderable, crop=False)
 
 
+MAX_HPARAM_COLUMNS = 6
+
+
+def varying_hparams(trials: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """(names whose values differ between trials, {name: value} of those every trial shares)."""
+    flats = [flatten(t.get("hparams") or {}) for t in trials]
+    names = sorted({name for flat in flats for name in flat})
+    varying = [n for n in names if len({hp_value(f.get(n)) for f in flats}) > 1]
+    shared = {n: flats[0].get(n) for n in names if n not in varying} if flats else {}
+    return varying, shared
+
+
 def trials_table(
     trials: Sequence[Mapping[str, Any]], metric: str | None, best_id: Any = None
 ) -> Table:
+    """One row per trial; the hyperparameters that differ between trials get a column each,
+    the ones they share are listed once under the table."""
     metric_header = metric or "metric"  # the latest validation's value
-    t = table(
-        "Trial",
-        "State",
-        "Steps",
-        metric_header,
-        "Restarts",
-        "Hyperparameters",
-        wrap=["Hyperparameters"],
-    )
+    varying, shared = varying_hparams(trials)
+    split = 1 < len(trials) and len(varying) <= MAX_HPARAM_COLUMNS
+    hp_columns = varying if split else ["Hyperparameters"]
+    t = table("Trial", "State", "Steps", metric_header, "Restarts", *hp_columns,
+              wrap=["Hyperparameters"])
+    if split and shared:
+        t.caption = "same in every trial: " + hparams(shared)
     for trial in sorted(trials, key=lambda x: x.get("id") or 0):
         marker = " *" if best_id is not None and trial.get("id") == best_id else ""
+        flat = flatten(trial.get("hparams") or {})
+        hp_cells = (
+            [hp_value(flat.get(n)) for n in varying] if split else [hparams(trial.get("hparams"))]
+        )
         t.add_row(
             f"{trial.get('id')}{marker}",
             state(trial.get("state")),
             number(trial.get("totalBatchesProcessed")),
             number(trial_metric(trial, metric, "latest")),
             number(trial.get("restarts")),
-            hparams(trial.get("hparams")),
+            *hp_cells,
         )
     return t
 

@@ -12,6 +12,7 @@ Temporal instead of starting its own.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import uuid
@@ -29,7 +30,7 @@ from deploy.temporal_server import TemporalDevServer
 
 __all__ = [
     "PARTS", "ClusterError", "ClusterInfo", "ClusterSettings", "ClusterStatus", "PartStatus",
-    "cluster_info", "default_state_dir", "down", "status", "up",
+    "cluster_info", "default_state_dir", "down", "load_settings", "status", "up",
 ]
 
 PARTS = ("postgres", "temporal", "master", "agent")
@@ -120,6 +121,31 @@ def cluster_info(settings: ClusterSettings) -> ClusterInfo:
     )
 
 
+SETTINGS_FILE = "cluster.json"
+# What `up` remembers, so that `status` and `down` find a cluster started on other ports.
+SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
+                "headless_temporal")
+
+
+def load_settings(state_dir: Path | None = None, **overrides: object) -> ClusterSettings:
+    """The settings of the cluster in `state_dir`: what its last `up` saved, then `overrides`."""
+    state = Path(state_dir).expanduser() if state_dir else default_state_dir()
+    saved: dict[str, object] = {}
+    path = state / SETTINGS_FILE
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise ClusterError(f"cannot read the cluster settings {path}: {err}") from err
+        saved = {k: v for k, v in data.items() if k in SAVED_FIELDS}
+    return ClusterSettings(state_dir=state, **{**saved, **overrides})  # type: ignore[arg-type]
+
+
+def _save_settings(s: ClusterSettings) -> None:
+    data = {name: getattr(s, name) for name in SAVED_FIELDS}
+    (s.state_dir / SETTINGS_FILE).write_text(json.dumps(data, indent=2) + "\n")
+
+
 # -- up ----------------------------------------------------------------------------------------
 
 
@@ -138,6 +164,7 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     say = report or (lambda _msg: None)
     for sub in ("logs", "run", "checkpoints", "agent"):
         (s.state_dir / sub).mkdir(parents=True, exist_ok=True)
+    _save_settings(s)
     info = cluster_info(s)
 
     if "postgres" in wanted and not s.external_db_url:

@@ -43,8 +43,10 @@ _REASON_ALIASES = {
 class _Sender:
     """Posts queued metric reports in batches from a background thread.
 
-    Every ``interval`` seconds, or as soon as ``batch_size`` reports are waiting, or when someone
-    flushes, the oldest reports (at most ``batch_size``) go out as one batch. A batch is removed
+    A batch goes out as soon as work waits and the previous batch left at least ``interval``
+    seconds ago (so the first report is sent at once and later ones are grouped), or as soon as
+    ``batch_size`` reports are waiting, or when someone flushes; it holds the oldest reports (at
+    most ``batch_size``). A batch is removed
     from the queue only once the master accepted it; connection errors and 5xx are retried with
     the session's backoff for as long as it takes; a 4xx (or any other failure, which retrying
     would not cure) is kept as an error for the training thread and the batch is dropped.
@@ -64,7 +66,7 @@ class _Sender:
         self._done = 0  # reports delivered (or dropped after a 4xx)
         self._flush_to = 0  # send without waiting for the interval until _done reaches this
         self._progress: float | None = None
-        self._since: float | None = None  # when the oldest unsent work was queued
+        self._last_send = float("-inf")  # when the previous batch left
         self._stopping = False
         self._abandoned = False
         self._errors: list[MasterError] = []
@@ -79,17 +81,14 @@ class _Sender:
         with self._cond:
             self._pending.append(report)
             self._enqueued += 1
-            # Wake the sender to start its interval, or for a full batch.
-            if self._since is None or len(self._pending) == self._batch_size:
-                self._since = self._since or time.monotonic()
+            # Wake the sender for the first report waiting, or for a full batch.
+            if len(self._pending) in (1, self._batch_size):
                 self._cond.notify_all()
 
     def put_progress(self, fraction: float) -> None:
         with self._cond:
             self._progress = fraction
-            if self._since is None:
-                self._since = time.monotonic()
-                self._cond.notify_all()
+            self._cond.notify_all()
 
     def take_error(self) -> MasterError | None:
         with self._cond:
@@ -146,7 +145,7 @@ class _Sender:
                         return
                     waiting = len(self._pending)
                     has_work = waiting > 0 or self._progress is not None
-                    elapsed = time.monotonic() - (self._since or time.monotonic())
+                    elapsed = time.monotonic() - self._last_send
                     if (
                         waiting >= self._batch_size
                         or (waiting and self._flush_to > self._done)
@@ -158,8 +157,7 @@ class _Sender:
                     self._cond.wait(self._interval - elapsed if has_work else None)
                 batch = [self._pending[i] for i in range(min(waiting, self._batch_size))]
                 progress, self._progress = self._progress, None
-                # Reports beyond this batch start a new interval.
-                self._since = time.monotonic() if waiting > len(batch) else None
+                self._last_send = time.monotonic()
             if batch and not self._deliver(batch):
                 return
             if progress is not None:

@@ -77,6 +77,8 @@ async def test_reports_reach_the_api(api: httpx.AsyncClient, live_master: LiveMa
     assert checkpoint["resources"]["weights.bin"] == 128
     assert checkpoint["training"]["searcherMetric"] == 0.25
     assert Path(checkpoint["storagePath"], "weights.bin").exists()
+    listed = (await api.get("/api/v1/experiments", params={"limit": 1000})).json()["experiments"]
+    assert next(e for e in listed if e["id"] == experiment["id"])["bestValidation"] == 0.25
     await api.post(f"/api/v1/experiments/{experiment['id']}/kill")
 
 

@@ -127,7 +127,8 @@ def test_describe_shows_fields_trials_and_best_checkpoint(fake: FakeMaster) -> N
     lines = out.splitlines()
     row11 = next(line for line in lines if line.lstrip().startswith("11 "))
     assert row11.split()[:4] == ["11", "COMPLETED", "300", "0.5"]
-    assert "activation=relu, lr=0.11, optimizer.momentum=0.9" in row11
+    assert row11.split()[-1] == "0.11"  # only `lr` differs between the trials: its own column
+    assert "same in every trial: activation=relu, optimizer.momentum=0.9" in out
     row12 = next(line for line in lines if line.lstrip().startswith("12 *"))
     assert "0.3" in row12
     # Best by the best validation (0.25 < 0.45), its best checkpoint by searcher metric.

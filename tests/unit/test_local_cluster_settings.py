@@ -88,3 +88,21 @@ def test_status_and_down_of_a_cluster_that_never_ran(tmp_path: Path) -> None:
     assert not any(p.running or p.answering for p in st.parts)
     assert not st.all_answering
     assert local_cluster.down(s) == []
+
+
+def test_status_and_down_find_the_ports_up_saved(tmp_path: Path) -> None:
+    from deploy.local_cluster import _save_settings, load_settings
+
+    _save_settings(ClusterSettings(state_dir=tmp_path, api_port=18080, postgres_port=15432))
+    loaded = load_settings(tmp_path)
+    assert (loaded.api_port, loaded.postgres_port, loaded.temporal_port) == (18080, 15432, 7233)
+    assert load_settings(tmp_path, api_port=9999).api_port == 9999
+    assert load_settings(tmp_path / "elsewhere").api_port == 8080
+
+
+def test_unreadable_saved_settings_name_the_file(tmp_path: Path) -> None:
+    from deploy.local_cluster import ClusterError, load_settings
+
+    (tmp_path / "cluster.json").write_text("{not json")
+    with pytest.raises(ClusterError, match="cluster.json"):
+        load_settings(tmp_path)
