@@ -28,7 +28,9 @@ class RetentionPolicy:
     smaller_is_better: bool = True
 
 
-def _best_first(checkpoints: list[StoredCheckpoint], smaller_is_better: bool) -> list[StoredCheckpoint]:
+def _best_first(
+    checkpoints: list[StoredCheckpoint], smaller_is_better: bool
+) -> list[StoredCheckpoint]:
     scored = [c for c in checkpoints if c.metric is not None]
     return sorted(
         scored,

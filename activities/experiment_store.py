@@ -48,7 +48,8 @@ class ExperimentStore:
         return await self._pool.fetchval(
             "INSERT INTO trials (experiment_id, request_id, hparams, seed)"
             " VALUES ($1, $2, $3, $4)"
-            " ON CONFLICT (experiment_id, request_id) DO UPDATE SET request_id = EXCLUDED.request_id"
+            " ON CONFLICT (experiment_id, request_id)"
+            " DO UPDATE SET request_id = EXCLUDED.request_id"
             " RETURNING id",
             inp.experiment_id,
             inp.request_id,
@@ -146,7 +147,10 @@ class ExperimentStore:
         )
         stored = [
             StoredCheckpoint(
-                r["uuid"], r["trial_id"], r["steps_completed"], _searcher_value(r["validation"], metric)
+                r["uuid"],
+                r["trial_id"],
+                r["steps_completed"],
+                _searcher_value(r["validation"], metric),
             )
             for r in rows
         ]

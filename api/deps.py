@@ -1,4 +1,4 @@
-"""What routes receive: the pool, the Temporal client and the settings made in the app's lifespan."""
+"""What routes receive: the pool, the Temporal client and the settings the master made."""
 
 from __future__ import annotations
 

@@ -35,10 +35,10 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
         details = [f"{_field_path(tuple(e['loc']))}: {e['msg']}" for e in exc.errors()]
-        return JSONResponse(
-            {"message": "invalid request", "details": details}, status_code=400
-        )
+        return JSONResponse({"message": "invalid request", "details": details}, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return JSONResponse({"message": str(exc.detail), "details": []}, status_code=exc.status_code)
+        return JSONResponse(
+            {"message": str(exc.detail), "details": []}, status_code=exc.status_code
+        )

@@ -1,4 +1,4 @@
-"""Trial logs as NDJSON (`{"result": log}` per line, as Determined streams them), optionally followed.
+"""Trial logs as NDJSON (`{"result": log}` a line, as Determined streams them), maybe followed.
 
 Following polls PostgreSQL for rows newer than the last one sent and stops once the owner (a trial
 or an experiment) is terminal and nothing new arrived after that.

@@ -168,9 +168,7 @@ def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JS
 async def fetch_experiment_row(
     conn: asyncpg.Pool | asyncpg.Connection, experiment_id: int
 ) -> asyncpg.Record | None:
-    return await conn.fetchrow(
-        _EXPERIMENT_SELECT + " WHERE e.id = $1 GROUP BY e.id", experiment_id
-    )
+    return await conn.fetchrow(_EXPERIMENT_SELECT + " WHERE e.id = $1 GROUP BY e.id", experiment_id)
 
 
 async def fetch_experiment_rows(
@@ -215,7 +213,9 @@ def checkpoint_json(row: asyncpg.Record, searcher_metric: str | None = None) -> 
             "experimentId": row["experiment_id"],
             "hparams": row["hparams"],
             "validationMetrics": {"avgMetrics": validation} if validation else None,
-            "searcherMetric": _metric_value(validation, searcher_metric) if searcher_metric else None,
+            "searcherMetric": _metric_value(validation, searcher_metric)
+            if searcher_metric
+            else None,
         },
     }
 

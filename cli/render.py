@@ -258,7 +258,7 @@ def trials_table(
     the ones they share are listed once under the table."""
     metric_header = metric or "metric"  # the latest validation's value
     varying, shared = varying_hparams(trials)
-    split = 1 < len(trials) and len(varying) <= MAX_HPARAM_COLUMNS
+    split = len(trials) > 1 and len(varying) <= MAX_HPARAM_COLUMNS
     hp_columns = varying if split else ["Hyperparameters"]
     t = table("Trial", "State", "Steps", metric_header, "Restarts", *hp_columns,
               wrap=["Hyperparameters"])

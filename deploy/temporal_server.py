@@ -80,8 +80,12 @@ class TemporalDevServer:
         return self.pid() is not None
 
     def start(self, port: int = 7233, *, ui_port: int | None = None, headless: bool = False,
-              ip: str = "127.0.0.1", timeout: float = 60) -> str:
-        """Start the server unless it runs already; wait until it answers; return its address."""
+              ip: str = "127.0.0.1", timeout: float = 60,
+              extra_namespaces: tuple[str, ...] = ()) -> str:
+        """Start the server unless it runs already; wait until it answers; return its address.
+
+        `extra_namespaces` are created at start beside `default` (tests isolate clusters so).
+        """
         address = f"{ip}:{port}"
         pid = self.pid()
         if pid is None:
@@ -95,6 +99,8 @@ class TemporalDevServer:
                    "--db-filename", self.db_file, "--ip", ip, "--port", str(port),
                    "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
                    "--namespace", NAMESPACE, "--log-level", "warn"]
+            for namespace in extra_namespaces:
+                cmd += ["--namespace", namespace]
             if headless:
                 cmd.append("--headless")
             else:

@@ -30,6 +30,10 @@ from deploy.temporal_server import TemporalDevServer
 
 pytest_plugins = ["tests.master_fixtures"]
 
+# End-to-end clusters share the session's Temporal server in their own namespace, so that the
+# session's in-process master worker (namespace `default`) never takes their tasks.
+E2E_NAMESPACE = "epochal-e2e"
+
 
 @contextmanager
 def scratch_dir(prefix: str) -> Iterator[Path]:
@@ -60,15 +64,22 @@ def postgres_url() -> Iterator[str]:
             server.stop()
 
 
-@pytest.fixture
-def fresh_db_url(postgres_url: str) -> Iterator[str]:
-    """URL of a new, empty database on the session's server, dropped after the test."""
-    name = f"epochal_test_{uuid.uuid4().hex[:10]}"
+@contextmanager
+def fresh_database(postgres_url: str, prefix: str = "epochal_test") -> Iterator[str]:
+    """URL of a new, empty database on the session's server, dropped afterwards."""
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
     _psql(postgres_url, f'CREATE DATABASE "{name}"')
     try:
         yield _with_database(postgres_url, name)
     finally:
         _psql(postgres_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fresh_db_url(postgres_url: str) -> Iterator[str]:
+    """URL of a new, empty database on the session's server, dropped after the test."""
+    with fresh_database(postgres_url) as url:
+        yield url
 
 
 def _with_database(url: str, name: str) -> str:
@@ -94,7 +105,7 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
                                pid_file=root / "temporal.pid")
     try:
-        yield server.start(free_port(), headless=True)
+        yield server.start(free_port(), headless=True, extra_namespaces=(E2E_NAMESPACE,))
     finally:
         server.stop()
 

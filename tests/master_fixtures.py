@@ -64,7 +64,11 @@ async def live_master(
     app = create_app(settings, pool, temporal_client)
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_level="warning", lifespan="off",
+            app,
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+            lifespan="off",
             timeout_graceful_shutdown=1,
         )
     )

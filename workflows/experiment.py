@@ -28,7 +28,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 DB_ACTIVITY_TIMEOUT = timedelta(seconds=30)
-DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
+DB_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
+)
 GC_TIMEOUT = timedelta(minutes=10)
 
 
@@ -51,9 +53,11 @@ class ExperimentWorkflow:
         tasks: list[asyncio.Task[None]] = []
         while True:
             await workflow.wait_condition(
-                lambda: self._stop is not None
-                or (not self._paused and bool(pending) and self._in_flight < limit)
-                or (not pending and self._in_flight == 0)
+                lambda: (
+                    self._stop is not None
+                    or (not self._paused and bool(pending) and self._in_flight < limit)
+                    or (not pending and self._in_flight == 0)
+                )
             )
             if self._stop is not None or not pending:
                 break

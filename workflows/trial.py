@@ -29,7 +29,9 @@ with workflow.unsafe.imports_passed_through():
 
 DB_ACTIVITY_TIMEOUT = timedelta(seconds=30)
 # Database activities retry until PostgreSQL is back: a restart of it must not fail a trial.
-DB_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10))
+DB_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
+)
 RUN_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 RUN_MAX_DURATION = timedelta(days=30)
 PREEMPTION_GRACE = timedelta(minutes=5)
@@ -102,7 +104,9 @@ class TrialWorkflow:
                 return await self._end(inp, "ERROR")
             await self._record(inp, "QUEUED")
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(self._stopping, timeout=restart_backoff(self._restarts))
+                await workflow.wait_condition(
+                    self._stopping, timeout=restart_backoff(self._restarts)
+                )
 
     async def _run_once(self, inp: TrialInput, resume: ResumePoint) -> tuple[str, str]:
         """One run on an agent: ('completed'|'preempted'|'failed', detail)."""
@@ -165,8 +169,9 @@ class TrialWorkflow:
             retry_policy=DB_RETRY,
         )
 
-    async def _record(self, inp: TrialInput, state: str, *, run_id: int | None = None,
-                      ended: bool = False) -> None:
+    async def _record(
+        self, inp: TrialInput, state: str, *, run_id: int | None = None, ended: bool = False
+    ) -> None:
         self._state = state
         await workflow.execute_activity(
             "record_trial_state",
@@ -182,8 +187,9 @@ class TrialWorkflow:
             retry_policy=DB_RETRY,
         )
 
-    async def _end(self, inp: TrialInput, state: str,
-                   early_exit_reason: str | None = None) -> TrialOutcome:
+    async def _end(
+        self, inp: TrialInput, state: str, early_exit_reason: str | None = None
+    ) -> TrialOutcome:
         await self._record(inp, state, ended=True)
         return TrialOutcome(
             trial_id=inp.trial_id,

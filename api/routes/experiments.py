@@ -12,7 +12,6 @@ from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
-from workflows.expconf import ConfigError, parse_experiment_config, validate_experiment_config
 
 from api import views
 from api.deps import AppSettings, Pool, Temporal
@@ -20,6 +19,7 @@ from api.errors import ApiError, not_found
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
 from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
+from workflows.expconf import ConfigError, parse_experiment_config, validate_experiment_config
 from workflows.types import ExperimentInput
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
@@ -205,7 +205,9 @@ async def get_model_definition(experiment_id: int, pool: Pool) -> dict[str, str]
 
 
 @router.get("/experiments/{experiment_id}/logs")
-async def experiment_logs(experiment_id: int, pool: Pool, follow: bool = False) -> StreamingResponse:
+async def experiment_logs(
+    experiment_id: int, pool: Pool, follow: bool = False
+) -> StreamingResponse:
     await _experiment_row(pool, experiment_id)
 
     async def is_done() -> bool:

@@ -23,8 +23,9 @@ from tests.master_fixtures import LiveMaster
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-def trial_info(master: LiveMaster, experiment: dict[str, Any], trial: dict[str, Any],
-               config: dict[str, Any]) -> TrialInfo:
+def trial_info(
+    master: LiveMaster, experiment: dict[str, Any], trial: dict[str, Any], config: dict[str, Any]
+) -> TrialInfo:
     return TrialInfo.from_dict(
         {
             "master_url": master.url,
@@ -116,7 +117,9 @@ async def test_a_report_for_an_unknown_trial_is_refused_clearly(
     trial = (await wait_for_trials(api, experiment["id"], 2))[0]
     info = trial_info(live_master, experiment, trial, created["config"])
     bogus = dataclasses.replace(
-        info, trial_id=987654, task_id=f"{experiment['id']}.987654",
+        info,
+        trial_id=987654,
+        task_id=f"{experiment['id']}.987654",
         allocation_id=f"{experiment['id']}.987654.1",
     )
 

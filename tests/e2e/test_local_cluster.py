@@ -1,0 +1,251 @@
+"""End to end, as a user works: `epochal cluster up`, then experiments driven with the CLI.
+
+The cluster runs the real master and agent processes; it uses the session's PostgreSQL (a fresh
+database) and Temporal dev server (its own namespace) through EPOCHAL_DB_URL and
+EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is configured.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from deploy.processes import free_port
+from tests.conftest import E2E_NAMESPACE, fresh_database
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+DIGITS = REPO / "examples" / "digits"
+EPOCHAL = [sys.executable, "-m", "cli.main"]
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    url: str
+    state_dir: Path
+
+    def run(
+        self, *args: str, check: bool = True, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [*EPOCHAL, *args],
+            env=self.env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+        )
+        if check:
+            assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
+        return result
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.run(*args, "--json").stdout)
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+    state_dir = Path(tempfile.mkdtemp(prefix="epochal-e2e-"))
+    port = free_port()
+    with fresh_database(postgres_url, prefix="epochal_e2e") as db_url:
+        env = {
+            **os.environ,
+            "EPOCHAL_DB_URL": db_url,
+            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
+            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
+            "EPOCHAL_STATE_DIR": str(state_dir),
+            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
+            "EPOCHAL_KILL_GRACE_SECONDS": "3",
+        }
+        cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
+        try:
+            up = cluster.run("cluster", "up", "--api-port", str(port), "--slots", "2")
+            assert f"http://127.0.0.1:{port}/" in up.stdout  # the dashboard address
+            yield cluster
+        finally:
+            cluster.run("cluster", "down", check=False)
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def created_id(output: str) -> int:
+    match = re.search(r"Created experiment (\d+)", output)
+    assert match, output
+    return int(match.group(1))
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_grid_search_runs_to_completion(cluster: Cluster) -> None:
+    result = cluster.run(
+        "experiment", "create", "examples/digits/grid.yaml", "examples/digits", "--follow"
+    )
+    experiment_id = created_id(result.stdout)
+    assert "Best trial:" in result.stdout
+
+    trials = cluster.json("experiment", "describe", str(experiment_id))["trials"]
+    assert len(trials) == 6
+    assert {t["state"] for t in trials} == {"STATE_COMPLETED"}
+    assert all(t["bestValidation"]["metrics"]["accuracy"] > 0 for t in trials)
+    assert {(t["hparams"]["learning_rate"], t["hparams"]["hidden_size"]) for t in trials} == {
+        (lr, h) for lr in (0.001, 0.01, 0.1) for h in (16, 64)
+    }
+
+    checkpoints = cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
+    kept = [c for c in checkpoints if c["state"] == "STATE_COMPLETED"]
+    assert {c["training"]["trialId"] for c in kept} == {t["id"] for t in trials}
+    assert all(Path(c["storagePath"]).is_dir() for c in kept)
+    deleted = [c for c in checkpoints if c["state"] == "STATE_DELETED"]
+    assert deleted and not any(Path(c["storagePath"]).exists() for c in deleted)
+
+    logs = cluster.run("trial", "logs", str(trials[0]["id"])).stdout
+    assert "validation" in logs.lower()
+    listed = cluster.run("experiment", "list").stdout
+    assert "digits-grid" in listed
+
+
+def long_single_config(tmp_path: Path) -> Path:
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    config["name"] = "digits-long"
+    config["searcher"]["max_length"] = {"batches": 2_000_000}
+    config["hyperparameters"]["validation_period"] = 100_000
+    path = tmp_path / "long.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def trial_of(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
+    described = cluster.json("experiment", "describe", str(experiment_id))
+    return described["trials"][0]
+
+
+def experiment_state(cluster: Cluster, experiment_id: int) -> str:
+    return cluster.json("experiment", "describe", str(experiment_id))["experiment"]["state"]
+
+
+def training_processes(cluster: Cluster) -> list[psutil.Process]:
+    work = str(cluster.state_dir / "agent")
+    found = []
+    for proc in psutil.process_iter(["cmdline", "cwd", "status"]):
+        try:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and (proc.info["cwd"] or "").startswith(
+                work
+            ):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+def test_pause_activate_and_kill(cluster: Cluster, tmp_path: Path) -> None:
+    result = cluster.run(
+        "experiment", "create", str(long_single_config(tmp_path)), "examples/digits"
+    )
+    experiment_id = created_id(result.stdout)
+    wait_for(
+        lambda: trial_of(cluster, experiment_id)["totalBatchesProcessed"] > 0,
+        what="the first training metrics",
+    )
+
+    cluster.run("experiment", "pause", str(experiment_id))
+    wait_for(
+        lambda: trial_of(cluster, experiment_id)["state"] == "STATE_PAUSED",
+        what="the trial to pause",
+    )
+    assert experiment_state(cluster, experiment_id) == "STATE_PAUSED"
+    paused = trial_of(cluster, experiment_id)
+    assert paused["latestCheckpointUuid"], "a preempted trial checkpoints before it stops"
+    wait_for(lambda: not training_processes(cluster), what="the training process to exit")
+
+    cluster.run("experiment", "activate", str(experiment_id))
+    wait_for(
+        lambda: (
+            trial_of(cluster, experiment_id)["runId"] == 2
+            and trial_of(cluster, experiment_id)["state"] == "STATE_RUNNING"
+        ),
+        what="the trial to run again",
+    )
+    logs = wait_for(
+        lambda: (
+            "resumed from checkpoint"
+            in (out := cluster.run("trial", "logs", str(paused["id"])).stdout)
+            and out
+        ),
+        what="the resumed run's log line",
+    )
+    assert paused["latestCheckpointUuid"] in logs
+
+    cluster.run("experiment", "kill", str(experiment_id))
+    wait_for(
+        lambda: experiment_state(cluster, experiment_id) == "STATE_CANCELED",
+        timeout=30,
+        what="the experiment to be canceled",
+    )
+    assert trial_of(cluster, experiment_id)["state"] == "STATE_CANCELED"
+    wait_for(
+        lambda: not training_processes(cluster),
+        timeout=15,
+        what="the killed training process to be gone",
+    )
+    denied = cluster.run("experiment", "activate", str(experiment_id), check=False)
+    assert denied.returncode == 1
+    assert "CANCELED" in denied.stderr
+
+
+def test_bad_input_is_refused_before_anything_is_stored(cluster: Cluster, tmp_path: Path) -> None:
+    before = cluster.json("experiment", "list", "--all")
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("name: [unclosed\n")
+    result = cluster.run("experiment", "create", str(bad_yaml), "examples/digits", check=False)
+    assert result.returncode == 2
+    assert "bad.yaml" in result.stderr and "Traceback" not in result.stderr
+
+    typo = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    typo["searcher"]["metirc"] = typo["searcher"].pop("metric")
+    typo_path = tmp_path / "typo.yaml"
+    typo_path.write_text(yaml.safe_dump(typo))
+    result = cluster.run("experiment", "create", str(typo_path), "examples/digits", check=False)
+    assert result.returncode == 2
+    assert 'did you mean "metric"' in result.stderr
+
+    empty_dir = tmp_path / "empty"
+    empty_dir.mkdir()
+    result = cluster.run(
+        "experiment", "create", "examples/digits/single.yaml", str(empty_dir), check=False
+    )
+    assert result.returncode == 2
+    assert "train.py" in result.stderr
+
+    after = cluster.json("experiment", "list", "--all")
+    assert len(after["experiments"]) == len(before["experiments"])
+
+    env = {**cluster.env, "EPOCHAL_MASTER": f"http://127.0.0.1:{free_port()}"}
+    result = subprocess.run(
+        [*EPOCHAL, "experiment", "list"], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 1
+    assert "cannot reach the master" in result.stderr and "Traceback" not in result.stderr
