@@ -23,13 +23,16 @@ demo: install
 	$(BIN)/epochal experiment create examples/digits/grid.yaml examples/digits --follow
 	$(BIN)/epochal cluster status
 
-# The suite starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
-test: install
+# Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
+# starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
+test: lint
 	$(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
+# ruff and mypy come with the `test` extra; mypy reads its packages and options from
+# [tool.mypy] in pyproject.toml.
 lint: install
-	test -x $(BIN)/ruff || $(BIN)/python -m pip install --quiet ruff
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 down: install
 	$(BIN)/epochal cluster down

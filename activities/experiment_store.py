@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
+from typing import Any
 
 import asyncpg
 from temporalio import activity
@@ -45,7 +47,7 @@ class ExperimentStore:
 
     @activity.defn(name="create_trial")
     async def create_trial(self, inp: CreateTrialInput) -> int:
-        return await self._pool.fetchval(
+        trial_id: int = await self._pool.fetchval(
             "INSERT INTO trials (experiment_id, request_id, hparams, seed)"
             " VALUES ($1, $2, $3, $4)"
             " ON CONFLICT (experiment_id, request_id)"
@@ -56,6 +58,7 @@ class ExperimentStore:
             inp.hparams,
             inp.trial_seed,
         )
+        return trial_id
 
     @activity.defn(name="record_experiment_state")
     async def record_experiment_state(self, inp: RecordExperimentStateInput) -> None:
@@ -130,7 +133,7 @@ class ExperimentStore:
             " WHERE t.experiment_id = $1 AND c.state = 'COMPLETED'",
             inp.experiment_id,
         )
-        best_trial_id = await self._pool.fetchval(
+        best_trial_id: int | None = await self._pool.fetchval(
             "SELECT m.trial_id FROM metrics m JOIN trials t ON t.id = m.trial_id"
             " WHERE t.experiment_id = $1 AND m.metric_group = 'validation'"
             "   AND searcher_metric(m.metrics, $2) IS NOT NULL"
@@ -175,7 +178,7 @@ class ExperimentStore:
             )
         return best_trial_id
 
-    def all(self) -> list[object]:
+    def all(self) -> list[Callable[..., Any]]:
         """Every activity of this class, for the worker."""
         return [
             self.create_trial,

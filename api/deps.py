@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 import asyncpg
 from fastapi import Depends, Request
@@ -16,11 +16,11 @@ def _pool(request: Request) -> asyncpg.Pool:
 
 
 def _temporal(request: Request) -> Client:
-    return request.app.state.temporal
+    return cast(Client, request.app.state.temporal)
 
 
 def _settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return cast(Settings, request.app.state.settings)
 
 
 Pool = Annotated[asyncpg.Pool, Depends(_pool)]

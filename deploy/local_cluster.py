@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httpx
@@ -253,7 +254,7 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
             "--agent-id", AGENT_ID]
 
 
-def _get_json(url: str) -> dict | None:
+def _get_json(url: str) -> dict[str, Any] | None:
     try:
         response = httpx.get(url, timeout=2.0)
     except httpx.HTTPError:
@@ -261,7 +262,7 @@ def _get_json(url: str) -> dict | None:
     if response.status_code != 200:
         return None
     try:
-        return response.json()
+        return cast(dict[str, Any], response.json())
     except ValueError:
         return None
 

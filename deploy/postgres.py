@@ -21,7 +21,9 @@ import shlex
 import stat
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from deploy.processes import ClusterError, failure, is_alive, port_in_use
 
@@ -85,8 +87,8 @@ class EmbeddedPostgres:
         port = port or self.port()
         if port is None:
             return False
-        cmd = [self.bin / "pg_isready", "-q", "-h", host, "-p", str(port), "-t", "2",
-               "-U", SUPERUSER, "-d", "postgres"]
+        cmd: list[str | Path] = [self.bin / "pg_isready", "-q", "-h", host, "-p", str(port),
+                                 "-t", "2", "-U", SUPERUSER, "-d", "postgres"]
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, check=False).returncode == 0
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -97,8 +99,8 @@ class EmbeddedPostgres:
         self._give_access()
         if (self.data_dir / "PG_VERSION").exists():
             return False
-        cmd = [self.bin / "initdb", "-D", self.data_dir, "-U", SUPERUSER, "--auth=trust",
-               "--encoding=UTF8", "--no-instructions"]
+        cmd: list[str | Path] = [self.bin / "initdb", "-D", self.data_dir, "-U", SUPERUSER,
+                                 "--auth=trust", "--encoding=UTF8", "--no-instructions"]
         if self.fast_unsafe:
             cmd.append("--no-sync")
         self._run(cmd, "initdb failed")
@@ -120,8 +122,8 @@ class EmbeddedPostgres:
         if self.fast_unsafe:
             options += FAST_UNSAFE_OPTIONS
         self._prepare_log()
-        cmd = [self.bin / "pg_ctl", "-D", self.data_dir, "-l", self.log_file, "-w",
-               "-t", str(int(timeout)), "-o", " ".join(options), "start"]
+        cmd: list[str | Path] = [self.bin / "pg_ctl", "-D", self.data_dir, "-l", self.log_file,
+                                 "-w", "-t", str(int(timeout)), "-o", " ".join(options), "start"]
         try:
             self._run(cmd, "the server did not start", timeout=timeout + 10)
         except ClusterError:
@@ -132,8 +134,8 @@ class EmbeddedPostgres:
         """Stop the server (fast shutdown: roll back open transactions); False if none ran."""
         if not self.is_running():
             return False
-        cmd = [self.bin / "pg_ctl", "-D", self.data_dir, "-m", "fast", "-w",
-               "-t", str(int(timeout)), "stop"]
+        cmd: list[str | Path] = [self.bin / "pg_ctl", "-D", self.data_dir, "-m", "fast", "-w",
+                                 "-t", str(int(timeout)), "stop"]
         self._run(cmd, "the server did not stop", timeout=timeout + 10)
         self._remove_socket_dir()
         return True
@@ -155,9 +157,9 @@ class EmbeddedPostgres:
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _run(self, cmd: list, what: str, timeout: float = 120) -> str:
+    def _run(self, cmd: Sequence[str | Path], what: str, timeout: float = 120) -> str:
         """Run a PostgreSQL tool as the server's user; a failure becomes a ClusterError."""
-        kwargs: dict = {}
+        kwargs: dict[str, Any] = {}
         if self.user is not None:
             entry = pwd.getpwnam(self.user)
             kwargs = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}

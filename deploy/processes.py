@@ -51,13 +51,13 @@ def failure(part: str, reason: str, log_file: Path | None) -> ClusterError:
 
 
 def spawn(
-    cmd: Sequence[str],
+    cmd: Sequence[str | Path],
     *,
     log_file: Path,
     pid_file: Path | None = None,
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Start `cmd` detached, stdout and stderr appended to `log_file`, its pid in `pid_file`."""
     log_file.parent.mkdir(parents=True, exist_ok=True)
     with open(log_file, "ab") as log:
@@ -182,7 +182,8 @@ def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (for tests and throwaway servers)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:

@@ -11,10 +11,10 @@ import asyncio
 import concurrent.futures
 import shutil
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from deploy import processes
 from deploy.processes import ClusterError, failure
@@ -34,7 +34,7 @@ def temporal_binary() -> Path:
     return Path(found)
 
 
-def run_sync(make_coro: Callable[[], Awaitable[T]]) -> T:
+def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
     """Run a coroutine from sync code, even when called inside a running event loop."""
     try:
         asyncio.get_running_loop()
@@ -95,10 +95,11 @@ class TemporalDevServer:
                     raise failure("temporal", f"port {p} on {ip} is already in use by another "
                                   "process", self.log_file)
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
-            cmd = [temporal_binary(), "server", "start-dev",
-                   "--db-filename", self.db_file, "--ip", ip, "--port", str(port),
-                   "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-                   "--namespace", NAMESPACE, "--log-level", "warn"]
+            cmd: list[str | Path] = [
+                temporal_binary(), "server", "start-dev",
+                "--db-filename", self.db_file, "--ip", ip, "--port", str(port),
+                "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+                "--namespace", NAMESPACE, "--log-level", "warn"]
             for namespace in extra_namespaces:
                 cmd += ["--namespace", namespace]
             if headless:

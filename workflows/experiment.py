@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.searchers import generate_trials, trial_seed
     from workflows.trial import TrialWorkflow
     from workflows.types import (
+        JSON,
         CreateTrialInput,
         ExperimentInput,
         FinishExperimentInput,
@@ -36,7 +37,9 @@ GC_TIMEOUT = timedelta(minutes=10)
 
 @workflow.defn(name="ExperimentWorkflow")
 class ExperimentWorkflow:
-    def __init__(self) -> None:
+    @workflow.init
+    def __init__(self, inp: ExperimentInput) -> None:
+        self._experiment_id = inp.experiment_id  # signals may run before `run` starts
         self._state = "ACTIVE"
         self._paused = False
         self._stop: str | None = None  # "cancel" or "kill" once asked to stop
@@ -84,7 +87,7 @@ class ExperimentWorkflow:
             return "ERROR"
         return "COMPLETED"
 
-    async def _run_trial(self, inp: ExperimentInput, request_id: int, hparams: dict) -> None:
+    async def _run_trial(self, inp: ExperimentInput, request_id: int, hparams: JSON) -> None:
         try:
             seed = trial_seed(inp.seed, request_id)
             trial_id: int = await workflow.execute_activity(
@@ -149,15 +152,12 @@ class ExperimentWorkflow:
         for handle in list(self._children.values()):
             await handle.signal(signal)
 
-    def _experiment_id(self) -> int:
-        return int(workflow.info().workflow_id.rsplit("-", 1)[1])
-
     @workflow.signal
     async def pause(self) -> None:
         if self._stop is not None or self._paused:
             return
         self._paused = True
-        await self._set_state(self._experiment_id(), "PAUSED")
+        await self._set_state(self._experiment_id, "PAUSED")
         await self._forward("pause")
 
     @workflow.signal
@@ -165,7 +165,7 @@ class ExperimentWorkflow:
         if self._stop is not None or not self._paused:
             return
         self._paused = False
-        await self._set_state(self._experiment_id(), "ACTIVE")
+        await self._set_state(self._experiment_id, "ACTIVE")
         await self._forward("activate")
 
     @workflow.signal
@@ -173,7 +173,7 @@ class ExperimentWorkflow:
         if self._stop is not None:
             return
         self._stop = "cancel"
-        await self._set_state(self._experiment_id(), "STOPPING_CANCELED")
+        await self._set_state(self._experiment_id, "STOPPING_CANCELED")
         await self._forward("cancel")
 
     @workflow.signal
@@ -181,7 +181,7 @@ class ExperimentWorkflow:
         if self._stop == "kill":
             return
         self._stop = "kill"
-        await self._set_state(self._experiment_id(), "STOPPING_KILLED")
+        await self._set_state(self._experiment_id, "STOPPING_KILLED")
         await self._forward("kill")
 
     @workflow.query

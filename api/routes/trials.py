@@ -66,7 +66,7 @@ def _clean(metrics: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 async def _require_trial(pool: Pool, trial_id: int) -> str:
-    state = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
+    state: str | None = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
     if state is None:
         raise not_found("trial", trial_id)
     return state

@@ -8,8 +8,11 @@ what the "training process" does (succeed, crash, wait for preemption, hang unti
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -22,6 +25,7 @@ from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id, pool_
 from workflows.expconf import validate_experiment_config
 from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
+HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 Script = Callable[[RunTrialInput, asyncpg.Pool], Awaitable[RunTrialResult]]
 
 
@@ -143,7 +147,13 @@ async def run_with_agent(
     pool_name = f"test-{uuid.uuid4().hex[:8]}"
     agent = FakeAgent(pool, script)
     config = make_config(pool_name, **searcher)
-    worker = Worker(client, task_queue=pool_task_queue(pool_name), activities=[agent.run_trial])
+    worker = Worker(
+        client,
+        task_queue=pool_task_queue(pool_name),
+        activities=[agent.run_trial],
+        # As the real agent does: heartbeats (which carry cancellation) reach the server quickly.
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+    )
     worker_task = asyncio.create_task(worker.run())
     experiment_id, handle = await start_experiment(client, pool, config)
     agent.worker_task = worker_task  # type: ignore[attr-defined]
@@ -156,6 +166,21 @@ async def stop_agent(agent: FakeAgent) -> None:
         await agent.worker_task  # type: ignore[attr-defined]
 
 
+async def record_histories(client: Client, handle: WorkflowHandle[Any, str], name: str) -> None:
+    """With EPOCHAL_RECORD_HISTORIES=1, save this run's histories for the replay tests."""
+    if os.environ.get("EPOCHAL_RECORD_HISTORIES") != "1":
+        return
+    HISTORIES.mkdir(parents=True, exist_ok=True)
+    history = await handle.fetch_history()
+    (HISTORIES / f"{name}-experiment.json").write_text(history.to_json())
+    async for execution in client.list_workflows(
+        f"WorkflowType = 'TrialWorkflow' AND WorkflowId STARTS_WITH '{handle.id}-trial-'"
+    ):
+        trial = await client.get_workflow_handle(execution.id).fetch_history()
+        (HISTORIES / f"{name}-trial.json").write_text(trial.to_json())
+        break
+
+
 async def test_grid_runs_every_trial_within_the_concurrency_limit(
     temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:
@@ -164,6 +189,7 @@ async def test_grid_runs_every_trial_within_the_concurrency_limit(
         assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
+    await record_histories(temporal_client, handle, "grid")
     assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
     assert agent.max_running == 2
     assert sorted(r.hparams["lr"] for r in agent.runs) == [0.1, 0.2, 0.3, 0.4]
@@ -221,6 +247,7 @@ async def test_pause_preempts_trials_and_activate_resumes_them(
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
     assert sorted({r.run_id for r in agent.runs}) == [1, 2]
+    await record_histories(temporal_client, handle, "pause-activate")
 
 
 async def test_kill_stops_running_trials_at_once(

@@ -1,0 +1,30 @@
+"""Recorded workflow histories still replay: a change to workflow code that would break running
+workflows (a reordered activity, a removed timer) fails here instead of in production.
+
+Histories come from tests/workflows with EPOCHAL_RECORD_HISTORIES=1; re-record them only when a
+change is meant to be incompatible (and then guard it with `workflow.patched`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from workflows.experiment import ExperimentWorkflow
+from workflows.trial import TrialWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
+
+
+def test_histories_are_recorded() -> None:
+    assert len(HISTORIES) >= 4, "run tests/workflows with EPOCHAL_RECORD_HISTORIES=1"
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[ExperimentWorkflow, TrialWorkflow])
+    await replayer.replay_workflow(history)
