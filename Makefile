@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint down
+.PHONY: install demo test lint docker down
 
 install: $(STAMP)
 
@@ -25,8 +25,14 @@ demo: install
 
 # Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
 # starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
-test: lint
+test: lint docker
 	$(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+
+# The Docker runtime's tests need an engine and the task image: in CI (or as root) this installs
+# Debian's docker.io, starts dockerd if none answers and builds the image once (cached by content
+# hash); elsewhere without an engine it says so and those tests skip.
+docker: install
+	$(BIN)/python -m deploy.docker_engine --build-image
 
 # ruff and mypy come with the `test` extra; mypy reads its packages and options from
 # [tool.mypy] in pyproject.toml.

@@ -17,16 +17,20 @@ from temporalio import activity
 from activities.checkpoint_gc import (
     RetentionPolicy,
     StoredCheckpoint,
+    UnsafeCheckpointPath,
     checkpoints_to_keep,
     delete_checkpoint_files,
 )
 from workflows.types import (
+    CheckSearcherMetricInput,
     CreateTrialInput,
     FinishExperimentInput,
     RecordExperimentStateInput,
+    RecordSearchInput,
     RecordTrialStateInput,
     RequestPreemptionInput,
     ResumePoint,
+    TrialLogInput,
 )
 
 
@@ -48,8 +52,8 @@ class ExperimentStore:
     @activity.defn(name="create_trial")
     async def create_trial(self, inp: CreateTrialInput) -> int:
         trial_id: int = await self._pool.fetchval(
-            "INSERT INTO trials (experiment_id, request_id, hparams, seed)"
-            " VALUES ($1, $2, $3, $4)"
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, search_length, rung)"
+            " VALUES ($1, $2, $3, $4, $5, CASE WHEN $5::bigint IS NULL THEN NULL ELSE 0 END)"
             " ON CONFLICT (experiment_id, request_id)"
             " DO UPDATE SET request_id = EXCLUDED.request_id"
             " RETURNING id",
@@ -57,8 +61,67 @@ class ExperimentStore:
             inp.request_id,
             inp.hparams,
             inp.trial_seed,
+            inp.search_length,
         )
         return trial_id
+
+    @activity.defn(name="record_search")
+    async def record_search(self, inp: RecordSearchInput) -> None:
+        await self._pool.execute(
+            "UPDATE trials SET search_length = $2, rung = $3, search_status = $4 WHERE id = $1",
+            inp.trial_id,
+            inp.search_length,
+            inp.rung,
+            inp.status,
+        )
+
+    @activity.defn(name="check_searcher_metric")
+    async def check_searcher_metric(self, inp: CheckSearcherMetricInput) -> str | None:
+        """None when the trial reported the searcher metric in a validation (at or past
+        `min_length`); otherwise a message naming the missing metric and what was reported."""
+        length = (
+            "steps_completed"
+            if inp.time_metric is None
+            else "CASE WHEN jsonb_typeof(metrics -> $4) = 'number'"
+            " THEN (metrics ->> $4)::float8 END"
+        )
+        args: list[Any] = [inp.trial_id, inp.metric, inp.min_length]
+        if inp.time_metric is not None:
+            args.append(inp.time_metric)
+        found = await self._pool.fetchval(
+            "SELECT EXISTS (SELECT 1 FROM metrics WHERE trial_id = $1"
+            " AND metric_group = 'validation' AND jsonb_typeof(metrics -> $2) = 'number'"
+            f" AND {length} >= $3)",
+            *args,
+        )
+        if found:
+            return None
+        names: list[str] = await self._pool.fetchval(
+            "SELECT coalesce(array_agg(DISTINCT k ORDER BY k), '{}') FROM metrics,"
+            " jsonb_object_keys(metrics) AS k WHERE trial_id = $1 AND metric_group = 'validation'",
+            inp.trial_id,
+        )
+        unit = inp.time_metric or "length"
+        where = f" at or past {unit} {inp.min_length}" if inp.min_length else ""
+        reported = ", ".join(names) if names else "no validation metrics at all"
+        return (
+            f'the training code never reported the searcher metric "{inp.metric}" in a '
+            f"validation{where} (it reported: {reported})"
+        )
+
+    @activity.defn(name="write_trial_log")
+    async def write_trial_log(self, inp: TrialLogInput) -> None:
+        """A line from the master in a trial's logs, beside what its process printed."""
+        await self._pool.execute(
+            "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level,"
+            " log) VALUES ($1, $2, $3, $4, 'master', $5, $6)",
+            inp.trial_id,
+            inp.task_id,
+            inp.allocation_id,
+            inp.agent_id,
+            inp.level,
+            inp.log,
+        )
 
     @activity.defn(name="record_experiment_state")
     async def record_experiment_state(self, inp: RecordExperimentStateInput) -> None:
@@ -158,9 +221,18 @@ class ExperimentStore:
             for r in rows
         ]
         keep = checkpoints_to_keep(stored, policy)
-        dropped = [r for r in rows if r["uuid"] not in keep]
-        for row in dropped:
-            await asyncio.to_thread(delete_checkpoint_files, row["storage_path"])
+        dropped = []
+        for row in rows:
+            if row["uuid"] in keep:
+                continue
+            try:
+                await asyncio.to_thread(
+                    delete_checkpoint_files, row["storage_path"], storage.get("host_path", "")
+                )
+            except UnsafeCheckpointPath as err:
+                activity.logger.error("checkpoint %s kept: %s", row["uuid"], err)
+                continue
+            dropped.append(row)
         async with self._pool.acquire() as conn, conn.transaction():
             if dropped:
                 await conn.execute(
@@ -182,6 +254,9 @@ class ExperimentStore:
         """Every activity of this class, for the worker."""
         return [
             self.create_trial,
+            self.record_search,
+            self.check_searcher_metric,
+            self.write_trial_log,
             self.record_experiment_state,
             self.record_trial_state,
             self.request_preemption,

@@ -66,7 +66,8 @@ class AgentActivities:
     async def run_trial(self, inp: RunTrialInput) -> RunTrialResult:
         activity.heartbeat()
         master_url = (inp.master_url or self.master_url).rstrip("/")
-        slot_ids = self.slots.acquire(1)
+        slot_ids = (self.slots.claim(inp.slot_ids) if inp.slot_ids is not None
+                    else self.slots.acquire(1))
         try:
             launch = await self.prepare(inp, master_url, slot_ids)
             activity.logger.info("running trial %s run %s in %s on slots %s", inp.trial_id,

@@ -1,11 +1,14 @@
 """The agent process: register with the master, then run trials from Temporal until told to stop.
 
     python -m agent_worker --master URL --temporal ADDRESS [--namespace default] --pool default \
-        [--slots N] --work-dir DIR [--agent-id ID]
+        [--slots N] --work-dir DIR [--agent-id ID] [--runtime process|docker|auto] \
+        [--image-pull missing|always|never]
 
-It polls two task queues with the `run_trial` activity: its resource pool's (any agent of the
-pool may take the run) and its own (`agent.<agentId>`, for work aimed at this agent). SIGTERM or
-SIGINT stops polling, stops the running trials (their whole process groups) and exits.
+It registers with the master (which tells the pool's scheduler, `ResourcePoolWorkflow`), then
+polls only its own task queue `agent.<agentId>`: the runs the scheduler placed on it
+(`run_trial`) and its liveness activity (`agent_liveness`). Every start is a new boot id; an
+agent the pool stopped watching (it was declared lost) registers again under a new one. SIGTERM
+or SIGINT stops polling, stops the running trials (their whole process groups) and exits.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import logging
 import os
 import signal
 import socket
+import time
+import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -27,22 +32,21 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from agent_worker.activities import AgentActivities
+from agent_worker.liveness import Liveness
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration
 from agent_worker.runtime import Runtime
-from agent_worker.slots import SlotPool, discover_slots
-from workflows.constants import (
-    DEFAULT_NAMESPACE,
-    DEFAULT_RESOURCE_POOL,
-    agent_task_queue,
-    pool_task_queue,
-)
+from agent_worker.slots import Slot, SlotPool, discover_slots
+from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
 logger = logging.getLogger("agent_worker")
 
 T = TypeVar("T")
 
 HEARTBEAT_THROTTLE_SECONDS = 2.0
+# Registered but no liveness activity for this long: the pool lost us; register again.
+UNWATCHED_SECONDS = 60.0
+RUNTIMES = ("process", "docker", "auto")
 
 
 @dataclass
@@ -54,6 +58,8 @@ class AgentConfig:
     namespace: str = DEFAULT_NAMESPACE
     resource_pool: str = DEFAULT_RESOURCE_POOL
     slots: int | None = None  # CPU slots; None: one per CPU
+    runtime: str = "process"  # process | docker | auto (docker where an engine answers)
+    image_pull: str = "missing"  # Docker runtime: missing | always | never
 
 
 def parser() -> argparse.ArgumentParser:
@@ -76,6 +82,13 @@ def parser() -> argparse.ArgumentParser:
                    help="where trials run and model definitions are cached "
                         "(default: %(default)s)")
     p.add_argument("--agent-id", default=None, help="this agent's id (default: the hostname)")
+    p.add_argument("--runtime", choices=RUNTIMES,
+                   default=os.environ.get("EPOCHAL_AGENT_RUNTIME", "process"),
+                   help="run trials as processes on this host, in Docker containers, or "
+                        "'auto': Docker where an engine answers (default: %(default)s)")
+    p.add_argument("--image-pull", choices=("missing", "always", "never"), default="missing",
+                   help="Docker runtime: pull a trial's image when it is missing here, always, "
+                        "or never (default: %(default)s)")
     p.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
     return p
 
@@ -96,8 +109,28 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         slots=args.slots,
         work_dir=args.work_dir.expanduser().resolve(),
         agent_id=agent_id,
+        runtime=args.runtime,
+        image_pull=args.image_pull,
     )
     return config, args.log_level
+
+
+def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
+    """The runtime `--runtime` names; `auto` is Docker if an engine answers, else processes."""
+    choice = config.runtime
+    if choice == "auto":
+        from agent_worker.docker_runtime import engine_answers
+
+        choice = "docker" if engine_answers() else "process"
+        logger.info("runtime auto: %s", choice)
+    if choice == "docker":
+        from agent_worker.docker_runtime import DockerRuntime
+
+        return DockerRuntime(agent_id=config.agent_id, slots=slots,
+                             pull_policy=config.image_pull)
+    if choice != "process":
+        raise ValueError(f"unknown runtime {choice!r}; use one of {', '.join(RUNTIMES)}")
+    return ProcessRuntime()
 
 
 async def connect_temporal(address: str, namespace: str) -> Client:
@@ -116,7 +149,7 @@ async def connect_temporal(address: str, namespace: str) -> Client:
 
 
 class Agent:
-    """One agent: registration heartbeat plus Temporal workers on the pool and agent queues."""
+    """One agent: registration heartbeat plus a Temporal worker on its own task queue."""
 
     def __init__(
         self,
@@ -129,8 +162,10 @@ class Agent:
         self.config = config
         self.heartbeat_throttle = heartbeat_throttle
         self.slots = discover_slots(config.slots)
-        self.runtime = runtime or ProcessRuntime()
+        self.runtime = runtime or make_runtime(config, self.slots)
         self._client = client
+        self.liveness = Liveness(config.agent_id)
+        self.unwatched_seconds = UNWATCHED_SECONDS
         self._stop = asyncio.Event()
         self.activities: AgentActivities | None = None
         self.ready = asyncio.Event()  # set once polling
@@ -162,12 +197,14 @@ class Agent:
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
         async with httpx.AsyncClient() as http:
             registration = Registration(http, cfg.master_url, agent_id=cfg.agent_id,
-                                        resource_pool=cfg.resource_pool, slots=self.slots)
+                                        resource_pool=cfg.resource_pool, slots=self.slots,
+                                        boot_id=uuid.uuid4().hex)
             logger.info("agent %s: %d slots, pool %r, master %s, work dir %s", cfg.agent_id,
                         len(self.slots), cfg.resource_pool, cfg.master_url, cfg.work_dir)
             if not await self._unless_stopped(self._register(registration)):
                 return 0
-            heartbeat = asyncio.create_task(registration.heartbeat_forever())
+            await self.runtime.startup()
+            heartbeat = asyncio.create_task(self._heartbeat(registration))
             try:
                 client = self._client or await self._unless_stopped(
                     connect_temporal(cfg.temporal_address, cfg.namespace))
@@ -183,6 +220,20 @@ class Agent:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
 
+    async def _heartbeat(self, registration: Registration) -> None:
+        """Registration heartbeat; a new boot id when the pool stopped watching this agent."""
+        registered_at = time.monotonic()
+        while True:
+            await asyncio.sleep(registration.interval)
+            watched = self.liveness.watched(self.unwatched_seconds)
+            if (self.ready.is_set() and not watched
+                    and time.monotonic() - registered_at > self.unwatched_seconds):
+                logger.warning("the pool has not watched this agent for %.0f s; registering "
+                               "again", self.unwatched_seconds)
+                registration.boot_id = uuid.uuid4().hex
+                registered_at = time.monotonic()
+            await registration.register_once()
+
     async def _register(self, registration: Registration) -> bool:
         await registration.wait_registered()
         return True
@@ -193,9 +244,11 @@ class Agent:
         return [
             Worker(
                 client,
-                task_queue=queue,
-                activities=[activities.run_trial],
-                max_concurrent_activities=n,
+                task_queue=agent_task_queue(cfg.agent_id),
+                activities=[activities.run_trial, self.liveness.agent_liveness],
+                # The scheduler decides how many runs come; room for liveness (two briefly,
+                # while the pool continues as new) and slot-less runs.
+                max_concurrent_activities=n + 4,
                 # Cancel running trials at once on shutdown; they get their own kill grace.
                 graceful_shutdown_timeout=timedelta(0),
                 # A cancel reaches an activity only in the answer to a heartbeat, which the SDK
@@ -204,7 +257,6 @@ class Agent:
                 default_heartbeat_throttle_interval=timedelta(seconds=self.heartbeat_throttle),
                 identity=f"{os.getpid()}@{cfg.agent_id}",
             )
-            for queue in (pool_task_queue(cfg.resource_pool), agent_task_queue(cfg.agent_id))
         ]
 
     async def _serve(self, client: Client, activities: AgentActivities) -> int:

@@ -41,6 +41,7 @@ class Registration:
         resource_pool: str,
         slots: list[Slot],
         interval: float = HEARTBEAT_SECONDS,
+        boot_id: str = "",
     ) -> None:
         self._http = http
         self._master_url = master_url.rstrip("/")
@@ -48,6 +49,7 @@ class Registration:
         self.resource_pool = resource_pool
         self.slots = slots
         self.interval = interval
+        self.boot_id = boot_id  # new on every agent start: the master tells the pool once per boot
         self.registered = False
         self._failing_since: float | None = None
         self._last_failure_log = 0.0
@@ -61,6 +63,7 @@ class Registration:
             "resourcePool": self.resource_pool,
             "slots": [slot.to_api() for slot in self.slots],
             "version": agent_version(),
+            "bootId": self.boot_id,
         }
 
     async def register_once(self) -> bool:

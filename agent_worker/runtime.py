@@ -1,4 +1,4 @@
-"""The seam between a prepared trial run and what executes it (a process now, Docker later).
+"""The seam between a prepared trial run and what executes it (a process or a Docker container).
 
 The `run_trial` activity prepares the run (working directory, model definition, trial info,
 environment, log shipper) and hands it to a `Runtime`, which runs the entrypoint to its end.
@@ -39,6 +39,11 @@ class ExitStatus:
 
 
 class Runtime(ABC):
+    async def startup(self) -> None:
+        """Called once when the agent starts, before it takes runs: clean up what a previous,
+        crashed run of the same agent left (the Docker runtime's containers)."""
+        return None
+
     @abstractmethod
     async def run(
         self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]

@@ -1,15 +1,17 @@
 """The agent's slots: what it offers its resource pool, and which of them each run uses.
 
-Only CPU slots for now; GPU discovery (pynvml, ``TYPE_CUDA``) slots in next to
-``cpu_slots`` in ``discover_slots``.
+NVIDIA GPUs are found with pynvml (one ``TYPE_CUDA`` slot per GPU, with its uuid, name and
+memory); without pynvml, a driver or any GPU, the agent offers CPU slots.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import platform
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any
 
 logger = logging.getLogger(__name__)
@@ -24,11 +26,14 @@ class Slot:
     type: str
     brand: str
     uuid: str | None = None
+    memory_bytes: int | None = None
 
     def to_api(self) -> dict[str, Any]:
         """The slot as `PUT /api/v1/agents/{agentId}` expects it."""
-        return {"id": str(self.id), "type": self.type, "device": {"brand": self.brand,
-                                                                  "uuid": self.uuid}}
+        device: dict[str, Any] = {"brand": self.brand, "uuid": self.uuid}
+        if self.memory_bytes is not None:
+            device["memoryBytes"] = self.memory_bytes
+        return {"id": str(self.id), "type": self.type, "device": device}
 
 
 def cpu_brand() -> str:
@@ -53,8 +58,55 @@ def cpu_slots(count: int | None = None) -> list[Slot]:
     return [Slot(id=i, type=TYPE_CPU, brand=brand) for i in range(n)]
 
 
-def discover_slots(cpu_count: int | None = None) -> list[Slot]:
-    """The slots this agent offers. `cpu_count` is `--slots`; None means one per CPU."""
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _load_nvml() -> ModuleType | None:
+    try:
+        import pynvml  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        return None
+    module: ModuleType = pynvml
+    return module
+
+
+def gpu_slots(nvml: ModuleType | None = None) -> list[Slot]:
+    """One TYPE_CUDA slot per NVIDIA GPU that NVML reports; [] without pynvml or a driver."""
+    nvml = nvml or _load_nvml()
+    if nvml is None:
+        return []
+    try:
+        nvml.nvmlInit()
+    except Exception as err:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        logger.info("no NVIDIA GPUs (NVML: %s); offering CPU slots", err)
+        return []
+    try:
+        found = []
+        for i in range(int(nvml.nvmlDeviceGetCount())):
+            handle = nvml.nvmlDeviceGetHandleByIndex(i)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            found.append(Slot(id=i, type=TYPE_CUDA, brand=_text(nvml.nvmlDeviceGetName(handle)),
+                              uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
+                              memory_bytes=int(memory.total)))
+        return found
+    except Exception as err:
+        logger.warning("cannot list GPUs through NVML (%s); offering CPU slots", err)
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def discover_slots(cpu_count: int | None = None, *, nvml: ModuleType | None = None) -> list[Slot]:
+    """The slots this agent offers: its GPUs, else CPU slots.
+
+    `cpu_count` is `--slots`: with GPUs it caps how many are offered, without it is the number
+    of CPU slots (None: one per CPU).
+    """
+    gpus = gpu_slots(nvml)
+    if gpus:
+        return gpus[:cpu_count] if cpu_count is not None else gpus
     return cpu_slots(cpu_count)
 
 
@@ -80,6 +132,15 @@ class SlotPool:
                 logger.warning("slot %s is already in use; sharing it", sid)
             self._users[sid] += 1
         return sorted(chosen)
+
+    def claim(self, slot_ids: list[int]) -> list[int]:
+        """Mark the slots the scheduler granted as used (ids this agent does not have: ignored)."""
+        chosen = sorted(sid for sid in set(slot_ids) if sid in self._users)
+        for sid in chosen:
+            if self._users[sid]:
+                logger.warning("slot %s is already in use; sharing it", sid)
+            self._users[sid] += 1
+        return chosen
 
     def release(self, slot_ids: list[int]) -> None:
         for sid in slot_ids:

@@ -40,7 +40,8 @@ def build_trial_info(
         "experiment_config": config,
         "latest_checkpoint": inp.latest_checkpoint,
         "steps_completed": inp.steps_completed,
-        "max_length": searcher.get("max_length"),
+        # The searcher's target for this run (a rung's length with ASHA), else the config's.
+        "max_length": inp.max_length or searcher.get("max_length"),
         "checkpoint_storage": config.get("checkpoint_storage"),
         "slot_ids": list(slot_ids),
         "session_token": inp.session_token,

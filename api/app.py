@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from temporalio.client import Client
 
 from api.errors import install_error_handlers
-from api.routes import checkpoints, cluster, dashboard, experiments, tasks, trials
+from api.routes import agents, checkpoints, cluster, dashboard, experiments, tasks, trials
 from api.settings import Settings
 
 
@@ -21,6 +21,6 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.state.pool = pool
     app.state.temporal = temporal
     install_error_handlers(app)
-    for module in (experiments, trials, checkpoints, tasks, cluster, dashboard):
+    for module in (agents, experiments, trials, checkpoints, tasks, cluster, dashboard):
         app.include_router(module.router)
     return app

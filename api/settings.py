@@ -6,7 +6,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workflows.constants import DEFAULT_NAMESPACE
+from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
 
 
 def _default_checkpoint_dir() -> str:
@@ -25,6 +25,8 @@ class Settings:
     cluster_name: str = "epochal"
     checkpoint_dir: str = field(default_factory=_default_checkpoint_dir)
     max_model_definition_bytes: int = 96 * 1024 * 1024
+    # Resource pools whose scheduler the master starts at boot; `default` always exists.
+    resource_pools: tuple[str, ...] = (DEFAULT_RESOURCE_POOL,)
 
     @property
     def master_url(self) -> str:
@@ -42,4 +44,11 @@ class Settings:
             api_port=int(env.get("EPOCHAL_API_PORT", base.api_port)),
             cluster_id=env.get("EPOCHAL_CLUSTER_ID", base.cluster_id),
             checkpoint_dir=env.get("EPOCHAL_CHECKPOINT_DIR", base.checkpoint_dir),
+            resource_pools=parse_pools(env.get("EPOCHAL_RESOURCE_POOLS", "")),
         )
+
+
+def parse_pools(text: str) -> tuple[str, ...]:
+    """`default,gpu` -> ("default", "gpu"); `default` is always first."""
+    names = [p.strip() for p in text.split(",") if p.strip()]
+    return tuple(dict.fromkeys([DEFAULT_RESOURCE_POOL, *names]))

@@ -95,6 +95,8 @@ def trial_json(row: asyncpg.Record) -> JSON:
         "taskId": f"{row['experiment_id']}.{row['id']}",
         "agentId": row["agent_id"],
         "earlyExitReason": row["early_exit_reason"],
+        "rung": row["rung"],
+        "searcherStatus": row["search_status"],
     }
 
 

@@ -66,6 +66,26 @@ def list_agents(
     render.show(t)
 
 
+def _set_enabled(ctx: typer.Context, agent_id: str, enabled: bool) -> None:
+    from urllib.parse import quote
+
+    verb = "enable" if enabled else "disable"
+    with Client(master_url(ctx)) as client:
+        client.post(f"/agents/{quote(agent_id, safe='')}/{verb}")
+    render.say(f"Agent {agent_id} {verb}d" + ("" if enabled else
+               ": its running trials finish, no new ones start on it."))
+
+
+@app.command("disable", help="Drain an agent: running trials finish, no new ones start on it.")
+def disable(ctx: typer.Context, agent_id: Annotated[str, typer.Argument(help="Agent id.")]) -> None:
+    _set_enabled(ctx, agent_id, False)
+
+
+@app.command("enable", help="Let a disabled agent take new trials again.")
+def enable(ctx: typer.Context, agent_id: Annotated[str, typer.Argument(help="Agent id.")]) -> None:
+    _set_enabled(ctx, agent_id, True)
+
+
 def agent_argv(
     master: str,
     temporal: str,
@@ -73,6 +93,8 @@ def agent_argv(
     slots: int | None,
     work_dir: Path | None,
     agent_id: str | None,
+    runtime: str | None = None,
+    image_pull: str | None = None,
 ) -> list[str]:
     argv = ["--master", master, "--temporal", temporal, "--pool", pool]
     if slots is not None:
@@ -81,6 +103,10 @@ def agent_argv(
         argv += ["--work-dir", str(work_dir)]
     if agent_id is not None:
         argv += ["--agent-id", agent_id]
+    if runtime is not None:
+        argv += ["--runtime", runtime]
+    if image_pull is not None:
+        argv += ["--image-pull", image_pull]
     return argv
 
 
@@ -134,7 +160,22 @@ def run(
     agent_id: Annotated[
         str | None, typer.Option("--agent-id", help="Agent id (default: the agent's own choice).")
     ] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option("--runtime", help="Run trials as host processes ('process', the default), "
+                     "in Docker containers ('docker'), or 'auto' (Docker if an engine answers)."),
+    ] = None,
+    image_pull: Annotated[
+        str | None,
+        typer.Option("--image-pull", help="Docker runtime: pull a trial's image when it is "
+                     "'missing' here (default), 'always', or 'never'."),
+    ] = None,
 ) -> None:
+    for name, value, allowed in (("--runtime", runtime, ("process", "docker", "auto")),
+                                 ("--image-pull", image_pull, ("missing", "always", "never"))):
+        if value is not None and value not in allowed:
+            raise typer.BadParameter(f"must be one of {', '.join(allowed)}, got {value!r}",
+                                     param_hint=name)
     argv = agent_argv(
         master or master_url(ctx),
         temporal or os.environ.get("EPOCHAL_TEMPORAL_ADDRESS") or DEFAULT_TEMPORAL,
@@ -142,6 +183,8 @@ def run(
         slots,
         work_dir,
         agent_id,
+        runtime,
+        image_pull,
     )
     code = run_agent(argv)
     if isinstance(code, int) and code:

@@ -77,7 +77,16 @@ def up(
     slots: Annotated[
         int | None, typer.Option(min=1, help="Slots of the local agent [the CPU count].")
     ] = None,
+    runtime: Annotated[
+        str | None,
+        typer.Option(help="How the local agent runs trials: 'process', 'docker' (task "
+                     "containers; build the image with `epochal image build`) or 'auto' "
+                     "[process, or what the last `up` used]."),
+    ] = None,
 ) -> None:
+    if runtime is not None and runtime not in ("process", "docker", "auto"):
+        raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
+                                 param_hint="--runtime")
     from deploy import local_cluster
 
     s = settings(
@@ -87,6 +96,7 @@ def up(
         temporal_ui_port=temporal_ui_port,
         postgres_port=postgres_port,
         agent_slots=slots,
+        agent_runtime=runtime,
     )
 
     def report(message: str) -> None:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from cli import agent, checkpoint, cluster, experiment, trial
+from cli import agent, checkpoint, cluster, experiment, image, scheduling, trial
 from cli.client import CliError, resolve_master
 
 
@@ -72,7 +72,10 @@ app.add_typer(experiment.app, name="experiment")
 app.add_typer(trial.app, name="trial")
 app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(agent.app, name="agent")
+app.add_typer(scheduling.slot_app, name="slot")
+app.add_typer(scheduling.job_app, name="job")
 app.add_typer(cluster.app, name="cluster")
+app.add_typer(image.app, name="image")
 
 master_app = typer.Typer(help="Run the master.", no_args_is_help=True)
 app.add_typer(master_app, name="master")

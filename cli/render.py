@@ -260,8 +260,10 @@ def trials_table(
     varying, shared = varying_hparams(trials)
     split = len(trials) > 1 and len(varying) <= MAX_HPARAM_COLUMNS
     hp_columns = varying if split else ["Hyperparameters"]
-    t = table("Trial", "State", "Steps", metric_header, "Restarts", *hp_columns,
-              wrap=["Hyperparameters"])
+    searched = any(t.get("searcherStatus") for t in trials)  # ASHA: rungs and decisions
+    search_columns = ["Searcher"] if searched else []
+    t = table("Trial", "State", "Steps", metric_header, "Restarts", *search_columns,
+              *hp_columns, wrap=["Hyperparameters", "Searcher"])
     if split and shared:
         t.caption = "same in every trial: " + hparams(shared)
     for trial in sorted(trials, key=lambda x: x.get("id") or 0):
@@ -276,6 +278,7 @@ def trials_table(
             number(trial.get("totalBatchesProcessed")),
             number(trial_metric(trial, metric, "latest")),
             number(trial.get("restarts")),
+            *([trial.get("searcherStatus") or "running"] if searched else []),
             *hp_cells,
         )
     return t

@@ -54,6 +54,7 @@ class ClusterSettings:
     temporal_ui_port: int = 8233
     postgres_port: int = 54329
     agent_slots: int = field(default_factory=lambda: os.cpu_count() or 1)
+    agent_runtime: str = "process"  # the local agent's --runtime: process | docker | auto
     headless_temporal: bool = False
     # An external PostgreSQL / Temporal to use instead of starting our own.
     external_db_url: str | None = field(
@@ -125,7 +126,7 @@ def cluster_info(settings: ClusterSettings) -> ClusterInfo:
 SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
 SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
-                "headless_temporal")
+                "headless_temporal", "agent_runtime")
 
 
 def load_settings(state_dir: Path | None = None, **overrides: object) -> ClusterSettings:
@@ -180,7 +181,7 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
         _up_process(s, "master", _master_command(), env=_master_env(s, info), port=s.api_port,
                     check=lambda: _master_answers(info.api_url))
     if "agent" in wanted:
-        say(f"agent: {AGENT_ID} with {s.agent_slots} slots")
+        say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime")
         _up_process(s, "agent", _agent_command(s, info), env=_base_env(), port=None,
                     check=lambda: _agent_answers(info.api_url))
     return info
@@ -251,7 +252,7 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
     return [sys.executable, "-m", "agent_worker", "--master", info.api_url,
             "--temporal", info.temporal_address, "--pool", "default",
             "--slots", str(s.agent_slots), "--work-dir", str(s.state_dir / "agent"),
-            "--agent-id", AGENT_ID]
+            "--agent-id", AGENT_ID, "--runtime", s.agent_runtime]
 
 
 def _get_json(url: str) -> dict[str, Any] | None:

@@ -1,6 +1,8 @@
 """The master process: schema migrations, then the REST API and the Temporal worker in one loop.
 
-The worker hosts the experiment and trial workflows and the activities that write PostgreSQL.
+The worker hosts the experiment and trial workflows, the resource pools' schedulers
+(`ResourcePoolWorkflow`, one per pool named in EPOCHAL_RESOURCE_POOLS, started here idempotently)
+and the activities that write PostgreSQL or talk to the schedulers.
 Everything durable lives in Temporal and PostgreSQL, so this process can be killed and restarted
 at any moment.
 """
@@ -10,19 +12,23 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 import uvicorn
 from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.worker import Worker
 
 from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
+from activities.scheduler import SchedulerActivities
 from api.app import create_app
 from api.settings import Settings
-from workflows.constants import MASTER_TASK_QUEUE
+from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from workflows.experiment import ExperimentWorkflow
+from workflows.pool_types import PoolInput
+from workflows.resource_pool import ResourcePoolWorkflow
 from workflows.trial import TrialWorkflow
 
 log = logging.getLogger("epochal.master")
@@ -43,13 +49,28 @@ async def _retry(what: str, connect: Callable[[], Awaitable[T]]) -> T:
     raise AssertionError("unreachable")
 
 
-def build_worker(client: Client, pool: asyncpg.Pool) -> Worker:
+def build_worker(client: Client, pool: asyncpg.Pool, **options: Any) -> Worker:
+    """The master's worker; tests pass Worker options (e.g. `max_cached_workflows=0`, which
+    replays every workflow task from history, as a restarted worker does)."""
     return Worker(
         client,
         task_queue=MASTER_TASK_QUEUE,
-        workflows=[ExperimentWorkflow, TrialWorkflow],
-        activities=ExperimentStore(pool).all(),
+        workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow],
+        activities=[*ExperimentStore(pool).all(), *SchedulerActivities(client).all()],
+        **options,
     )
+
+
+async def start_resource_pools(client: Client, names: tuple[str, ...]) -> None:
+    """Start each pool's scheduler unless it runs already (a restart finds them running)."""
+    for name in names:
+        await client.start_workflow(
+            ResourcePoolWorkflow.run,
+            PoolInput(name=name),
+            id=resource_pool_workflow_id(name),
+            task_queue=MASTER_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
 
 
 async def serve(settings: Settings) -> None:
@@ -64,6 +85,7 @@ async def serve(settings: Settings) -> None:
                 settings.temporal_address, namespace=settings.temporal_namespace
             ),
         )
+        await _retry("Temporal", lambda: start_resource_pools(client, settings.resource_pools))
         app = create_app(settings, pool, client)
         server = uvicorn.Server(
             uvicorn.Config(

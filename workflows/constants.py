@@ -14,7 +14,7 @@ def pool_task_queue(pool: str) -> str:
 
 
 def agent_task_queue(agent_id: str) -> str:
-    """Task queue only one agent polls (its own liveness and clean-up work)."""
+    """Task queue only one agent polls: the runs the scheduler placed on it, and its liveness."""
     return f"agent.{agent_id}"
 
 
@@ -32,3 +32,8 @@ def task_id(experiment_id: int, trial_id: int) -> str:
 
 def allocation_id(experiment_id: int, trial_id: int, run_id: int) -> str:
     return f"{experiment_id}.{trial_id}.{run_id}"
+
+
+def resource_pool_workflow_id(pool: str) -> str:
+    """The one scheduler workflow of a resource pool (started by the master at boot)."""
+    return f"resource-pool-{pool}"

@@ -396,11 +396,68 @@ class RandomConfig(_SearcherBase):
     max_concurrent_trials: int = Field(default=16, ge=0)
 
 
+class _HalvingBase(_SearcherBase):
+    """What asynchronous successive halving shares (Determined's names and defaults).
+
+    The length a rung needs is counted either in the `max_length` unit (a validation's
+    `steps_completed`) or, in Determined 0.38's form, in `time_metric`, a value the training
+    code reports with its validation metrics, up to `max_time`.
+    """
+
+    max_length: Length | None = None  # type: ignore[assignment]
+    time_metric: str | None = Field(default=None, min_length=1)
+    max_time: int | None = Field(default=None, ge=1)
+    max_trials: int = Field(ge=1)
+    max_concurrent_trials: int = Field(default=16, ge=0)
+    divisor: float = Field(default=4.0, ge=2)
+    stop_once: bool = True
+
+    @model_validator(mode="after")
+    def _one_length(self) -> "_HalvingBase":
+        timed = self.time_metric is not None or self.max_time is not None
+        if self.max_length is not None and timed:
+            raise _fail(((), 'give either "max_length" or "time_metric" with "max_time", not both'))
+        if self.max_length is None and not timed:
+            raise _fail((("max_length",), 'field required (or "time_metric" and "max_time")'))
+        if timed and self.time_metric is None:
+            raise _fail((("time_metric",), 'field required with "max_time"'))
+        if timed and self.max_time is None:
+            raise _fail((("max_time",), 'field required with "time_metric"'))
+        return self
+
+    @property
+    def length_unit(self) -> str:
+        """What rung lengths count: a max_length unit, or the time metric's name."""
+        return self.max_length.unit if self.max_length is not None else str(self.time_metric)
+
+    @property
+    def total_length(self) -> int:
+        return self.max_length.value if self.max_length is not None else int(self.max_time or 0)
+
+
+class AsyncHalvingConfig(_HalvingBase):
+    """ASHA with one bracket of `num_rungs` rungs."""
+
+    name: Literal["async_halving"] = "async_halving"
+    num_rungs: int = Field(ge=1)
+
+
+class AdaptiveAshaConfig(_HalvingBase):
+    """ASHA over several brackets (how many: `mode`, or `bracket_rungs` given outright)."""
+
+    name: Literal["adaptive_asha"] = "adaptive_asha"
+    mode: Literal["aggressive", "standard", "conservative"] = "standard"
+    max_rungs: int = Field(default=5, ge=1)
+    bracket_rungs: list[Annotated[int, Field(ge=1)]] | None = None
+
+
 # To add a searcher: a class above, a line here and a member of the union below.
 SEARCHER_CONFIGS: dict[str, type[_SearcherBase]] = {
     "single": SingleConfig,
     "grid": GridConfig,
     "random": RandomConfig,
+    "async_halving": AsyncHalvingConfig,
+    "adaptive_asha": AdaptiveAshaConfig,
 }
 _ALL_SEARCHER_FIELDS = frozenset(f for c in SEARCHER_CONFIGS.values() for f in c.model_fields)
 
@@ -416,7 +473,9 @@ def _keyed_tag(key: str, choices: Mapping[str, Any] | tuple[str, ...]) -> Any:
 SearcherConfig = Annotated[
     Annotated[SingleConfig, Tag("<single>")]
     | Annotated[GridConfig, Tag("<grid>")]
-    | Annotated[RandomConfig, Tag("<random>")],
+    | Annotated[RandomConfig, Tag("<random>")]
+    | Annotated[AsyncHalvingConfig, Tag("<async_halving>")]
+    | Annotated[AdaptiveAshaConfig, Tag("<adaptive_asha>")],
     Discriminator(
         _keyed_tag("name", SEARCHER_CONFIGS),
         custom_error_type="searcher_name",

@@ -1,21 +1,36 @@
-"""ExperimentWorkflow: asks the searcher for trials and runs each as a child TrialWorkflow.
+"""ExperimentWorkflow: drives the searcher and runs each trial it asks for as a child TrialWorkflow.
 
-At most `max_concurrent_trials` children are in flight (a sliding window), so pending children
-stay far below Temporal's limits. Pause, activate, cancel and kill are signals that the experiment
-applies to itself (no new trials while paused or stopping) and forwards to running trials.
+Everything that happens reaches the workflow as a signal and is queued: validations at the
+searcher's decision points (from the API), trials closing (from the trials themselves), and the
+user's pause, activate, cancel and kill. The main loop hands each event to the searcher
+(workflows/searchers) and applies the operations it answers with: create a trial, let one go on
+to its next rung, stop one early. Trials are started up to the searcher's concurrency.
+
+Children are started with ABANDON and report their end by signal, so the experiment can
+continue-as-new (carrying the search's snapshot and its own bookkeeping) while trials run.
 """
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
+from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from workflows.constants import MASTER_TASK_QUEUE, trial_workflow_id
-    from workflows.searchers import generate_trials, trial_seed
+    from workflows.db_activities import db_activity
+    from workflows.searchers import make_search, trial_seed
+    from workflows.searchers.base import (
+        ERRORED,
+        USER_STOPPED,
+        Continue,
+        Create,
+        Op,
+        SearchMethod,
+        Stop,
+    )
     from workflows.trial import TrialWorkflow
     from workflows.types import (
         JSON,
@@ -23,16 +38,20 @@ with workflow.unsafe.imports_passed_through():
         ExperimentInput,
         FinishExperimentInput,
         RecordExperimentStateInput,
-        RecordTrialStateInput,
+        RecordSearchInput,
         TrialInput,
         TrialOutcome,
+        ValidationReport,
     )
 
-DB_ACTIVITY_TIMEOUT = timedelta(seconds=30)
-DB_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
-)
 GC_TIMEOUT = timedelta(minutes=10)
+
+
+def length_unit(searcher: JSON) -> str:
+    """What the searcher's lengths count: a max_length unit, or the time metric's name."""
+    if searcher.get("max_length"):
+        return str(next(iter(searcher["max_length"])))
+    return str(searcher.get("time_metric") or "batches")
 
 
 @workflow.defn(name="ExperimentWorkflow")
@@ -40,124 +59,254 @@ class ExperimentWorkflow:
     @workflow.init
     def __init__(self, inp: ExperimentInput) -> None:
         self._experiment_id = inp.experiment_id  # signals may run before `run` starts
-        self._state = "ACTIVE"
-        self._paused = False
-        self._stop: str | None = None  # "cancel" or "kill" once asked to stop
-        self._children: dict[str, workflow.ChildWorkflowHandle[TrialWorkflow, TrialOutcome]] = {}
-        self._in_flight = 0
-        self._outcomes: dict[int, TrialOutcome] = {}
-        self._trial_ids: list[int] = []
+        c: JSON = inp.carried or {}
+        self._state: str = c.get("state", "ACTIVE")
+        self._paused: bool = c.get("paused", False)
+        self._stop: str | None = c.get("stop")  # "cancel" or "kill" once asked to stop
+        self._pending: list[JSON] = c.get("pending", [])  # Create ops not started yet
+        self._running: dict[int, int] = {int(k): v for k, v in c.get("running", {}).items()}
+        self._trial_of: dict[int, int] = {int(k): v for k, v in c.get("trial_of", {}).items()}
+        self._counts: dict[str, int] = c.get("counts", {})
+        self._seen: dict[int, int] = {int(k): v for k, v in c.get("seen", {}).items()}
+        self._events: list[tuple[str, Any]] = []
+
+    # -- the loop ----------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: ExperimentInput) -> str:
-        pending = list(enumerate(generate_trials(inp.config, inp.seed)))
-        pending.reverse()  # pop() from the end takes request 0 first
-        limit = int(inp.config["searcher"].get("max_concurrent_trials") or 0) or len(pending)
-        tasks: list[asyncio.Task[None]] = []
+        carried = inp.carried or {}
+        search = make_search(inp.config, inp.seed, carried.get("search"))
+        unit = length_unit(inp.config["searcher"])
+        if inp.carried is None:
+            await self._apply(search.initial())
         while True:
             await workflow.wait_condition(
-                lambda: (
-                    self._stop is not None
-                    or (not self._paused and bool(pending) and self._in_flight < limit)
-                    or (not pending and self._in_flight == 0)
-                )
+                lambda: bool(self._events)
+                or self._can_start(search)
+                or self._idle()
+                or self._only_waiting(search)
             )
-            if self._stop is not None or not pending:
+            while self._events:
+                kind, event = self._events.pop(0)
+                if kind == "validation":
+                    await self._on_validation(search, event)
+                else:
+                    await self._on_closed(search, event)
+            if self._stop is not None:
+                self._pending.clear()
+            while self._can_start(search):
+                await self._start_trial(inp, unit)
+            if self._only_waiting(search):
+                await self._apply(search.finish_waiting())
+            if self._idle() and not self._pending and not self._events:
                 break
-            request_id, hparams = pending.pop()
-            self._in_flight += 1
-            tasks.append(asyncio.create_task(self._run_trial(inp, request_id, hparams)))
-        if tasks:
-            await asyncio.gather(*tasks)
+            if self._should_continue_as_new(inp):
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                workflow.continue_as_new(
+                    ExperimentInput(
+                        experiment_id=inp.experiment_id,
+                        config=inp.config,
+                        seed=inp.seed,
+                        carried=self._carry(search),
+                        max_history_events=inp.max_history_events,
+                    )
+                )
         final = self._final_state()
         self._state = final
-        await workflow.execute_activity(
+        await db_activity(
             "finish_experiment",
             FinishExperimentInput(experiment_id=inp.experiment_id, state=final),
-            start_to_close_timeout=GC_TIMEOUT,
-            retry_policy=DB_RETRY,
+            timeout=GC_TIMEOUT,
         )
         return final
+
+    def _active(self, search: SearchMethod) -> int:
+        """Trials holding slots: running, not waiting at a rung for a promotion."""
+        waiting = search.waiting()
+        return sum(1 for request in self._running.values() if request not in waiting)
+
+    def _can_start(self, search: SearchMethod) -> bool:
+        if self._paused or self._stop is not None or not self._pending:
+            return False
+        limit = search.concurrency()
+        return limit is None or self._active(search) < limit
+
+    def _only_waiting(self, search: SearchMethod) -> bool:
+        """Every running trial waits at a rung and nothing more will start: promotions can no
+        longer come, so the waiting trials are done."""
+        no_more = self._stop is not None or not self._pending
+        return no_more and bool(self._running) and self._active(search) == 0
+
+    def _idle(self) -> bool:
+        return not self._running and (self._stop is not None or not self._pending)
+
+    def _should_continue_as_new(self, inp: ExperimentInput) -> bool:
+        if self._events:
+            return False
+        info = workflow.info()
+        if inp.max_history_events:
+            return info.get_current_history_length() >= inp.max_history_events
+        return info.is_continue_as_new_suggested()
+
+    def _carry(self, search: SearchMethod) -> JSON:
+        return {
+            "search": search.snapshot(),
+            "state": self._state,
+            "paused": self._paused,
+            "stop": self._stop,
+            "pending": self._pending,
+            "running": {str(k): v for k, v in self._running.items()},
+            "trial_of": {str(k): v for k, v in self._trial_of.items()},
+            "counts": self._counts,
+            "seen": {str(k): v for k, v in self._seen.items()},
+        }
 
     def _final_state(self) -> str:
         if self._stop is not None:
             return "CANCELED"
-        states = [o.state for o in self._outcomes.values()]
-        if states and all(s == "ERROR" for s in states):
+        total = sum(self._counts.values())
+        if total and self._counts.get("ERROR", 0) == total:
             return "ERROR"
         return "COMPLETED"
 
-    async def _run_trial(self, inp: ExperimentInput, request_id: int, hparams: JSON) -> None:
-        try:
-            seed = trial_seed(inp.seed, request_id)
-            trial_id: int = await workflow.execute_activity(
-                "create_trial",
-                CreateTrialInput(
-                    experiment_id=inp.experiment_id,
-                    request_id=request_id,
-                    hparams=hparams,
-                    trial_seed=seed,
-                ),
-                result_type=int,
-                start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-                retry_policy=DB_RETRY,
-            )
-            self._trial_ids.append(trial_id)
-            if self._stop is not None:
-                await workflow.execute_activity(
-                    "record_trial_state",
-                    RecordTrialStateInput(trial_id=trial_id, state="CANCELED", ended=True),
-                    start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-                    retry_policy=DB_RETRY,
-                )
-                self._outcomes[trial_id] = TrialOutcome(trial_id=trial_id, state="CANCELED")
-                return
-            child_id = trial_workflow_id(inp.experiment_id, trial_id)
-            start_paused = self._paused
-            handle = await workflow.start_child_workflow(
-                TrialWorkflow.run,
-                TrialInput(
-                    experiment_id=inp.experiment_id,
-                    trial_id=trial_id,
-                    request_id=request_id,
-                    hparams=hparams,
-                    config=inp.config,
-                    trial_seed=seed,
-                    start_paused=start_paused,
-                ),
-                id=child_id,
-                task_queue=MASTER_TASK_QUEUE,
-            )
-            self._children[child_id] = handle
-            # Signals that arrived while the child was starting were not forwarded to it.
-            if self._stop is not None:
-                await handle.signal(self._stop)
-            elif self._paused != start_paused:
-                await handle.signal("pause" if self._paused else "activate")
-            self._outcomes[trial_id] = await handle
-            del self._children[child_id]
-        finally:
-            self._in_flight -= 1
+    # -- events ------------------------------------------------------------------------------
 
-    async def _set_state(self, experiment_id: int, state: str) -> None:
+    async def _on_validation(self, search: SearchMethod, report: ValidationReport) -> None:
+        request = self._running.get(report.trial_id)
+        if request is None or report.length <= self._seen.get(report.trial_id, -1):
+            return  # a closed trial, or a report delivered twice
+        self._seen[report.trial_id] = report.length
+        await self._apply(search.on_validation(request, report.length, report.metric))
+
+    async def _on_closed(self, search: SearchMethod, outcome: TrialOutcome) -> None:
+        request = self._running.pop(outcome.trial_id, None)
+        if request is None:
+            return  # delivered twice
+        self._counts[outcome.state] = self._counts.get(outcome.state, 0) + 1
+        reason = outcome.early_exit_reason
+        if reason is None and not outcome.stopped_early:
+            if outcome.state == "ERROR":
+                reason = ERRORED
+            elif outcome.state == "CANCELED":
+                reason = USER_STOPPED
+        await self._apply(search.on_closed(request, reason))
+
+    async def _apply(self, ops: list[Op]) -> None:
+        for op in ops:
+            if isinstance(op, Create):
+                self._pending.append(
+                    {
+                        "request_id": op.request_id,
+                        "hparams": op.hparams,
+                        "target": op.target,
+                        "decision": op.decision,
+                    }
+                )
+                continue
+            trial_id = self._trial_of.get(op.request_id)
+            if trial_id is None or trial_id not in self._running:
+                continue
+            if isinstance(op, Continue):
+                if op.target is not None:
+                    await self._signal_trial(trial_id, "continue_to", op.target)
+                status = f"promoted to rung {op.rung}" if op.target else f"in rung {op.rung}"
+                await self._record_search(trial_id, op.decision, op.rung, status)
+            elif isinstance(op, Stop):
+                if op.early:
+                    await self._signal_trial(trial_id, "stop_early")
+                status = f"stopped early at rung {op.rung}" if op.early else "trained to the end"
+                await self._record_search(trial_id, None, op.rung, status)
+
+    async def _record_search(
+        self, trial_id: int, length: int | None, rung: int, status: str
+    ) -> None:
+        await db_activity(
+            "record_search",
+            RecordSearchInput(trial_id=trial_id, search_length=length, rung=rung, status=status),
+        )
+
+    async def _start_trial(self, inp: ExperimentInput, unit: str) -> None:
+        create = self._pending.pop(0)
+        request_id = int(create["request_id"])
+        seed = trial_seed(inp.seed, request_id)
+        trial_id: int = await db_activity(
+            "create_trial",
+            CreateTrialInput(
+                experiment_id=inp.experiment_id,
+                request_id=request_id,
+                hparams=create["hparams"],
+                trial_seed=seed,
+                search_length=create["decision"],
+            ),
+            int,
+        )
+        self._trial_of[request_id] = trial_id
+        start_paused = self._paused
+        searcher = inp.config["searcher"]
+        await workflow.start_child_workflow(
+            TrialWorkflow.run,
+            TrialInput(
+                experiment_id=inp.experiment_id,
+                trial_id=trial_id,
+                request_id=request_id,
+                hparams=create["hparams"],
+                config=inp.config,
+                trial_seed=seed,
+                start_paused=start_paused,
+                target=create["target"],
+                length_unit=unit,
+                waits_at_target=not searcher.get("stop_once", True)
+                and create["decision"] is not None,
+            ),
+            id=trial_workflow_id(inp.experiment_id, trial_id),
+            task_queue=MASTER_TASK_QUEUE,
+            parent_close_policy=ParentClosePolicy.ABANDON,
+        )
+        self._running[trial_id] = request_id
+        # Signals that arrived while the child was starting were not forwarded to it.
+        if self._stop is not None:
+            await self._signal_trial(trial_id, self._stop)
+        elif self._paused != start_paused:
+            await self._signal_trial(trial_id, "pause" if self._paused else "activate")
+
+    async def _signal_trial(self, trial_id: int, signal: str, *args: Any) -> None:
+        """Signal a running trial; one that has just ended (its `trial_closed` not yet handled)
+        cannot take signals any more, and needs none."""
+        handle = workflow.get_external_workflow_handle(
+            trial_workflow_id(self._experiment_id, trial_id)
+        )
+        try:
+            await handle.signal(signal, *args)
+        except Exception as err:  # the trial's workflow is closed
+            workflow.logger.info("trial %s did not take %s: %s", trial_id, signal, err)
+
+    # -- messages ----------------------------------------------------------------------------
+
+    async def _set_state(self, state: str) -> None:
         self._state = state
-        await workflow.execute_activity(
+        await db_activity(
             "record_experiment_state",
-            RecordExperimentStateInput(experiment_id=experiment_id, state=state),
-            start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-            retry_policy=DB_RETRY,
+            RecordExperimentStateInput(experiment_id=self._experiment_id, state=state),
         )
 
     async def _forward(self, signal: str) -> None:
-        for handle in list(self._children.values()):
-            await handle.signal(signal)
+        for trial_id in list(self._running):
+            await self._signal_trial(trial_id, signal)
+
+    @workflow.signal
+    def validation_reported(self, report: ValidationReport) -> None:
+        self._events.append(("validation", report))
+
+    @workflow.signal
+    def trial_closed(self, outcome: TrialOutcome) -> None:
+        self._events.append(("closed", outcome))
 
     @workflow.signal
     async def pause(self) -> None:
         if self._stop is not None or self._paused:
             return
         self._paused = True
-        await self._set_state(self._experiment_id, "PAUSED")
+        await self._set_state("PAUSED")
         await self._forward("pause")
 
     @workflow.signal
@@ -165,7 +314,7 @@ class ExperimentWorkflow:
         if self._stop is not None or not self._paused:
             return
         self._paused = False
-        await self._set_state(self._experiment_id, "ACTIVE")
+        await self._set_state("ACTIVE")
         await self._forward("activate")
 
     @workflow.signal
@@ -173,7 +322,7 @@ class ExperimentWorkflow:
         if self._stop is not None:
             return
         self._stop = "cancel"
-        await self._set_state(self._experiment_id, "STOPPING_CANCELED")
+        await self._set_state("STOPPING_CANCELED")
         await self._forward("cancel")
 
     @workflow.signal
@@ -181,14 +330,14 @@ class ExperimentWorkflow:
         if self._stop == "kill":
             return
         self._stop = "kill"
-        await self._set_state(self._experiment_id, "STOPPING_KILLED")
+        await self._set_state("STOPPING_KILLED")
         await self._forward("kill")
 
     @workflow.query
     def describe(self) -> dict[str, object]:
         return {
             "state": self._state,
-            "trial_ids": list(self._trial_ids),
-            "in_flight": self._in_flight,
-            "outcomes": {str(k): v.state for k, v in self._outcomes.items()},
+            "running": sorted(self._running),
+            "pending": len(self._pending),
+            "outcomes": dict(self._counts),
         }

@@ -1,41 +1,64 @@
 """TrialWorkflow: runs one trial on an agent until it completes, restarting it after failures.
 
-Each run is one `run_trial` activity on the resource pool's task queue; an agent's heartbeat keeps
-it alive. Pause and cancel ask the training code to checkpoint and stop (preemption, read by the
-harness through the API); kill cancels the activity at once, which kills the process group.
+Before each run the trial asks its resource pool's scheduler for slots (workflows/allocation.py)
+and runs one `run_trial` activity on the granted agent's own task queue `agent.<id>`; the agent's
+heartbeat keeps it alive, and the slots go back to the pool after the run. Pause and cancel ask
+the training code to checkpoint and stop (preemption, read by the harness through the API); kill
+cancels the activity at once, which kills the process group.
 A failed run restarts from the latest checkpoint with exponential backoff, up to `max_restarts`.
+
+The searcher steers a trial too: `stop_early` ends it like a cancel but as COMPLETED, and with
+classic ASHA each run trains only to the trial's current rung (`target`), after which the trial
+waits, holding no slots, until `continue_to` promotes it. At its end the trial tells its
+experiment by signal.
 """
 
 from __future__ import annotations
 
 import contextlib
 from datetime import timedelta
+from functools import partial
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.constants import pool_task_queue
+    from workflows.allocation import Allocator, Resources
+    from workflows.constants import (
+        allocation_id,
+        experiment_workflow_id,
+        task_id,
+    )
+    from workflows.db_activities import db_activity
+    from workflows.pool_types import Allocation, SlotRequest
     from workflows.types import (
+        CheckSearcherMetricInput,
         RecordTrialStateInput,
         RequestPreemptionInput,
         ResumePoint,
         RunTrialInput,
         RunTrialResult,
         TrialInput,
+        TrialLogInput,
         TrialOutcome,
     )
 
-DB_ACTIVITY_TIMEOUT = timedelta(seconds=30)
-# Database activities retry until PostgreSQL is back: a restart of it must not fail a trial.
-DB_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
-)
 RUN_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 RUN_MAX_DURATION = timedelta(days=30)
 PREEMPTION_GRACE = timedelta(minutes=5)
 MAX_BACKOFF_SECONDS = 60
+RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the run by then
+
+
+def full_length(config: dict[str, object]) -> int:
+    """The searcher's whole training length (max_length, or max_time with a time metric)."""
+    searcher = config["searcher"]
+    assert isinstance(searcher, dict)
+    if searcher.get("max_length"):
+        return int(next(iter(searcher["max_length"].values())))
+    return int(searcher.get("max_time") or 0)
 
 
 def restart_backoff(restarts: int) -> timedelta:
@@ -49,47 +72,76 @@ class TrialWorkflow:
         self._paused = False
         self._cancel = False
         self._kill = False
+        self._stop_early = False  # the searcher stopped this trial (ASHA)
         self._state = "QUEUED"
         self._restarts = 0
         self._run_id = 0
         self._agent_id: str | None = None
+        self._allocator = Allocator()
+        self._target: int | None = None  # the length this run trains to
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
         self._paused = inp.start_paused
+        self._target = inp.target
         max_restarts = int(inp.config.get("max_restarts", 5))
         while True:
             if self._cancel or self._kill:
                 return await self._end(inp, "CANCELED")
+            if self._stop_early:
+                return await self._end(inp, "COMPLETED", stopped_early=True)
             if self._paused:
                 await self._record(inp, "PAUSED")
                 await workflow.wait_condition(lambda: not self._paused or self._stopping())
                 continue
 
-            resume: ResumePoint = await workflow.execute_activity(
-                "get_resume_point",
-                inp.trial_id,
-                result_type=ResumePoint,
-                start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-                retry_policy=DB_RETRY,
-            )
+            resume: ResumePoint = await db_activity("get_resume_point", inp.trial_id, ResumePoint)
             self._run_id += 1
+            try:
+                allocation = await self._allocate(inp)
+            except ActivityError as err:  # can never be granted: more slots than any agent has
+                return await self._end(inp, "ERROR", error=f"cannot schedule the trial: "
+                                       f"{getattr(err.cause, 'message', None) or err.cause}")
+            if allocation is None:
+                continue  # paused or stopped while waiting for slots
+            self._agent_id = allocation.agent_id
             await self._record(inp, "RUNNING", run_id=self._run_id)
-            ended, result = await self._run_once(inp, resume)
+            run_target = self._target  # a promotion may raise the target while the run ends
+            try:
+                ended, result = await self._run_once(inp, resume, allocation)
+            finally:
+                await self._allocator.release(Resources.of(inp.config), allocation.allocation_id)
 
             if self._kill or (self._cancel and ended != "failed"):
                 return await self._end(inp, "CANCELED")
             if ended == "preempted":
-                continue  # paused: the loop waits for activate
+                continue  # paused or stopped early: the loop decides
+            if (
+                ended == "completed"
+                and inp.waits_at_target
+                and not self._stop_early
+                and (run_target or 0) < full_length(inp.config)
+            ):
+                # Classic ASHA: at its rung the trial waits (holding no slots) until the
+                # searcher promotes it to a longer target or stops it.
+                reached = run_target or 0
+                error = await self._searcher_metric_error(inp, reached)
+                if error is not None:
+                    return await self._end(inp, "ERROR", error=error)
+                await self._record(inp, "PAUSED")
+                await workflow.wait_condition(partial(self._promoted_past, reached))
+                continue
             if ended == "completed":
-                final = await workflow.execute_activity(
-                    "get_resume_point",
-                    inp.trial_id,
-                    result_type=ResumePoint,
-                    start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-                    retry_policy=DB_RETRY,
+                final: ResumePoint = await db_activity(
+                    "get_resume_point", inp.trial_id, ResumePoint
                 )
-                return await self._end(inp, "COMPLETED", final.early_exit_reason)
+                if final.early_exit_reason is None and not self._stop_early:
+                    error = await self._searcher_metric_error(inp, 0)
+                    if error is not None:
+                        return await self._end(inp, "ERROR", error=error)
+                return await self._end(
+                    inp, "COMPLETED", final.early_exit_reason, stopped_early=self._stop_early
+                )
 
             self._restarts += 1
             workflow.logger.warning(
@@ -101,15 +153,49 @@ class TrialWorkflow:
                 max_restarts,
             )
             if self._restarts > max_restarts:
-                return await self._end(inp, "ERROR")
+                return await self._end(
+                    inp,
+                    "ERROR",
+                    error=f"run {self._run_id} failed: {result}; "
+                    f"max_restarts ({max_restarts}) spent",
+                )
+            point: ResumePoint = await db_activity("get_resume_point", inp.trial_id, ResumePoint)
+            await self._log(
+                inp,
+                f"[epochal] run {self._run_id} failed: {result}; restarting from checkpoint "
+                f"{point.latest_checkpoint or '(none: from the start)'} in "
+                f"{restart_backoff(self._restarts).total_seconds():g} s "
+                f"(restart {self._restarts} of {max_restarts})",
+                level="WARNING",
+            )
             await self._record(inp, "QUEUED")
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     self._stopping, timeout=restart_backoff(self._restarts)
                 )
 
-    async def _run_once(self, inp: TrialInput, resume: ResumePoint) -> tuple[str, str]:
-        """One run on an agent: ('completed'|'preempted'|'failed', detail)."""
+    async def _allocate(self, inp: TrialInput) -> Allocation | None:
+        """Slots for this run from the pool; None when paused or stopped while waiting."""
+        resources = Resources.of(inp.config)
+        request = SlotRequest(
+            allocation_id=allocation_id(inp.experiment_id, inp.trial_id, self._run_id),
+            workflow_id=workflow.info().workflow_id,
+            experiment_id=inp.experiment_id,
+            trial_id=inp.trial_id,
+            slots=resources.slots,
+            priority=resources.priority,
+            max_slots=resources.max_slots,
+        )
+        allocation = await self._allocator.acquire(resources, request, self._stopping_or_paused)
+        if allocation is not None and self._stopping_or_paused():
+            await self._allocator.release(resources, allocation.allocation_id)
+            return None
+        return allocation
+
+    async def _run_once(
+        self, inp: TrialInput, resume: ResumePoint, allocation: Allocation
+    ) -> tuple[str, str]:
+        """One run on the allocated agent: ('completed'|'preempted'|'failed', detail)."""
         handle = workflow.start_activity(
             "run_trial",
             RunTrialInput(
@@ -121,9 +207,14 @@ class TrialWorkflow:
                 trial_seed=inp.trial_seed,
                 latest_checkpoint=resume.latest_checkpoint,
                 steps_completed=resume.steps_completed,
+                slot_ids=allocation.slot_ids,
+                max_length=(
+                    {inp.length_unit: self._target} if self._target is not None else None
+                ),
             ),
             result_type=RunTrialResult,
-            task_queue=pool_task_queue(inp.config["resources"]["resource_pool"]),
+            task_queue=allocation.task_queue,
+            schedule_to_start_timeout=RUN_PICKUP_TIMEOUT,
             start_to_close_timeout=RUN_MAX_DURATION,
             heartbeat_timeout=RUN_HEARTBEAT_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=1),
@@ -145,35 +236,63 @@ class TrialWorkflow:
         try:
             result = await handle
         except ActivityError as err:
-            return ("preempted" if preempted or self._kill else "failed", str(err.cause or err))
+            return ("preempted" if preempted or self._kill else "failed", _run_failure(err))
         self._agent_id = result.agent_id
         if result.exit_code == 0:
             return ("preempted" if preempted else "completed", "exit 0")
         detail = result.message or f"exit code {result.exit_code}"
         return ("preempted" if preempted and self._stopping_or_paused() else "failed", detail)
 
+    def _promoted_past(self, reached: int) -> bool:
+        return (self._target or 0) > reached or self._stopping()
+
     def _wants_preempt(self) -> bool:
-        return self._paused or self._cancel
+        return self._paused or self._cancel or self._stop_early
 
     def _stopping(self) -> bool:
-        return self._cancel or self._kill
+        return self._cancel or self._kill or self._stop_early
 
     def _stopping_or_paused(self) -> bool:
         return self._stopping() or self._paused
 
+    async def _searcher_metric_error(self, inp: TrialInput, min_length: int) -> str | None:
+        """Why the trial's validations cannot serve the searcher, if they cannot."""
+        searcher = inp.config["searcher"]
+        error: str | None = await db_activity(
+            "check_searcher_metric",
+            CheckSearcherMetricInput(
+                trial_id=inp.trial_id,
+                metric=searcher["metric"],
+                min_length=min_length,
+                time_metric=searcher.get("time_metric"),
+            ),
+        )
+        return error
+
     async def _preempt(self, inp: TrialInput, preempt: bool) -> None:
-        await workflow.execute_activity(
-            "request_preemption",
-            RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt),
-            start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-            retry_policy=DB_RETRY,
+        await db_activity(
+            "request_preemption", RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt)
+        )
+
+    async def _log(self, inp: TrialInput, line: str, *, level: str = "INFO") -> None:
+        """A line from the master in the trial's logs (errors and restarts it decided)."""
+        await db_activity(
+            "write_trial_log",
+            TrialLogInput(
+                trial_id=inp.trial_id,
+                task_id=task_id(inp.experiment_id, inp.trial_id),
+                allocation_id=allocation_id(inp.experiment_id, inp.trial_id, self._run_id),
+                log=line,
+                level=level,
+                agent_id=self._agent_id,
+            ),
         )
 
     async def _record(
         self, inp: TrialInput, state: str, *, run_id: int | None = None, ended: bool = False
     ) -> None:
         self._state = state
-        await workflow.execute_activity(
+        await db_activity(
             "record_trial_state",
             RecordTrialStateInput(
                 trial_id=inp.trial_id,
@@ -183,20 +302,51 @@ class TrialWorkflow:
                 ended=ended,
                 agent_id=self._agent_id,
             ),
-            start_to_close_timeout=DB_ACTIVITY_TIMEOUT,
-            retry_policy=DB_RETRY,
         )
 
     async def _end(
-        self, inp: TrialInput, state: str, early_exit_reason: str | None = None
+        self,
+        inp: TrialInput,
+        state: str,
+        early_exit_reason: str | None = None,
+        *,
+        stopped_early: bool = False,
+        error: str | None = None,
     ) -> TrialOutcome:
+        if error is not None:
+            await self._log(inp, f"[epochal] {error}", level="ERROR")
         await self._record(inp, state, ended=True)
-        return TrialOutcome(
+        outcome = TrialOutcome(
             trial_id=inp.trial_id,
             state=state,
             restarts=self._restarts,
             early_exit_reason=early_exit_reason,
+            stopped_early=stopped_early,
+            error=error,
         )
+        # The experiment learns of the end by signal: it may have continued-as-new since it
+        # started this trial, so it does not wait on the child's result.
+        parent = workflow.get_external_workflow_handle(experiment_workflow_id(inp.experiment_id))
+        try:
+            await parent.signal("trial_closed", outcome)
+        except Exception as err:  # the experiment has ended (killed, say): nobody to tell
+            workflow.logger.info("experiment did not take trial_closed: %s", err)
+        return outcome
+
+    @workflow.signal
+    def stop_early(self) -> None:
+        """The searcher stops this trial: checkpoint and stop; it ends COMPLETED."""
+        self._stop_early = True
+
+    @workflow.signal
+    def continue_to(self, target: int) -> None:
+        """The searcher promotes this trial: train on (from the checkpoint) to `target`."""
+        self._target = max(self._target or 0, target)
+
+    @workflow.signal
+    def slots_granted(self, allocation: Allocation) -> None:
+        """The resource pool granted a request that had to wait."""
+        self._allocator.granted(allocation)
 
     @workflow.signal
     def pause(self) -> None:
@@ -221,4 +371,18 @@ class TrialWorkflow:
             "restarts": self._restarts,
             "run_id": self._run_id,
             "paused": self._paused,
+            "target": self._target,
+            "stopped_early": self._stop_early,
         }
+
+
+def _run_failure(err: ActivityError) -> str:
+    """Why a run activity failed, in words for the trial's logs."""
+    cause = err.cause
+    if isinstance(cause, ActivityTimeout):
+        if cause.type == TimeoutType.HEARTBEAT:
+            return (f"agent lost or unresponsive (no heartbeat for "
+                    f"{RUN_HEARTBEAT_TIMEOUT.total_seconds():g} s)")
+        if cause.type == TimeoutType.SCHEDULE_TO_START:
+            return "agent lost (it never started the run)"
+    return str(cause or err)

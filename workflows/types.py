@@ -17,6 +17,10 @@ class ExperimentInput:
     experiment_id: int
     config: JSON  # the normalized experiment config (ExperimentConfig.model_dump(mode="json"))
     seed: int
+    # Carried over continue-as-new: the search and the experiment's bookkeeping.
+    carried: JSON | None = None
+    # Continue-as-new after this many history events (0: when the server suggests it).
+    max_history_events: int = 0
 
 
 @dataclass
@@ -28,16 +32,65 @@ class TrialInput:
     config: JSON
     trial_seed: int
     start_paused: bool = False
+    # The length the first run trains to (None: the searcher's max_length), in `length_unit`.
+    target: int | None = None
+    length_unit: str = "batches"
+    # Classic ASHA: after reaching `target` the trial waits for a promotion or a stop.
+    waits_at_target: bool = False
 
 
 @dataclass
 class TrialOutcome:
-    """What a finished trial reports to its experiment."""
+    """What a finished trial reports to its experiment (by signal, so it survives the
+    experiment continuing-as-new)."""
 
     trial_id: int
     state: str  # COMPLETED | CANCELED | ERROR
     restarts: int = 0
     early_exit_reason: str | None = None
+    stopped_early: bool = False
+    error: str | None = None
+
+
+@dataclass
+class ValidationReport:
+    """A validation of the searcher metric at one of the searcher's decision points (from the
+    API to the experiment)."""
+
+    trial_id: int
+    length: int
+    metric: float
+
+
+@dataclass
+class RecordSearchInput:
+    """Where a trial stands in the search, for people (rung, status) and for the API's gate
+    (`search_length`: the next validation length the searcher wants to hear about)."""
+
+    trial_id: int
+    search_length: int | None
+    rung: int | None
+    status: str
+
+
+@dataclass
+class CheckSearcherMetricInput:
+    trial_id: int
+    metric: str
+    min_length: int = 0
+    time_metric: str | None = None
+
+
+@dataclass
+class TrialLogInput:
+    """A line the master writes into a trial's logs (restarts, errors it decided)."""
+
+    trial_id: int
+    task_id: str
+    log: str
+    level: str = "INFO"
+    allocation_id: str | None = None
+    agent_id: str | None = None
 
 
 @dataclass
@@ -46,6 +99,7 @@ class CreateTrialInput:
     request_id: int
     hparams: JSON
     trial_seed: int
+    search_length: int | None = None
 
 
 @dataclass
@@ -98,6 +152,8 @@ class RunTrialInput:
     steps_completed: int
     master_url: str = ""  # empty: the agent uses the master URL it was started with
     session_token: str | None = None
+    max_length: JSON | None = None  # {unit: N} this run trains to; None: the searcher's max_length
+    slot_ids: list[int] | None = None  # the agent's slots the scheduler granted this run
 
 
 @dataclass

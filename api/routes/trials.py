@@ -8,11 +8,15 @@ from typing import Any, Literal
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
+from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from api import views
-from api.deps import Pool
+from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found
 from api.log_stream import stream_logs
+from workflows.constants import experiment_workflow_id
+from workflows.types import ValidationReport
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 
@@ -72,7 +76,9 @@ async def _require_trial(pool: Pool, trial_id: int) -> str:
     return state
 
 
-async def store_reports(pool: Pool, trial_id: int, reports: list[ReportTrialMetricsRequest]) -> int:
+async def store_reports(
+    pool: Pool, temporal: Client, trial_id: int, reports: list[ReportTrialMetricsRequest]
+) -> int:
     """Upsert by (trial, group, steps): a retried report replaces its row instead of doubling it."""
     rows = []
     for index, report in enumerate(reports):
@@ -94,6 +100,7 @@ async def store_reports(pool: Pool, trial_id: int, reports: list[ReportTrialMetr
     if not rows:
         return 0
     await _require_trial(pool, trial_id)
+    validations = [r for r in reports if r.group == "validation"]
     async with pool.acquire() as conn, conn.transaction():
         await conn.executemany(
             "INSERT INTO metrics (trial_id, trial_run_id, metric_group, steps_completed, metrics)"
@@ -108,7 +115,57 @@ async def store_reports(pool: Pool, trial_id: int, reports: list[ReportTrialMetr
             trial_id,
             max(r[3] for r in rows),
         )
+    if validations:
+        await notify_searcher(pool, temporal, trial_id, validations)
     return len(rows)
+
+
+async def notify_searcher(
+    pool: Pool, temporal: Client, trial_id: int, validations: list[ReportTrialMetricsRequest]
+) -> None:
+    """Tell the experiment of the first validation at or past the length its searcher waits
+    for (ASHA's rungs); other validations never reach the workflow."""
+    row = await pool.fetchrow(
+        "SELECT t.search_length, t.experiment_id, e.config -> 'searcher' AS searcher"
+        " FROM trials t JOIN experiments e ON e.id = t.experiment_id WHERE t.id = $1",
+        trial_id,
+    )
+    if row is None or row["search_length"] is None:
+        return
+    searcher = row["searcher"]
+    time_metric = searcher.get("time_metric")
+    for report in sorted(validations, key=lambda r: r.metrics.stepsCompleted):
+        values = report.metrics.metrics.avgMetrics
+        metric = values.get(searcher["metric"])
+        length = values.get(time_metric) if time_metric else report.metrics.stepsCompleted
+        if not isinstance(metric, int | float) or not _is_number(metric):
+            continue
+        if not isinstance(length, int | float) or not _is_number(length):
+            continue
+        if length < row["search_length"]:
+            continue
+        handle = temporal.get_workflow_handle(experiment_workflow_id(row["experiment_id"]))
+        try:
+            await handle.signal(
+                "validation_reported",
+                ValidationReport(trial_id=trial_id, length=int(length), metric=float(metric)),
+            )
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return  # the experiment has ended
+        # Signalled first, then the gate closes: a retry may signal twice (the workflow drops
+        # the duplicate), never not at all. The experiment opens the gate at the next rung.
+        await pool.execute(
+            "UPDATE trials SET search_length = NULL WHERE id = $1 AND search_length <= $2",
+            trial_id,
+            int(length),
+        )
+        return
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @router.get("/trials/{trial_id}")
@@ -121,17 +178,17 @@ async def get_trial(trial_id: int, pool: Pool) -> dict[str, Any]:
 
 @router.post("/trials/{trial_id}/metrics")
 async def report_trial_metrics(
-    trial_id: int, body: ReportTrialMetricsRequest, pool: Pool
+    trial_id: int, body: ReportTrialMetricsRequest, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
-    await store_reports(pool, trial_id, [body])
+    await store_reports(pool, temporal, trial_id, [body])
     return {}
 
 
 @router.post("/trials/{trial_id}/metrics/batch")
 async def report_trial_metrics_batch(
-    trial_id: int, body: ReportTrialMetricsBatch, pool: Pool
+    trial_id: int, body: ReportTrialMetricsBatch, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
-    return {"stored": await store_reports(pool, trial_id, body.reports)}
+    return {"stored": await store_reports(pool, temporal, trial_id, body.reports)}
 
 
 @router.get("/trials/{trial_id}/metrics")

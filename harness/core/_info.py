@@ -13,12 +13,13 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 TRIAL_INFO_ENV = "EPOCHAL_TRIAL_INFO"
 MASTER_ENV = "EPOCHAL_MASTER"
 
-LengthUnit = Literal["batches", "records", "epochs"]
+# batches, records or epochs; or, with Determined 0.38's `time_metric`, that metric's name.
+LengthUnit = str
 LENGTH_UNITS: tuple[LengthUnit, ...] = ("batches", "records", "epochs")
 
 
@@ -157,11 +158,11 @@ def parse_max_length(raw: Any) -> tuple[int, LengthUnit]:
             f"got {raw!r}"
         )
     ((unit, value),) = raw.items()
-    if unit not in LENGTH_UNITS:
-        raise ValueError(f"max_length unit must be one of {', '.join(LENGTH_UNITS)}; got {unit!r}")
+    if not isinstance(unit, str) or not unit:
+        raise ValueError(f"max_length unit must be a name such as batches; got {unit!r}")
     if not _is_int(value) or value < 1:
         raise ValueError(f"max_length.{unit} must be an int >= 1, got {value!r}")
-    return value, cast(LengthUnit, unit)
+    return value, unit
 
 
 @functools.cache

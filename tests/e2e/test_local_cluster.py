@@ -249,3 +249,23 @@ def test_bad_input_is_refused_before_anything_is_stored(cluster: Cluster, tmp_pa
     )
     assert result.returncode == 1
     assert "cannot reach the master" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_adaptive_asha_stops_trials_early_and_trains_the_best_to_the_end(cluster: Cluster) -> None:
+    result = cluster.run(
+        "experiment", "create", "examples/digits/adaptive.yaml", "examples/digits", "--follow",
+        timeout=300,
+    )
+    experiment_id = created_id(result.stdout)
+    described = cluster.json("experiment", "describe", str(experiment_id))
+    trials = described["trials"]
+    assert len(trials) == 16
+    assert {t["state"] for t in trials} == {"STATE_COMPLETED"}
+    stopped = [t for t in trials if (t["searcherStatus"] or "").startswith("stopped early")]
+    assert stopped, "adaptive ASHA stopped no trial early"
+    assert all(t["totalBatchesProcessed"] < 320 for t in stopped)
+    best = next(t for t in trials if t["id"] == described["experiment"]["bestTrialId"])
+    assert best["totalBatchesProcessed"] == 320  # the best was promoted to the full length
+    assert sum(t["totalBatchesProcessed"] for t in trials) < 16 * 320 / 2
+    shown = cluster.run("experiment", "describe", str(experiment_id)).stdout
+    assert "stopped early at rung 0" in shown

@@ -30,7 +30,7 @@ from agent_worker.main import Agent, AgentConfig
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.testing import FakeMaster, make_tgz
 from deploy.processes import free_port
-from workflows.constants import agent_task_queue, pool_task_queue
+from workflows.constants import agent_task_queue
 from workflows.types import RunTrialInput, RunTrialResult
 
 SLEEPER_PY = """
@@ -137,21 +137,22 @@ def _dead(pid: int) -> bool:
         return True
 
 
-async def test_runs_a_trial_from_the_pool_and_the_agent_queue(
+async def test_runs_a_trial_from_its_own_queue(
         temporal_client: Client, workflow_queue: str, agent: RunningAgent,
         master: FakeMaster) -> None:
     master.model_defs[1] = make_tgz({"train.py": "print('hello from the trial')\n"})
     cfg = agent.config
     assert master.registrations[0][0] == cfg.agent_id
     assert master.registrations[0][1]["resourcePool"] == cfg.resource_pool
+    assert len(master.registrations[0][1]["bootId"]) == 32  # new on every start
 
-    for queue in (pool_task_queue(cfg.resource_pool), agent_task_queue(cfg.agent_id)):
-        result = await temporal_client.execute_workflow(
-            RunTrialOnAgent.run, RunArgs(trial_input(1), queue),
-            id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
-        assert result == RunTrialResult(exit_code=0, agent_id=cfg.agent_id,
-                                        message="exited with code 0")
-    assert master.log_lines() == ["hello from the trial"] * 2
+    # The scheduler places runs on the agent's own queue; nothing polls the pool's any more.
+    result = await temporal_client.execute_workflow(
+        RunTrialOnAgent.run, RunArgs(trial_input(1), agent_task_queue(cfg.agent_id)),
+        id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
+    assert result == RunTrialResult(exit_code=0, agent_id=cfg.agent_id,
+                                    message="exited with code 0")
+    assert master.log_lines() == ["hello from the trial"]
 
 
 async def test_kill_cancels_the_run_and_its_processes(
@@ -160,7 +161,7 @@ async def test_kill_cancels_the_run_and_its_processes(
     master.model_defs[2] = make_tgz({"train.py": SLEEPER_PY})
     handle = await temporal_client.start_workflow(
         RunTrialOnAgent.run,
-        RunArgs(trial_input(2), pool_task_queue(agent.config.resource_pool)),
+        RunArgs(trial_input(2), agent_task_queue(agent.config.agent_id)),
         id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
     pids = await _pids(agent)
     started = time.monotonic()
@@ -180,7 +181,7 @@ async def test_agent_shutdown_stops_its_trials(
     master.model_defs[3] = make_tgz({"train.py": SLEEPER_PY})
     handle = await temporal_client.start_workflow(
         RunTrialOnAgent.run,
-        RunArgs(trial_input(3), pool_task_queue(agent.config.resource_pool)),
+        RunArgs(trial_input(3), agent_task_queue(agent.config.agent_id)),
         id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
     pids = await _pids(agent)
     agent.agent.stop()

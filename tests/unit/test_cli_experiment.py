@@ -354,3 +354,21 @@ def test_action_in_the_wrong_state(fake: FakeMaster) -> None:
 
     assert result.exit_code == 1
     assert result.stderr == "error: experiment 4 is COMPLETED: it can no longer pause\n"
+
+
+def test_describe_shows_where_each_trial_stands_in_an_asha_search(fake: FakeMaster) -> None:
+    trials = [
+        {**TRIALS[0], "rung": 0, "searcherStatus": "stopped early at rung 0"},
+        {**TRIALS[1], "rung": 2, "searcherStatus": "trained to the end"},
+    ]
+    fake.on("GET", "/experiments/4", {"experiment": experiment(), "config": {}})
+    fake.on("GET", "/experiments/4/trials", {"trials": trials, "pagination": {"total": 2}})
+    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+
+    result = run("experiment", "describe", "4")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "Searcher" in next(line for line in lines if line.lstrip().startswith("Trial "))
+    assert "stopped early at rung 0" in next(ln for ln in lines if ln.lstrip().startswith("11 "))
+    assert "trained to the end" in next(ln for ln in lines if ln.lstrip().startswith("12 "))

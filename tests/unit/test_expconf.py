@@ -377,14 +377,14 @@ def test_missing_fields(data: dict[str, object], expected: list[str]) -> None:
             '"shared_fs"; did you mean "shared_fs"?',
         ),
         (
-            {"searcher": {"name": "adaptive_asha", "metric": "m"}},
-            'searcher.name: searcher "adaptive_asha" is not supported yet; '
-            'use one of "single", "grid", "random"',
+            {"searcher": {"name": "pbt", "metric": "m"}},
+            'searcher.name: searcher "pbt" is not supported yet; '
+            'use one of "single", "grid", "random", "async_halving", "adaptive_asha"',
         ),
         (
             {"searcher": {"name": "randm", "metric": "m"}},
-            'searcher.name: unknown searcher "randm"; must be one of "single", "grid", "random"; '
-            'did you mean "random"?',
+            'searcher.name: unknown searcher "randm"; must be one of "single", "grid", "random", '
+            '"async_halving", "adaptive_asha"; did you mean "random"?',
         ),
         ({"searcher": "single"}, 'searcher: must be a mapping (got "single")'),
         (

@@ -79,7 +79,7 @@ def test_defaults_derive_ids_and_storage_from_config() -> None:
         ({"trial_id": None}, "trial_id is missing"),
         ({"trial_id": "3"}, "trial_id must be an int"),
         ({"trial_seed": True}, "trial_seed must be an int"),
-        ({"max_length": {"steps": 3}}, "max_length unit must be one of"),
+        ({"max_length": {"": 3}}, "max_length unit must be a name"),
         ({"max_length": {"batches": 0}}, "max_length.batches must be an int >= 1"),
         ({"hparams": [1]}, "hparams must be an object"),
         ({"master_url": None}, "master_url is missing"),

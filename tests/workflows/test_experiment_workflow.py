@@ -1,8 +1,9 @@
 """ExperimentWorkflow and TrialWorkflow on a real Temporal dev server and a real PostgreSQL.
 
 The master's real activities write the database; the agent's `run_trial` is replaced by a
-scripted stand-in registered under the real name on the pool's task queue, so each test decides
-what the "training process" does (succeed, crash, wait for preemption, hang until killed).
+scripted stand-in registered under the real name on a fake agent's own task queue (the agent is
+registered with the test's resource pool), so each test decides what the "training process"
+does (succeed, crash, wait for preemption, hang until killed).
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
-from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id, pool_task_queue
+from agent_worker.liveness import Liveness
+from tests.workflows.pool_helpers import register
+from workflows.constants import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
 from workflows.expconf import validate_experiment_config
 from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
@@ -129,7 +132,7 @@ async def hang(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
 
 async def trial_states(pool: asyncpg.Pool, experiment_id: int) -> list[str]:
     rows = await pool.fetch(
-        "SELECT state FROM trials WHERE experiment_id = $1 ORDER BY id", experiment_id
+        "SELECT state FROM trials WHERE experiment_id = $1 ORDER BY request_id", experiment_id
     )
     return [r["state"] for r in rows]
 
@@ -147,14 +150,18 @@ async def run_with_agent(
     pool_name = f"test-{uuid.uuid4().hex[:8]}"
     agent = FakeAgent(pool, script)
     config = make_config(pool_name, **searcher)
+    # The agent polls its own queue; the pool's scheduler places runs there (8 slots).
+    agent_id = f"{pool_name}-fake"
+    fake_agent_liveness = Liveness(agent_id, beat=0.5)
     worker = Worker(
         client,
-        task_queue=pool_task_queue(pool_name),
-        activities=[agent.run_trial],
+        task_queue=agent_task_queue(agent_id),
+        activities=[agent.run_trial, fake_agent_liveness.agent_liveness],
         # As the real agent does: heartbeats (which carry cancellation) reach the server quickly.
         max_heartbeat_throttle_interval=timedelta(seconds=1),
     )
     worker_task = asyncio.create_task(worker.run())
+    await register(client, pool_name, agent_id, 8)
     experiment_id, handle = await start_experiment(client, pool, config)
     agent.worker_task = worker_task  # type: ignore[attr-defined]
     return agent, pool_name, handle, experiment_id
@@ -271,3 +278,22 @@ async def _count(pool: asyncpg.Pool, experiment_id: int, state: str, n: int) -> 
         experiment_id,
         state,
     )
+
+
+async def test_cancel_checkpoints_running_trials_and_starts_no_more(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    agent, _, handle, experiment_id = await run_with_agent(
+        temporal_client, pool, wait_for_preemption
+    )
+    try:
+        await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 2))
+        await handle.signal("cancel")
+        assert await asyncio.wait_for(handle.result(), 30) == "CANCELED"
+    finally:
+        await stop_agent(agent)
+    # The two running trials were asked to stop and exited cleanly; the others never started.
+    assert await trial_states(pool, experiment_id) == ["CANCELED", "CANCELED"]
+    assert [r.run_id for r in agent.runs] == [1, 1]
+    state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
+    assert state == "CANCELED"

@@ -1,7 +1,9 @@
-"""Searchers that decide a fixed list of trials up front: single, grid and random.
+"""Epochal's searchers: single, grid and random decide their trials up front; async_halving and
+adaptive_asha decide as validations arrive.
 
 Pure, seeded and replay-safe: no IO, no clock, no global random state, so an experiment workflow
-can call them directly and get the same trials on every replay.
+can call them directly and get the same decisions on every replay. `make_search` builds the
+SearchMethod the workflow drives.
 """
 
 import hashlib
@@ -14,6 +16,9 @@ from workflows.expconf import (
     hyperparameters_grid_size,
     validate_experiment_config,
 )
+from workflows.searchers.asha import AshaSearch
+from workflows.searchers.base import JSON, SearchMethod
+from workflows.searchers.fixed import FixedSearch
 from workflows.searchers.grid import grid_trials
 from workflows.searchers.hparams import default_hparams, sample_hparams
 from workflows.searchers.random_search import random_trials
@@ -23,6 +28,7 @@ __all__ = [
     "default_hparams",
     "generate_trials",
     "grid_size",
+    "make_search",
     "sample_hparams",
     "trial_seed",
 ]
@@ -76,3 +82,20 @@ def trial_seed(experiment_seed: int, request_id: int | str) -> int:
     """The seed of one trial, in [0, 2**31), derived from the experiment seed and its request."""
     digest = hashlib.sha256(f"{experiment_seed}/{request_id}".encode()).digest()
     return int.from_bytes(digest[:8], "big") % 2**31
+
+
+def make_search(
+    config: ExperimentConfig | Mapping[str, Any], seed: int, state: JSON | None = None
+) -> SearchMethod:
+    """The search method of an experiment, fresh or restored from `state` (its snapshot)."""
+    cfg = _as_config(config)
+    searcher = cfg.searcher.model_dump(mode="json")
+    if cfg.searcher.name in _GENERATORS:
+        assert cfg.searcher.max_length is not None  # required by these searchers' configs
+        return FixedSearch(
+            lambda: generate_trials(cfg, seed),
+            cfg.searcher.max_length.value,
+            int(searcher.get("max_concurrent_trials", 0)),
+            state,
+        )
+    return AshaSearch(searcher, cfg.hyperparameters, seed, state)

@@ -1,0 +1,258 @@
+"""Agents, their slots, and the job queue: registration (`PUT /agents/{id}`), listing, drain.
+
+The database holds what agents said about themselves (slots, last seen); the resource pool's
+scheduler (`ResourcePoolWorkflow`) holds who runs where and the queue, read with its `describe`
+query. The master tells a pool about an agent once per boot (signal `register_agent`), not on
+every registration heartbeat, so heartbeats cost the pool's history nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from api.deps import AppSettings, Pool, Temporal
+from api.errors import ApiError, not_found
+from api.views import rfc3339
+from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from workflows.pool_types import AgentEnabled, AgentRegistration, PoolInput
+
+router = APIRouter(tags=["agents"])
+
+AGENT_ALIVE_SECONDS = 15
+
+
+class SlotDevice(BaseModel):
+    brand: str | None = None
+    uuid: str | None = None
+    memoryBytes: int | None = None
+
+
+class Slot(BaseModel):
+    id: str
+    type: str = "TYPE_CPU"
+    device: SlotDevice = Field(default_factory=SlotDevice)
+
+
+class RegisterAgentRequest(BaseModel):
+    resourcePool: str = "default"
+    slots: list[Slot] = Field(default_factory=list)
+    version: str | None = None
+    bootId: str = ""
+
+
+def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
+    ids = []
+    for i, s in enumerate(slots):
+        try:
+            ids.append(int(s.get("id", i)))
+        except (TypeError, ValueError):
+            ids.append(i)
+    return ids
+
+
+async def signal_pool(temporal: Client, pool_name: str, signal: str, arg: object) -> None:
+    """Signal a pool's scheduler, starting it if it does not run yet."""
+    await temporal.start_workflow(
+        "ResourcePoolWorkflow",
+        PoolInput(name=pool_name),
+        id=resource_pool_workflow_id(pool_name),
+        task_queue=MASTER_TASK_QUEUE,
+        start_signal=signal,
+        start_signal_args=[arg],
+    )
+
+
+async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | None:
+    """The pool scheduler's `describe` answer; None if it does not run (or does not answer)."""
+    handle = temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
+    try:
+        answer: dict[str, Any] = await asyncio.wait_for(handle.query("describe"), 10)
+    except Exception:  # not started yet, or busy: show what the database has
+        return None
+    return answer
+
+
+@router.put("/api/v1/agents/{agent_id}")
+async def register_agent(
+    agent_id: str, body: RegisterAgentRequest, pool: Pool, temporal: Temporal
+) -> dict[str, Any]:
+    slots = [s.model_dump() for s in body.slots]
+    row = await pool.fetchrow("SELECT boot_id, enabled FROM agents WHERE id = $1", agent_id)
+    if row is None or row["boot_id"] != body.bootId:
+        # The pool first, then the row: a failed signal is retried by the agent's next beat.
+        try:
+            await signal_pool(
+                temporal,
+                body.resourcePool,
+                "register_agent",
+                AgentRegistration(
+                    agent_id=agent_id,
+                    slot_ids=_slot_ids(slots),
+                    boot_id=body.bootId,
+                    enabled=True if row is None else bool(row["enabled"]),
+                ),
+            )
+        except RPCError as err:
+            raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+    await pool.execute(
+        "INSERT INTO agents (id, resource_pool, slots, version, boot_id)"
+        " VALUES ($1, $2, $3, $4, $5)"
+        " ON CONFLICT (id) DO UPDATE SET resource_pool = EXCLUDED.resource_pool,"
+        "   slots = EXCLUDED.slots, version = EXCLUDED.version, boot_id = EXCLUDED.boot_id,"
+        "   last_seen = now()",
+        agent_id,
+        body.resourcePool,
+        slots,
+        body.version,
+        body.bootId,
+    )
+    return {}
+
+
+async def _pool_views(temporal: Client, names: set[str]) -> dict[str, dict[str, Any]]:
+    ordered = sorted(names)
+    answers = await asyncio.gather(*(describe_pool(temporal, n) for n in ordered))
+    return {n: a for n, a in zip(ordered, answers, strict=True) if a is not None}
+
+
+def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
+    used: dict[str, dict[str, Any]] = {}
+    for alloc in (scheduler or {}).get("allocations", []):
+        for sid in alloc.get("slotIds", []):
+            used[str(sid)] = alloc
+    slots = {}
+    for s in row["slots"]:
+        alloc = used.get(str(s["id"]))
+        slots[s["id"]] = {
+            **s,
+            "enabled": row["enabled"],
+            "allocationId": alloc["allocationId"] if alloc else None,
+            "trialId": alloc["trialId"] if alloc else None,
+            "experimentId": alloc["experimentId"] if alloc else None,
+        }
+    return {
+        "id": row["id"],
+        "resourcePool": row["resource_pool"],
+        "slots": slots,
+        "registeredTime": rfc3339(row["registered_at"]),
+        "lastSeen": rfc3339(row["last_seen"]),
+        "enabled": row["enabled"],
+        "alive": bool(row["alive"]) and (scheduler is None or scheduler.get("alive", True)),
+        "version": row["version"],
+        "usedSlots": len(used),
+    }
+
+
+async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> list[dict[str, Any]]:
+    rows = await pool.fetch(
+        "SELECT *, last_seen > now() - make_interval(secs => $1) AS alive FROM agents"
+        " WHERE $2::text IS NULL OR id = $2 ORDER BY id",
+        AGENT_ALIVE_SECONDS,
+        agent_id,
+    )
+    views = await _pool_views(temporal, {r["resource_pool"] for r in rows})
+    out = []
+    for r in rows:
+        agents = (views.get(r["resource_pool"]) or {}).get("agents", [])
+        scheduler = next((a for a in agents if a["id"] == r["id"]), None)
+        out.append(_agent_json(r, scheduler))
+    return out
+
+
+@router.get("/api/v1/agents")
+async def list_agents(pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    return {"agents": await _agents(pool, temporal)}
+
+
+@router.get("/api/v1/agents/{agent_id}")
+async def get_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    found = await _agents(pool, temporal, agent_id)
+    if not found:
+        raise not_found("agent", agent_id)
+    return {"agent": found[0]}
+
+
+@router.get("/api/v1/agents/{agent_id}/slots")
+async def list_slots(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    found = await _agents(pool, temporal, agent_id)
+    if not found:
+        raise not_found("agent", agent_id)
+    return {"slots": list(found[0]["slots"].values())}
+
+
+async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client) -> None:
+    pool_name = await pool.fetchval(
+        "UPDATE agents SET enabled = $2 WHERE id = $1 RETURNING resource_pool", agent_id, enabled
+    )
+    if pool_name is None:
+        raise not_found("agent", agent_id)
+    try:
+        await signal_pool(temporal, pool_name, "set_agent_enabled",
+                          AgentEnabled(agent_id=agent_id, enabled=enabled))
+    except RPCError as err:
+        raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+
+
+@router.post("/api/v1/agents/{agent_id}/enable")
+async def enable_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    await _set_enabled(agent_id, True, pool, temporal)
+    return {}
+
+
+@router.post("/api/v1/agents/{agent_id}/disable")
+async def disable_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    """Drain: running trials finish, no new ones start on this agent."""
+    await _set_enabled(agent_id, False, pool, temporal)
+    return {}
+
+
+def _jobs_of(pool_name: str, view: dict[str, Any]) -> list[dict[str, Any]]:
+    """One job per experiment: slots held and wanted, in the order the scheduler serves them."""
+    by_exp: dict[int, dict[str, Any]] = {}
+
+    def job(exp: int, priority: int) -> dict[str, Any]:
+        return by_exp.setdefault(exp, {
+            "jobId": f"experiment-{exp}", "type": "TYPE_EXPERIMENT", "entityId": str(exp),
+            "resourcePool": pool_name, "priority": priority, "allocatedSlots": 0,
+            "requestedSlots": 0, "runningTrials": 0, "queuedTrials": 0, "firstQueued": None,
+        })
+
+    for a in view.get("allocations", []):
+        j = job(a["experiment_id"], a["priority"])
+        j["allocatedSlots"] += a["slots"]
+        j["runningTrials"] += 1
+    for i, r in enumerate(view.get("queue", [])):
+        j = job(r["experiment_id"], r["priority"])
+        j["requestedSlots"] += r["slots"]
+        j["queuedTrials"] += 1
+        if j["firstQueued"] is None:
+            j["firstQueued"] = i
+    ordered = sorted(by_exp.values(), key=lambda j: (
+        j["firstQueued"] is not None, j["firstQueued"] or 0, j["priority"], int(j["entityId"])))
+    for ahead, j in enumerate(ordered):
+        state = "STATE_QUEUED" if j["runningTrials"] == 0 else "STATE_SCHEDULED"
+        j["summary"] = {"state": state, "jobsAhead": ahead}
+        del j["firstQueued"]
+    return ordered
+
+
+@router.get("/api/v1/job-queues")
+async def job_queue(
+    pool: Pool,
+    temporal: Temporal,
+    settings: AppSettings,
+    resourcePool: str | None = Query(default=None),  # noqa: N803 (Determined's name)
+) -> dict[str, Any]:
+    """Experiments holding or waiting for slots, in the order the scheduler serves them."""
+    names = {resourcePool} if resourcePool else set(settings.resource_pools) | {
+        r["resource_pool"] for r in await pool.fetch("SELECT DISTINCT resource_pool FROM agents")
+    }
+    views = await _pool_views(temporal, names)
+    jobs = [j for name in sorted(views) for j in _jobs_of(name, views[name])]
+    return {"jobs": jobs, "pagination": {"offset": 0, "limit": len(jobs), "total": len(jobs)}}

@@ -1,0 +1,165 @@
+"""Trial start-up: from "trial allocated" to its first training metric, Docker vs process runtime.
+
+"Allocated" is the moment the `run_trial` activity starts on the agent: the activity's
+`last_started_time` as the Temporal server recorded it (read from the trial workflow's
+description, polled every 20 ms). The first training metric is the `reportTime` the master gave
+the trial's first stored training metric (PostgreSQL's now() at insert). Both clocks are this
+machine's. The span covers what the agent does (model definition, trial info, starting the
+container or process), the interpreter and imports (numpy, scikit-learn, the harness), the
+digits data, the first 10 batches, and the harness's metric batching.
+
+Starts a local cluster (own PostgreSQL and Temporal in a temporary state dir, free ports, one
+slot), then for each runtime restarts the local agent with it and submits the digits example as a
+one-trial experiment several times (after one warm-up run). The Docker runtime needs an engine
+and the task image (`epochal image build`; a local image, nothing is pulled).
+
+    .venv/bin/python bench/container_start.py [--runs 5] [--runtimes docker,process]
+
+Prints each run, then the medians; the last line is the one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from temporalio.client import Client  # noqa: E402
+
+from cli.model_dir import package  # noqa: E402
+from deploy import local_cluster, processes  # noqa: E402
+from deploy.processes import free_port  # noqa: E402
+from workflows.constants import trial_workflow_id  # noqa: E402
+
+DIGITS = REPO / "examples" / "digits"
+POLL = 0.02
+
+
+def one_trial_config(run: str) -> str:
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    config["name"] = f"container-start-{run}"
+    config["searcher"]["max_length"] = {"batches": 20}
+    return yaml.safe_dump(config)
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str, object]],
+                  run: str) -> float:
+    """Seconds from the run_trial activity's start to the first training metric stored."""
+    body = {"config": one_trial_config(run), "modelDefinition": files}
+    response = await api.post("/api/v1/experiments", json=body)
+    response.raise_for_status()
+    experiment_id = response.json()["experiment"]["id"]
+    started: datetime | None = None
+    first: datetime | None = None
+    deadline = time.monotonic() + 300
+    trial_id = None
+    while time.monotonic() < deadline:
+        if trial_id is None:
+            trials = (await api.get(f"/api/v1/experiments/{experiment_id}/trials")).json()
+            if trials["trials"]:
+                trial_id = trials["trials"][0]["id"]
+        if trial_id is not None and started is None:
+            handle = temporal.get_workflow_handle(trial_workflow_id(experiment_id, trial_id))
+            try:
+                desc = await handle.describe()
+            except Exception:  # not started yet
+                desc = None
+            for pending in desc.raw_description.pending_activities if desc else []:
+                if (pending.activity_type.name == "run_trial"
+                        and pending.HasField("last_started_time")):
+                    started = pending.last_started_time.ToDatetime().astimezone()
+        if trial_id is not None and first is None:
+            metrics = (await api.get(f"/api/v1/trials/{trial_id}/metrics",
+                                     params={"group": "training"})).json()["metrics"]
+            if metrics:
+                first = min(_time(m["reportTime"]) for m in metrics)
+        if started is not None and first is not None:
+            break
+        state = (await api.get(f"/api/v1/experiments/{experiment_id}")).json()
+        if state["experiment"]["state"] in ("STATE_ERROR", "STATE_CANCELED"):
+            raise SystemExit(f"experiment {experiment_id} ended {state['experiment']['state']}")
+        await asyncio.sleep(POLL)
+    if started is None or first is None:
+        raise SystemExit(f"experiment {experiment_id}: no start ({started}) or metric ({first})")
+    # Let it finish, so the next run has the slot.
+    while (await api.get(f"/api/v1/experiments/{experiment_id}")).json()["experiment"][
+            "state"] not in ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"):
+        await asyncio.sleep(0.1)
+    return (first - started).total_seconds()
+
+
+def restart_agent(settings: local_cluster.ClusterSettings, runtime: str) -> None:
+    processes.stop_pid_file(settings.pid_file("agent"), settings.stop_grace)
+    settings.agent_runtime = runtime
+    local_cluster.up(settings, parts=["agent"])
+
+
+async def run_bench(settings: local_cluster.ClusterSettings, info: local_cluster.ClusterInfo,
+                    runtimes: list[str], runs: int) -> dict[str, float]:
+    files = package(DIGITS)
+    temporal = await Client.connect(info.temporal_address)
+    medians = {}
+    async with httpx.AsyncClient(base_url=info.api_url, timeout=60) as api:
+        for runtime in runtimes:
+            await asyncio.to_thread(restart_agent, settings, runtime)
+            await measure(api, temporal, files, f"{runtime}-warm-up")
+            spans = []
+            for i in range(1, runs + 1):
+                span = await measure(api, temporal, files, f"{runtime}-{i}")
+                spans.append(span)
+                print(f"{runtime} run {i}: allocated -> first training metric {span:.2f} s",
+                      flush=True)
+            medians[runtime] = statistics.median(spans)
+            print(f"{runtime}: median {medians[runtime]:.2f} s, min {min(spans):.2f} s, "
+                  f"max {max(spans):.2f} s", flush=True)
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runtimes", default="docker,process",
+                        help="comma-separated runtimes to measure (default: %(default)s)")
+    args = parser.parse_args()
+    runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    if "docker" in runtimes:
+        import docker
+
+        from deploy.images.task_image import image_exists, task_image_tag
+
+        tag = task_image_tag()
+        if not image_exists(docker.from_env(), tag):
+            raise SystemExit(f"the task image {tag} is not built; run `epochal image build`")
+    with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
+        Path(state).chmod(0o755)
+        settings = local_cluster.ClusterSettings(
+            state_dir=Path(state), api_port=free_port(), temporal_port=free_port(),
+            postgres_port=free_port(), agent_slots=1, headless_temporal=True,
+            agent_runtime=runtimes[0])
+        info = local_cluster.up(settings)
+        try:
+            medians = asyncio.run(run_bench(settings, info, runtimes, args.runs))
+        finally:
+            local_cluster.down(settings)
+    summary = ", ".join(f"{r} {m:.2f} s" for r, m in medians.items())
+    print(f"trial allocated -> first training metric (median of {args.runs}, local image, "
+          f"digits, 1 slot): {summary}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,41 @@
+"""`epochal image build`: Epochal's default task image, made offline (deploy/images)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from cli import render
+from cli.client import CliError
+
+app = typer.Typer(help="Build Epochal's task image for the Docker runtime.",
+                  no_args_is_help=True)
+
+
+@app.command("build", help="Build the default task image from this machine's Debian package "
+             "sources (no registry; needs root and a Docker engine). A second build with the "
+             "same recipe and harness is a no-op. Prints the image's tag.")
+def build() -> None:
+    import docker.errors
+
+    from deploy.images import task_image
+
+    def say(message: str) -> None:
+        sys.stderr.write(f"{message}\n")
+        sys.stderr.flush()
+
+    try:
+        result = task_image.build(say=say)
+    except (RuntimeError, docker.errors.DockerException) as exc:
+        raise CliError(f"cannot build the task image: {exc}") from None
+    how = "already built" if result.cached else "built"
+    say(f"{how} in {result.seconds:.1f} s, {result.size_bytes / 1e6:.0f} MB")
+    render.say(result.tag)
+
+
+@app.command("tag", help="Print the tag of this installation's default task image.")
+def tag() -> None:
+    from deploy.images import task_image
+
+    render.say(task_image.task_image_tag())

@@ -1,0 +1,131 @@
+"""End to end with the Docker runtime: `epochal cluster up --runtime docker`, trials in task
+containers from the task image (built once per session, cached by hash).
+
+Same set-up as test_local_cluster.py: the session's PostgreSQL (a fresh database) and Temporal
+dev server (the e2e namespace), the CLI in subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+import yaml
+
+from agent_worker.docker_runtime import agent_containers
+from deploy.local_cluster import AGENT_ID
+from deploy.processes import free_port, read_pid
+from tests.conftest import E2E_NAMESPACE, fresh_database
+from tests.e2e.test_local_cluster import (
+    DIGITS,
+    Cluster,
+    created_id,
+    long_single_config,
+    trial_of,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def docker_cluster(postgres_url: str, temporal_address: str,
+                   task_image: str) -> Iterator[Cluster]:
+    state_dir = Path(tempfile.mkdtemp(prefix="epochal-e2e-docker-"))
+    port = free_port()
+    with fresh_database(postgres_url, prefix="epochal_e2e_docker") as db_url:
+        env = {
+            **os.environ,
+            "EPOCHAL_DB_URL": db_url,
+            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
+            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
+            "EPOCHAL_STATE_DIR": str(state_dir),
+            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
+            "EPOCHAL_KILL_GRACE_SECONDS": "3",
+        }
+        cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
+        try:
+            up = cluster.run("cluster", "up", "--api-port", str(port), "--slots", "2",
+                             "--runtime", "docker")
+            assert "docker runtime" in up.stderr
+            yield cluster
+        finally:
+            cluster.run("cluster", "down", check=False)
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def test_grid_search_runs_in_containers(docker_cluster: Cluster,
+                                        docker_client: docker.DockerClient) -> None:
+    result = docker_cluster.run(
+        "experiment", "create", "examples/digits/grid.yaml", "examples/digits", "--follow",
+        timeout=600)
+    experiment_id = created_id(result.stdout)
+    assert "Best trial:" in result.stdout
+    trials = docker_cluster.json("experiment", "describe", str(experiment_id))["trials"]
+    assert len(trials) == 6
+    assert {t["state"] for t in trials} == {"STATE_COMPLETED"}
+    assert all(t["bestValidation"]["metrics"]["accuracy"] > 0 for t in trials)
+    checkpoints = docker_cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
+    assert all(Path(c["storagePath"]).is_dir() for c in checkpoints
+               if c["state"] == "STATE_COMPLETED")
+    assert agent_containers(docker_client, AGENT_ID) == []
+
+
+def test_killed_agent_leaves_no_container_after_restart(
+        docker_cluster: Cluster, docker_client: docker.DockerClient, tmp_path: Path) -> None:
+    result = docker_cluster.run(
+        "experiment", "create", str(long_single_config(tmp_path)), "examples/digits")
+    experiment_id = created_id(result.stdout)
+    wait_for(lambda: trial_of(docker_cluster, experiment_id)["totalBatchesProcessed"] > 0,
+             what="the first training metrics")
+    (orphan,) = agent_containers(docker_client, AGENT_ID)
+    pid = read_pid(docker_cluster.state_dir / "run" / "agent.pid")
+    assert pid is not None
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(1)
+    orphan.reload()
+    assert orphan.status == "running"  # the engine keeps it; nobody watches it any more
+
+    docker_cluster.run("cluster", "up")  # starts the agent again; it removes the orphan
+
+    def orphan_gone() -> bool:
+        try:
+            orphan.reload()
+        except docker.errors.NotFound:
+            return True
+        return False
+
+    wait_for(orphan_gone, timeout=30, what="the orphaned container to be removed")
+    docker_cluster.run("experiment", "kill", str(experiment_id))
+    wait_for(lambda: trial_of(docker_cluster, experiment_id)["state"] in (
+        "STATE_CANCELED", "STATE_ERROR", "STATE_COMPLETED"), timeout=120,
+        what="the killed trial to end")
+    wait_for(lambda: agent_containers(docker_client, AGENT_ID) == [], timeout=30,
+             what="no container left")
+
+
+def test_bad_image_fails_fast_with_a_clear_message(docker_cluster: Cluster,
+                                                   tmp_path: Path) -> None:
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    config["name"] = "digits-bad-image"
+    config["environment"] = {"image": "epochal-test/no-such-image:404"}
+    config["max_restarts"] = 0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    experiment_id = created_id(docker_cluster.run(
+        "experiment", "create", str(path), "examples/digits").stdout)
+    wait_for(lambda: trial_of(docker_cluster, experiment_id)["state"] == "STATE_ERROR",
+             timeout=60, what="the trial to fail")
+    assert time.monotonic() - started < 30
+    logs = docker_cluster.run("trial", "logs", str(trial_of(docker_cluster, experiment_id)["id"]))
+    assert "'epochal-test/no-such-image:404'" in logs.stdout
+    assert "cannot be pulled" in logs.stdout

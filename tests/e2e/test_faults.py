@@ -1,0 +1,219 @@
+"""Faults with real processes: an agent killed mid-trial, the master killed mid-experiment, a
+trial that always crashes, and priorities. A local cluster (master + agent `local-agent`, one
+slot) runs on the session's PostgreSQL and Temporal in its own namespace, plus a second agent
+started here, so tests can kill either.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+import yaml
+
+from deploy.processes import free_port, read_pid
+from tests.conftest import E2E_NAMESPACE, fresh_database
+from tests.e2e.test_local_cluster import REPO, Cluster, created_id, wait_for
+
+pytestmark = pytest.mark.slow
+
+SLOW_MODEL = Path(__file__).parent / "slow_model"
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+    import shutil
+    import tempfile
+
+    state_dir = Path(tempfile.mkdtemp(prefix="epochal-faults-"))
+    port = free_port()
+    with fresh_database(postgres_url, prefix="epochal_faults") as db_url:
+        env = {
+            **os.environ,
+            "EPOCHAL_DB_URL": db_url,
+            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
+            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
+            "EPOCHAL_STATE_DIR": str(state_dir),
+            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
+            "EPOCHAL_KILL_GRACE_SECONDS": "3",
+        }
+        c = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
+        try:
+            c.run("cluster", "up", "--api-port", str(port), "--slots", "1")
+            yield c
+        finally:
+            c.run("cluster", "down", check=False)
+            shutil.rmtree(state_dir, ignore_errors=True)
+
+
+class SecondAgent:
+    def __init__(self, cluster: Cluster, agent_id: str = "agent-2") -> None:
+        self.cluster = cluster
+        self.agent_id = agent_id
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.cluster.state_dir / f"{self.agent_id}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_worker", "--master", self.cluster.url,
+             "--temporal", self.cluster.env["EPOCHAL_TEMPORAL_ADDRESS"],
+             "--namespace", E2E_NAMESPACE, "--pool", "default", "--slots", "1",
+             "--work-dir", str(self.cluster.state_dir / self.agent_id),
+             "--agent-id", self.agent_id],
+            env=self.cluster.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        wait_for(lambda: self.alive(), timeout=60, what=f"{self.agent_id} to register")
+
+    def alive(self) -> bool:
+        agents = self.cluster.json("agent", "list")["agents"]
+        return any(a["id"] == self.agent_id and a["alive"] for a in agents)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
+
+@pytest.fixture
+def second_agent(cluster: Cluster) -> Iterator[SecondAgent]:
+    agent = SecondAgent(cluster)
+    agent.start()
+    yield agent
+    agent.kill()
+
+
+def slow_config(tmp_path: Path, name: str, *, steps: int = 40, sleep: float = 0.25,
+                crash: bool = False, priority: int | None = None, trials: int = 1,
+                max_restarts: int = 3) -> Path:
+    hparams: dict[str, Any] = {"sleep": sleep, "checkpoint_every": 5, "crash": crash}
+    searcher: dict[str, Any] = {"name": "single", "metric": "validation_loss",
+                                "max_length": {"batches": steps}}
+    if trials > 1:  # one trial crashes (if `crash`), the others do not
+        hparams["crash"] = {"type": "categorical",
+                            "vals": [crash] + [False] * (trials - 1)}
+        searcher = {"name": "grid", "metric": "validation_loss",
+                    "max_length": {"batches": steps}, "max_concurrent_trials": 8}
+    config: dict[str, Any] = {
+        "name": name, "entrypoint": "python3 train.py", "hyperparameters": hparams,
+        "searcher": searcher, "max_restarts": max_restarts,
+    }
+    if priority is not None:
+        config["resources"] = {"priority": priority}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def create(cluster: Cluster, config: Path) -> int:
+    return created_id(cluster.run("experiment", "create", str(config), str(SLOW_MODEL)).stdout)
+
+
+def trials(cluster: Cluster, experiment_id: int) -> list[dict[str, Any]]:
+    return list(cluster.json("experiment", "describe", str(experiment_id))["trials"])
+
+
+def state(cluster: Cluster, experiment_id: int) -> str:
+    return str(cluster.json("experiment", "describe", str(experiment_id))["experiment"]["state"])
+
+
+def wait_done(cluster: Cluster, experiment_id: int, timeout: float = 180) -> str:
+    terminal = {"STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"}
+    return str(wait_for(lambda: (s := state(cluster, experiment_id)) in terminal and s,
+                        timeout=timeout, what=f"experiment {experiment_id} to end"))
+
+
+def training_metrics(cluster: Cluster, trial_id: int) -> list[dict[str, Any]]:
+    answer = httpx.get(f"{cluster.url}/api/v1/trials/{trial_id}/metrics",
+                       params={"group": "training"}, timeout=30).json()
+    return list(answer["metrics"])
+
+
+def test_a_trial_resumes_on_another_agent_when_its_agent_is_killed(
+    cluster: Cluster, second_agent: SecondAgent, tmp_path: Path
+) -> None:
+    cluster.run("agent", "disable", "local-agent")  # the first run goes to agent-2
+    try:
+        experiment_id = create(cluster, slow_config(tmp_path, "agent-kill"))
+        wait_for(lambda: (t := trials(cluster, experiment_id)) and t[0]["latestCheckpointUuid"]
+                 and t[0]["agentId"] == "agent-2", timeout=90, what="a checkpoint on agent-2")
+        cluster.run("agent", "enable", "local-agent")
+        second_agent.kill()
+    finally:
+        cluster.run("agent", "enable", "local-agent")
+    assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
+    trial = trials(cluster, experiment_id)[0]
+    assert trial["restarts"] == 1 and trial["runId"] == 2
+    assert trial["agentId"] == "local-agent"
+    logs = cluster.run("trial", "logs", str(trial["id"])).stdout
+    assert "run 1 failed: agent lost" in logs and "restarting from checkpoint" in logs
+    assert "resumed from checkpoint" in logs
+    assert [m["stepsCompleted"] for m in training_metrics(cluster, trial["id"])] == list(
+        range(1, 41))
+
+
+def test_the_master_killed_mid_experiment_loses_and_doubles_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    experiment_id = create(cluster, slow_config(tmp_path, "master-kill", steps=40, sleep=0.2))
+    wait_for(lambda: (t := trials(cluster, experiment_id)) and t[0]["totalBatchesProcessed"] > 5,
+             timeout=90, what="training to start")
+    pid = read_pid(cluster.state_dir / "run" / "master.pid")
+    assert pid is not None
+    psutil.Process(pid).kill()  # kill -9: API and workflow worker at once
+    psutil.Process(pid).wait(10)
+    time.sleep(2)
+    cluster.run("cluster", "up")  # starts what is not running: the master
+    assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
+    trial = trials(cluster, experiment_id)[0]
+    steps = [m["stepsCompleted"] for m in training_metrics(cluster, trial["id"])]
+    assert steps == list(range(1, 41))
+
+
+def test_a_trial_that_always_crashes_errors_while_its_siblings_complete(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config = slow_config(tmp_path, "crash", steps=5, sleep=0.01, crash=True, trials=2,
+                         max_restarts=1)
+    experiment_id = create(cluster, config)
+    assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
+    every = trials(cluster, experiment_id)
+    crashed = [t for t in every if t["hparams"]["crash"]]
+    assert len(every) == 2 and len(crashed) == 1
+    assert {t["state"] for t in every if not t["hparams"]["crash"]} == {"STATE_COMPLETED"}
+    assert crashed[0]["state"] == "STATE_ERROR"
+    assert crashed[0]["restarts"] == 2  # the first run, then max_restarts (1) more, then ERROR
+    logs = cluster.run("trial", "logs", str(crashed[0]["id"])).stdout
+    assert "restarting from checkpoint" in logs and "max_restarts (1) spent" in logs
+
+
+def test_a_higher_priority_experiment_submitted_later_runs_first(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    blocker = create(cluster, slow_config(tmp_path, "blocker", steps=40, sleep=0.25))
+    wait_for(lambda: trials(cluster, blocker) and trials(cluster, blocker)[0]["state"]
+             == "STATE_RUNNING", timeout=60, what="the blocker to run")
+    low = create(cluster, slow_config(tmp_path, "low", steps=2, sleep=0.01, priority=60))
+    wait_for(lambda: len(cluster.json("job", "list")["jobs"]) >= 2, timeout=30,
+             what="the low-priority job to queue")
+    high = create(cluster, slow_config(tmp_path, "high", steps=2, sleep=0.01, priority=5))
+    wait_for(lambda: len(cluster.json("job", "list")["jobs"]) >= 3, timeout=30,
+             what="the high-priority job to queue")
+    jobs = cluster.json("job", "list")["jobs"]
+    assert [j["entityId"] for j in jobs] == [str(blocker), str(high), str(low)]
+    assert [j["summary"]["state"] for j in jobs] == ["STATE_SCHEDULED"] + ["STATE_QUEUED"] * 2
+    cluster.run("experiment", "kill", str(blocker))  # frees the slot; no need to wait for it
+    assert wait_done(cluster, blocker) == "STATE_CANCELED"
+    for experiment_id in (low, high):
+        assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
+    # One slot: `high` ran (and ended) before `low`, though it was submitted later.
+    assert trials(cluster, high)[0]["endTime"] < trials(cluster, low)[0]["endTime"]

@@ -1,0 +1,210 @@
+"""The Docker runtime's container, built from a launch without an engine: image, mounts,
+environment, labels, GPU device requests from (fake) GPU slots; and the runtime choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker.types
+import pytest
+from temporalio.exceptions import ApplicationError
+
+import agent_worker.docker_runtime as docker_runtime
+from agent_worker.docker_runtime import (
+    CONTAINER_TRIAL_INFO,
+    CONTAINER_WORKDIR,
+    DEFAULT_SHM_SIZE,
+    DockerRuntime,
+    container_spec,
+    gpu_device_requests,
+    shm_size_for,
+    split_lines,
+)
+from agent_worker.main import AgentConfig, make_runtime, parse_args
+from agent_worker.process_runtime import ProcessRuntime
+from agent_worker.runtime import TrialLaunch
+from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots
+from deploy import local_cluster
+from deploy.images import task_image
+from workflows.types import RunTrialInput
+
+# GPU slots as slots.py makes them from NVML (a fake: there is no GPU here).
+GPUS = [Slot(id=i, type=TYPE_CUDA, brand="NVIDIA A100", uuid=f"GPU-{i}aaa-{i}bbb")
+        for i in range(4)]
+
+
+def launch(tmp_path: Path, config: dict[str, Any] | None = None,
+           slot_ids: list[int] | None = None) -> TrialLaunch:
+    cfg = {"entrypoint": "python3 train.py", "resources": {"resource_pool": "default"},
+           "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "ckpt")},
+           **(config or {})}
+    inp = RunTrialInput(experiment_id=3, trial_id=9, run_id=2, hparams={}, config=cfg,
+                        trial_seed=1, latest_checkpoint=None, steps_completed=0)
+    return TrialLaunch(input=inp, run_dir=tmp_path / "run", entrypoint="python3 train.py",
+                       env={"EPOCHAL_TRIAL_INFO": str(tmp_path / "run" / "trial_info.json"),
+                            "EPOCHAL_MASTER": "http://127.0.0.1:8080", "MINE": "x"},
+                       slot_ids=slot_ids if slot_ids is not None else [0])
+
+
+def spec_kwargs(tmp_path: Path, config: dict[str, Any] | None = None,
+                slots: list[Slot] | None = None, slot_ids: list[int] | None = None,
+                **kw: Any) -> dict[str, Any]:
+    spec = container_spec(launch(tmp_path, config, slot_ids), agent_id="agent/1",
+                          slots=slots if slots is not None else cpu_slots(2),
+                          default_image="epochal-task:abc", **kw)
+    return spec.create_kwargs()
+
+
+def mounts(kwargs: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    return {m["Target"]: (m["Source"], m["ReadOnly"]) for m in kwargs["mounts"]}
+
+
+def test_container_from_a_launch(tmp_path: Path) -> None:
+    kw = spec_kwargs(tmp_path, user="1000:1000")
+    assert kw["image"] == "epochal-task:abc"
+    assert kw["name"] == "epochal-agent_1-3.9.2"
+    assert kw["command"][:2] == ["/bin/sh", "-c"]
+    assert kw["command"][2].endswith("\npython3 train.py")
+    assert kw["working_dir"] == CONTAINER_WORKDIR
+    assert kw["network_mode"] == "host" and kw["init"] is True
+    assert kw["shm_size"] == DEFAULT_SHM_SIZE
+    assert kw["device_requests"] is None
+    assert kw["user"] == "1000:1000"
+    env = kw["environment"]
+    assert env["EPOCHAL_TRIAL_INFO"] == CONTAINER_TRIAL_INFO == "/run/epochal/info/trial_info.json"
+    assert env["EPOCHAL_MASTER"] == "http://127.0.0.1:8080"
+    assert env["PYTHONPATH"] == CONTAINER_WORKDIR
+    assert env["MINE"] == "x" and env["HOME"] == "/tmp"
+    assert "CUDA_VISIBLE_DEVICES" not in env
+    assert kw["labels"] == {
+        "ai.epochal.managed": "true", "ai.epochal.agent-id": "agent/1",
+        "ai.epochal.experiment-id": "3", "ai.epochal.trial-id": "9",
+        "ai.epochal.trial-run-id": "2", "ai.epochal.task-id": "3.9",
+        "ai.epochal.allocation-id": "3.9.2"}
+    assert mounts(kw) == {
+        CONTAINER_WORKDIR: (str(tmp_path / "run"), False),
+        CONTAINER_TRIAL_INFO: (str(tmp_path / "run" / "trial_info.json"), True),
+        str(tmp_path / "ckpt"): (str(tmp_path / "ckpt"), False),
+    }
+
+
+def test_image_bind_mounts_shm_and_pull_from_the_config(tmp_path: Path) -> None:
+    cfg = {"environment": {"image": {"cpu": "me/cpu:1", "cuda": "me/cuda:1"},
+                           "force_pull_image": True},
+           "bind_mounts": [{"host_path": "/data", "container_path": "/mnt/data",
+                            "read_only": True},
+                           {"host_path": "/scratch", "container_path": "/scratch"}],
+           "resources": {"shm_size": "2g"}}
+    spec = container_spec(launch(tmp_path, cfg), agent_id="a", slots=cpu_slots(1),
+                          default_image="d")
+    assert spec.image == "me/cpu:1" and spec.force_pull
+    assert spec.shm_size == 2 * 1024**3
+    kw = spec.create_kwargs()
+    assert mounts(kw)["/mnt/data"] == ("/data", True)
+    assert mounts(kw)["/scratch"] == ("/scratch", False)
+    gpu = container_spec(launch(tmp_path, cfg, [1]), agent_id="a", slots=GPUS, default_image="d")
+    assert gpu.image == "me/cuda:1"
+    assert container_spec(launch(tmp_path, {"environment": {"image": "x:2"}}), agent_id="a",
+                          slots=[], default_image="d").image == "x:2"
+
+
+@pytest.mark.parametrize("config", [
+    {"bind_mounts": [{"host_path": "relative", "container_path": "/x"}]},
+    {"bind_mounts": [{"container_path": "/x"}]},
+    {"environment": {"image": 3}},
+    {"resources": {"shm_size": "lots"}},
+])
+def test_config_mistakes_fail_the_run_for_good(tmp_path: Path, config: dict[str, Any]) -> None:
+    with pytest.raises(ApplicationError) as err:
+        spec_kwargs(tmp_path, config)
+    assert err.value.non_retryable and err.value.type == "ConfigError"
+
+
+def test_shm_sizes() -> None:
+    assert shm_size_for({"resources": {"shm_size": 1024}}) == 1024
+    assert shm_size_for({"resources": {"shm_size": "512M"}}) == 512 * 1024**2
+    assert shm_size_for({"resources": {"shm_size": "1GiB"}}) == 1024**3
+    assert shm_size_for({}) == DEFAULT_SHM_SIZE
+
+
+def test_gpu_slots_become_one_device_request_by_uuid(tmp_path: Path) -> None:
+    # The run got GPU slots 3 and 1 of four.
+    kw = spec_kwargs(tmp_path, slots=GPUS, slot_ids=[3, 1])
+    (request,) = kw["device_requests"]
+    assert isinstance(request, docker.types.DeviceRequest)
+    assert request == {"Driver": "nvidia", "Count": 0,
+                       "DeviceIDs": ["GPU-3aaa-3bbb", "GPU-1aaa-1bbb"],
+                       "Capabilities": [["gpu"]], "Options": {}}
+    # The same GPUs, in the same order, whatever numbering the container gives them.
+    assert kw["environment"]["CUDA_VISIBLE_DEVICES"] == "GPU-3aaa-3bbb,GPU-1aaa-1bbb"
+    assert gpu_device_requests(cpu_slots(2)) == []
+    with pytest.raises(ApplicationError):
+        gpu_device_requests([Slot(id=0, type=TYPE_CUDA, brand="x", uuid=None)])
+
+
+def test_log_chunks_become_lines() -> None:
+    chunks = [b"a\nb", b"c\r\n", b"", b"d\ne\n", b"tail"]
+    assert list(split_lines(iter(chunks))) == ["a", "bc", "d", "e", "tail"]
+
+
+def test_runtime_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def config(*argv: str) -> AgentConfig:
+        cfg, _ = parse_args(["--work-dir", str(tmp_path), "--agent-id", "a", *argv])
+        return cfg
+
+    slots = [Slot(id=0, type=TYPE_CPU, brand="cpu")]
+    assert config().runtime == "process"
+    assert isinstance(make_runtime(config(), slots), ProcessRuntime)
+    docker_rt = make_runtime(config("--runtime", "docker", "--image-pull", "never"), slots)
+    assert isinstance(docker_rt, DockerRuntime)
+    assert docker_rt.pull_policy == "never" and docker_rt.agent_id == "a"
+    monkeypatch.setattr(docker_runtime, "engine_answers", lambda timeout=3.0: False)
+    assert isinstance(make_runtime(config("--runtime", "auto"), slots), ProcessRuntime)
+    monkeypatch.setattr(docker_runtime, "engine_answers", lambda timeout=3.0: True)
+    assert isinstance(make_runtime(config("--runtime", "auto"), slots), DockerRuntime)
+    with pytest.raises(SystemExit):
+        config("--runtime", "vm")
+
+
+def test_local_cluster_remembers_the_agent_runtime(tmp_path: Path) -> None:
+    s = local_cluster.ClusterSettings(state_dir=tmp_path, agent_runtime="docker")
+    local_cluster._save_settings(s)
+    loaded = local_cluster.load_settings(tmp_path)
+    assert loaded.agent_runtime == "docker"
+    cmd = local_cluster._agent_command(loaded, local_cluster.cluster_info(loaded))
+    assert cmd[cmd.index("--runtime") + 1] == "docker"
+    overridden = local_cluster.load_settings(tmp_path, agent_runtime="process")
+    assert overridden.agent_runtime == "process"
+
+
+def test_task_image_tag_follows_the_harness_and_the_recipe(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = task_image.task_image_tag()
+    assert tag.startswith("epochal-task:") and tag == task_image.task_image_tag()
+    assert task_image.base_image_tag().startswith("epochal-task-base:")
+    fake = tmp_path / "harness"
+    (fake / "core").mkdir(parents=True)
+    (fake / "core" / "x.py").write_text("A = 1\n")
+    monkeypatch.setattr(task_image, "harness_dir", lambda: fake)
+    other = task_image.task_image_tag()
+    assert other != tag
+    (fake / "core" / "x.py").write_text("A = 2\n")
+    assert task_image.task_image_tag() != other
+    assert "python3-sklearn" in task_image.packages()
+
+
+def test_debian_mirror_from_the_apt_sources(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EPOCHAL_DEBIAN_MIRROR", raising=False)
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://mirror.example/debian/\nSuites: bookworm\n")
+    assert task_image.debian_mirror(tmp_path) == "http://mirror.example/debian"
+    (tmp_path / "sources.list").write_text(
+        "deb [arch=amd64] http://old.example/debian bookworm main\n")
+    assert task_image.debian_mirror(tmp_path) == "http://old.example/debian"
+    assert task_image.debian_mirror(tmp_path / "none") == task_image.DEFAULT_MIRROR
+    monkeypatch.setenv("EPOCHAL_DEBIAN_MIRROR", "http://env.example/debian/")
+    assert task_image.debian_mirror(tmp_path) == "http://env.example/debian"

@@ -1,0 +1,317 @@
+"""ASHA through the real workflows, the real API gate (`store_reports`) and a real dev server.
+
+The agent's `run_trial` is a scripted stand-in: it "trains" a trial whose validation loss at
+step s is `lr + 1/s` (so smaller lr is better at every length), reports each validation through
+the API's own code path, keeps a checkpoint per validation, resumes from the latest one, and
+obeys preemption as the harness does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.worker import Worker
+from temporalio.workflow import NondeterminismError
+
+from api.routes.trials import Metrics, ReportTrialMetricsRequest, TrialMetrics, store_reports
+from deploy.master import build_worker
+from tests.workflows.pool_helpers import fake_agent
+from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
+from workflows.expconf import validate_experiment_config
+from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
+
+HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
+VALIDATION_PERIOD = 5
+STEP_SECONDS = 0.05
+LRS = [0.8, 0.1, 0.6, 0.3, 0.7, 0.2, 0.5, 0.4]
+
+
+class ScriptedTrainer:
+    """A stand-in agent that trains like the harness-based example would."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        client: Client,
+        invalid_lr: float | None = None,
+        metric: str = "loss",
+    ) -> None:
+        self.pool = pool
+        self.client = client
+        self.invalid_lr = invalid_lr
+        self.metric = metric
+        self.runs: list[RunTrialInput] = []
+
+    @activity.defn(name="run_trial")
+    async def run_trial(self, inp: RunTrialInput) -> RunTrialResult:
+        self.runs.append(inp)
+        lr = float(inp.hparams["lr"])
+        if lr == self.invalid_lr:
+            await self.pool.execute(
+                "UPDATE trials SET early_exit_reason = 'EXITED_REASON_INVALID_HP' WHERE id = $1",
+                inp.trial_id,
+            )
+            return RunTrialResult(exit_code=0, agent_id="scripted")
+        target = next(iter((inp.max_length or inp.config["searcher"]["max_length"]).values()))
+        step = inp.steps_completed
+        while step < target:
+            activity.heartbeat()
+            step = min(step + VALIDATION_PERIOD, target)
+            await asyncio.sleep(STEP_SECONDS)
+            await self._validate(inp, step, lr + 1.0 / step)
+            if await self.pool.fetchval(
+                "SELECT preempt_requested FROM trials WHERE id = $1", inp.trial_id
+            ):
+                break
+        return RunTrialResult(exit_code=0, agent_id="scripted")
+
+    async def _validate(self, inp: RunTrialInput, step: int, loss: float) -> None:
+        report = ReportTrialMetricsRequest(
+            group="validation",
+            metrics=TrialMetrics(
+                trialId=inp.trial_id,
+                trialRunId=inp.run_id,
+                stepsCompleted=step,
+                metrics=Metrics(avgMetrics={self.metric: loss}),
+            ),
+        )
+        await store_reports(self.pool, self.client, inp.trial_id, [report])
+        await self.pool.execute(
+            "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
+            " storage_path) VALUES ($1, $2, '', '', $3, $4)",
+            uuid.uuid4(),
+            inp.trial_id,
+            step,
+            f"/tmp/epochal-asha-test/{uuid.uuid4()}",
+        )
+
+
+@asynccontextmanager
+async def scripted_agent(
+    client: Client, pool_name: str, trainer: ScriptedTrainer, slots: int = 2
+) -> AsyncIterator[None]:
+    # An agent of the test's pool: the scheduler places runs on its own queue.
+    async with fake_agent(client, pool_name, f"{pool_name}-agent", slots, [trainer.run_trial]):
+        yield
+
+
+def asha_config(pool_name: str, **searcher: Any) -> dict[str, Any]:
+    raw = {
+        "name": "asha-test",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"lr": {"type": "categorical", "vals": LRS}},
+        "searcher": {
+            "name": "async_halving",
+            "metric": "loss",
+            "num_rungs": 3,
+            "divisor": 2,
+            "max_length": {"batches": 40},
+            "max_trials": 8,
+            "max_concurrent_trials": 2,
+            **searcher,
+        },
+        "resources": {"resource_pool": pool_name},
+        "max_restarts": 0,
+        "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/epochal-asha-test"},
+    }
+    return validate_experiment_config(raw).model_dump(mode="json")
+
+
+async def run_experiment(
+    client: Client,
+    pool: asyncpg.Pool,
+    trainer: ScriptedTrainer,
+    config: dict[str, Any],
+    max_history_events: int = 0,
+) -> tuple[int, WorkflowHandle[Any, str], str]:
+    experiment_id = await pool.fetchval(
+        "INSERT INTO experiments (name, config, original_config, seed)"
+        " VALUES ($1, $2, '', 11) RETURNING id",
+        config["name"],
+        config,
+    )
+    async with scripted_agent(client, config["resources"]["resource_pool"], trainer):
+        handle = await client.start_workflow(
+            "ExperimentWorkflow",
+            ExperimentInput(
+                experiment_id=experiment_id,
+                config=config,
+                seed=11,
+                max_history_events=max_history_events,
+            ),
+            id=experiment_workflow_id(experiment_id),
+            task_queue=MASTER_TASK_QUEUE,
+            result_type=str,
+        )
+        try:
+            result = await asyncio.wait_for(handle.result(), float(os.environ.get("DBG_T", 120)))
+        except TimeoutError:
+            print("DESCRIBE", await handle.query("describe"))
+            for t in await trials_of(pool, experiment_id):
+                print(dict(t))
+            for r in await pool.fetch("SELECT trial_id, log FROM task_logs WHERE level='ERROR'"):
+                print("LOG", dict(r))
+            raise
+    return experiment_id, handle, result
+
+
+async def trials_of(pool: asyncpg.Pool, experiment_id: int) -> list[asyncpg.Record]:
+    return await pool.fetch(
+        "SELECT id, hparams, state, steps_completed, rung, search_status, early_exit_reason"
+        " FROM trials WHERE experiment_id = $1 ORDER BY request_id",
+        experiment_id,
+    )
+
+
+async def record_history(handle: WorkflowHandle[Any, str], name: str) -> None:
+    """With EPOCHAL_RECORD_HISTORIES=1, save this run's history for the replay tests."""
+    if os.environ.get("EPOCHAL_RECORD_HISTORIES") != "1":
+        return
+    HISTORIES.mkdir(parents=True, exist_ok=True)
+    history = await handle.fetch_history()
+    (HISTORIES / f"{name}-experiment.json").write_text(history.to_json())
+
+
+def pool_name() -> str:
+    return f"asha-{uuid.uuid4().hex[:8]}"
+
+
+async def test_stopping_asha_stops_bad_trials_early_and_trains_the_best_to_the_end(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    trainer = ScriptedTrainer(pool, temporal_client)
+    experiment_id, handle, result = await run_experiment(
+        temporal_client, pool, trainer, asha_config(pool_name())
+    )
+    assert result == "COMPLETED"
+    trials = await trials_of(pool, experiment_id)
+    assert len(trials) == 8
+    assert {t["state"] for t in trials} == {"COMPLETED"}
+    by_lr = {t["hparams"]["lr"]: t for t in trials}
+    assert by_lr[0.1]["steps_completed"] == 40  # the best trains to max_length
+    assert by_lr[0.1]["search_status"] == "trained to the end"
+    stopped = [t for t in trials if (t["search_status"] or "").startswith("stopped early")]
+    assert stopped, "ASHA stopped no trial early"
+    assert all(t["steps_completed"] < 40 for t in stopped)
+    assert len(stopped) >= 2
+    assert sum(t["steps_completed"] for t in trials) < 8 * 40
+    best = await pool.fetchval(
+        "SELECT best_trial_id FROM experiments WHERE id = $1", experiment_id
+    )
+    assert best == by_lr[0.1]["id"]
+    await record_history(handle, "asha-stopping")
+
+
+async def test_classic_asha_pauses_at_rungs_and_resumes_promoted_trials(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    trainer = ScriptedTrainer(pool, temporal_client)
+    experiment_id, handle, result = await run_experiment(
+        temporal_client, pool, trainer, asha_config(pool_name(), stop_once=False)
+    )
+    assert result == "COMPLETED"
+    trials = await trials_of(pool, experiment_id)
+    assert len(trials) == 8
+    resumed = [r for r in trainer.runs if r.run_id > 1]
+    assert resumed, "no trial was promoted"
+    for run in resumed:  # a promotion resumes from the checkpoint at its rung
+        assert (run.steps_completed, run.max_length) in (
+            (10, {"batches": 20}),
+            (20, {"batches": 40}),
+        )
+    by_lr = {t["hparams"]["lr"]: t for t in trials}
+    assert by_lr[0.1]["steps_completed"] == 40
+    assert sum(t["steps_completed"] for t in trials) < 8 * 40
+    await record_history(handle, "asha-promotion")
+
+
+async def test_search_state_survives_continue_as_new(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    trainer = ScriptedTrainer(pool, temporal_client)
+    experiment_id, _, result = await run_experiment(
+        temporal_client, pool, trainer, asha_config(pool_name()), max_history_events=60
+    )
+    assert result == "COMPLETED"
+    runs = [
+        e
+        async for e in temporal_client.list_workflows(
+            f"WorkflowId = '{experiment_workflow_id(experiment_id)}'"
+        )
+    ]
+    assert sum(r.status == WorkflowExecutionStatus.CONTINUED_AS_NEW for r in runs) >= 2
+    trials = await trials_of(pool, experiment_id)
+    assert len(trials) == 8
+    assert {t["hparams"]["lr"]: t["steps_completed"] for t in trials}[0.1] == 40
+
+
+async def test_invalid_hyperparameters_are_replaced(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    trainer = ScriptedTrainer(pool, temporal_client, invalid_lr=0.6)
+    experiment_id, _, result = await run_experiment(
+        temporal_client, pool, trainer, asha_config(pool_name())
+    )
+    assert result == "COMPLETED"
+    trials = await trials_of(pool, experiment_id)
+    invalid = [t for t in trials if t["early_exit_reason"] == "EXITED_REASON_INVALID_HP"]
+    assert len(invalid) >= 1
+    assert len(trials) - len(invalid) == 8  # the invalid ones do not count against max_trials
+
+
+async def test_a_metric_never_reported_ends_the_trial_in_error_naming_it(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    trainer = ScriptedTrainer(pool, temporal_client, metric="accuracy")
+    name = pool_name()
+    config = validate_experiment_config(
+        {
+            "entrypoint": "python3 train.py",
+            "hyperparameters": {"lr": {"type": "categorical", "vals": [0.1]}},
+            "searcher": {"name": "grid", "metric": "loss", "max_length": {"batches": 10}},
+            "resources": {"resource_pool": name},
+            "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/epochal-asha-test"},
+        }
+    ).model_dump(mode="json")
+    experiment_id, _, result = await run_experiment(temporal_client, pool, trainer, config)
+    assert result == "ERROR"
+    trials = await trials_of(pool, experiment_id)
+    assert [t["state"] for t in trials] == ["ERROR"]
+    log = await pool.fetchval(
+        "SELECT log FROM task_logs WHERE trial_id = $1 AND level = 'ERROR' ORDER BY id DESC",
+        trials[0]["id"],
+    )
+    assert 'searcher metric "loss"' in log and "accuracy" in log
+
+
+async def test_a_search_survives_workers_that_forget_everything(
+    temporal_client: Client, temporal_address: str, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """A second master worker that caches no workflow rebuilds the search from history on every
+    task it takes, as a restarted worker does: the search still ends with the same outcome."""
+    own_client = await Client.connect(temporal_address)
+    forgetful = build_worker(
+        own_client,
+        pool,
+        max_cached_workflows=0,
+        # A replay that decides differently fails the workflow (and so the test) at once.
+        workflow_failure_exception_types=[NondeterminismError],
+    )
+    async with forgetful:
+        trainer = ScriptedTrainer(pool, temporal_client)
+        experiment_id, _, result = await run_experiment(
+            temporal_client, pool, trainer, asha_config(pool_name())
+        )
+    assert result == "COMPLETED"
+    trials = await trials_of(pool, experiment_id)
+    assert len(trials) == 8
+    assert {t["hparams"]["lr"]: t["steps_completed"] for t in trials}[0.1] == 40

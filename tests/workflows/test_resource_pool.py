@@ -1,0 +1,255 @@
+"""ResourcePoolWorkflow on the real dev server: priorities, fair share, max_slots, too-big
+requests, agents lost and disabled, deduplication, and continue-as-new with its state kept.
+
+Requests go straight to the pool as updates (as the master's `request_slots` activity sends
+them); `GrantSink` workflows stand in for trials waiting for `slots_granted`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
+from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from workflows.pool_types import (
+    AgentEnabled,
+    AgentLost,
+    Allocation,
+    PoolInput,
+    SlotRelease,
+    SlotReply,
+    SlotRequest,
+)
+
+HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
+
+
+class Pool:
+    """One test's pool, with helpers to ask for and give back slots."""
+
+    def __init__(self, client: Client, sink_queue: str) -> None:
+        self.client = client
+        self.name = f"test-{uuid.uuid4().hex[:8]}"
+        self.sink_queue = sink_queue
+        self.handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(
+            resource_pool_workflow_id(self.name))
+        self.sinks: dict[str, WorkflowHandle[Any, Allocation]] = {}
+        self._n = 0
+
+    def agent(self, name: str) -> str:
+        """An agent id of this test only (other tests' pools still watch theirs)."""
+        return f"{self.name}-{name}"
+
+    async def request(self, experiment_id: int, slots: int = 1, priority: int = 42,
+                      max_slots: int | None = None, key: str | None = None) -> SlotReply:
+        self._n += 1
+        key = key or f"{experiment_id}.{self._n}.1"
+        if key not in self.sinks:
+            self.sinks[key] = await start_sink(self.client, self.sink_queue)
+        request = SlotRequest(allocation_id=key, workflow_id=self.sinks[key].id,
+                              experiment_id=experiment_id, trial_id=self._n, slots=slots,
+                              priority=priority, max_slots=max_slots)
+        reply: SlotReply = await self.handle.execute_update(
+            "request_slots", request, id=f"{key}-{uuid.uuid4().hex[:6]}", result_type=SlotReply)
+        return reply
+
+    async def release(self, key: str) -> bool:
+        held: bool = await self.handle.execute_update(
+            "release_slots", SlotRelease(key), result_type=bool)
+        return held
+
+    async def describe(self) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.handle.query("describe")
+        return answer
+
+    async def granted(self, key: str, timeout: float = 10) -> Allocation:
+        return await asyncio.wait_for(self.sinks[key].result(), timeout)
+
+    async def is_waiting(self, key: str) -> bool:
+        return any(r["allocation_id"] == key for r in (await self.describe())["queue"])
+
+    async def agent_alive(self, agent_id: str, alive: bool) -> bool:
+        agents = {a["id"]: a for a in (await self.describe())["agents"]}
+        return agent_id in agents and agents[agent_id]["alive"] is alive
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def sinks(temporal_client: Client) -> AsyncIterator[str]:
+    queue = f"sinks-{uuid.uuid4().hex[:8]}"
+    async with Worker(temporal_client, task_queue=queue, workflows=[GrantSink],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        yield queue
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def rp(temporal_client: Client, master_worker: Worker, sinks: str) -> AsyncIterator[Pool]:
+    """A fresh pool, terminated after the test (its liveness activities stop with it)."""
+    pool = Pool(temporal_client, sinks)
+    yield pool
+    with contextlib.suppress(Exception):  # never started
+        await pool.handle.terminate("test over")
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+async def test_lower_priority_number_runs_first(temporal_client: Client, rp: Pool) -> None:
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 1):
+        first = await rp.request(1)
+        assert first.status == "granted" and first.allocation is not None
+        assert first.allocation.task_queue == f"agent.{rp.agent('a1')}"
+        low = await rp.request(2, priority=50)
+        high = await rp.request(3, priority=10)
+        assert (low.status, high.status) == ("queued", "queued")
+        assert (low.position, high.position) == (0, 0)  # each first when it arrived
+        assert [r["experiment_id"] for r in (await rp.describe())["queue"]] == [3, 2]
+        await rp.release(first.allocation.allocation_id)
+        got = await rp.granted("3.3.1")
+        assert got.agent_id == rp.agent("a1") and got.slot_ids == [0]
+        assert await rp.is_waiting("2.2.1")
+
+
+async def test_equal_priority_shares_fairly_between_experiments(
+    temporal_client: Client, rp: Pool
+) -> None:
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2):
+        a = await rp.request(1)
+        b = await rp.request(1)
+        assert a.status == b.status == "granted"
+        older = await rp.request(1)  # experiment 1 already holds 2 slots
+        newer = await rp.request(2)  # experiment 2 holds none: it goes first
+        assert older.status == newer.status == "queued"
+        assert [r["experiment_id"] for r in (await rp.describe())["queue"]] == [2, 1]
+        await rp.release("1.1.1")
+        assert (await rp.granted("2.4.1")).slot_ids == [0]
+        await rp.release("1.2.1")
+        assert (await rp.granted("1.3.1")).slot_ids == [1]
+
+
+async def test_max_slots_caps_an_experiment_but_not_the_others(
+    temporal_client: Client, rp: Pool
+) -> None:
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 4):
+        assert (await rp.request(1, max_slots=2)).status == "granted"
+        assert (await rp.request(1, max_slots=2)).status == "granted"
+        assert (await rp.request(1, max_slots=2)).status == "queued"
+        assert (await rp.request(2)).status == "granted"  # later, but experiment 2 is not capped
+        await rp.release("1.1.1")
+        assert (await rp.granted("1.3.1")).agent_id == rp.agent("a1")
+
+
+async def test_a_request_bigger_than_every_agent_fails_clearly(
+    temporal_client: Client, rp: Pool
+) -> None:
+    await register(temporal_client, rp.name, rp.agent("small"), 2)
+    await register(temporal_client, rp.name, rp.agent("big"), 4)
+    with pytest.raises(WorkflowUpdateFailedError) as caught:
+        await rp.request(1, slots=8)
+    message = str(caught.value.cause)
+    assert "8 slots" in message and rp.name in message and rp.agent("big") in message
+    # A request that fits the big agent only waits or runs; it never fails.
+    assert (await rp.request(1, slots=4)).status == "granted"
+
+
+async def test_a_pool_without_agents_waits_for_one(temporal_client: Client, rp: Pool) -> None:
+    await temporal_client.start_workflow(
+        "ResourcePoolWorkflow", PoolInput(name=rp.name), id=rp.handle.id,
+        task_queue=MASTER_TASK_QUEUE)
+    assert (await rp.request(1, slots=16)).status == "queued"
+    async with fake_agent(temporal_client, rp.name, rp.agent("late"), 16):
+        assert (await rp.granted("1.1.1")).agent_id == rp.agent("late")
+
+
+async def test_a_retried_request_is_granted_once(temporal_client: Client, rp: Pool) -> None:
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2):
+        first = await rp.request(1, key="1.1.1")
+        again = await rp.request(1, key="1.1.1")
+        assert first.allocation == again.allocation
+        assert len((await rp.describe())["allocations"]) == 1
+        assert await rp.release("1.1.1") is True
+        assert await rp.release("1.1.1") is False
+        with pytest.raises(WorkflowUpdateFailedError):
+            await rp.request(1, key="1.1.1")  # released ids are never granted again
+
+
+async def test_a_disabled_agent_gets_no_new_work(temporal_client: Client, rp: Pool) -> None:
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 1), \
+            fake_agent(temporal_client, rp.name, rp.agent("a2"), 1):
+        await rp.handle.signal("set_agent_enabled", AgentEnabled(rp.agent("a1"), False))
+        first = await rp.request(1)
+        assert first.allocation is not None and first.allocation.agent_id == rp.agent("a2")
+        assert (await rp.request(1)).status == "queued"
+        await rp.handle.signal("set_agent_enabled", AgentEnabled(rp.agent("a1"), True))
+        assert (await rp.granted("1.2.1")).agent_id == rp.agent("a1")
+
+
+async def test_a_lost_agent_frees_its_slots(temporal_client: Client, rp: Pool) -> None:
+    doomed = rp.agent("doomed")
+    fast = PoolInput(name=rp.name, liveness_timeout_seconds=2)
+    async with fake_agent(temporal_client, rp.name, doomed, 1, pool_input=fast):
+        reply = await rp.request(1)
+        assert reply.allocation is not None and reply.allocation.agent_id == doomed
+    # The agent's worker is gone: its liveness activity ends, the pool frees its slots.
+    await eventually(lambda: rp.agent_alive(doomed, False))
+    described = await rp.describe()
+    assert described["allocations"] == []
+    assert described["agents"][0]["lostReason"]
+    assert (await rp.request(2)).status == "queued"  # nothing alive to run it
+    async with fake_agent(temporal_client, rp.name, doomed, 1, pool_input=fast):
+        assert (await rp.granted("2.2.1")).agent_id == doomed  # back after a restart
+        await rp.handle.signal("agent_lost", AgentLost(doomed, "stale-boot"))
+        assert await rp.agent_alive(doomed, True)  # a stale boot's loss is ignored
+
+
+async def test_continue_as_new_keeps_agents_allocations_and_queue(
+    temporal_client: Client, rp: Pool
+) -> None:
+    small = PoolInput(name=rp.name, max_history_length=60)
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2, pool_input=small):
+        for experiment in (1, 2, 3, 4, 5, 6):
+            await rp.request(experiment)
+        for i in range(6):  # churn: requests withdrawn while queued grow the history
+            await rp.request(8, key=f"8.{i}.1")
+            await rp.release(f"8.{i}.1")
+        await eventually(lambda: _generation_at_least(rp, 1))
+        described = await rp.describe()
+        assert {a["id"] for a in described["agents"]} == {rp.agent("a1")}
+        assert len(described["allocations"]) == 2
+        assert [r["experiment_id"] for r in described["queue"]] == [3, 4, 5, 6]
+        # The state came along: a retried request is still deduplicated in the new run.
+        again = await rp.request(2, key="2.2.1")
+        assert again.status == "granted" and again.allocation is not None
+        await rp.release("2.2.1")
+        assert (await rp.granted("3.3.1")).agent_id == rp.agent("a1")
+        await asyncio.sleep(1)  # liveness runs again in the new run: the agent stays alive
+        assert await rp.agent_alive(rp.agent("a1"), True)
+    if os.environ.get("EPOCHAL_RECORD_HISTORIES") == "1":  # the run that continued as new
+        async for run in temporal_client.list_workflows(f"WorkflowId = '{rp.handle.id}'"):
+            if run.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
+                handle = temporal_client.get_workflow_handle(rp.handle.id, run_id=run.run_id)
+                history = await handle.fetch_history()
+                (HISTORIES / "pool-continue-as-new.json").write_text(history.to_json())
+
+
+async def _generation_at_least(pool: Pool, n: int) -> bool:
+    return int((await pool.describe())["generation"]) >= n

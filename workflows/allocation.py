@@ -1,0 +1,95 @@
+"""How a trial workflow gets slots from its resource pool before a run and gives them back after.
+
+`Allocator.acquire` sends the `request_slots` update (through the master's `request_slots`
+activity); when the pool answers "queued", the trial waits for the pool's `slots_granted`
+signal, which the trial workflow hands to `Allocator.granted`. `release` signals the pool
+(`release`), which ignores a repeated release.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
+    from workflows.pool_types import (
+        DEFAULT_PRIORITY,
+        Allocation,
+        RequestSlotsInput,
+        SlotRelease,
+        SlotReply,
+        SlotRequest,
+    )
+    from workflows.types import JSON
+
+SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
+SCHEDULER_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
+)
+
+
+@dataclass(frozen=True)
+class Resources:
+    """What a trial asks its pool for, from the experiment config's `resources`."""
+
+    pool: str
+    slots: int
+    priority: int
+    max_slots: int | None
+
+    @classmethod
+    def of(cls, config: JSON) -> Resources:
+        res = config.get("resources") or {}
+        return cls(
+            pool=str(res.get("resource_pool") or "default"),
+            slots=int(res.get("slots_per_trial", 1)),
+            priority=int(res.get("priority") or DEFAULT_PRIORITY),
+            max_slots=None if res.get("max_slots") is None else int(res["max_slots"]),
+        )
+
+
+class Allocator:
+    """A trial's side of the pool protocol; one per trial workflow."""
+
+    def __init__(self) -> None:
+        self._granted: dict[str, Allocation] = {}
+
+    def granted(self, allocation: Allocation) -> None:
+        """The pool's `slots_granted` signal (duplicates are harmless)."""
+        self._granted[allocation.allocation_id] = allocation
+
+    async def acquire(
+        self, resources: Resources, request: SlotRequest, give_up: Callable[[], bool]
+    ) -> Allocation | None:
+        """Slots for one run; None if `give_up()` turned true while waiting (request withdrawn).
+
+        Raises ActivityError (cause: non-retryable ApplicationError) when the request can never
+        be granted, e.g. more slots than the pool's biggest agent has.
+        """
+        reply: SlotReply = await workflow.execute_activity(
+            "request_slots",
+            RequestSlotsInput(pool=resources.pool, request=request,
+                              master_task_queue=MASTER_TASK_QUEUE),
+            result_type=SlotReply,
+            start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+            retry_policy=SCHEDULER_RETRY,
+        )
+        if reply.status == "granted" and reply.allocation is not None:
+            return reply.allocation
+        key = request.allocation_id
+        await workflow.wait_condition(lambda: key in self._granted or give_up())
+        if key in self._granted:
+            return self._granted.pop(key)
+        await self.release(resources, key)
+        return None
+
+    async def release(self, resources: Resources, allocation_id: str) -> None:
+        """Give the slots back by signal (no activity; the pool ignores a repeated release)."""
+        self._granted.pop(allocation_id, None)
+        pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
+        await pool.signal("release", SlotRelease(allocation_id=allocation_id))

@@ -1,0 +1,138 @@
+"""Messages and state of the resource-pool scheduler (`ResourcePoolWorkflow`).
+
+Plain dataclasses that travel through Temporal as JSON; add fields only with defaults, since
+running pools carry their state forward through continue-as-new.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DEFAULT_PRIORITY = 42  # Determined's convention: lower numbers run first
+
+
+@dataclass
+class AgentRegistration:
+    """Signal `register_agent`: an agent (re)joined the pool with these slots."""
+
+    agent_id: str
+    slot_ids: list[int]
+    boot_id: str  # new on every agent start; a stale `agent_lost` for an older boot is ignored
+    enabled: bool = True
+
+
+@dataclass
+class AgentLost:
+    """Signal `agent_lost` (also raised inside the pool when the liveness activity ends)."""
+
+    agent_id: str
+    boot_id: str
+    reason: str = "lost"
+
+
+@dataclass
+class AgentEnabled:
+    """Signal `set_agent_enabled`: a disabled agent finishes its runs and gets no new ones."""
+
+    agent_id: str
+    enabled: bool
+
+
+@dataclass
+class SlotRequest:
+    """Update `request_slots`: a trial run wants `slots` slots. Deduplicated on allocation_id."""
+
+    allocation_id: str  # "<experiment>.<trial>.<run>"
+    workflow_id: str  # the trial workflow, told by signal `slots_granted` if it had to wait
+    experiment_id: int
+    trial_id: int
+    slots: int = 1
+    priority: int = DEFAULT_PRIORITY
+    max_slots: int | None = None  # the experiment's resources.max_slots
+    requested_at: str = ""  # set by the pool (RFC 3339)
+    seq: int = 0  # set by the pool: arrival order
+
+
+@dataclass
+class Allocation:
+    allocation_id: str
+    agent_id: str
+    task_queue: str  # agent.<agentId>: where the run activity goes
+    slot_ids: list[int]
+    experiment_id: int
+    trial_id: int
+    slots: int
+    priority: int = DEFAULT_PRIORITY
+    workflow_id: str = ""
+    requested_at: str = ""
+    granted_at: str = ""
+
+
+@dataclass
+class SlotReply:
+    """The answer to `request_slots`: granted now, or queued (a signal follows when granted)."""
+
+    status: str  # "granted" | "queued"
+    allocation: Allocation | None = None
+    position: int = 0  # place in the queue when queued (0-based)
+
+
+@dataclass
+class SlotRelease:
+    """Update `release_slots`: the run ended (or the trial gave up waiting). Idempotent."""
+
+    allocation_id: str
+
+
+@dataclass
+class AgentState:
+    agent_id: str
+    slot_ids: list[int]
+    boot_id: str = ""
+    enabled: bool = True
+    alive: bool = True
+    lost_reason: str = ""
+
+
+@dataclass
+class PoolState:
+    """Everything the pool carries into its next run on continue-as-new."""
+
+    agents: list[AgentState] = field(default_factory=list)
+    pending: list[SlotRequest] = field(default_factory=list)
+    allocations: list[Allocation] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)  # recent allocation ids, for dedup
+    seq: int = 0
+    generation: int = 0  # how many times the pool continued as new
+
+
+@dataclass
+class PoolInput:
+    name: str
+    state: PoolState | None = None
+    # Continue-as-new once the history is this long (tests); None: when the server suggests it.
+    max_history_length: int | None = None
+    # How long an agent may miss heartbeats before it is lost; None: the default (15 s).
+    liveness_timeout_seconds: float | None = None
+
+
+@dataclass
+class AgentLivenessInput:
+    agent_id: str
+    boot_id: str
+    pool: str
+
+
+@dataclass
+class RequestSlotsInput:
+    """Activity `request_slots`: ask pool `pool` (started if need be) for slots."""
+
+    pool: str
+    request: SlotRequest
+    master_task_queue: str = "epochal-master"
+
+
+@dataclass
+class ReleaseSlotsInput:
+    pool: str
+    allocation_id: str

@@ -1,0 +1,413 @@
+"""ResourcePoolWorkflow: the scheduler of one resource pool (`resource-pool-<name>`).
+
+Agents join with signal `register_agent` and leave with `agent_lost`; trial runs ask for slots
+with update `request_slots` and give them back with signal `release` (or update
+`release_slots`), all deduplicated on the allocation id so a retried update never allocates
+twice and a repeated release is a no-op. Handlers only record what arrived;
+the main loop runs one scheduling pass per workflow task over every request that arrived (the
+pool batches, it never schedules per message). A request that cannot be granted at once is
+answered "queued" and the trial is told later by signal `slots_granted`.
+
+Order: lower priority number first (Determined's convention, default 42); among experiments of
+equal priority the one holding the fewest slots goes first (fair share), oldest request first;
+an experiment never holds more than its `resources.max_slots`. A request that does not fit
+blocks everything behind it (no backfilling), so a large request is never starved by small ones.
+
+Each live agent runs an `agent_liveness` activity on its own task queue that only heartbeats;
+when it stops (heartbeat timeout, never picked up, or the agent shutting down), the agent is lost
+and its slots are freed. Heartbeats cost no history. Before its history grows large the pool
+waits for its handlers to finish and continues as new with its whole state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+from collections import Counter, deque
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.constants import agent_task_queue
+    from workflows.pool_types import (
+        AgentEnabled,
+        AgentLivenessInput,
+        AgentLost,
+        AgentRegistration,
+        AgentState,
+        Allocation,
+        PoolInput,
+        PoolState,
+        SlotRelease,
+        SlotReply,
+        SlotRequest,
+    )
+
+AGENT_LIVENESS = "agent_liveness"
+LIVENESS_HEARTBEAT_TIMEOUT = timedelta(seconds=15)  # twice that to pick it up, else lost
+LIVENESS_PERIOD = timedelta(hours=1)  # the activity ends and is renewed this often
+RELEASED_KEPT = 2000  # released allocation ids remembered for dedup
+TOO_BIG = "SlotRequestTooBig"
+
+
+def _iso(ts: object) -> str:
+    return ts.isoformat() if hasattr(ts, "isoformat") else str(ts)
+
+
+@workflow.defn(name="ResourcePoolWorkflow")
+class ResourcePoolWorkflow:
+    @workflow.init
+    def __init__(self, inp: PoolInput) -> None:
+        state = inp.state or PoolState()
+        self._name = inp.name
+        self._max_history = inp.max_history_length
+        self._liveness_timeout = (
+            timedelta(seconds=inp.liveness_timeout_seconds)
+            if inp.liveness_timeout_seconds else LIVENESS_HEARTBEAT_TIMEOUT)
+        self._agents: dict[str, AgentState] = {a.agent_id: a for a in state.agents}
+        self._pending: dict[str, SlotRequest] = {r.allocation_id: r for r in state.pending}
+        self._allocations: dict[str, Allocation] = {a.allocation_id: a for a in state.allocations}
+        self._released: list[str] = list(state.released)
+        self._released_set = set(self._released)
+        self._seq = state.seq
+        self._generation = state.generation
+        self._dirty = bool(self._pending)  # a scheduling pass is due
+        self._undecided: set[str] = set()  # requests whose update waits for the next pass
+        self._positions: dict[str, int] = {}  # queue places of the last pass's new requests
+        self._watched: set[tuple[str, str]] = set()  # (agent, boot) with a liveness task
+        self._notifying = 0  # grant signals still being sent
+
+    # -- main loop -------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: PoolInput) -> None:
+        for agent in self._agents.values():
+            if agent.alive:
+                self._watch(agent)
+        while True:
+            await workflow.wait_condition(lambda: self._dirty or self._ready_to_continue())
+            if self._dirty:
+                self._dirty = False
+                self._schedule()
+                continue
+            workflow.continue_as_new(
+                PoolInput(name=self._name, state=self._snapshot(),
+                          max_history_length=inp.max_history_length,
+                          liveness_timeout_seconds=inp.liveness_timeout_seconds))
+
+    def _history_is_long(self) -> bool:
+        info = workflow.info()
+        if self._max_history is not None:
+            return info.get_current_history_length() >= self._max_history
+        return info.is_continue_as_new_suggested()
+
+    def _ready_to_continue(self) -> bool:
+        return (
+            self._history_is_long()
+            and workflow.all_handlers_finished()
+            and not self._undecided
+            and self._notifying == 0
+        )
+
+    def _snapshot(self) -> PoolState:
+        return PoolState(
+            agents=list(self._agents.values()),
+            pending=sorted(self._pending.values(), key=lambda r: r.seq),
+            allocations=list(self._allocations.values()),
+            released=self._released[-RELEASED_KEPT:],
+            seq=self._seq,
+            generation=self._generation + 1,
+        )
+
+    # -- scheduling ------------------------------------------------------------------------
+
+    def _free_slots(self) -> dict[str, list[int]]:
+        """Free slot ids of every agent that may take new work."""
+        used: dict[str, set[int]] = {}
+        for a in self._allocations.values():
+            used.setdefault(a.agent_id, set()).update(a.slot_ids)
+        return {
+            agent.agent_id: [s for s in agent.slot_ids if s not in used.get(agent.agent_id, set())]
+            for agent in self._agents.values()
+            if agent.alive and agent.enabled
+        }
+
+    def _used_by_experiment(self) -> Counter[int]:
+        used: Counter[int] = Counter()
+        for a in self._allocations.values():
+            used[a.experiment_id] += a.slots
+        return used
+
+    def _ordered(self, free: dict[str, list[int]] | None) -> list[tuple[SlotRequest, str | None]]:
+        """Pending requests in the order they are served, with the agent each one gets.
+
+        With `free` (the free slots) it places requests until one does not fit; without, it
+        gives the queue order as if every request were granted (for `describe`). Per priority
+        level, a heap keyed by (slots the experiment holds, its oldest request) gives fair share
+        in O(n log experiments).
+        """
+        used = self._used_by_experiment()
+        out: list[tuple[SlotRequest, str | None]] = []
+        levels: dict[int, dict[int, deque[SlotRequest]]] = {}
+        for r in sorted(self._pending.values(), key=lambda r: r.seq):
+            levels.setdefault(r.priority, {}).setdefault(r.experiment_id, deque()).append(r)
+        for priority in sorted(levels):
+            queues = levels[priority]
+            heap = [(used[exp], q[0].seq, exp) for exp, q in queues.items()]
+            heapq.heapify(heap)
+            capped: list[SlotRequest] = []
+            while heap:
+                _, _, exp = heapq.heappop(heap)
+                queue = queues[exp]
+                request = queue[0]
+                if request.max_slots is not None and used[exp] + request.slots > request.max_slots:
+                    capped.extend(queue)  # waits for its own experiment's slots to come back
+                    continue
+                agent_id: str | None = None
+                if free is not None:
+                    agent_id = self._fit(request.slots, free)
+                    if agent_id is None:
+                        return out  # it blocks everything behind it: no starvation
+                    free[agent_id] = free[agent_id][request.slots:]
+                out.append((request, agent_id))
+                queue.popleft()
+                used[exp] += request.slots
+                if queue:
+                    heapq.heappush(heap, (used[exp], queue[0].seq, exp))
+            if free is None:
+                out.extend((r, None) for r in sorted(capped, key=lambda r: r.seq))
+        return out
+
+    @staticmethod
+    def _fit(slots: int, free: dict[str, list[int]]) -> str | None:
+        """Best fit: the agent with the fewest free slots that still has enough."""
+        fitting = [(len(ids), agent_id) for agent_id, ids in free.items() if len(ids) >= slots]
+        if not fitting:
+            return None
+        if slots == 0:  # a slot-less task: the least loaded agent
+            return max(fitting)[1]
+        return min(fitting)[1]
+
+    def _schedule(self) -> None:
+        free = self._free_slots()
+        if self._pending and free:
+            now = _iso(workflow.now())
+            for request, agent_id in self._ordered(free):
+                assert agent_id is not None
+                taken = self._take(agent_id, request.slots)
+                allocation = Allocation(
+                    allocation_id=request.allocation_id,
+                    agent_id=agent_id,
+                    task_queue=agent_task_queue(agent_id),
+                    slot_ids=taken,
+                    experiment_id=request.experiment_id,
+                    trial_id=request.trial_id,
+                    slots=request.slots,
+                    priority=request.priority,
+                    workflow_id=request.workflow_id,
+                    requested_at=request.requested_at,
+                    granted_at=now,
+                )
+                del self._pending[request.allocation_id]
+                self._allocations[request.allocation_id] = allocation
+                if request.allocation_id not in self._undecided:
+                    self._notifying += 1
+                    asyncio.create_task(self._notify(allocation))
+        if self._undecided:
+            order = [r.allocation_id for r, _ in self._ordered(None)]
+            self._positions = {key: i for i, key in enumerate(order) if key in self._undecided}
+        self._undecided.clear()
+
+    def _take(self, agent_id: str, slots: int) -> list[int]:
+        used = {s for a in self._allocations.values() if a.agent_id == agent_id
+                for s in a.slot_ids}
+        return [s for s in self._agents[agent_id].slot_ids if s not in used][:slots]
+
+    async def _notify(self, allocation: Allocation) -> None:
+        """Tell a waiting trial its slots are granted; if it is gone, take them back."""
+        try:
+            await workflow.get_external_workflow_handle(allocation.workflow_id).signal(
+                "slots_granted", allocation)
+        except Exception as err:  # the trial ended meanwhile (not found, or closed)
+            workflow.logger.warning("trial %s is gone (%s); releasing %s", allocation.workflow_id,
+                                    err, allocation.allocation_id)
+            self._release(allocation.allocation_id)
+        finally:
+            self._notifying -= 1
+
+    def _release(self, allocation_id: str) -> None:
+        found = self._allocations.pop(allocation_id, None) or self._pending.pop(
+            allocation_id, None)
+        if found is not None:
+            self._dirty = True
+        if allocation_id not in self._released_set:
+            self._released.append(allocation_id)
+            self._released_set.add(allocation_id)
+            if len(self._released) > 2 * RELEASED_KEPT:
+                dropped = self._released[:-RELEASED_KEPT]
+                self._released = self._released[-RELEASED_KEPT:]
+                self._released_set.difference_update(dropped)
+
+    # -- agents ----------------------------------------------------------------------------
+
+    def _watch(self, agent: AgentState) -> None:
+        key = (agent.agent_id, agent.boot_id)
+        if key not in self._watched:
+            self._watched.add(key)
+            asyncio.create_task(self._liveness(agent.agent_id, agent.boot_id))
+
+    async def _liveness(self, agent_id: str, boot_id: str) -> None:
+        """Run the agent's liveness activity for as long as this boot of the agent lives."""
+        reason = "stopped"
+        try:
+            while self._is_current(agent_id, boot_id):
+                try:
+                    await workflow.execute_activity(
+                        AGENT_LIVENESS,
+                        AgentLivenessInput(agent_id=agent_id, boot_id=boot_id, pool=self._name),
+                        task_queue=agent_task_queue(agent_id),
+                        schedule_to_start_timeout=2 * self._liveness_timeout,
+                        start_to_close_timeout=LIVENESS_PERIOD + self._liveness_timeout,
+                        heartbeat_timeout=self._liveness_timeout,
+                        retry_policy=RetryPolicy(maximum_attempts=1),
+                    )
+                except ActivityError as err:
+                    reason = str(err.cause or err)
+                    break
+        finally:
+            self._watched.discard((agent_id, boot_id))
+        self._lose(AgentLost(agent_id=agent_id, boot_id=boot_id, reason=reason))
+
+    def _is_current(self, agent_id: str, boot_id: str) -> bool:
+        agent = self._agents.get(agent_id)
+        return agent is not None and agent.alive and agent.boot_id == boot_id
+
+    def _lose(self, lost: AgentLost) -> None:
+        if not self._is_current(lost.agent_id, lost.boot_id):
+            return  # an older boot of an agent that registered again
+        agent = self._agents[lost.agent_id]
+        agent.alive = False
+        agent.lost_reason = lost.reason
+        freed = [a for a in self._allocations.values() if a.agent_id == lost.agent_id]
+        workflow.logger.warning("pool %s: agent %s lost (%s); freeing %d allocations",
+                                self._name, lost.agent_id, lost.reason, len(freed))
+        # Its runs fail on their own (heartbeat timeout) and ask again; their slots are gone.
+        for a in freed:
+            self._release(a.allocation_id)
+        self._dirty = True
+
+    @workflow.signal
+    def register_agent(self, reg: AgentRegistration) -> None:
+        agent = self._agents.get(reg.agent_id)
+        if agent is not None and agent.alive and agent.boot_id == reg.boot_id:
+            agent.slot_ids = list(reg.slot_ids)
+            return
+        if agent is not None and agent.alive:  # restarted: its old runs are gone
+            self._lose(AgentLost(reg.agent_id, agent.boot_id, "restarted"))
+        enabled = agent.enabled if agent is not None else reg.enabled
+        agent = AgentState(agent_id=reg.agent_id, slot_ids=list(reg.slot_ids),
+                           boot_id=reg.boot_id, enabled=enabled)
+        self._agents[reg.agent_id] = agent
+        self._watch(agent)
+        self._dirty = True
+
+    @workflow.signal
+    def agent_lost(self, lost: AgentLost) -> None:
+        self._lose(lost)
+
+    @workflow.signal
+    def set_agent_enabled(self, change: AgentEnabled) -> None:
+        agent = self._agents.get(change.agent_id)
+        if agent is not None and agent.enabled != change.enabled:
+            agent.enabled = change.enabled
+            self._dirty = True
+
+    # -- trials ----------------------------------------------------------------------------
+
+    def _biggest_agent(self) -> AgentState | None:
+        known = [a for a in self._agents.values() if a.alive]
+        return max(known, key=lambda a: (len(a.slot_ids), a.agent_id)) if known else None
+
+    @workflow.update
+    async def request_slots(self, request: SlotRequest) -> SlotReply:
+        key = request.allocation_id
+        if key in self._allocations:
+            return SlotReply(status="granted", allocation=self._allocations[key])
+        if key in self._released_set:
+            raise ApplicationError(f"allocation {key} was already released",
+                                   type="AllocationReleased", non_retryable=True)
+        if key not in self._pending:
+            self._seq += 1
+            request.seq = self._seq
+            request.requested_at = _iso(workflow.now())
+            self._pending[key] = request
+            self._undecided.add(key)
+            self._dirty = True
+            await workflow.wait_condition(lambda: key not in self._undecided)
+        if key in self._allocations:
+            return SlotReply(status="granted", allocation=self._allocations[key])
+        return SlotReply(status="queued", position=self._positions.get(key, 0))
+
+    @request_slots.validator
+    def _validate_request(self, request: SlotRequest) -> None:
+        if request.allocation_id in self._allocations or request.allocation_id in self._pending:
+            return
+        if request.max_slots is not None and request.slots > request.max_slots:
+            raise ApplicationError(
+                f"trial {request.trial_id} needs {request.slots} slots but its experiment may "
+                f"use at most resources.max_slots={request.max_slots}",
+                type=TOO_BIG, non_retryable=True)
+        biggest = self._biggest_agent()
+        if biggest is not None and len(biggest.slot_ids) < request.slots:
+            raise ApplicationError(
+                f"trial {request.trial_id} needs {request.slots} slots but the biggest agent "
+                f"of resource pool {self._name!r} ({biggest.agent_id}) has "
+                f"{len(biggest.slot_ids)}",
+                type=TOO_BIG, non_retryable=True)
+
+    @workflow.update
+    def release_slots(self, release: SlotRelease) -> bool:
+        """True if the allocation (or the waiting request) was still held."""
+        held = release.allocation_id in self._allocations or (
+            release.allocation_id in self._pending)
+        self._release(release.allocation_id)
+        return held
+
+    @workflow.signal
+    def release(self, release: SlotRelease) -> None:
+        """Signal form of `release_slots`, which trials use: it costs them no activity."""
+        self._release(release.allocation_id)
+
+    # -- reading ---------------------------------------------------------------------------
+
+    @workflow.query
+    def describe(self) -> dict[str, object]:
+        """Agents with their slots, running allocations, and the queue in the order served."""
+        by_agent: dict[str, list[Allocation]] = {}
+        for a in self._allocations.values():
+            by_agent.setdefault(a.agent_id, []).append(a)
+        queue = [r for r, _ in self._ordered(None)]
+        return {
+            "name": self._name,
+            "generation": self._generation,
+            "agents": [
+                {
+                    "id": agent.agent_id,
+                    "slotIds": agent.slot_ids,
+                    "enabled": agent.enabled,
+                    "alive": agent.alive,
+                    "lostReason": agent.lost_reason,
+                    "allocations": [
+                        {"allocationId": a.allocation_id, "slotIds": a.slot_ids,
+                         "experimentId": a.experiment_id, "trialId": a.trial_id}
+                        for a in by_agent.get(agent.agent_id, [])
+                    ],
+                }
+                for agent in sorted(self._agents.values(), key=lambda a: a.agent_id)
+            ],
+            "allocations": [vars(a) for a in self._allocations.values()],
+            "queue": [vars(r) for r in queue],
+        }
