@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import multiprocessing
 import sys
 import tempfile
@@ -89,6 +90,7 @@ class BenchInput:
     trials: int
     run_seconds: float
     experiments: int = 4
+    first_experiment: int = 1  # allocation ids must be new in every phase
 
 
 @activity.defn(name="bench_run")
@@ -140,7 +142,8 @@ class BenchParentWorkflow:
         children = [
             workflow.execute_child_workflow(
                 BenchTrialWorkflow.run,
-                BenchTrialInput(inp.mode, inp.pool, 1 + i % inp.experiments, i, inp.run_seconds),
+                BenchTrialInput(inp.mode, inp.pool, inp.first_experiment + i % inp.experiments, i,
+                                inp.run_seconds),
                 id=f"{prefix}-t{i}",
             )
             for i in range(inp.trials)
@@ -169,7 +172,13 @@ async def _agents_main(address: str, pool: str, agent_ids: list[str], slots: int
 
 
 def agents_process(address: str, pool: str, agent_ids: list[str], slots: int) -> None:
+    quiet()
     asyncio.run(_agents_main(address, pool, agent_ids, slots))
+
+
+def quiet() -> None:
+    """Agents stopped at the end cancel their liveness activities; that is not news."""
+    logging.getLogger("temporalio").setLevel(logging.CRITICAL)
 
 
 def pct(values: list[float], q: float) -> float:
@@ -177,11 +186,16 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+PHASES = iter(range(1, 1000))
+
+
 async def phase(client: Client, mode: str, pool: str, trials: int,
                 run_seconds: float) -> tuple[float, list[float]]:
     begin = time.time()
+    first = next(PHASES) * 100
     times: list[TrialTimes] = await client.execute_workflow(
-        BenchParentWorkflow.run, BenchInput(mode, pool, trials, run_seconds),
+        BenchParentWorkflow.run,
+        BenchInput(mode, pool, trials, run_seconds, first_experiment=first),
         id=f"bench-{mode}-{uuid.uuid4().hex[:6]}", task_queue=MASTER_TASK_QUEUE,
         result_type=list[TrialTimes])
     elapsed = time.time() - begin
@@ -250,6 +264,7 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--temporal", default=None, help="a running Temporal (default: start one)")
     args = p.parse_args()
+    quiet()
     if args.temporal:
         print(asyncio.run(bench(args, args.temporal)))
         return
