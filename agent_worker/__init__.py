@@ -1,7 +1,8 @@
 """The Epochal agent: one process per compute node that runs trials for its resource pool.
 
 It registers its slots with the master, polls its pool's and its own Temporal task queues for
-the `run_trial` activity, and runs each trial with a `Runtime` (processes for now).
+the `run_trial` activity, and runs each trial with a `Runtime`: a process group on the host
+(`ProcessRuntime`, the default) or a task container (`DockerRuntime`, `--runtime docker`).
 """
 
 from agent_worker.activities import AgentActivities

@@ -10,12 +10,13 @@ queue polled with the same total concurrency, with no scheduler.
 
 Measured:
   - wait: from "trial wants slots" (the child's clock before asking) to "run started" (the
-    activity's first line), p50/p99; the "free slots" phase has no more trials than slots;
+    activity's first line), p50/p99; the "free slots" phases have no more trials than slots,
+    once all at once (a burst on the one pool workflow) and once arriving at a steady rate;
   - throughput: trials completed per second over the whole batch.
 The last line is the one-line summary.
 
     .venv/bin/python bench/scheduling.py [--agents 50] [--slots 2] [--trials 1000] \
-        [--run-seconds 0.2] [--processes 4] [--temporal HOST:PORT]
+        [--run-seconds 0.2] [--processes 4] [--arrival-rate 10] [--temporal HOST:PORT]
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class BenchInput:
     run_seconds: float
     experiments: int = 4
     first_experiment: int = 1  # allocation ids must be new in every phase
+    interval: float = 0.0  # seconds between trial starts (0: all at once)
 
 
 @activity.defn(name="bench_run")
@@ -139,15 +141,16 @@ class BenchParentWorkflow:
     @workflow.run
     async def run(self, inp: BenchInput) -> list[TrialTimes]:
         prefix = workflow.info().workflow_id
-        children = [
-            workflow.execute_child_workflow(
+        children = []
+        for i in range(inp.trials):
+            if inp.interval and i:
+                await workflow.sleep(inp.interval)
+            children.append(asyncio.ensure_future(workflow.execute_child_workflow(
                 BenchTrialWorkflow.run,
                 BenchTrialInput(inp.mode, inp.pool, inp.first_experiment + i % inp.experiments, i,
                                 inp.run_seconds),
                 id=f"{prefix}-t{i}",
-            )
-            for i in range(inp.trials)
-        ]
+            )))
         return list(await asyncio.gather(*children))
 
 
@@ -190,12 +193,12 @@ PHASES = iter(range(1, 1000))
 
 
 async def phase(client: Client, mode: str, pool: str, trials: int,
-                run_seconds: float) -> tuple[float, list[float]]:
+                run_seconds: float, interval: float = 0.0) -> tuple[float, list[float]]:
     begin = time.time()
     first = next(PHASES) * 100
     times: list[TrialTimes] = await client.execute_workflow(
         BenchParentWorkflow.run,
-        BenchInput(mode, pool, trials, run_seconds, first_experiment=first),
+        BenchInput(mode, pool, trials, run_seconds, first_experiment=first, interval=interval),
         id=f"bench-{mode}-{uuid.uuid4().hex[:6]}", task_queue=MASTER_TASK_QUEUE,
         result_type=list[TrialTimes])
     elapsed = time.time() - begin
@@ -233,9 +236,14 @@ async def bench(args: argparse.Namespace, address: str) -> str:
             print(f"{args.agents} agents x {args.slots} slots = {total_slots} slots, "
                   f"{len(procs)} agent processes; trials run {args.run_seconds} s")
             free_n = min(args.trials, total_slots)
-            _, free_waits = await phase(client, "pool", pool, free_n, args.run_seconds)
-            print(f"free slots ({free_n} trials): wait p50 {pct(free_waits, .5) * 1000:.0f} ms, "
-                  f"p99 {pct(free_waits, .99) * 1000:.0f} ms")
+            _, burst_waits = await phase(client, "pool", pool, free_n, args.run_seconds)
+            print(f"free slots, {free_n} trials at once: wait p50 "
+                  f"{pct(burst_waits, .5) * 1000:.0f} ms, "
+                  f"p99 {pct(burst_waits, .99) * 1000:.0f} ms")
+            _, free_waits = await phase(client, "pool", pool, free_n, args.run_seconds,
+                                        interval=1 / args.arrival_rate)
+            print(f"free slots, {free_n} trials arriving at {args.arrival_rate:g}/s: wait p50 "
+                  f"{pct(free_waits, .5) * 1000:.0f} ms, p99 {pct(free_waits, .99) * 1000:.0f} ms")
             rate, waits = await phase(client, "pool", pool, args.trials, args.run_seconds)
             print(f"scheduler ({args.trials} trials): {rate:.1f} trials/s, wait p50 "
                   f"{pct(waits, .5) * 1000:.0f} ms, p99 {pct(waits, .99) * 1000:.0f} ms")
@@ -252,7 +260,9 @@ async def bench(args: argparse.Namespace, address: str) -> str:
     return (f"summary: {args.trials} trials / {args.agents} agents: scheduler "
             f"{rate:.1f} trials/s vs floor {floor:.1f} trials/s ({100 * rate / floor:.0f}% of "
             f"floor; ideal {ideal:.0f}/s); wait with free slots p50 "
-            f"{pct(free_waits, .5) * 1000:.0f} ms p99 {pct(free_waits, .99) * 1000:.0f} ms")
+            f"{pct(free_waits, .5) * 1000:.0f} ms p99 {pct(free_waits, .99) * 1000:.0f} ms "
+            f"({args.arrival_rate:g} trials/s arriving), {pct(burst_waits, .99) * 1000:.0f} ms "
+            f"p99 for {free_n} at once")
 
 
 def main() -> None:
@@ -262,6 +272,8 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=1000)
     p.add_argument("--run-seconds", type=float, default=0.2)
     p.add_argument("--processes", type=int, default=4)
+    p.add_argument("--arrival-rate", type=float, default=10.0,
+                   help="trials per second in the steady free-slots phase")
     p.add_argument("--temporal", default=None, help="a running Temporal (default: start one)")
     args = p.parse_args()
     quiet()

@@ -1,9 +1,9 @@
 """How a trial workflow gets slots from its resource pool before a run and gives them back after.
 
-`Allocator.acquire` sends the `request_slots` update (through the master's `request_slots`
-activity); when the pool answers "queued", the trial waits for the pool's `slots_granted`
-signal, which the trial workflow hands to `Allocator.granted`. `release` signals the pool
-(`release`), which ignores a repeated release.
+`Allocator.acquire` signals the pool (`request`) and waits for its answer, signal
+`slots_granted` or `slots_failed`, which the trial workflow hands to `granted`/`failed`. If the
+pool does not run yet, the master's `request_slots` activity starts it with the request (an
+update-with-start). `release` signals the pool (`release`), which ignores a repeated release.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
@@ -21,6 +22,7 @@ with workflow.unsafe.imports_passed_through():
         DEFAULT_PRIORITY,
         Allocation,
         RequestSlotsInput,
+        SlotFailure,
         SlotRelease,
         SlotReply,
         SlotRequest,
@@ -58,33 +60,52 @@ class Allocator:
 
     def __init__(self) -> None:
         self._granted: dict[str, Allocation] = {}
+        self._failed: dict[str, str] = {}
 
     def granted(self, allocation: Allocation) -> None:
         """The pool's `slots_granted` signal (duplicates are harmless)."""
         self._granted[allocation.allocation_id] = allocation
+
+    def failed(self, failure: SlotFailure) -> None:
+        """The pool's `slots_failed` signal: the request can never be granted."""
+        self._failed[failure.allocation_id] = failure.message
 
     async def acquire(
         self, resources: Resources, request: SlotRequest, give_up: Callable[[], bool]
     ) -> Allocation | None:
         """Slots for one run; None if `give_up()` turned true while waiting (request withdrawn).
 
-        Raises ActivityError (cause: non-retryable ApplicationError) when the request can never
-        be granted, e.g. more slots than the pool's biggest agent has.
+        Raises a non-retryable ApplicationError when the request can never be granted, e.g.
+        more slots than the pool's biggest agent has.
         """
-        reply: SlotReply = await workflow.execute_activity(
-            "request_slots",
-            RequestSlotsInput(pool=resources.pool, request=request,
-                              master_task_queue=MASTER_TASK_QUEUE),
-            result_type=SlotReply,
-            start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-            retry_policy=SCHEDULER_RETRY,
-        )
-        if reply.status == "granted" and reply.allocation is not None:
-            return reply.allocation
         key = request.allocation_id
-        await workflow.wait_condition(lambda: key in self._granted or give_up())
+        pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
+        try:
+            await pool.signal("request", request)
+        except Exception:  # the pool does not run yet: the activity starts it with the request
+            try:
+                reply: SlotReply = await workflow.execute_activity(
+                    "request_slots",
+                    RequestSlotsInput(pool=resources.pool, request=request,
+                                      master_task_queue=MASTER_TASK_QUEUE),
+                    result_type=SlotReply,
+                    start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+                    retry_policy=SCHEDULER_RETRY,
+                )
+            except ActivityError as err:
+                cause = err.cause
+                message = cause.message if isinstance(cause, ApplicationError) else str(err)
+                raise ApplicationError(message, type="SlotRequestFailed",
+                                       non_retryable=True) from None
+            if reply.status == "granted" and reply.allocation is not None:
+                return reply.allocation
+        await workflow.wait_condition(
+            lambda: key in self._granted or key in self._failed or give_up())
         if key in self._granted:
             return self._granted.pop(key)
+        if key in self._failed:
+            raise ApplicationError(self._failed.pop(key), type="SlotRequestFailed",
+                                   non_retryable=True)
         await self.release(resources, key)
         return None
 

@@ -492,6 +492,7 @@ class ResourcesConfig(_Model):
     resource_pool: str = Field(default=DEFAULT_RESOURCE_POOL, min_length=1)
     priority: int | None = Field(default=None, ge=1, le=99)
     max_slots: int | None = Field(default=None, ge=0)
+    shm_size: int | None = Field(default=None, ge=1)  # bytes of /dev/shm in a task container
 
 
 class SharedFSConfig(_Model):
@@ -586,6 +587,7 @@ def _normalize_env(value: Any) -> Any:
 class EnvironmentConfig(_Model):
     image: str | None = None
     environment_variables: dict[str, str] = Field(default_factory=dict)
+    force_pull_image: bool = False  # pull the image even when the agent has it
 
     @field_validator("image", mode="before")
     @classmethod

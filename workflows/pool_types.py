@@ -78,6 +78,14 @@ class SlotReply:
 
 
 @dataclass
+class SlotFailure:
+    """Signal `slots_failed` to a trial: its request can never be granted."""
+
+    allocation_id: str
+    message: str
+
+
+@dataclass
 class SlotRelease:
     """Update `release_slots`: the run ended (or the trial gave up waiting). Idempotent."""
 

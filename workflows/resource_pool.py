@@ -1,12 +1,14 @@
 """ResourcePoolWorkflow: the scheduler of one resource pool (`resource-pool-<name>`).
 
-Agents join with signal `register_agent` and leave with `agent_lost`; trial runs ask for slots
-with update `request_slots` and give them back with signal `release` (or update
-`release_slots`), all deduplicated on the allocation id so a retried update never allocates
-twice and a repeated release is a no-op. Handlers only record what arrived;
-the main loop runs one scheduling pass per workflow task over every request that arrived (the
-pool batches, it never schedules per message). A request that cannot be granted at once is
-answered "queued" and the trial is told later by signal `slots_granted`.
+Agents join with signal `register_agent` and leave with `agent_lost`. Trial runs ask for slots
+with signal `request` and are answered by signal (`slots_granted`, or `slots_failed` for a
+request no agent can ever hold); the update `request_slots` does the same and answers at once
+("granted" or "queued"). Slots go back with signal `release` (or update `release_slots`). All are
+deduplicated on the allocation id: a retried request never allocates twice, a repeated release
+is a no-op. Trials use the signals because Temporal admits only a few updates in flight per
+workflow (10 by default), which a burst of trials exceeds; signals have no such cap and batch.
+Handlers only record what arrived; the main loop runs one scheduling pass per workflow task over
+every request that arrived (the pool batches, it never schedules per message).
 
 Order: lower priority number first (Determined's convention, default 42); among experiments of
 equal priority the one holding the fewest slots goes first (fair share), oldest request first;
@@ -41,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
         Allocation,
         PoolInput,
         PoolState,
+        SlotFailure,
         SlotRelease,
         SlotReply,
         SlotRequest,
@@ -78,7 +81,7 @@ class ResourcePoolWorkflow:
         self._undecided: set[str] = set()  # requests whose update waits for the next pass
         self._positions: dict[str, int] = {}  # queue places of the last pass's new requests
         self._watched: set[tuple[str, str]] = set()  # (agent, boot) with a liveness task
-        self._notifying = 0  # grant signals still being sent
+        self._notifying = 0  # grant and failure signals still being sent
 
     # -- main loop -------------------------------------------------------------------------
 
@@ -214,8 +217,7 @@ class ResourcePoolWorkflow:
                 del self._pending[request.allocation_id]
                 self._allocations[request.allocation_id] = allocation
                 if request.allocation_id not in self._undecided:
-                    self._notifying += 1
-                    asyncio.create_task(self._notify(allocation))
+                    self._send_grant(allocation)
         if self._undecided:
             order = [r.allocation_id for r, _ in self._ordered(None)]
             self._positions = {key: i for i, key in enumerate(order) if key in self._undecided}
@@ -225,6 +227,19 @@ class ResourcePoolWorkflow:
         used = {s for a in self._allocations.values() if a.agent_id == agent_id
                 for s in a.slot_ids}
         return [s for s in self._agents[agent_id].slot_ids if s not in used][:slots]
+
+    def _send_grant(self, allocation: Allocation) -> None:
+        self._notifying += 1
+        asyncio.create_task(self._notify(allocation))
+
+    async def _send_failure(self, request: SlotRequest, message: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(request.workflow_id).signal(
+                "slots_failed", SlotFailure(request.allocation_id, message))
+        except Exception as err:  # the trial ended meanwhile
+            workflow.logger.warning("trial %s is gone (%s)", request.workflow_id, err)
+        finally:
+            self._notifying -= 1
 
     async def _notify(self, allocation: Allocation) -> None:
         """Tell a waiting trial its slots are granted; if it is gone, take them back."""
@@ -331,6 +346,29 @@ class ResourcePoolWorkflow:
         known = [a for a in self._agents.values() if a.alive]
         return max(known, key=lambda a: (len(a.slot_ids), a.agent_id)) if known else None
 
+    def _enqueue(self, request: SlotRequest) -> None:
+        self._seq += 1
+        request.seq = self._seq
+        request.requested_at = _iso(workflow.now())
+        self._pending[request.allocation_id] = request
+        self._dirty = True
+
+    @workflow.signal
+    def request(self, request: SlotRequest) -> None:
+        """A trial wants slots; it hears back by signal (`slots_granted` or `slots_failed`)."""
+        key = request.allocation_id
+        if key in self._allocations:  # a repeated request: say it again
+            self._send_grant(self._allocations[key])
+            return
+        if key in self._pending or key in self._released_set:
+            return
+        error = self._never_fits(request)
+        if error is not None:
+            self._notifying += 1
+            asyncio.create_task(self._send_failure(request, error))
+            return
+        self._enqueue(request)
+
     @workflow.update
     async def request_slots(self, request: SlotRequest) -> SlotReply:
         key = request.allocation_id
@@ -340,12 +378,8 @@ class ResourcePoolWorkflow:
             raise ApplicationError(f"allocation {key} was already released",
                                    type="AllocationReleased", non_retryable=True)
         if key not in self._pending:
-            self._seq += 1
-            request.seq = self._seq
-            request.requested_at = _iso(workflow.now())
-            self._pending[key] = request
+            self._enqueue(request)
             self._undecided.add(key)
-            self._dirty = True
             await workflow.wait_condition(lambda: key not in self._undecided)
         if key in self._allocations:
             return SlotReply(status="granted", allocation=self._allocations[key])
@@ -355,18 +389,21 @@ class ResourcePoolWorkflow:
     def _validate_request(self, request: SlotRequest) -> None:
         if request.allocation_id in self._allocations or request.allocation_id in self._pending:
             return
+        error = self._never_fits(request)
+        if error is not None:
+            raise ApplicationError(error, type=TOO_BIG, non_retryable=True)
+
+    def _never_fits(self, request: SlotRequest) -> str | None:
+        """Why no agent of the pool can ever hold the request, if none can."""
         if request.max_slots is not None and request.slots > request.max_slots:
-            raise ApplicationError(
-                f"trial {request.trial_id} needs {request.slots} slots but its experiment may "
-                f"use at most resources.max_slots={request.max_slots}",
-                type=TOO_BIG, non_retryable=True)
+            return (f"trial {request.trial_id} needs {request.slots} slots but its experiment "
+                    f"may use at most resources.max_slots={request.max_slots}")
         biggest = self._biggest_agent()
         if biggest is not None and len(biggest.slot_ids) < request.slots:
-            raise ApplicationError(
-                f"trial {request.trial_id} needs {request.slots} slots but the biggest agent "
-                f"of resource pool {self._name!r} ({biggest.agent_id}) has "
-                f"{len(biggest.slot_ids)}",
-                type=TOO_BIG, non_retryable=True)
+            return (f"trial {request.trial_id} needs {request.slots} slots but the biggest "
+                    f"agent of resource pool {self._name!r} ({biggest.agent_id}) has "
+                    f"{len(biggest.slot_ids)}")
+        return None
 
     @workflow.update
     def release_slots(self, release: SlotRelease) -> bool:

@@ -21,7 +21,7 @@ from functools import partial
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         task_id,
     )
     from workflows.db_activities import db_activity
-    from workflows.pool_types import Allocation, SlotRequest
+    from workflows.pool_types import Allocation, SlotFailure, SlotRequest
     from workflows.types import (
         CheckSearcherMetricInput,
         RecordTrialStateInput,
@@ -99,9 +99,9 @@ class TrialWorkflow:
             self._run_id += 1
             try:
                 allocation = await self._allocate(inp)
-            except ActivityError as err:  # can never be granted: more slots than any agent has
-                return await self._end(inp, "ERROR", error=f"cannot schedule the trial: "
-                                       f"{getattr(err.cause, 'message', None) or err.cause}")
+            except ApplicationError as err:  # can never be granted: more slots than any agent has
+                return await self._end(
+                    inp, "ERROR", error=f"cannot schedule the trial: {err.message}")
             if allocation is None:
                 continue  # paused or stopped while waiting for slots
             self._agent_id = allocation.agent_id
@@ -116,6 +116,8 @@ class TrialWorkflow:
                 return await self._end(inp, "CANCELED")
             if ended == "preempted":
                 continue  # paused or stopped early: the loop decides
+            if ended == "fatal":  # restarting cannot help (the agent said so)
+                return await self._end(inp, "ERROR", error=f"run {self._run_id} failed: {result}")
             if (
                 ended == "completed"
                 and inp.waits_at_target
@@ -195,7 +197,7 @@ class TrialWorkflow:
     async def _run_once(
         self, inp: TrialInput, resume: ResumePoint, allocation: Allocation
     ) -> tuple[str, str]:
-        """One run on the allocated agent: ('completed'|'preempted'|'failed', detail)."""
+        """One run on the allocated agent: ('completed'|'preempted'|'failed'|'fatal', detail)."""
         handle = workflow.start_activity(
             "run_trial",
             RunTrialInput(
@@ -236,7 +238,12 @@ class TrialWorkflow:
         try:
             result = await handle
         except ActivityError as err:
-            return ("preempted" if preempted or self._kill else "failed", _run_failure(err))
+            if preempted or self._kill:
+                return ("preempted", _run_failure(err))
+            cause = err.cause
+            if isinstance(cause, ApplicationError) and cause.non_retryable:
+                return ("fatal", _run_failure(err))  # e.g. an image that cannot be pulled
+            return ("failed", _run_failure(err))
         self._agent_id = result.agent_id
         if result.exit_code == 0:
             return ("preempted" if preempted else "completed", "exit 0")
@@ -345,8 +352,13 @@ class TrialWorkflow:
 
     @workflow.signal
     def slots_granted(self, allocation: Allocation) -> None:
-        """The resource pool granted a request that had to wait."""
+        """The resource pool granted the run's slots."""
         self._allocator.granted(allocation)
+
+    @workflow.signal
+    def slots_failed(self, failure: SlotFailure) -> None:
+        """The resource pool can never grant the request (too big for any agent)."""
+        self._allocator.failed(failure)
 
     @workflow.signal
     def pause(self) -> None:

@@ -4,6 +4,7 @@ environment, labels, GPU device requests from (fake) GPU slots; and the runtime 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import docker.types
@@ -24,7 +25,7 @@ from agent_worker.docker_runtime import (
 from agent_worker.main import AgentConfig, make_runtime, parse_args
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import TrialLaunch
-from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots
+from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots, discover_slots
 from deploy import local_cluster
 from deploy.images import task_image
 from workflows.types import RunTrialInput
@@ -141,6 +142,26 @@ def test_gpu_slots_become_one_device_request_by_uuid(tmp_path: Path) -> None:
     assert gpu_device_requests(cpu_slots(2)) == []
     with pytest.raises(ApplicationError):
         gpu_device_requests([Slot(id=0, type=TYPE_CUDA, brand="x", uuid=None)])
+
+
+def fake_nvml(uuids: list[str]) -> Any:
+    """Just what slots.gpu_slots asks NVML."""
+    return SimpleNamespace(
+        nvmlInit=lambda: None, nvmlShutdown=lambda: None,
+        nvmlDeviceGetCount=lambda: len(uuids),
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: b"NVIDIA A100-SXM4-40GB",
+        nvmlDeviceGetUUID=lambda h: uuids[h].encode(),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=40 << 30))
+
+
+def test_gpus_found_by_nvml_are_passed_by_uuid(tmp_path: Path) -> None:
+    slots = discover_slots(nvml=fake_nvml(["GPU-aaa", "GPU-bbb"]))
+    runtime = DockerRuntime(agent_id="a", slots=slots, default_image="img")
+    kw = runtime.spec(launch(tmp_path, slot_ids=[1])).create_kwargs()
+    (request,) = kw["device_requests"]
+    assert request["DeviceIDs"] == ["GPU-bbb"] and request["Driver"] == "nvidia"
+    assert kw["environment"]["CUDA_VISIBLE_DEVICES"] == "GPU-bbb"
 
 
 def test_log_chunks_become_lines() -> None:

@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 import pytest_asyncio
 from temporalio.client import (
@@ -253,3 +254,20 @@ async def test_continue_as_new_keeps_agents_allocations_and_queue(
 
 async def _generation_at_least(pool: Pool, n: int) -> bool:
     return int((await pool.describe())["generation"]) >= n
+
+
+async def test_a_trial_too_big_for_the_pool_ends_in_error_naming_pool_and_agent(
+    temporal_client: Client, rp: Pool, pool: asyncpg.Pool
+) -> None:
+    from tests.workflows.test_experiment_workflow import make_config, start_experiment
+
+    config = make_config(rp.name)
+    config["resources"]["slots_per_trial"] = 16
+    async with fake_agent(temporal_client, rp.name, rp.agent("small"), 8):
+        experiment_id, handle = await start_experiment(temporal_client, pool, config)
+        assert await asyncio.wait_for(handle.result(), 60) == "ERROR"
+    logs = await pool.fetch(
+        "SELECT l.log FROM task_logs l JOIN trials t ON t.id = l.trial_id"
+        " WHERE t.experiment_id = $1", experiment_id)
+    assert logs and all("cannot schedule the trial" in r["log"] and rp.name in r["log"]
+                        and rp.agent("small") in r["log"] for r in logs)
