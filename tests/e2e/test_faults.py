@@ -22,6 +22,7 @@ import yaml
 
 from deploy.processes import free_port, read_pid
 from tests.conftest import E2E_NAMESPACE, fresh_database
+from tests.e2e.namespace import fresh_ids, start_clean
 from tests.e2e.test_local_cluster import REPO, Cluster, created_id, wait_for
 
 pytestmark = pytest.mark.slow
@@ -34,6 +35,7 @@ def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
     import shutil
     import tempfile
 
+    start_clean(temporal_address)
     state_dir = Path(tempfile.mkdtemp(prefix="epochal-faults-"))
     port = free_port()
     with fresh_database(postgres_url, prefix="epochal_faults") as db_url:
@@ -49,6 +51,7 @@ def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
         c = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
         try:
             c.run("cluster", "up", "--api-port", str(port), "--slots", "1")
+            fresh_ids(db_url)
             yield c
         finally:
             c.run("cluster", "down", check=False)

@@ -26,6 +26,7 @@ import yaml
 
 from deploy.processes import free_port
 from tests.conftest import E2E_NAMESPACE, fresh_database
+from tests.e2e.namespace import fresh_ids, start_clean
 
 pytestmark = pytest.mark.slow
 
@@ -62,6 +63,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+    start_clean(temporal_address)
     state_dir = Path(tempfile.mkdtemp(prefix="epochal-e2e-"))
     port = free_port()
     with fresh_database(postgres_url, prefix="epochal_e2e") as db_url:
@@ -77,6 +79,7 @@ def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
         cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
         try:
             up = cluster.run("cluster", "up", "--api-port", str(port), "--slots", "2")
+            fresh_ids(db_url)
             assert f"http://127.0.0.1:{port}/" in up.stdout  # the dashboard address
             yield cluster
         finally:

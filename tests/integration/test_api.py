@@ -1,7 +1,8 @@
 """The REST API over real HTTP, backed by a real PostgreSQL and Temporal dev server.
 
-Experiments here use a resource pool no agent serves, so their trials are created and then wait
-for an agent; the tests play the agent's and the harness's part over the API.
+Experiments here use a resource pool whose only agent is a phantom registered over the API, so
+their trials are scheduled on it and then wait for it to start them; the tests play the agent's
+and the harness's part over the API.
 """
 
 from __future__ import annotations
@@ -45,7 +46,20 @@ def model_definition(files: dict[str, bytes]) -> list[dict[str, Any]]:
     ]
 
 
+async def serve_pool(api: httpx.AsyncClient, pool_name: str, slots: int = 4) -> None:
+    """Register a phantom agent for the pool: the scheduler grants it runs it never starts."""
+    response = await api.put(
+        f"/api/v1/agents/phantom-{pool_name}",
+        json={"resourcePool": pool_name, "bootId": uuid.uuid4().hex,
+              "slots": [{"id": str(i), "type": "TYPE_CPU"} for i in range(slots)]},
+    )
+    assert response.status_code == 200, response.text
+
+
 async def create(api: httpx.AsyncClient, **overrides: Any) -> dict[str, Any]:
+    if overrides.get("pool_name") is None:
+        overrides["pool_name"] = f"nobody-{uuid.uuid4().hex[:8]}"
+        await serve_pool(api, overrides["pool_name"])
     response = await api.post(
         "/api/v1/experiments",
         json={

@@ -78,12 +78,13 @@ def test_minimal_config_gets_determined_defaults() -> None:
             "resource_pool": "default",
             "priority": None,
             "max_slots": None,
+            "shm_size": None,
         },
         "max_restarts": 5,
         "min_validation_period": None,
         "min_checkpoint_period": None,
         "checkpoint_storage": None,
-        "environment": {"image": None, "environment_variables": {}},
+        "environment": {"image": None, "environment_variables": {}, "force_pull_image": False},
         "bind_mounts": [],
         "reproducibility": {"experiment_seed": None},
     }
@@ -175,6 +176,7 @@ def test_full_config_normalizes() -> None:
     assert dumped["environment"] == {
         "image": "python:3.11",
         "environment_variables": {"A": "1", "B": "x=y", "EMPTY": ""},
+        "force_pull_image": False,
     }
     assert dumped["bind_mounts"][1] == {
         "host_path": "/scratch",
