@@ -383,6 +383,9 @@ def main() -> None:
         "epochal asha (async_halving, 4 rungs)": epochal_config(
             "async_halving", n, num_rungs=len(RUNGS), divisor=DIVISOR
         ),
+        "epochal asha (async_halving, 3 rungs)": epochal_config(
+            "async_halving", n, num_rungs=len(RUNGS) - 1, divisor=DIVISOR
+        ),
         f"epochal asha, 3x max_trials ({3 * n})": epochal_config(
             "async_halving", 3 * n, num_rungs=len(RUNGS), divisor=DIVISOR
         ),
@@ -464,7 +467,12 @@ def main() -> None:
 
     rnd = results["epochal random"]
     random_best = statistics.fmean(r.true_best for r in rnd)
-    for name in ("epochal asha (async_halving, 4 rungs)", f"epochal asha, 3x max_trials ({3 * n})"):
+    goal_one = (
+        "epochal asha (async_halving, 4 rungs)",
+        "epochal asha (async_halving, 3 rungs)",
+        f"epochal asha, 3x max_trials ({3 * n})",
+    )
+    for name in goal_one:
         rows = results[name]
         within = sum(a.true_best <= 1.01 * r.true_best for a, r in zip(rows, rnd, strict=True))
         ratio = [a.compute / r.compute for a, r in zip(rows, rnd, strict=True)]
