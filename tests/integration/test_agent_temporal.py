@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from typing import IO
 
 import psutil
 import pytest
@@ -203,6 +204,18 @@ def _start_agent_process(master_url: str, temporal_address: str,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
 
+def _wait_for_line(stream: IO[bytes], text: str, timeout: float) -> bool:
+    """Read `stream` line by line until one contains `text` (False at EOF or timeout)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            return False
+        if text.encode() in line:
+            return True
+    return False
+
+
 @pytest.mark.parametrize("master_up", [True, False], ids=["registered", "waiting-for-master"])
 async def test_agent_process_exits_cleanly_on_sigterm(
         temporal_address: str, master: FakeMaster, tmp_path: Path, master_up: bool) -> None:
@@ -215,7 +228,10 @@ async def test_agent_process_exits_cleanly_on_sigterm(
                 assert time.monotonic() < deadline and proc.poll() is None
                 await asyncio.sleep(0.05)
         else:
-            await asyncio.sleep(1.0)
+            # Signal only once the agent runs (its handlers are set): it says it is retrying.
+            assert proc.stderr is not None
+            seen = await asyncio.to_thread(_wait_for_line, proc.stderr, "cannot register", 60)
+            assert seen, "the agent never said it was waiting for its master"
             assert proc.poll() is None  # still waiting for its master
         proc.send_signal(signal.SIGTERM)
         code = await asyncio.to_thread(proc.wait, 15)
