@@ -85,7 +85,7 @@ def test_killed_agent_leaves_no_container_after_restart(
         "experiment", "create", str(long_single_config(tmp_path)), "examples/digits")
     experiment_id = created_id(result.stdout)
     wait_for(lambda: trial_of(docker_cluster, experiment_id)["totalBatchesProcessed"] > 0,
-             what="the first training metrics")
+             timeout=120, what="the first training metrics")
     (orphan,) = agent_containers(docker_client, AGENT_ID)
     pid = read_pid(docker_cluster.state_dir / "run" / "agent.pid")
     assert pid is not None
