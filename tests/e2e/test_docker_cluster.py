@@ -8,9 +8,7 @@ dev server (the e2e namespace), the CLI in subprocesses.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,16 +20,9 @@ import yaml
 
 from agent_worker.docker_runtime import agent_containers
 from deploy.local_cluster import AGENT_ID
-from deploy.processes import free_port, read_pid
-from tests.conftest import E2E_NAMESPACE, fresh_database
-from tests.e2e.test_local_cluster import (
-    DIGITS,
-    Cluster,
-    created_id,
-    long_single_config,
-    trial_of,
-    wait_for,
-)
+from deploy.processes import read_pid
+from tests.e2e.cluster import DIGITS, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.test_local_cluster import long_single_config, trial_of
 
 pytestmark = pytest.mark.slow
 
@@ -39,27 +30,10 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def docker_cluster(postgres_url: str, temporal_address: str,
                    task_image: str) -> Iterator[Cluster]:
-    state_dir = Path(tempfile.mkdtemp(prefix="epochal-e2e-docker-"))
-    port = free_port()
-    with fresh_database(postgres_url, prefix="epochal_e2e_docker") as db_url:
-        env = {
-            **os.environ,
-            "EPOCHAL_DB_URL": db_url,
-            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
-            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
-            "EPOCHAL_STATE_DIR": str(state_dir),
-            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
-            "EPOCHAL_KILL_GRACE_SECONDS": "3",
-        }
-        cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
-        try:
-            up = cluster.run("cluster", "up", "--api-port", str(port), "--slots", "2",
-                             "--runtime", "docker")
-            assert "docker runtime" in up.stderr
-            yield cluster
-        finally:
-            cluster.run("cluster", "down", check=False)
-            shutil.rmtree(state_dir, ignore_errors=True)
+    with shared_servers_cluster(postgres_url, temporal_address, "e2e-docker", "--slots", "2",
+                                "--runtime", "docker") as cluster:
+        assert cluster.up is not None and "docker runtime" in cluster.up.stderr
+        yield cluster
 
 
 def test_grid_search_runs_in_containers(docker_cluster: Cluster,

@@ -20,10 +20,9 @@ import psutil
 import pytest
 import yaml
 
-from deploy.processes import free_port, read_pid
-from tests.conftest import E2E_NAMESPACE, fresh_database
-from tests.e2e.namespace import fresh_ids, start_clean
-from tests.e2e.test_local_cluster import REPO, Cluster, created_id, wait_for
+from deploy.processes import read_pid
+from tests.conftest import E2E_NAMESPACE
+from tests.e2e.cluster import REPO, Cluster, created_id, shared_servers_cluster, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -32,30 +31,8 @@ SLOW_MODEL = Path(__file__).parent / "slow_model"
 
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    import shutil
-    import tempfile
-
-    start_clean(temporal_address)
-    state_dir = Path(tempfile.mkdtemp(prefix="epochal-faults-"))
-    port = free_port()
-    with fresh_database(postgres_url, prefix="epochal_faults") as db_url:
-        env = {
-            **os.environ,
-            "EPOCHAL_DB_URL": db_url,
-            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
-            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
-            "EPOCHAL_STATE_DIR": str(state_dir),
-            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
-            "EPOCHAL_KILL_GRACE_SECONDS": "3",
-        }
-        c = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
-        try:
-            c.run("cluster", "up", "--api-port", str(port), "--slots", "1")
-            fresh_ids(db_url)
-            yield c
-        finally:
-            c.run("cluster", "down", check=False)
-            shutil.rmtree(state_dir, ignore_errors=True)
+    with shared_servers_cluster(postgres_url, temporal_address, "faults", "--slots", "1") as c:
+        yield c
 
 
 class SecondAgent:

@@ -7,16 +7,8 @@ EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is configured.
 
 from __future__ import annotations
 
-import json
-import os
-import re
-import shutil
 import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,82 +17,22 @@ import pytest
 import yaml
 
 from deploy.processes import free_port
-from tests.conftest import E2E_NAMESPACE, fresh_database
-from tests.e2e.namespace import fresh_ids, start_clean
+from tests.e2e.cluster import (
+    DIGITS,
+    EPOCHAL,
+    Cluster,
+    created_id,
+    shared_servers_cluster,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[2]
-DIGITS = REPO / "examples" / "digits"
-EPOCHAL = [sys.executable, "-m", "cli.main"]
-
-
-@dataclass
-class Cluster:
-    env: dict[str, str]
-    url: str
-    state_dir: Path
-
-    def run(
-        self, *args: str, check: bool = True, timeout: float = 180
-    ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [*EPOCHAL, *args],
-            env=self.env,
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=subprocess.DEVNULL,
-        )
-        if check:
-            assert result.returncode == 0, f"{args}: {result.stdout}\n{result.stderr}"
-        return result
-
-    def json(self, *args: str) -> Any:
-        return json.loads(self.run(*args, "--json").stdout)
-
-
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    start_clean(temporal_address)
-    state_dir = Path(tempfile.mkdtemp(prefix="epochal-e2e-"))
-    port = free_port()
-    with fresh_database(postgres_url, prefix="epochal_e2e") as db_url:
-        env = {
-            **os.environ,
-            "EPOCHAL_DB_URL": db_url,
-            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
-            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
-            "EPOCHAL_STATE_DIR": str(state_dir),
-            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
-            "EPOCHAL_KILL_GRACE_SECONDS": "3",
-        }
-        cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
-        try:
-            up = cluster.run("cluster", "up", "--api-port", str(port), "--slots", "2")
-            fresh_ids(db_url)
-            assert f"http://127.0.0.1:{port}/" in up.stdout  # the dashboard address
-            yield cluster
-        finally:
-            cluster.run("cluster", "down", check=False)
-            shutil.rmtree(state_dir, ignore_errors=True)
-
-
-def created_id(output: str) -> int:
-    match = re.search(r"Created experiment (\d+)", output)
-    assert match, output
-    return int(match.group(1))
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    with shared_servers_cluster(postgres_url, temporal_address, "e2e", "--slots", "2") as c:
+        assert c.up is not None and f"{c.url}/" in c.up.stdout  # the dashboard address
+        yield c
 
 
 def test_grid_search_runs_to_completion(cluster: Cluster) -> None:

@@ -21,8 +21,8 @@ import pytest
 from deploy.local_cluster import load_settings
 from deploy.postgres import EmbeddedPostgres
 from deploy.processes import free_port, read_pid
+from tests.e2e.cluster import Cluster, wait_for
 from tests.e2e.test_faults import create, slow_config, training_metrics, trials, wait_done
-from tests.e2e.test_local_cluster import Cluster, wait_for
 
 pytestmark = pytest.mark.slow
 
