@@ -62,10 +62,10 @@ def on_term(signum, frame):
 signal.signal(signal.SIGTERM, on_term)
 child = subprocess.Popen([sys.executable, "-c",
     "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"])
+print("ready", flush=True)  # before the pids appear: the test cancels once they do
 with open("pids.tmp", "w") as f:
     f.write(f"{os.getpid()} {child.pid}")
 os.rename("pids.tmp", "pids")
-print("ready", flush=True)
 while True:
     time.sleep(0.05)
 """
