@@ -153,14 +153,11 @@ async def run_experiment(
             result_type=str,
         )
         try:
-            result = await asyncio.wait_for(handle.result(), float(os.environ.get("DBG_T", 120)))
-        except TimeoutError:
-            print("DESCRIBE", await handle.query("describe"))
-            for t in await trials_of(pool, experiment_id):
-                print(dict(t))
-            for r in await pool.fetch("SELECT trial_id, log FROM task_logs WHERE level='ERROR'"):
-                print("LOG", dict(r))
-            raise
+            result = await asyncio.wait_for(handle.result(), 120)
+        except TimeoutError:  # say where the search stood
+            described = await handle.query("describe")
+            stood = [dict(t) for t in await trials_of(pool, experiment_id)]
+            raise AssertionError(f"the search did not end: {described}; trials: {stood}") from None
     return experiment_id, handle, result
 
 
