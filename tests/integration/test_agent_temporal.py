@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -72,12 +72,6 @@ class RunTrialOnAgent:
     @workflow.signal
     def kill(self) -> None:
         self._kill = True
-
-
-@pytest.fixture
-def master() -> Iterator[FakeMaster]:
-    with FakeMaster() as m:
-        yield m
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,18 +57,6 @@ print("ready", flush=True)
 while True:
     time.sleep(0.05)
 """
-
-
-@pytest.fixture
-def master() -> Iterator[FakeMaster]:
-    with FakeMaster() as m:
-        yield m
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 @pytest.fixture

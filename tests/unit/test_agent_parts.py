@@ -6,7 +6,6 @@ import asyncio
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,18 +27,6 @@ from agent_worker.slots import SlotPool, cpu_slots, discover_slots
 from agent_worker.testing import FakeMaster
 from agent_worker.trial_info import trial_environment, user_environment
 from workflows.types import RunTrialInput
-
-
-@pytest.fixture
-def master() -> Iterator[FakeMaster]:
-    with FakeMaster() as m:
-        yield m
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 def shipper(master_url: str, http: httpx.AsyncClient, **kwargs: Any) -> LogShipper:

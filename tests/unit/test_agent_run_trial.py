@@ -11,7 +11,6 @@ import os
 import sys
 import tarfile
 import time
-from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,18 +68,6 @@ os.rename("pids.tmp", "pids")
 while True:
     time.sleep(0.05)
 """
-
-
-@pytest.fixture
-def master() -> Iterator[FakeMaster]:
-    with FakeMaster() as m:
-        yield m
-
-
-@pytest.fixture
-async def http() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as client:
-        yield client
 
 
 def make_activities(master: FakeMaster, http: httpx.AsyncClient, work_dir: Path,
