@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,22 +141,36 @@ def test_a_trial_resumes_on_another_agent_when_its_agent_is_killed(
         range(1, 41))
 
 
-def test_the_master_killed_mid_experiment_loses_and_doubles_nothing(
-    cluster: Cluster, tmp_path: Path
+def restart_during_training(
+    cluster: Cluster, tmp_path: Path, name: str, stop: Callable[[], None]
 ) -> None:
-    experiment_id = create(cluster, slow_config(tmp_path, "master-kill", steps=40, sleep=0.2))
-    wait_for(lambda: (t := trials(cluster, experiment_id)) and t[0]["totalBatchesProcessed"] > 5,
-             timeout=90, what="training to start")
-    pid = read_pid(cluster.state_dir / "run" / "master.pid")
-    assert pid is not None
-    psutil.Process(pid).kill()  # kill -9: API and workflow worker at once
-    psutil.Process(pid).wait(10)
-    time.sleep(2)
-    cluster.run("cluster", "up")  # starts what is not running: the master
+    """`stop` a part mid-training, bring it back with `cluster up`: the experiment completes
+    with each of its 40 training metrics stored exactly once."""
+    experiment_id = create(cluster, slow_config(tmp_path, name, steps=40, sleep=0.2))
+    wait_for(
+        lambda: (t := trials(cluster, experiment_id)) and t[0]["totalBatchesProcessed"] > 5,
+        timeout=90,
+        what="training to start",
+    )
+    stop()
+    time.sleep(3)  # training goes on meanwhile; its reports wait and retry
+    cluster.run("cluster", "up")  # starts whatever is not running
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
     trial = trials(cluster, experiment_id)[0]
     steps = [m["stepsCompleted"] for m in training_metrics(cluster, trial["id"])]
     assert steps == list(range(1, 41))
+
+
+def test_the_master_killed_mid_experiment_loses_and_doubles_nothing(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    def kill_master() -> None:
+        pid = read_pid(cluster.state_dir / "run" / "master.pid")
+        assert pid is not None
+        psutil.Process(pid).kill()  # kill -9: API and workflow worker at once
+        psutil.Process(pid).wait(10)
+
+    restart_during_training(cluster, tmp_path, "master-kill", kill_master)
 
 
 def test_a_trial_that_always_crashes_errors_while_its_siblings_complete(

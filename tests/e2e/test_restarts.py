@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -21,8 +20,8 @@ import pytest
 from deploy.local_cluster import load_settings
 from deploy.postgres import EmbeddedPostgres
 from deploy.processes import free_port, read_pid
-from tests.e2e.cluster import Cluster, wait_for
-from tests.e2e.test_faults import create, slow_config, training_metrics, trials, wait_done
+from tests.e2e.cluster import Cluster
+from tests.e2e.test_faults import restart_during_training
 
 pytestmark = pytest.mark.slow
 
@@ -53,24 +52,6 @@ def own_cluster() -> Iterator[Cluster]:
     finally:
         cluster.run("cluster", "down", check=False)
         shutil.rmtree(state_dir, ignore_errors=True)
-
-
-def restart_during_training(
-    cluster: Cluster, tmp_path: Path, name: str, stop: Callable[[], None]
-) -> None:
-    experiment_id = create(cluster, slow_config(tmp_path, name, steps=40, sleep=0.2))
-    wait_for(
-        lambda: (t := trials(cluster, experiment_id)) and t[0]["totalBatchesProcessed"] > 5,
-        timeout=90,
-        what="training to start",
-    )
-    stop()
-    time.sleep(3)  # training goes on meanwhile; its reports wait and retry
-    cluster.run("cluster", "up")  # starts whatever is not running
-    assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
-    trial = trials(cluster, experiment_id)[0]
-    steps = [m["stepsCompleted"] for m in training_metrics(cluster, trial["id"])]
-    assert steps == list(range(1, 41))
 
 
 def test_a_killed_temporal_server_comes_back_and_the_experiment_completes(
