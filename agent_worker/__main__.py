@@ -1,6 +1,4 @@
-import sys
-
-from agent_worker.main import main
+from agent_worker.main import exit_process, main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -19,13 +19,14 @@ import logging
 import os
 import signal
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import httpx
 from temporalio.client import Client
@@ -292,6 +293,20 @@ async def run_agent(config: AgentConfig) -> int:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the agent process with `code` once `main` has returned.
+
+    Skips interpreter finalization: the Temporal SDK's native threads may still call into
+    Python while the interpreter tears down, which aborts the process (SIGABRT, seen when an
+    agent is stopped right after it starts). Everything the agent owns is closed by then;
+    only logs and stdio are left to flush.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

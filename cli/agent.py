@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -110,24 +110,12 @@ def agent_argv(
     return argv
 
 
-def run_agent(argv: list[str]) -> Any:
-    """Run the agent in this process, as `python -m agent_worker ARGV` would."""
-    import importlib
-    import importlib.util
-    import runpy
-    import sys
+def run_agent(argv: list[str]) -> NoReturn:
+    """Run the agent in this process, as `python -m agent_worker ARGV` does; the process ends
+    with the agent (imported here so that the rest of the CLI starts fast)."""
+    from agent_worker.main import exit_process, main
 
-    if importlib.util.find_spec("agent_worker.main") is not None:
-        module = importlib.import_module("agent_worker.main")
-        if hasattr(module, "main"):
-            return module.main(argv)
-    saved = sys.argv
-    sys.argv = ["agent_worker", *argv]
-    try:
-        runpy.run_module("agent_worker", run_name="__main__", alter_sys=True)
-    finally:
-        sys.argv = saved
-    return None
+    exit_process(main(argv))
 
 
 @app.command(
@@ -186,6 +174,4 @@ def run(
         runtime,
         image_pull,
     )
-    code = run_agent(argv)
-    if isinstance(code, int) and code:
-        raise typer.Exit(code)
+    run_agent(argv)
