@@ -10,6 +10,7 @@ so the trial restarts elsewhere.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import shlex
 import shutil
@@ -27,6 +28,7 @@ from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
 from agent_worker.slots import SlotPool
 from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
 from workflows.constants import allocation_id, task_id
+from workflows.tokens import mint_trial_token
 from workflows.types import RunTrialInput, RunTrialResult
 
 RUN_TRIAL = "run_trial"
@@ -45,6 +47,7 @@ class AgentActivities:
         runtime: Runtime,
         slots: SlotPool,
         cluster_id: str | None = None,
+        cluster_token: str | None = None,
         log_flush_interval: float = 0.5,
         log_close_timeout: float = 30.0,
     ) -> None:
@@ -55,6 +58,7 @@ class AgentActivities:
         self.runtime = runtime
         self.slots = slots
         self.cluster_id = cluster_id
+        self.cluster_token = cluster_token
         self.log_flush_interval = log_flush_interval
         self.log_close_timeout = log_close_timeout
         self.model_defs = ModelDefinitions(http, self.master_url, work_dir)
@@ -111,6 +115,10 @@ class AgentActivities:
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(_fresh_dir, run_dir)
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
+        if inp.session_token is None and self.cluster_token:
+            # The trial's own token: it may write only this trial's reports (api/auth.py).
+            inp = dataclasses.replace(
+                inp, session_token=mint_trial_token(self.cluster_token, inp.trial_id))
         info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
                                 cluster_id=self.cluster_id, slot_ids=slot_ids)
         info_path = run_dir / TRIAL_INFO_FILE

@@ -48,6 +48,7 @@ HEARTBEAT_THROTTLE_SECONDS = 2.0
 # Registered but no liveness activity for this long: the pool lost us; register again.
 UNWATCHED_SECONDS = 60.0
 RUNTIMES = ("process", "docker", "auto")
+CLUSTER_TOKEN_ENV = "EPOCHAL_CLUSTER_TOKEN"
 
 
 @dataclass
@@ -61,12 +62,15 @@ class AgentConfig:
     slots: int | None = None  # CPU slots; None: one per CPU
     runtime: str = "process"  # process | docker | auto (docker where an engine answers)
     image_pull: str = "missing"  # Docker runtime: missing | always | never
+    # Sent to the master on every call; trial tokens are signed with it (workflows/tokens.py).
+    cluster_token: str | None = None
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m agent_worker",
-        description="Epochal agent: runs trials of its resource pool on this machine.")
+        description="Epochal agent: runs trials of its resource pool on this machine.",
+        epilog=f"The master's cluster token is read from ${CLUSTER_TOKEN_ENV}.")
     p.add_argument("--master", default=os.environ.get("EPOCHAL_MASTER", "http://127.0.0.1:8080"),
                    help="the master's URL (default: $EPOCHAL_MASTER or %(default)s)")
     p.add_argument("--temporal",
@@ -112,6 +116,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         agent_id=agent_id,
         runtime=args.runtime,
         image_pull=args.image_pull,
+        cluster_token=os.environ.get(CLUSTER_TOKEN_ENV) or None,
     )
     return config, args.log_level
 
@@ -196,7 +201,10 @@ class Agent:
         """Run until `stop()`; 0 after a requested stop, 1 if a Temporal worker failed."""
         cfg = self.config
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
-        async with httpx.AsyncClient() as http:
+        headers = {"Authorization": f"Bearer {cfg.cluster_token}"} if cfg.cluster_token else {}
+        if not cfg.cluster_token:
+            logger.warning("%s is not set: the master will refuse this agent", CLUSTER_TOKEN_ENV)
+        async with httpx.AsyncClient(headers=headers) as http:
             registration = Registration(http, cfg.master_url, agent_id=cfg.agent_id,
                                         resource_pool=cfg.resource_pool, slots=self.slots,
                                         boot_id=uuid.uuid4().hex)
@@ -215,7 +223,7 @@ class Agent:
                 self.activities = AgentActivities(
                     agent_id=cfg.agent_id, master_url=cfg.master_url, work_dir=cfg.work_dir,
                     http=http, runtime=self.runtime, slots=SlotPool(self.slots),
-                    cluster_id=cluster_id)
+                    cluster_id=cluster_id, cluster_token=cfg.cluster_token)
                 return await self._serve(client, self.activities)
             finally:
                 heartbeat.cancel()

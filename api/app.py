@@ -7,11 +7,21 @@ process, or a test) and reach routes as dependencies (api/deps.py); whoever made
 from __future__ import annotations
 
 import asyncpg
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from temporalio.client import Client
 
+from api.auth import authorize
 from api.errors import install_error_handlers
-from api.routes import agents, checkpoints, cluster, dashboard, experiments, tasks, trials
+from api.routes import (
+    agents,
+    checkpoints,
+    cluster,
+    dashboard,
+    experiments,
+    tasks,
+    trials,
+    users,
+)
 from api.settings import Settings
 
 
@@ -21,6 +31,8 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.state.pool = pool
     app.state.temporal = temporal
     install_error_handlers(app)
-    for module in (agents, experiments, trials, checkpoints, tasks, cluster, dashboard):
-        app.include_router(module.router)
+    # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
+    for module in (users, agents, experiments, trials, checkpoints, tasks, cluster):
+        app.include_router(module.router, dependencies=[Depends(authorize)])
+    app.include_router(dashboard.router)
     return app

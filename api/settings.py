@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
@@ -27,6 +29,12 @@ class Settings:
     max_model_definition_bytes: int = 96 * 1024 * 1024
     # Resource pools whose scheduler the master starts at boot; `default` always exists.
     resource_pools: tuple[str, ...] = (DEFAULT_RESOURCE_POOL,)
+    # Agents present it; trial tokens are signed with it. Random per process unless configured,
+    # so a master without one accepts no agent it did not start.
+    cluster_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # Set as `admin`'s password at start if admin has none yet.
+    admin_password: str | None = None
+    session_ttl: timedelta = timedelta(days=7)
 
     @property
     def master_url(self) -> str:
@@ -45,6 +53,9 @@ class Settings:
             cluster_id=env.get("EPOCHAL_CLUSTER_ID", base.cluster_id),
             checkpoint_dir=env.get("EPOCHAL_CHECKPOINT_DIR", base.checkpoint_dir),
             resource_pools=parse_pools(env.get("EPOCHAL_RESOURCE_POOLS", "")),
+            cluster_token=env.get("EPOCHAL_CLUSTER_TOKEN") or base.cluster_token,
+            admin_password=env.get("EPOCHAL_ADMIN_PASSWORD") or None,
+            session_ttl=timedelta(hours=float(env.get("EPOCHAL_SESSION_TTL_HOURS", 24 * 7))),
         )
 
 

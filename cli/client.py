@@ -134,16 +134,22 @@ def _error_from_response(response: httpx.Response) -> ApiError:
 class Client:
     """A small wrapper over `httpx.Client` speaking the contract's REST API under /api/v1."""
 
-    def __init__(self, master_url: str, timeout: float = TIMEOUT):
+    def __init__(self, master_url: str, timeout: float = TIMEOUT, *, anonymous: bool = False):
         import httpx  # here, not at the top: `epochal --help` need not load it
+
+        from cli import credentials
 
         self.master_url = master_url
         transport = transport_factory() if transport_factory is not None else None
+        headers = {"Accept": "application/json"}
+        token = None if anonymous else credentials.token_for(master_url)
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             base_url=master_url + API_PREFIX,
             timeout=httpx.Timeout(timeout, connect=10.0),
             transport=transport,
-            headers={"Accept": "application/json"},
+            headers=headers,
         )
 
     def __enter__(self) -> Client:

@@ -55,11 +55,15 @@ def _run(action: Any, *args: Any, **kwargs: Any) -> Any:
         raise CliError(str(exc)) from None
 
 
+SECRET_FIELDS = frozenset({"admin_password", "cluster_token"})
+
+
 def _plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return _plain(asdict(value))
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        # Secrets stay in STATE/secrets.json; status output may end up in logs.
+        return {k: _plain(v) for k, v in value.items() if k not in SECRET_FIELDS}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, Path):
@@ -104,10 +108,21 @@ def up(
         sys.stderr.flush()
 
     info = _run(local_cluster.up, s, report=report)
-    render.say("Local cluster is up.")
+    from cli.client import ApiError
+    from cli.user import log_in
+
+    try:
+        log_in(info.api_url, "admin", info.admin_password)
+        render.say("Local cluster is up; this CLI is logged in as admin.")
+    except ApiError as err:
+        if err.status != 401:
+            raise
+        render.say("Local cluster is up. admin's password was changed since the first `up`: "
+                   "log in with `epochal user login`.")
     rows = [
         ("API", info.api_url),
         ("Dashboard", info.dashboard_url),
+        ("Log in as", f"admin / {info.admin_password}  (kept in {info.state_dir}/secrets.json)"),
         ("Temporal", info.temporal_address),
         ("Temporal UI", info.temporal_ui_url or "-"),
         ("State", str(info.state_dir)),

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from cli import agent, checkpoint, cluster, experiment, image, scheduling, trial
+from cli import agent, checkpoint, cluster, experiment, image, scheduling, trial, user
 from cli.client import CliError, resolve_master
 
 
@@ -76,6 +76,7 @@ app.add_typer(scheduling.slot_app, name="slot")
 app.add_typer(scheduling.job_app, name="job")
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(image.app, name="image")
+app.add_typer(user.app, name="user")
 
 master_app = typer.Typer(help="Run the master.", no_args_is_help=True)
 app.add_typer(master_app, name="master")

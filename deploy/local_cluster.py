@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sys
 import uuid
 from collections.abc import Callable, Iterable
@@ -84,6 +85,8 @@ class ClusterInfo:
     temporal_ui_url: str | None
     db_url: str
     state_dir: Path
+    admin_password: str = ""
+    cluster_token: str = ""
 
 
 @dataclass
@@ -120,7 +123,29 @@ def cluster_info(settings: ClusterSettings) -> ClusterInfo:
         temporal_ui_url=ui,
         db_url=s.external_db_url or database_url(s.postgres_port, DATABASE, HOST),
         state_dir=s.state_dir,
+        **_secrets(s),
     )
+
+
+SECRETS_FILE = "secrets.json"
+
+
+def _secrets(s: ClusterSettings) -> dict[str, str]:
+    """The admin's first password and the agents' cluster token, made once (mode 0600)."""
+    path = s.state_dir / SECRETS_FILE
+    if not path.exists():
+        s.state_dir.mkdir(parents=True, exist_ok=True)
+        made = {"admin_password": secrets.token_urlsafe(12),
+                "cluster_token": secrets.token_urlsafe(32)}
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(made, f, indent=2)
+    try:
+        data = json.loads(path.read_text())
+        return {"admin_password": str(data["admin_password"]),
+                "cluster_token": str(data["cluster_token"])}
+    except (OSError, ValueError, KeyError) as err:
+        raise ClusterError(f"cannot read the cluster secrets {path}: {err}") from err
 
 
 SETTINGS_FILE = "cluster.json"
@@ -182,8 +207,8 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
                     check=lambda: _master_answers(info.api_url))
     if "agent" in wanted:
         say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime")
-        _up_process(s, "agent", _agent_command(s, info), env=_base_env(), port=None,
-                    check=lambda: _agent_answers(info.api_url))
+        _up_process(s, "agent", _agent_command(s, info), env=_agent_env(info), port=None,
+                    check=lambda: _agent_answers(info))
     return info
 
 
@@ -245,7 +270,13 @@ def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
         "EPOCHAL_API_PORT": str(s.api_port),
         "EPOCHAL_CHECKPOINT_DIR": str(s.state_dir / "checkpoints"),
         "EPOCHAL_CLUSTER_ID": _cluster_id(s),
+        "EPOCHAL_CLUSTER_TOKEN": info.cluster_token,
+        "EPOCHAL_ADMIN_PASSWORD": info.admin_password,
     }
+
+
+def _agent_env(info: ClusterInfo) -> dict[str, str]:
+    return {**_base_env(), "EPOCHAL_CLUSTER_TOKEN": info.cluster_token}
 
 
 def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
@@ -255,9 +286,10 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
             "--agent-id", AGENT_ID, "--runtime", s.agent_runtime]
 
 
-def _get_json(url: str) -> dict[str, Any] | None:
+def _get_json(url: str, token: str | None = None) -> dict[str, Any] | None:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        response = httpx.get(url, timeout=2.0)
+        response = httpx.get(url, timeout=2.0, headers=headers)
     except httpx.HTTPError:
         return None
     if response.status_code != 200:
@@ -272,8 +304,8 @@ def _master_answers(api_url: str) -> bool:
     return _get_json(f"{api_url}/api/v1/master") is not None
 
 
-def _agent_answers(api_url: str, agent_id: str = AGENT_ID) -> bool:
-    body = _get_json(f"{api_url}/api/v1/agents") or {}
+def _agent_answers(info: ClusterInfo, agent_id: str = AGENT_ID) -> bool:
+    body = _get_json(f"{info.api_url}/api/v1/agents", info.cluster_token) or {}
     return any(a.get("id") == agent_id and a.get("alive") for a in body.get("agents", []))
 
 
@@ -306,12 +338,10 @@ def status(settings: ClusterSettings | None = None) -> ClusterStatus:
     s = settings or ClusterSettings()
     info = cluster_info(s)
     parts = [_postgres_status(s, info), _temporal_status(s, info)]
-    for part, check, address in (
-        ("master", _master_answers, info.api_url),
-        ("agent", _agent_answers, f"{AGENT_ID} via {info.api_url}"),
-    ):
+    answering = {"master": _master_answers(info.api_url), "agent": _agent_answers(info)}
+    for part, address in (("master", info.api_url), ("agent", f"{AGENT_ID} via {info.api_url}")):
         pid = processes.read_pid(s.pid_file(part))
-        parts.append(PartStatus(part, pid, pid is not None, check(info.api_url), address,
+        parts.append(PartStatus(part, pid, pid is not None, answering[part], address,
                                 s.log_file(part)))
     return ClusterStatus(info, parts)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -24,6 +25,7 @@ from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
 from activities.scheduler import SchedulerActivities
 from api.app import create_app
+from api.auth import ensure_admin_password
 from api.settings import Settings
 from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from workflows.experiment import ExperimentWorkflow
@@ -79,6 +81,11 @@ async def serve(settings: Settings) -> None:
         applied = await apply_migrations(pool)
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
+        await ensure_admin_password(pool, settings.admin_password)
+        if not os.environ.get("EPOCHAL_CLUSTER_TOKEN"):
+            log.warning(
+                "EPOCHAL_CLUSTER_TOKEN is not set: agents cannot authenticate to this master"
+            )
         client = await _retry(
             "Temporal",
             lambda: Client.connect(

@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 
 from activities.database import apply_migrations, create_pool
 from api.app import create_app
+from api.auth import ensure_admin_password
 from api.settings import Settings
 from deploy.master import build_worker
 from deploy.processes import free_port
@@ -42,6 +43,11 @@ async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIte
         yield worker
 
 
+# The session master's secrets: agents started by tests present the cluster token.
+CLUSTER_TOKEN = "test-cluster-token"
+ADMIN_PASSWORD = "test-admin-password"
+
+
 @dataclass(frozen=True)
 class LiveMaster:
     url: str
@@ -49,6 +55,15 @@ class LiveMaster:
     pool: asyncpg.Pool
     temporal: Client
     app: FastAPI
+    admin_token: str
+
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.admin_token}"}
+
+    @property
+    def agent_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.settings.cluster_token}"}
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
@@ -60,7 +75,13 @@ async def live_master(
 ) -> AsyncIterator[LiveMaster]:
     port = free_port()
     checkpoints = Path(tmp_path_factory.mktemp("checkpoints"))
-    settings = Settings(api_port=port, checkpoint_dir=str(checkpoints))
+    settings = Settings(
+        api_port=port,
+        checkpoint_dir=str(checkpoints),
+        cluster_token=CLUSTER_TOKEN,
+        admin_password=ADMIN_PASSWORD,
+    )
+    await ensure_admin_password(pool, ADMIN_PASSWORD)
     app = create_app(settings, pool, temporal_client)
     server = uvicorn.Server(
         uvicorn.Config(
@@ -77,13 +98,22 @@ async def live_master(
     while not server.started:
         assert not task.done(), "the API server did not start"
         await asyncio.sleep(0.02)
-    yield LiveMaster(settings.master_url, settings, pool, temporal_client, app)
+    async with httpx.AsyncClient(base_url=settings.master_url) as client:
+        answer = await client.post(
+            "/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD}
+        )
+        answer.raise_for_status()
+    yield LiveMaster(
+        settings.master_url, settings, pool, temporal_client, app, answer.json()["token"]
+    )
     server.should_exit = True
     await task
 
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def api(live_master: LiveMaster) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client of the live master's API."""
-    async with httpx.AsyncClient(base_url=live_master.url, timeout=30) as client:
+    """An HTTP client of the live master's API, logged in as admin."""
+    async with httpx.AsyncClient(
+        base_url=live_master.url, timeout=30, headers=live_master.admin_headers
+    ) as client:
         yield client

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.views import rfc3339
@@ -200,14 +201,20 @@ async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client
 
 
 @router.post("/api/v1/agents/{agent_id}/enable")
-async def enable_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+async def enable_agent(
+    agent_id: str, principal: CurrentPrincipal, pool: Pool, temporal: Temporal
+) -> dict[str, Any]:
+    require_admin(principal, "enable agents")
     await _set_enabled(agent_id, True, pool, temporal)
     return {}
 
 
 @router.post("/api/v1/agents/{agent_id}/disable")
-async def disable_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+async def disable_agent(
+    agent_id: str, principal: CurrentPrincipal, pool: Pool, temporal: Temporal
+) -> dict[str, Any]:
     """Drain: running trials finish, no new ones start on this agent."""
+    require_admin(principal, "disable agents")
     await _set_enabled(agent_id, False, pool, temporal)
     return {}
 

@@ -7,10 +7,10 @@ import uuid as uuidlib
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from api import views
+from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
 from api.routes.tasks import trial_of_task
@@ -41,8 +41,11 @@ def storage_path(config: dict[str, Any], uuid: str) -> str:
 
 
 @router.post("/checkpoints")
-async def report_checkpoint(body: ReportCheckpointRequest, pool: Pool) -> dict[str, Any]:
+async def report_checkpoint(
+    body: ReportCheckpointRequest, request: Request, pool: Pool
+) -> dict[str, Any]:
     trial_id = trial_of_task(body.taskId, "taskId")
+    await auth.require_trial_write(request, trial_id)
     if body.training and body.training.trialId not in (None, trial_id):
         raise ApiError(400, f"training.trialId: {body.training.trialId} does not match taskId")
     steps = body.metadata.get("steps_completed")
@@ -61,7 +64,8 @@ async def report_checkpoint(body: ReportCheckpointRequest, pool: Pool) -> dict[s
         " metadata, resources, storage_path, state, report_time)"
         " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, now()))"
         " ON CONFLICT (uuid) DO UPDATE SET metadata = EXCLUDED.metadata,"
-        "   resources = EXCLUDED.resources, state = EXCLUDED.state",
+        "   resources = EXCLUDED.resources, state = EXCLUDED.state"
+        " WHERE checkpoints.trial_id = EXCLUDED.trial_id",
         uuid,
         trial_id,
         body.taskId,

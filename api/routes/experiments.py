@@ -6,14 +6,14 @@ import base64
 import secrets
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import views
+from api import auth, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.log_stream import stream_logs
@@ -58,8 +58,13 @@ def normalized_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
 
 @router.post("/experiments")
 async def create_experiment(
-    body: CreateExperimentRequest, pool: Pool, temporal: Temporal, settings: AppSettings
+    body: CreateExperimentRequest,
+    request: Request,
+    pool: Pool,
+    temporal: Temporal,
+    settings: AppSettings,
 ) -> dict[str, Any]:
+    owner = auth.require_user(auth.current(request), "create experiments").username
     config = normalized_config(body.config, settings.checkpoint_dir)
     tgz, size = build_tarball(
         [f.model_dump() for f in body.modelDefinition], settings.max_model_definition_bytes
@@ -69,14 +74,16 @@ async def create_experiment(
         seed = secrets.randbelow(2**31)
     async with pool.acquire() as conn, conn.transaction():
         experiment_id = await conn.fetchval(
-            "INSERT INTO experiments (name, description, labels, config, original_config, seed)"
-            " VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+            "INSERT INTO experiments"
+            " (name, description, labels, config, original_config, seed, owner)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
             config["name"],
             config.get("description"),
             config.get("labels") or [],
             config,
             body.config,
             seed,
+            owner,
         )
         await conn.execute(
             "INSERT INTO model_definitions (experiment_id, tgz, size_bytes) VALUES ($1, $2, $3)",
@@ -155,7 +162,10 @@ async def _signal(temporal: Temporal, pool: Pool, experiment_id: int, signal: st
 
 
 def _control_route(signal: str) -> None:
-    async def control(experiment_id: int, pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    async def control(
+        experiment_id: int, request: Request, pool: Pool, temporal: Temporal
+    ) -> dict[str, Any]:
+        await auth.require_owner(request, experiment_id, signal)
         await _signal(temporal, pool, experiment_id, signal)
         return {}
 

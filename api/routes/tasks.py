@@ -6,9 +6,10 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
+from api import auth
 from api.deps import Pool
 from api.errors import ApiError, not_found
 
@@ -44,7 +45,9 @@ def trial_of_task(task_id: str, where: str) -> int:
 
 
 @router.post("/task/logs")
-async def post_task_logs(body: PostTaskLogsRequest, pool: Pool) -> dict[str, Any]:
+async def post_task_logs(
+    body: PostTaskLogsRequest, request: Request, pool: Pool
+) -> dict[str, Any]:
     rows = [
         (
             trial_of_task(log.taskId, f"logs[{i}].taskId"),
@@ -58,6 +61,8 @@ async def post_task_logs(body: PostTaskLogsRequest, pool: Pool) -> dict[str, Any
         )
         for i, log in enumerate(body.logs)
     ]
+    for trial_id in sorted({row[0] for row in rows}):
+        await auth.require_trial_write(request, trial_id)
     if rows:
         await pool.executemany(
             "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level,"

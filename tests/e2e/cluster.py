@@ -56,6 +56,22 @@ class Cluster:
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "--json").stdout)
 
+    @property
+    def secrets(self) -> dict[str, str]:
+        """The admin password and cluster token `cluster up` made (STATE/secrets.json)."""
+        return dict(json.loads((self.state_dir / "secrets.json").read_text()))
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """Headers of the session `cluster up` logged the CLI in with (admin)."""
+        auth = json.loads(Path(self.env["EPOCHAL_AUTH_FILE"]).read_text())
+        return {"Authorization": f"Bearer {auth['masters'][self.url]['token']}"}
+
+    @property
+    def agent_env(self) -> dict[str, str]:
+        """The environment for another agent of this cluster (with the cluster token)."""
+        return {**self.env, "EPOCHAL_CLUSTER_TOKEN": self.secrets["cluster_token"]}
+
 
 @contextmanager
 def shared_servers_cluster(
@@ -74,6 +90,7 @@ def shared_servers_cluster(
             "EPOCHAL_STATE_DIR": str(state_dir),
             "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
             "EPOCHAL_KILL_GRACE_SECONDS": "3",
+            "EPOCHAL_AUTH_FILE": str(state_dir / "auth.json"),
         }
         cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
         try:

@@ -49,7 +49,7 @@ class SecondAgent:
              "--namespace", E2E_NAMESPACE, "--pool", "default", "--slots", "1",
              "--work-dir", str(self.cluster.state_dir / self.agent_id),
              "--agent-id", self.agent_id],
-            env=self.cluster.env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            env=self.cluster.agent_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         wait_for(lambda: self.alive(), timeout=60, what=f"{self.agent_id} to register")
@@ -114,7 +114,7 @@ def wait_done(cluster: Cluster, experiment_id: int, timeout: float = 180) -> str
 
 def training_metrics(cluster: Cluster, trial_id: int) -> list[dict[str, Any]]:
     answer = httpx.get(f"{cluster.url}/api/v1/trials/{trial_id}/metrics",
-                       params={"group": "training"}, timeout=30).json()
+                       params={"group": "training"}, headers=cluster.headers, timeout=30).json()
     return list(answer["metrics"])
 
 

@@ -40,6 +40,7 @@ def own_cluster() -> Iterator[Cluster]:
         EPOCHAL_STATE_DIR=str(state_dir),
         EPOCHAL_MASTER=f"http://127.0.0.1:{port}",
         EPOCHAL_KILL_GRACE_SECONDS="3",
+        EPOCHAL_AUTH_FILE=str(state_dir / "auth.json"),
     )
     cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
     try:

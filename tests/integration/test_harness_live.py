@@ -19,6 +19,7 @@ from harness import core
 from harness.core import TrialInfo
 from tests.integration.test_api import create, wait_for_trials
 from tests.master_fixtures import LiveMaster
+from workflows.tokens import mint_trial_token
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -39,6 +40,7 @@ def trial_info(
             "steps_completed": 0,
             "max_length": config["searcher"]["max_length"],
             "checkpoint_storage": config["checkpoint_storage"],
+            "session_token": mint_trial_token(master.settings.cluster_token, trial["id"]),
         }
     )
 
@@ -121,6 +123,7 @@ async def test_a_report_for_an_unknown_trial_is_refused_clearly(
         trial_id=987654,
         task_id=f"{experiment['id']}.987654",
         allocation_id=f"{experiment['id']}.987654.1",
+        session_token=mint_trial_token(live_master.settings.cluster_token, 987654),
     )
 
     def report() -> None:

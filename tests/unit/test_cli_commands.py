@@ -200,6 +200,8 @@ class FakeInfo:
     temporal_ui_url: str | None = "http://127.0.0.1:8233"
     db_url: str = "postgresql://127.0.0.1:54329/epochal"
     state_dir: Path = Path("/state")
+    admin_password: str = "first-password"
+    cluster_token: str = "cluster-secret"
 
 
 @dataclass
@@ -235,6 +237,12 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> dict:
             report("postgres: somewhere")
         return FakeInfo()
 
+    def log_in(url, username, password):
+        calls["login"] = (url, username, password)
+        return "token"
+
+    monkeypatch.setattr("cli.user.log_in", log_in)
+
     def down(settings):
         calls["down"] = settings
         return ["agent", "master"]
@@ -268,6 +276,10 @@ def test_cluster_up_passes_only_given_options_and_prints_addresses(cluster, tmp_
     assert "http://127.0.0.1:8233" in result.stdout  # Temporal UI
     assert "127.0.0.1:7233" in result.stdout
     assert "starting postgres" in result.stderr
+    # The CLI logs itself in as admin and says how a person logs in; the token never shows.
+    assert cluster["login"] == ("http://127.0.0.1:8080", "admin", "first-password")
+    assert "admin / first-password" in result.stdout
+    assert "cluster-secret" not in result.stdout
 
 
 def test_cluster_up_failure_is_a_plain_error(

@@ -1,0 +1,291 @@
+"""Who is calling, and what they may do: user sessions, the agents' cluster token, trial tokens.
+
+Every `/api/v1` route depends on `authorize` (wired in api/app.py) except the few in `PUBLIC`.
+Reads are open to every valid token. Writes are narrowed by the kind of token:
+
+- a user session may do what users do; routes check ownership and admin rights with
+  `require_admin` / `require_owner`;
+- the cluster token (agents) may register agents and write any trial's reports;
+- a trial token may write only its own trial's reports: routes whose path names a trial or an
+  allocation, and the two whose body does (`POST /checkpoints`, `POST /task/logs`, checked there
+  with `require_trial_write`).
+
+Passwords are hashed the way Determined's client sends them (salted SHA-512, `isHashed`), then
+with argon2id; session tokens are random and stored only as their SHA-256.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Literal
+
+import asyncpg
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from api.errors import ApiError
+from api.settings import Settings
+from workflows.tokens import verify_trial_token
+
+# Determined's client-side salt (determined.common.api.authentication.PASSWORD_SALT): a password
+# hashed with it is what `det user login` sends, so the server stores the same form for everyone.
+DETERMINED_PASSWORD_SALT = "GubPEmmotfiK9TMD6Zdw"
+SESSION_TOKEN_PREFIX = "eps"
+AUTH_COOKIE = "auth"
+MIN_PASSWORD_LENGTH = 8
+
+PUBLIC = frozenset({("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master"), ("GET", "/health")})
+# Writes a trial token may make (besides routes whose path names its trial or allocation).
+BODY_SCOPED_WRITES = frozenset({("POST", "/api/v1/checkpoints"), ("POST", "/api/v1/task/logs")})
+AGENT_WRITES = frozenset({("PUT", "/api/v1/agents/{agent_id}")})
+READ_METHODS = frozenset({"GET", "HEAD"})
+
+_hasher = PasswordHasher()
+
+
+@dataclass(frozen=True)
+class Principal:
+    kind: Literal["user", "agent", "trial"]
+    user_id: int | None = None
+    username: str | None = None
+    admin: bool = False
+    trial_id: int | None = None
+    session_hash: bytes | None = None
+
+    def describe(self) -> str:
+        if self.kind == "user":
+            return f"user {self.username}"
+        if self.kind == "trial":
+            return f"the token of trial {self.trial_id}"
+        return "the cluster token"
+
+
+def salted_password(password: str) -> str:
+    """What Determined's client sends for `password` (empty stays empty, as there)."""
+    if not password:
+        return password
+    return hashlib.sha512((DETERMINED_PASSWORD_SALT + password).encode()).hexdigest()
+
+
+async def hash_password(password: str, *, is_hashed: bool) -> str:
+    if not is_hashed and len(password) < MIN_PASSWORD_LENGTH:
+        raise ApiError(
+            400,
+            "password too short",
+            [f"password: at least {MIN_PASSWORD_LENGTH} characters expected"],
+        )
+    if is_hashed and not password:
+        raise ApiError(400, "empty password", ["password: a non-empty password expected"])
+    prepared = password if is_hashed else salted_password(password)
+    return await run_in_threadpool(_hasher.hash, prepared)
+
+
+async def password_matches(stored_hash: str | None, password: str, *, is_hashed: bool) -> bool:
+    if not stored_hash or not password:
+        return False
+    prepared = password if is_hashed else salted_password(password)
+    try:
+        return bool(await run_in_threadpool(_hasher.verify, stored_hash, prepared))
+    except (VerificationError, InvalidHashError):
+        return False
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+async def open_session(pool: asyncpg.Pool, user_id: int, ttl: timedelta) -> str:
+    token = f"{SESSION_TOKEN_PREFIX}.{secrets.token_urlsafe(32)}"
+    await pool.execute(
+        "INSERT INTO user_sessions (token_hash, user_id, expires_at) VALUES ($1, $2, now() + $3)",
+        _digest(token),
+        user_id,
+        ttl,
+    )
+    return token
+
+
+async def close_session(pool: asyncpg.Pool, principal: Principal) -> None:
+    if principal.session_hash is not None:
+        await pool.execute(
+            "DELETE FROM user_sessions WHERE token_hash = $1", principal.session_hash
+        )
+
+
+async def ensure_admin_password(pool: asyncpg.Pool, password: str | None) -> None:
+    """Give `admin` the configured password if it has none yet (a later change is kept)."""
+    if not password:
+        return
+    stored = await hash_password(password, is_hashed=False)
+    await pool.execute(
+        "UPDATE users SET password_hash = $1, modified_at = now()"
+        " WHERE username = 'admin' AND password_hash IS NULL",
+        stored,
+    )
+
+
+def _bearer(request: Request) -> str | None:
+    header = request.headers.get("authorization")
+    if header:
+        scheme, _, value = header.partition(" ")
+        if scheme.lower() != "bearer" or not value.strip():
+            raise ApiError(401, "malformed Authorization header: expected 'Bearer <token>'")
+        return value.strip()
+    if request.method in READ_METHODS:
+        return request.cookies.get(AUTH_COOKIE) or None
+    return None
+
+
+async def _resolve(token: str, pool: asyncpg.Pool, settings: Settings) -> Principal:
+    if token.startswith("ept."):
+        trial_id = verify_trial_token(settings.cluster_token, token)
+        if trial_id is None:
+            raise ApiError(401, "invalid trial token")
+        return Principal("trial", trial_id=trial_id)
+    if hmac.compare_digest(token.encode(), settings.cluster_token.encode()):
+        return Principal("agent")
+    digest = _digest(token)
+    row = await pool.fetchrow(
+        "SELECT u.id, u.username, u.admin, u.active, s.expires_at < now() AS expired"
+        " FROM user_sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = $1",
+        digest,
+    )
+    if row is None:
+        raise ApiError(401, "invalid or revoked token: log in again (`epochal user login`)")
+    if row["expired"]:
+        raise ApiError(401, "token expired: log in again (`epochal user login`)")
+    if not row["active"]:
+        raise ApiError(403, f"user {row['username']} is deactivated")
+    return Principal(
+        "user",
+        user_id=row["id"],
+        username=row["username"],
+        admin=row["admin"],
+        session_hash=digest,
+    )
+
+
+def _route_path(request: Request) -> str:
+    route = request.scope.get("route")
+    return str(getattr(route, "path", request.url.path))
+
+
+def _trial_in_path(request: Request) -> int | None:
+    """The trial a route's path names: `{trial_id}`, or the middle of `{allocation_id}`."""
+    params = request.path_params
+    if "trial_id" in params:
+        value = str(params["trial_id"])
+        return int(value) if value.isdigit() else None
+    if "allocation_id" in params:
+        parts = str(params["allocation_id"]).split(".")
+        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+    return None
+
+
+def _names_trial(request: Request) -> bool:
+    path = _route_path(request)
+    return "{trial_id}" in path or "{allocation_id}" in path
+
+
+async def authorize(request: Request) -> Principal | None:
+    """Resolve the caller's token and refuse writes its kind may not make."""
+    method, path = request.method, _route_path(request)
+    if (method, path) in PUBLIC:
+        return None
+    token = _bearer(request)
+    if token is None:
+        raise ApiError(
+            401,
+            "not logged in: send 'Authorization: Bearer <token>'"
+            " (log in with `epochal user login` or POST /api/v1/auth/login)",
+        )
+    app_state = request.app.state
+    principal = await _resolve(token, app_state.pool, app_state.settings)
+    request.state.principal = principal
+    if method in READ_METHODS:
+        return principal
+    key = (method, path)
+    if principal.kind == "agent":
+        if key in AGENT_WRITES or key in BODY_SCOPED_WRITES or _names_trial(request):
+            return principal
+        raise ApiError(403, f"the cluster token may not call {method} {path}")
+    if principal.kind == "trial":
+        if key in BODY_SCOPED_WRITES:
+            return principal  # the route checks the trial its body names
+        if _names_trial(request) and _trial_in_path(request) == principal.trial_id:
+            return principal
+        raise ApiError(
+            403, f"{principal.describe()} may only write trial {principal.trial_id}'s reports"
+        )
+    if key in AGENT_WRITES and not principal.admin:
+        raise ApiError(403, "only agents (the cluster token) register agents")
+    if _names_trial(request):
+        trial_id = _trial_in_path(request)
+        if trial_id is not None:
+            await require_trial_write(request, trial_id)
+    return principal
+
+
+def current(request: Request) -> Principal:
+    principal = getattr(request.state, "principal", None)
+    if principal is None:
+        raise ApiError(401, "not logged in")
+    return principal  # type: ignore[no-any-return]
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current)]
+
+
+def require_admin(principal: Principal, action: str) -> None:
+    if not (principal.kind == "user" and principal.admin):
+        raise ApiError(403, f"only an admin may {action} ({principal.describe()} is not one)")
+
+
+def require_user(principal: Principal, action: str) -> Principal:
+    if principal.kind != "user":
+        raise ApiError(403, f"{principal.describe()} may not {action}: log in as a user")
+    return principal
+
+
+async def require_owner(request: Request, experiment_id: int, action: str) -> None:
+    """Only the experiment's owner or an admin may change it."""
+    principal = require_user(current(request), action)
+    if principal.admin:
+        return
+    owner = await request.app.state.pool.fetchval(
+        "SELECT owner FROM experiments WHERE id = $1", experiment_id
+    )
+    if owner is not None and owner != principal.username:
+        raise ApiError(
+            403,
+            f"user {principal.username} may not {action} experiment {experiment_id},"
+            f" which belongs to {owner}",
+        )
+
+
+async def require_trial_write(request: Request, trial_id: int) -> None:
+    """Trial tokens write their own trial only; users the trials of their experiments."""
+    principal = current(request)
+    if principal.kind == "agent" or (principal.kind == "user" and principal.admin):
+        return
+    if principal.kind == "trial":
+        if principal.trial_id != trial_id:
+            raise ApiError(
+                403, f"{principal.describe()} may not write reports of trial {trial_id}"
+            )
+        return
+    owner = await request.app.state.pool.fetchval(
+        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE t.id = $1",
+        trial_id,
+    )
+    if owner is not None and owner != principal.username:
+        raise ApiError(
+            403, f"user {principal.username} may not write reports of trial {trial_id}"
+        )

@@ -1,0 +1,226 @@
+"""Logging in and out, and the users who may: Determined's paths and JSON (`det user ...` works)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from fastapi import APIRouter, Body, Query, Request
+from pydantic import BaseModel, Field
+
+from api import auth
+from api.auth import CurrentPrincipal, Principal
+from api.deps import AppSettings, Pool
+from api.errors import ApiError, not_found
+from api.views import rfc3339
+
+router = APIRouter(prefix="/api/v1", tags=["users"])
+
+_USER_COLUMNS = "id, username, display_name, admin, active, modified_at"
+USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
+
+
+def user_json(row: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "id": row["id"],
+        "username": row["username"],
+        "displayName": row["display_name"] or "",
+        "admin": row["admin"],
+        "active": row["active"],
+        "modifiedAt": rfc3339(row["modified_at"]),
+    }
+
+
+class LoginRequest(BaseModel):
+    username: str = Field(max_length=128)
+    password: str = Field(max_length=1024)
+    isHashed: bool = False
+
+
+@router.post("/auth/login")
+async def login(body: LoginRequest, pool: Pool, settings: AppSettings) -> dict[str, Any]:
+    row = await pool.fetchrow(
+        f"SELECT {_USER_COLUMNS}, password_hash FROM users WHERE username = $1", body.username
+    )
+    matches = await auth.password_matches(
+        row["password_hash"] if row else None, body.password, is_hashed=body.isHashed
+    )
+    if row is None or not matches:
+        raise ApiError(401, "invalid username or password")
+    if not row["active"]:
+        raise ApiError(403, f"user {body.username} is deactivated")
+    token = await auth.open_session(pool, row["id"], settings.session_ttl)
+    return {"token": token, "user": user_json(row)}
+
+
+@router.post("/auth/logout")
+async def logout(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
+    await auth.close_session(pool, principal)
+    return {}
+
+
+async def _user_of(pool: asyncpg.Pool, principal: Principal) -> asyncpg.Record:
+    """The user behind a principal: a trial acts for its experiment's owner."""
+    if principal.kind == "user":
+        row = await pool.fetchrow(
+            f"SELECT {_USER_COLUMNS} FROM users WHERE id = $1", principal.user_id
+        )
+    elif principal.kind == "trial":
+        row = await pool.fetchrow(
+            f"SELECT {', '.join('u.' + c.strip() for c in _USER_COLUMNS.split(','))}"
+            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+            " JOIN users u ON u.username = e.owner WHERE t.id = $1",
+            principal.trial_id,
+        )
+    else:
+        raise ApiError(403, "the cluster token is not a user")
+    if row is None:
+        raise ApiError(404, f"no user behind {principal.describe()}")
+    return row
+
+
+@router.get("/me")
+async def me(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
+    return {"user": user_json(await _user_of(pool, principal))}
+
+
+@router.get("/users")
+async def list_users(
+    pool: Pool,
+    limit: int = Query(100, ge=1, le=1000),
+    offset: int = Query(0, ge=0),
+    active: bool | None = None,
+) -> dict[str, Any]:
+    rows = await pool.fetch(
+        f"SELECT {_USER_COLUMNS} FROM users WHERE ($1::boolean IS NULL OR active = $1)"
+        " ORDER BY id LIMIT $2 OFFSET $3",
+        active,
+        limit,
+        offset,
+    )
+    total = await pool.fetchval(
+        "SELECT count(*) FROM users WHERE ($1::boolean IS NULL OR active = $1)", active
+    )
+    return {
+        "users": [user_json(r) for r in rows],
+        "pagination": {"offset": offset, "limit": limit, "total": total},
+    }
+
+
+async def _fetch_user(pool: asyncpg.Pool, user_id: int) -> asyncpg.Record:
+    row = await pool.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE id = $1", user_id)
+    if row is None:
+        raise not_found("user", user_id)
+    return row
+
+
+@router.get("/users/{username}/by-username")
+async def get_user_by_username(username: str, pool: Pool) -> dict[str, Any]:
+    row = await pool.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE username = $1", username)
+    if row is None:
+        raise not_found("user", username)
+    return {"user": user_json(row)}
+
+
+@router.get("/users/{user_id}")
+async def get_user(user_id: int, pool: Pool) -> dict[str, Any]:
+    return {"user": user_json(await _fetch_user(pool, user_id))}
+
+
+class NewUser(BaseModel):
+    username: str = Field(pattern=USERNAME_PATTERN)
+    admin: bool = False
+    active: bool = True
+    displayName: str | None = Field(None, max_length=256)
+
+
+class PostUserRequest(BaseModel):
+    user: NewUser
+    password: str | None = Field(None, max_length=1024)
+    isHashed: bool = False
+
+
+@router.post("/users")
+async def create_user(
+    body: PostUserRequest, principal: CurrentPrincipal, pool: Pool
+) -> dict[str, Any]:
+    auth.require_admin(principal, "create users")
+    stored = (
+        await auth.hash_password(body.password, is_hashed=body.isHashed)
+        if body.password
+        else None
+    )
+    try:
+        row = await pool.fetchrow(
+            "INSERT INTO users (username, display_name, password_hash, admin, active)"
+            f" VALUES ($1, $2, $3, $4, $5) RETURNING {_USER_COLUMNS}",
+            body.user.username,
+            body.user.displayName,
+            stored,
+            body.user.admin,
+            body.user.active,
+        )
+    except asyncpg.UniqueViolationError as err:
+        raise ApiError(409, f"user {body.user.username} already exists") from err
+    return {"user": user_json(row)}
+
+
+class PatchUserRequest(BaseModel):
+    password: str | None = Field(None, max_length=1024)
+    isHashed: bool = False
+    admin: bool | None = None
+    active: bool | None = None
+    displayName: str | None = Field(None, max_length=256)
+
+
+async def _set_password(
+    pool: asyncpg.Pool, principal: Principal, user_id: int, password: str, is_hashed: bool
+) -> None:
+    if not (principal.kind == "user" and (principal.admin or principal.user_id == user_id)):
+        raise ApiError(403, f"{principal.describe()} may not change user {user_id}'s password")
+    stored = await auth.hash_password(password, is_hashed=is_hashed)
+    await pool.execute(
+        "UPDATE users SET password_hash = $2, modified_at = now() WHERE id = $1", user_id, stored
+    )
+
+
+@router.patch("/users/{user_id}")
+async def patch_user(
+    user_id: int, body: PatchUserRequest, principal: CurrentPrincipal, pool: Pool
+) -> dict[str, Any]:
+    await _fetch_user(pool, user_id)
+    if body.admin is not None or body.active is not None:
+        auth.require_admin(principal, "change a user's admin or active flag")
+        if principal.user_id == user_id and (body.admin is False or body.active is False):
+            raise ApiError(409, "an admin may not remove their own admin rights or deactivate")
+    if body.displayName is not None and not (
+        principal.kind == "user" and (principal.admin or principal.user_id == user_id)
+    ):
+        raise ApiError(403, f"{principal.describe()} may not rename user {user_id}")
+    if body.password is not None:
+        await _set_password(pool, principal, user_id, body.password, body.isHashed)
+    await pool.execute(
+        "UPDATE users SET admin = coalesce($2, admin), active = coalesce($3, active),"
+        " display_name = coalesce($4, display_name), modified_at = now() WHERE id = $1",
+        user_id,
+        body.admin,
+        body.active,
+        body.displayName,
+    )
+    if body.active is False:
+        await pool.execute("DELETE FROM user_sessions WHERE user_id = $1", user_id)
+    return {"user": user_json(await _fetch_user(pool, user_id))}
+
+
+@router.post("/users/{user_id}/password")
+async def set_user_password(
+    user_id: int,
+    request: Request,
+    principal: CurrentPrincipal,
+    pool: Pool,
+    password: str = Body(max_length=1024, description="The new password, salted and hashed"),
+) -> dict[str, Any]:
+    """Determined's SetUserPassword: the body is the password as Determined's client hashes it."""
+    await _fetch_user(pool, user_id)
+    await _set_password(pool, principal, user_id, password, is_hashed=True)
+    return {"user": user_json(await _fetch_user(pool, user_id))}

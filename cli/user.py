@@ -1,0 +1,131 @@
+"""`epochal user ...`: log in and out, and manage the master's users."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated
+
+import typer
+
+from cli import credentials, render
+from cli.client import ApiError, Client, CliError, master_url
+
+app = typer.Typer(help="Log in and out; create, list and change users.", no_args_is_help=True)
+
+PASSWORD_ENV = "EPOCHAL_PASSWORD"
+
+
+def _ask_password(prompt: str, *, confirm: bool = False) -> str:
+    """The password from $EPOCHAL_PASSWORD (scripts), else asked without echo."""
+    env = os.environ.get(PASSWORD_ENV)
+    if env:
+        return env
+    try:
+        return str(typer.prompt(prompt, hide_input=True, confirmation_prompt=confirm))
+    except typer.Abort:
+        raise CliError(f"no password given (type it, or set ${PASSWORD_ENV})") from None
+
+
+def log_in(url: str, username: str, password: str) -> str:
+    """Log in at `url` and remember the token for later commands; the token is returned."""
+    with Client(url, anonymous=True) as client:
+        answer = client.post(
+            "/auth/login", {"username": username, "password": password, "isHashed": False}
+        )
+    token = str(answer["token"])
+    credentials.remember(url, username, token)
+    return token
+
+
+@app.command("login", help="Log in to the master; later commands use the token it gives.")
+def login(
+    ctx: typer.Context,
+    username: Annotated[str, typer.Argument(help="Who to log in as.")] = "admin",
+) -> None:
+    url = master_url(ctx)
+    log_in(url, username, _ask_password(f"Password for {username}"))
+    render.say(f"Logged in to {url} as {username}.")
+
+
+@app.command("logout", help="End this CLI's session with the master.")
+def logout(ctx: typer.Context) -> None:
+    url = master_url(ctx)
+    if credentials.token_for(url) is None:
+        render.say(f"Not logged in to {url}.")
+        return
+    with Client(url) as client:
+        try:
+            client.post("/auth/logout")
+        except ApiError as err:
+            if err.status != 401:  # an expired token: forgetting it is all that is left
+                raise
+    credentials.forget(url)
+    render.say(f"Logged out of {url}.")
+
+
+@app.command("whoami", help="Which user this CLI is logged in as.")
+def whoami(ctx: typer.Context) -> None:
+    with Client(master_url(ctx)) as client:
+        user = client.get("/me")["user"]
+    role = " (admin)" if user.get("admin") else ""
+    render.say(f"You are logged in as user '{user['username']}'{role}.")
+
+
+@app.command("list", help="List the master's users.")
+def list_users(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.get("/users")
+    if as_json:
+        render.print_json(answer)
+        return
+    t = render.table("ID", "Username", "Display name", "Admin", "Active")
+    for u in answer.get("users") or []:
+        t.add_row(
+            str(u["id"]),
+            u["username"],
+            u.get("displayName") or "",
+            "yes" if u.get("admin") else "no",
+            "yes" if u.get("active") else "no",
+        )
+    render.show(t)
+
+
+@app.command("create", help="Create a user (admins only).")
+def create(
+    ctx: typer.Context,
+    username: Annotated[str, typer.Argument(help="The new user's name.")],
+    admin: Annotated[bool, typer.Option("--admin", help="Make the user an admin.")] = False,
+) -> None:
+    password = _ask_password(f"Password for {username}", confirm=True)
+    with Client(master_url(ctx)) as client:
+        answer = client.post(
+            "/users",
+            {"user": {"username": username, "admin": admin, "active": True},
+             "password": password, "isHashed": False},
+        )
+    render.say(f"Created user {answer['user']['username']} (id {answer['user']['id']}).")
+
+
+@app.command("change-password", help="Change your password, or (admins) another user's.")
+def change_password(
+    ctx: typer.Context,
+    username: Annotated[
+        str | None, typer.Argument(help="Whose password [the logged-in user's].")
+    ] = None,
+) -> None:
+    url = master_url(ctx)
+    with Client(url) as client:
+        me = client.get("/me")["user"]
+        target = me if username in (None, me["username"]) else client.get(
+            f"/users/{username}/by-username"
+        )["user"]
+        password = _ask_password(f"New password for {target['username']}", confirm=True)
+        client.request(
+            "PATCH", f"/users/{target['id']}", json={"password": password, "isHashed": False}
+        )
+    if target["id"] == me["id"]:
+        log_in(url, target["username"], password)
+    render.say(f"Changed the password of {target['username']}.")
