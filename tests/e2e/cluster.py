@@ -38,11 +38,15 @@ class Cluster:
     up: subprocess.CompletedProcess[str] | None = None  # what `cluster up` printed
 
     def run(
-        self, *args: str, check: bool = True, timeout: float = 180
+        self,
+        *args: str,
+        check: bool = True,
+        timeout: float = 180,
+        env_extra: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
             [*EPOCHAL, *args],
-            env=self.env,
+            env={**self.env, **(env_extra or {})},
             cwd=REPO,
             capture_output=True,
             text=True,

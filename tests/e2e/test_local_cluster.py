@@ -204,3 +204,33 @@ def test_adaptive_asha_stops_trials_early_and_trains_the_best_to_the_end(cluster
     assert sum(t["totalBatchesProcessed"] for t in trials) < 16 * 20000 / 2
     shown = cluster.run("experiment", "describe", str(experiment_id)).stdout
     assert "stopped early at rung 0" in shown
+
+
+def test_users_log_in_and_may_not_touch_others_experiments(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    assert "admin /" in (cluster.up.stdout if cluster.up else "")  # says how to log in
+    name = f"bob{free_port()}"
+    created = cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "bobs-password"})
+    assert f"Created user {name}" in created.stdout
+    assert name in cluster.run("user", "list").stdout
+    assert "'admin' (admin)" in cluster.run("user", "whoami").stdout
+
+    bob = {"EPOCHAL_AUTH_FILE": str(tmp_path / "bob.json")}
+    refused = cluster.run("experiment", "list", check=False, env_extra=bob)
+    assert refused.returncode == 1 and "not logged in" in refused.stderr
+    wrong = cluster.run("user", "login", name, check=False,
+                        env_extra={**bob, "EPOCHAL_PASSWORD": "not-it-at-all"})
+    assert wrong.returncode == 1 and "invalid username or password" in wrong.stderr
+    cluster.run("user", "login", name, env_extra={**bob, "EPOCHAL_PASSWORD": "bobs-password"})
+    assert f"'{name}'" in cluster.run("user", "whoami", env_extra=bob).stdout
+
+    admins = created_id(cluster.run(
+        "experiment", "create", str(long_single_config(tmp_path)), str(DIGITS)).stdout)
+    kill = cluster.run("experiment", "kill", str(admins), check=False, env_extra=bob)
+    assert kill.returncode == 1 and "belongs to admin" in kill.stderr
+    cluster.run("experiment", "kill", str(admins))
+
+    cluster.run("user", "logout", env_extra=bob)
+    after = cluster.run("user", "whoami", check=False, env_extra=bob)
+    assert after.returncode == 1 and "not logged in" in after.stderr
