@@ -11,6 +11,7 @@ from fastapi import Depends, FastAPI
 from temporalio.client import Client
 
 from api.auth import authorize
+from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.routes import (
     agents,
@@ -31,6 +32,7 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.state.pool = pool
     app.state.temporal = temporal
     install_error_handlers(app)
+    app.add_middleware(BodySizeLimit)
     # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
     for module in (users, agents, experiments, trials, checkpoints, tasks, cluster):
         app.include_router(module.router, dependencies=[Depends(authorize)])

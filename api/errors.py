@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -14,6 +16,11 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.details = details or []
+
+
+def error_body(message: str, details: list[str] | None = None) -> bytes:
+    """The error JSON as bytes, for code below FastAPI (ASGI middleware)."""
+    return json.dumps({"message": message, "details": details or []}).encode()
 
 
 def not_found(kind: str, ident: object) -> ApiError:
