@@ -27,6 +27,7 @@ import asyncpg
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 from fastapi import Depends, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
@@ -193,7 +194,14 @@ def _names_trial(request: Request) -> bool:
     return "{trial_id}" in path or "{allocation_id}" in path
 
 
-async def authorize(request: Request) -> Principal | None:
+# Declares the scheme in the OpenAPI schema; `_bearer` does the parsing (and the cookie).
+_bearer_scheme = HTTPBearer(auto_error=False, description="A session, cluster or trial token")
+
+
+async def authorize(
+    request: Request,
+    _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)] = None,
+) -> Principal | None:
     """Resolve the caller's token and refuse writes its kind may not make."""
     method, path = request.method, _route_path(request)
     if (method, path) in PUBLIC:
