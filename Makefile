@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint docker down
+.PHONY: install demo test lint docker browser down
 
 install: $(STAMP)
 
@@ -25,7 +25,7 @@ demo: install
 
 # Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
 # starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
-test: lint docker
+test: lint docker browser
 	$(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
 
 # The Docker runtime's tests need an engine and the task image: in CI (or as root) this installs
@@ -33,6 +33,11 @@ test: lint docker
 # hash); elsewhere without an engine it says so and those tests skip.
 docker: install
 	$(BIN)/python -m deploy.docker_engine --build-image
+
+# The dashboard's browser tests drive Debian's chromium through Playwright: in CI (or as root)
+# this installs it when /usr/bin/chromium is missing; elsewhere it says how to.
+browser: install
+	$(BIN)/python -m deploy.browser --check
 
 # ruff and mypy come with the `test` extra; mypy reads its packages and options from
 # [tool.mypy] in pyproject.toml.

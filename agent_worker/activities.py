@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import shlex
 import shutil
 from pathlib import Path
@@ -22,6 +23,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
+from agent_worker.determined_env import (
+    FALLBACK_USER,
+    determined_environment,
+    determined_info_dir,
+    write_determined_info,
+)
 from agent_worker.logs import LogShipper
 from agent_worker.model_def import ModelDefinitions
 from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
@@ -32,6 +39,8 @@ from workflows.tokens import mint_trial_token
 from workflows.types import RunTrialInput, RunTrialResult
 
 RUN_TRIAL = "run_trial"
+
+logger = logging.getLogger(__name__)
 
 
 class AgentActivities:
@@ -114,6 +123,7 @@ class AgentActivities:
         entrypoint = entrypoint_command(inp.config)
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(_fresh_dir, run_dir)
+        await asyncio.to_thread(_fresh_dir, determined_info_dir(run_dir))
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
         if inp.session_token is None and self.cluster_token:
             # The trial's own token: it may write only this trial's reports (api/auth.py).
@@ -126,8 +136,29 @@ class AgentActivities:
             info_path.write_text, json.dumps(info, indent=2) + "\n", "utf-8")
         env = trial_environment(inp.config, trial_info_path=str(info_path),
                                 master_url=master_url)
+        # Determined's Core API reads its own variables and info files (determined_env.py).
+        username = await self.experiment_owner(master_url, inp.session_token)
+        await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
+                                username=username)
+        env.update(determined_environment(info, username=username))
         return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
                            slot_ids=slot_ids)
+
+    async def experiment_owner(self, master_url: str, token: str | None) -> str:
+        """The experiment owner's username (Determined's DET_USER): `GET /me` with the trial's
+        token names the owner. Determined only needs a name, so a failure is not fatal."""
+        if token:
+            try:
+                answer = await self.http.get(f"{master_url}/api/v1/me",
+                                             headers={"Authorization": f"Bearer {token}"})
+                if answer.status_code == 200:
+                    return str(answer.json()["user"]["username"])
+                logger.warning("GET /api/v1/me answered %s; DET_USER=%s",
+                               answer.status_code, FALLBACK_USER)
+            except (httpx.HTTPError, KeyError, TypeError, ValueError) as err:
+                logger.warning("cannot learn the experiment owner (%s); DET_USER=%s",
+                               err, FALLBACK_USER)
+        return FALLBACK_USER
 
 
 def entrypoint_command(config: dict[str, Any]) -> str:

@@ -33,6 +33,7 @@ from docker.models.containers import Container
 from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
+from agent_worker.determined_env import DETERMINED_INFO_DIR, determined_info_dir
 from agent_worker.process_runtime import describe_exit, kill_grace_from_env
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
 from agent_worker.slots import TYPE_CUDA, Slot
@@ -261,6 +262,10 @@ def container_spec(
                            source=str(launch.run_dir / TRIAL_INFO_FILE), type="bind",
                            read_only=True),
     ]
+    det_info = determined_info_dir(launch.run_dir)
+    if det_info.is_dir():  # what Determined's Core API reads (agent_worker/determined_env.py)
+        mounts.append(docker.types.Mount(target=DETERMINED_INFO_DIR, source=str(det_info),
+                                         type="bind", read_only=True))
     storage = config.get("checkpoint_storage") or {}
     host_path = storage.get("host_path") if storage.get("type") == "shared_fs" else None
     if host_path:

@@ -3,6 +3,10 @@
 The entrypoint runs with `/bin/sh -c` in a new session (so a new process group) with the agent's
 own Python first on PATH, which has the harness installed. Stopping a trial signals the whole
 group: SIGTERM, a grace period (`EPOCHAL_KILL_GRACE_SECONDS`, default 10 s), then SIGKILL.
+
+Determined's client reads its info files at a fixed path (agent_worker/determined_env.py); where
+the agent may make mount namespaces (root), each trial gets one in which its own info directory
+is bind-mounted there, so concurrent trials never see each other's.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +25,7 @@ import psutil
 from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
+from agent_worker.determined_env import DETERMINED_INFO_DIR, determined_info_dir
 from agent_worker.logs import pump_lines
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
 
@@ -90,6 +97,27 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
+# Runs in the trial's new mount namespace: mount its Determined info, then become the entrypoint
+# (exec keeps the pid, so the process group is the same). A failed mount only costs Determined
+# scripts their cluster info, so the trial still runs.
+_MOUNT_THEN_RUN = (
+    'mount --bind "$1" "$2" || echo "epochal: cannot mount $1 at $2; Determined Core API'
+    ' scripts will not find their cluster info" >&2; exec /bin/sh -c "$3"'
+)
+
+
+def can_make_mount_namespaces() -> bool:
+    """Whether `unshare --mount` works here (root, with CAP_SYS_ADMIN), tried once for real."""
+    if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("mount"):
+        return False
+    try:
+        done = subprocess.run(["unshare", "--mount", "--propagation", "private", "true"],
+                              stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0
+
+
 class ProcessRuntime(Runtime):
     def __init__(
         self,
@@ -105,6 +133,22 @@ class ProcessRuntime(Runtime):
         # The agent's interpreter (not resolved: a venv's bin/python is a symlink).
         self.python_bin_dir = python_bin_dir or Path(sys.executable).parent
         self.output_drain_timeout = output_drain_timeout
+        self.private_mounts = can_make_mount_namespaces()
+        if self.private_mounts:
+            os.makedirs(DETERMINED_INFO_DIR, exist_ok=True)
+        else:
+            logger.warning("cannot make mount namespaces (not root?): Determined Core API "
+                           "scripts run by the process runtime will not find %s",
+                           DETERMINED_INFO_DIR)
+
+    def command(self, launch: TrialLaunch) -> list[str]:
+        """The argv that runs the entrypoint (in a mount namespace of its own when possible)."""
+        info_dir = determined_info_dir(launch.run_dir)
+        if not self.private_mounts or not info_dir.is_dir():
+            return ["/bin/sh", "-c", launch.entrypoint]
+        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                _MOUNT_THEN_RUN, "epochal-trial", str(info_dir), DETERMINED_INFO_DIR,
+                launch.entrypoint]
 
     def environment(self, launch: TrialLaunch) -> dict[str, str]:
         """The agent's environment, the launch's variables, and PATH/PYTHONPATH put first."""
@@ -119,7 +163,7 @@ class ProcessRuntime(Runtime):
     ) -> ExitStatus:
         try:
             proc = await asyncio.create_subprocess_exec(
-                "/bin/sh", "-c", launch.entrypoint,
+                *self.command(launch),
                 cwd=launch.run_dir,
                 env=self.environment(launch),
                 stdin=asyncio.subprocess.DEVNULL,

@@ -13,12 +13,16 @@ from temporalio.client import Client
 from api.auth import authorize
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
+from api.json_default import DefaultJsonContentType
 from api.routes import (
     agents,
     checkpoints,
     cluster,
     dashboard,
+    determined,
     experiments,
+    metrics,
+    streams,
     tasks,
     trials,
     users,
@@ -33,8 +37,10 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.state.temporal = temporal
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit)
+    app.add_middleware(DefaultJsonContentType)
     # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
-    for module in (users, agents, experiments, trials, checkpoints, tasks, cluster):
+    for module in (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
+                   determined, streams):
         app.include_router(module.router, dependencies=[Depends(authorize)])
     app.include_router(dashboard.router)
     return app

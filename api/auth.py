@@ -41,9 +41,23 @@ SESSION_TOKEN_PREFIX = "eps"
 AUTH_COOKIE = "auth"
 MIN_PASSWORD_LENGTH = 8
 
-PUBLIC = frozenset({("POST", "/api/v1/auth/login"), ("GET", "/api/v1/master"), ("GET", "/health")})
+PUBLIC = frozenset(
+    {
+        ("POST", "/api/v1/auth/login"),
+        ("GET", "/api/v1/master"),
+        ("GET", "/health"),
+        ("GET", "/info"),  # `det` asks it before logging in
+    }
+)
 # Writes a trial token may make (besides routes whose path names its trial or allocation).
-BODY_SCOPED_WRITES = frozenset({("POST", "/api/v1/checkpoints"), ("POST", "/api/v1/task/logs")})
+BODY_SCOPED_WRITES = frozenset(
+    {
+        ("POST", "/api/v1/checkpoints"),
+        ("POST", "/api/v1/task/logs"),
+        ("POST", "/api/v1/runs/start"),  # Determined's RunPrepareForReporting (body: runId)
+        ("PATCH", "/api/v1/checkpoints"),  # Determined's checkpoint.delete() (body: uuids)
+    }
+)
 AGENT_WRITES = frozenset({("PUT", "/api/v1/agents/{agent_id}")})
 READ_METHODS = frozenset({"GET", "HEAD"})
 
@@ -131,8 +145,14 @@ async def ensure_admin_password(pool: asyncpg.Pool, password: str | None) -> Non
     )
 
 
+# Determined's Core API (api.TaskSession) sends its task token under this header instead.
+DETERMINED_TASK_TOKEN_HEADER = "grpc-metadata-x-allocation-token"
+
+
 def _bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization")
+    header = request.headers.get("authorization") or request.headers.get(
+        DETERMINED_TASK_TOKEN_HEADER
+    )
     if header:
         scheme, _, value = header.partition(" ")
         if scheme.lower() != "bearer" or not value.strip():

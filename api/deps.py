@@ -1,4 +1,8 @@
-"""What routes receive: the pool, the Temporal client and the settings the master made."""
+"""What routes receive: the pool, the Temporal client and the settings the master made.
+
+The getters are `async` only so that FastAPI calls them in the event loop: it runs plain `def`
+dependencies in a worker thread, a thread hop per dependency on every request.
+"""
 
 from __future__ import annotations
 
@@ -11,15 +15,15 @@ from temporalio.client import Client
 from api.settings import Settings
 
 
-def _pool(request: Request) -> asyncpg.Pool:
+async def _pool(request: Request) -> asyncpg.Pool:
     return request.app.state.pool
 
 
-def _temporal(request: Request) -> Client:
+async def _temporal(request: Request) -> Client:
     return cast(Client, request.app.state.temporal)
 
 
-def _settings(request: Request) -> Settings:
+async def _settings(request: Request) -> Settings:
     return cast(Settings, request.app.state.settings)
 
 

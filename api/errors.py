@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import asyncpg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -32,7 +33,33 @@ def _field_path(loc: tuple[object, ...]) -> str:
     return ".".join(parts) or "body"
 
 
+INT32 = range(-(2**31), 2**31)
+
+
+def _unstorable_params(request: Request) -> list[str]:
+    """Path and query parameters PostgreSQL cannot take: ids past its integer columns, NULs."""
+    found = []
+    params = [*request.path_params.items(), *request.query_params.multi_items()]
+    for name, value in params:
+        text = str(value)
+        if text.lstrip("-").isdigit() and int(text) not in INT32:
+            found.append(f"{name}: {text} is out of range (at most {INT32.stop - 1})")
+        elif "\x00" in text:
+            found.append(f"{name}: must not contain NUL characters")
+    return found
+
+
 def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(asyncpg.DataError)
+    async def _data_error(request: Request, exc: asyncpg.DataError) -> JSONResponse:
+        # A value the database cannot hold (an id past its integer range, a NUL in text) is
+        # the request's fault, not the server's.
+        details = _unstorable_params(request) or [str(exc).split("\n")[0]]
+        return JSONResponse(
+            {"message": "invalid request: a value cannot be stored", "details": details},
+            status_code=400,
+        )
+
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(

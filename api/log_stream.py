@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import asyncpg
 
@@ -27,7 +28,22 @@ async def stream_logs(
     is_done: Callable[[], Awaitable[bool]],
 ) -> AsyncIterator[bytes]:
     """Yield NDJSON lines of task_logs rows matching `where_sql` (which uses $1 = owner_id)."""
-    last_id = 0
+    async for log in log_records(pool, where_sql, owner_id, follow=follow, is_done=is_done):
+        yield (json.dumps({"result": log}) + "\n").encode()
+
+
+async def log_records(
+    pool: asyncpg.Pool,
+    where_sql: str,
+    owner_id: int,
+    *,
+    follow: bool,
+    is_done: Callable[[], Awaitable[bool]],
+    after_id: int = 0,
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield task_logs rows matching `where_sql` (ids above `after_id`) as TrialLog JSON, in id
+    order: NDJSON and Server-Sent Events both stream these."""
+    last_id = after_id
     while True:
         done_before = await is_done() if follow else True
         while True:
@@ -38,7 +54,7 @@ async def stream_logs(
                 last_id,
             )
             for row in rows:
-                yield (json.dumps({"result": log_json(row)}) + "\n").encode()
+                yield log_json(row)
             if rows:
                 last_id = rows[-1]["id"]
             if len(rows) < BATCH:

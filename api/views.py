@@ -7,7 +7,8 @@ the dashboard and Determined's client all see the same shape.
 from __future__ import annotations
 
 import math
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -15,6 +16,14 @@ import asyncpg
 JSON = dict[str, Any]
 
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
+# Determined groups experiments into projects and workspaces; Epochal shows one of each.
+DEFAULT_PROJECT_ID = 1
+DEFAULT_PROJECT_NAME = "Uncategorized"
+
+
+def job_id(experiment_id: int) -> str:
+    """An experiment's job in the job queue (GET /job-queues)."""
+    return f"experiment-{experiment_id}"
 
 
 def state_name(state: str) -> str:
@@ -23,6 +32,12 @@ def state_name(state: str) -> str:
 
 def rfc3339(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
+
+
+def _seconds_between(start: datetime | None, end: datetime | None) -> float | None:
+    if start is None:
+        return None
+    return ((end or datetime.now(UTC)) - start).total_seconds()
 
 
 def _metric_value(metrics: JSON | None, name: str) -> float | None:
@@ -71,8 +86,24 @@ LEFT JOIN LATERAL (
 """
 
 
+def validation_workload(row: asyncpg.Record, prefix: str) -> JSON | None:
+    """A trial's latest or best validation: Determined's MetricsWorkload (`totalBatches`,
+    `endTime`, `metrics.avgMetrics`) with Epochal's `group`, `stepsCompleted`, `trialRunId`,
+    `reportTime`."""
+    report = metric_report(row, prefix)
+    if report is None:
+        return None
+    return {
+        **report,
+        "metrics": {"avgMetrics": report["metrics"]},
+        "totalBatches": report["stepsCompleted"],
+        "numInputs": 0,
+        "endTime": report["reportTime"],
+    }
+
+
 def trial_json(row: asyncpg.Record) -> JSON:
-    best = metric_report(row, "bv_")
+    best = validation_workload(row, "bv_")
     return {
         "id": row["id"],
         "experimentId": row["experiment_id"],
@@ -86,13 +117,17 @@ def trial_json(row: asyncpg.Record) -> JSON:
         "runId": row["run_id"],
         "totalBatchesProcessed": row["steps_completed"],
         "progress": row["progress"],
-        "latestValidation": metric_report(row, "lv_"),
+        "latestValidation": validation_workload(row, "lv_"),
         "bestValidation": best,
-        "searcherMetricValue": _metric_value(best["metrics"], row["searcher"]["metric"])
+        "searcherMetricValue": _metric_value(
+            best["metrics"]["avgMetrics"], row["searcher"]["metric"]
+        )
         if best
         else None,
         "latestCheckpointUuid": row["latest_checkpoint_uuid"],
         "taskId": f"{row['experiment_id']}.{row['id']}",
+        "taskIds": [f"{row['experiment_id']}.{row['id']}"],
+        "wallClockTime": _seconds_between(row["start_time"], row["end_time"]),
         "agentId": row["agent_id"],
         "earlyExitReason": row["early_exit_reason"],
         "rung": row["rung"],
@@ -112,6 +147,13 @@ async def fetch_trials(conn: asyncpg.Pool | asyncpg.Connection, experiment_id: i
     return [trial_json(r) for r in rows]
 
 
+async def fetch_trials_by_id(
+    conn: asyncpg.Pool | asyncpg.Connection, trial_ids: list[int]
+) -> list[JSON]:
+    rows = await conn.fetch(_TRIAL_SELECT + " WHERE t.id = ANY($1::int[])", trial_ids)
+    return [trial_json(r) for r in rows]
+
+
 def best_trial(trials: list[JSON], smaller_is_better: bool) -> JSON | None:
     scored = [t for t in trials if t["searcherMetricValue"] is not None]
     if not scored:
@@ -121,13 +163,15 @@ def best_trial(trials: list[JSON], smaller_is_better: bool) -> JSON | None:
 
 
 _EXPERIMENT_SELECT = """
-SELECT e.id, e.name, e.description, e.labels, e.config, e.state, e.owner, e.progress,
-       e.archived, e.best_trial_id, e.start_time, e.end_time,
+SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state, e.owner,
+       e.progress, e.archived, e.best_trial_id, e.start_time, e.end_time,
        coalesce(array_agg(t.id ORDER BY t.id) FILTER (WHERE t.id IS NOT NULL), '{}') AS trial_ids,
        coalesce(avg(t.progress), 0) AS trial_progress,
        (SELECT searcher_metric(m.metrics, e.config -> 'searcher')
         FROM metrics m JOIN trials bt ON bt.id = m.trial_id
         WHERE bt.experiment_id = e.id AND m.metric_group = 'validation'
+          -- once the experiment has ended its best trial is known: read only its reports
+          AND (e.best_trial_id IS NULL OR bt.id = e.best_trial_id)
           AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL
         ORDER BY searcher_rank(m.metrics, e.config -> 'searcher') LIMIT 1) AS best_validation
 FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id
@@ -164,7 +208,48 @@ def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JS
         "archived": row["archived"],
         "username": row["owner"],
         "resourcePool": config["resources"]["resource_pool"],
+        # Determined's v1Experiment needs these; Epochal has one project in one workspace.
+        "displayName": row["owner"],
+        "config": config,
+        "originalConfig": row["original_config"],
+        "hyperparameters": config.get("hyperparameters") or {},
+        "jobId": job_id(row["id"]),
+        "projectId": DEFAULT_PROJECT_ID,
+        "projectOwnerId": 1,
+        "projectName": DEFAULT_PROJECT_NAME,
+        "workspaceId": DEFAULT_PROJECT_ID,
+        "workspaceName": DEFAULT_PROJECT_NAME,
+        "bestTrialSearcherMetric": best_validation,
+        "duration": _duration_ms(row["start_time"], row["end_time"]),
+        "parentArchived": False,
+        "unmanaged": False,
     }
+
+
+def unsaved_experiment_json(config: JSON, original_config: str, owner: str) -> JSON:
+    """The experiment a validate-only create describes: id 0, nothing stored."""
+    return {
+        "id": 0,
+        "name": config["name"],
+        "description": config.get("description") or "",
+        "labels": config.get("labels") or [],
+        "state": state_name("PAUSED"),
+        "searcherType": config["searcher"]["name"],
+        "startTime": rfc3339(datetime.now(UTC)),
+        "numTrials": 0,
+        "archived": False,
+        "username": owner,
+        "config": config,
+        "originalConfig": original_config,
+        "jobId": "",
+        "projectId": DEFAULT_PROJECT_ID,
+        "projectOwnerId": 1,
+    }
+
+
+def _duration_ms(start: datetime, end: datetime | None) -> int | None:
+    seconds = _seconds_between(start, end)
+    return None if seconds is None else int(seconds * 1000)
 
 
 async def fetch_experiment_row(
@@ -173,30 +258,80 @@ async def fetch_experiment_row(
     return await conn.fetchrow(_EXPERIMENT_SELECT + " WHERE e.id = $1 GROUP BY e.id", experiment_id)
 
 
+@dataclass(frozen=True)
+class ExperimentFilter:
+    """Determined's GetExperiments filters; None means "any"."""
+
+    states: list[str] | None = None  # without the STATE_ prefix
+    archived: bool | None = None
+    name: str | None = None  # case-insensitive substring
+    description: str | None = None
+    labels: list[str] | None = None  # all of them
+    users: list[str] | None = None
+    user_ids: list[int] | None = None
+
+
+# Determined's sortBy values and the column each orders by (ties broken by id).
+EXPERIMENT_SORT_COLUMNS = {
+    "SORT_BY_UNSPECIFIED": "e.id",
+    "SORT_BY_ID": "e.id",
+    "SORT_BY_DESCRIPTION": "e.description",
+    "SORT_BY_START_TIME": "e.start_time",
+    "SORT_BY_END_TIME": "e.end_time",
+    "SORT_BY_STATE": "e.state",
+    "SORT_BY_NUM_TRIALS": "count(t.id)",
+    "SORT_BY_PROGRESS": "e.progress",
+    "SORT_BY_USER": "e.owner",
+    "SORT_BY_NAME": "e.name",
+    "SORT_BY_FORKED_FROM": "e.id",
+    "SORT_BY_RESOURCE_POOL": "e.config -> 'resources' ->> 'resource_pool'",
+    "SORT_BY_PROJECT_ID": "e.id",
+    "SORT_BY_CHECKPOINT_SIZE": "e.id",
+    "SORT_BY_CHECKPOINT_COUNT": "e.id",
+    "SORT_BY_SEARCHER_METRIC_VAL": "best_validation",
+}
+
+_EXPERIMENT_WHERE = """
+ WHERE ($1::text[] IS NULL OR e.state = ANY($1))
+   AND ($2::boolean IS NULL OR e.archived = $2)
+   AND ($3::text IS NULL OR strpos(lower(e.name), lower($3)) > 0)
+   AND ($4::text IS NULL OR strpos(lower(coalesce(e.description, '')), lower($4)) > 0)
+   AND ($5::text[] IS NULL OR e.labels @> $5)
+   AND ($6::text[] IS NULL OR e.owner = ANY($6))
+   AND ($7::int[] IS NULL OR e.owner IN (SELECT username FROM users WHERE id = ANY($7)))
+"""
+
+
 async def fetch_experiment_rows(
     conn: asyncpg.Pool | asyncpg.Connection,
     *,
-    states: list[str] | None,
-    include_archived: bool,
+    where: ExperimentFilter,
+    sort_by: str = "SORT_BY_ID",
     order_desc: bool,
     limit: int,
     offset: int,
 ) -> tuple[list[asyncpg.Record], int]:
-    where = ["($1::text[] IS NULL OR e.state = ANY($1))", "($2 OR NOT e.archived)"]
-    clause = " WHERE " + " AND ".join(where)
+    args = (where.states, where.archived, where.name, where.description, where.labels,
+            where.users, where.user_ids)
+    direction = "DESC" if order_desc else "ASC"
+    column = EXPERIMENT_SORT_COLUMNS[sort_by]
     rows = await conn.fetch(
         _EXPERIMENT_SELECT
-        + clause
-        + f" GROUP BY e.id ORDER BY e.id {'DESC' if order_desc else 'ASC'} LIMIT $3 OFFSET $4",
-        states,
-        include_archived,
+        + _EXPERIMENT_WHERE
+        + f" GROUP BY e.id ORDER BY {column} {direction} NULLS LAST, e.id {direction}"
+        + " LIMIT $8 OFFSET $9",
+        *args,
         limit,
         offset,
     )
-    total = await conn.fetchval(
-        "SELECT count(*) FROM experiments e" + clause, states, include_archived
-    )
+    total = await conn.fetchval("SELECT count(*) FROM experiments e" + _EXPERIMENT_WHERE, *args)
     return list(rows), total
+
+
+def pagination(offset: int, limit: int, shown: int, total: int) -> JSON:
+    """Determined's v1Pagination: its client pages on `endIndex` and `total`."""
+    return {"offset": offset, "limit": limit, "startIndex": offset,
+            "endIndex": offset + shown, "total": total}
 
 
 def checkpoint_json(row: asyncpg.Record, searcher_metric: str | None = None) -> JSON:
@@ -206,13 +341,14 @@ def checkpoint_json(row: asyncpg.Record, searcher_metric: str | None = None) -> 
         "taskId": row["task_id"],
         "allocationId": row["allocation_id"],
         "reportTime": rfc3339(row["report_time"]),
-        "resources": row["resources"],
-        "metadata": row["metadata"],
+        "resources": row["resources"] or {},
+        "metadata": row["metadata"] or {},
         "state": state_name(row["state"]),
         "storagePath": row["storage_path"],
         "training": {
             "trialId": row["trial_id"],
             "experimentId": row["experiment_id"],
+            "experimentConfig": row.get("experiment_config", None),
             "hparams": row["hparams"],
             "validationMetrics": {"avgMetrics": validation} if validation else None,
             "searcherMetric": _metric_value(validation, searcher_metric)
@@ -225,21 +361,115 @@ def checkpoint_json(row: asyncpg.Record, searcher_metric: str | None = None) -> 
 CHECKPOINT_SELECT = """
 SELECT c.uuid::text AS uuid, c.task_id, c.allocation_id, c.report_time, c.resources, c.metadata,
        c.state, c.storage_path, c.trial_id, c.steps_completed, t.experiment_id, t.hparams,
-       m.metrics AS validation, e.config -> 'searcher' ->> 'metric' AS searcher_metric
+       m.metrics AS validation, e.config -> 'searcher' ->> 'metric' AS searcher_metric,
+       e.config AS experiment_config
 FROM checkpoints c JOIN trials t ON t.id = c.trial_id JOIN experiments e ON e.id = t.experiment_id
 LEFT JOIN metrics m ON m.trial_id = c.trial_id AND m.metric_group = 'validation'
   AND m.steps_completed = c.steps_completed
 """
 
 
+LOG_LEVELS = frozenset(
+    {"TRACE", "DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL", "UNSPECIFIED"}
+)
+
+
+def log_level(stored: str | None) -> str:
+    """Determined's v1LogLevel name for a stored level ("INFO", "LOG_LEVEL_INFO", "warn")."""
+    name = (stored or "INFO").upper().removeprefix("LOG_LEVEL_")
+    name = {"WARN": "WARNING", "FATAL": "CRITICAL"}.get(name, name)
+    return f"LOG_LEVEL_{name if name in LOG_LEVELS else 'INFO'}"
+
+
 def log_json(row: asyncpg.Record) -> JSON:
+    """A trial log line: Epochal's fields and Determined's v1TrialLogsResponse (`message` is
+    the line as `det trial logs` prints it)."""
+    timestamp = rfc3339(row["timestamp"])
     return {
         "id": row["id"],
         "trialId": row["trial_id"],
         "taskId": row["task_id"],
         "agentId": row["agent_id"],
-        "timestamp": rfc3339(row["timestamp"]),
-        "level": row["level"] or "LOG_LEVEL_INFO",
+        "timestamp": timestamp,
+        "level": log_level(row["level"]),
         "stdtype": row["stdtype"],
         "log": row["log"],
+        "source": "master" if row["stdtype"] is None else "agent",
+        "message": f"[{timestamp}] || {row['log']}"
+        + ("" if row["log"].endswith("\n") else "\n"),
     }
+
+
+WORKLOAD_FILTERS = {
+    "FILTER_OPTION_UNSPECIFIED": ("training", "validation", "checkpoint"),
+    "FILTER_OPTION_CHECKPOINT": ("checkpoint",),
+    "FILTER_OPTION_VALIDATION": ("validation",),
+    "FILTER_OPTION_CHECKPOINT_OR_VALIDATION": ("validation", "checkpoint"),
+}
+_WORKLOAD_ORDER = {"training": 0, "validation": 1, "checkpoint": 2}
+
+
+async def fetch_workloads(
+    conn: asyncpg.Pool | asyncpg.Connection, trial_id: int, kinds: tuple[str, ...]
+) -> list[JSON]:
+    """A trial's reports as Determined's WorkloadContainers (`det trial describe`): one per
+    metrics row (training or validation; other groups are not workloads) and per checkpoint,
+    ordered by step."""
+    out: list[tuple[int, int, JSON]] = []
+    groups = [k for k in kinds if k in ("training", "validation")]
+    if groups:
+        for row in await conn.fetch(
+            "SELECT * FROM metrics WHERE trial_id = $1 AND metric_group = ANY($2)"
+            " ORDER BY steps_completed",
+            trial_id,
+            groups,
+        ):
+            workload = {
+                "totalBatches": row["steps_completed"],
+                "endTime": rfc3339(row["report_time"]),
+                "numInputs": 0,
+                "metrics": {"avgMetrics": row["metrics"]},
+            }
+            kind = row["metric_group"]
+            out.append((row["steps_completed"], _WORKLOAD_ORDER[kind], {kind: workload}))
+    if "checkpoint" in kinds:
+        for row in await conn.fetch(
+            "SELECT uuid::text AS uuid, steps_completed, report_time, state, metadata, resources"
+            " FROM checkpoints WHERE trial_id = $1 ORDER BY steps_completed",
+            trial_id,
+        ):
+            workload = {
+                "uuid": row["uuid"],
+                "totalBatches": row["steps_completed"],
+                "endTime": rfc3339(row["report_time"]),
+                "state": state_name(row["state"]),
+                "metadata": row["metadata"] or {},
+                "resources": row["resources"] or {},
+            }
+            out.append((row["steps_completed"], 2, {"checkpoint": workload}))
+    out.sort(key=lambda w: (w[0], w[1]))
+    return [w for _, _, w in out]
+
+
+_SUMMARY_GROUPS = {"training": "avg_metrics", "validation": "validation_metrics"}
+
+
+async def fetch_summary_metrics(conn: asyncpg.Pool | asyncpg.Connection, trial_id: int) -> JSON:
+    """Determined's trial summaryMetrics: per group (`avg_metrics` for training,
+    `validation_metrics`, other groups by name) and numeric metric, count/sum/min/max/last."""
+    rows = await conn.fetch(
+        "SELECT m.metric_group, kv.key, count(*) AS count, sum((kv.value)::float8) AS sum,"
+        " min((kv.value)::float8) AS min, max((kv.value)::float8) AS max,"
+        " (array_agg((kv.value)::float8 ORDER BY m.steps_completed DESC))[1] AS last"
+        " FROM metrics m, jsonb_each(m.metrics) kv"
+        " WHERE m.trial_id = $1 AND jsonb_typeof(kv.value) = 'number'"
+        " GROUP BY m.metric_group, kv.key ORDER BY m.metric_group, kv.key",
+        trial_id,
+    )
+    summary: JSON = {}
+    for row in rows:
+        group = summary.setdefault(_SUMMARY_GROUPS.get(row["metric_group"], row["metric_group"]),
+                                   {})
+        group[row["key"]] = {"count": row["count"], "sum": row["sum"], "min": row["min"],
+                             "max": row["max"], "last": row["last"], "type": "number"}
+    return summary

@@ -458,7 +458,7 @@ def create(
     if as_json and not follow:
         render.print_json(answer)
         return
-    for warning in answer.get("warnings") or []:
+    for warning in [*(answer.get("configWarnings") or []), *(answer.get("warnings") or [])]:
         render.warn(str(warning))
     if experiment_id is None:
         raise CliError("the master created the experiment but did not say its id")
@@ -490,7 +490,9 @@ def list_experiments(
     as_json: JsonOpt = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
-        params = {"orderBy": "ORDER_BY_ASC", "archived": "true" if show_all else "false"}
+        params = {"orderBy": "ORDER_BY_ASC"}
+        if not show_all:  # Determined's filter: archived=true would list only archived ones
+            params["archived"] = "false"
         answer = client.get_all("/experiments", "experiments", params)
     experiments = answer["experiments"]
     if not show_all:

@@ -28,7 +28,8 @@ from deploy.postgres import EmbeddedPostgres, bin_dir
 from deploy.processes import free_port
 from deploy.temporal_server import TemporalDevServer
 
-pytest_plugins = ["tests.master_fixtures", "tests.docker_fixtures", "tests.agent_fixtures"]
+pytest_plugins = ["tests.master_fixtures", "tests.docker_fixtures", "tests.agent_fixtures",
+                  "tests.determined.det_venv"]
 
 # End-to-end clusters share the session's Temporal server in their own namespace, so that the
 # session's in-process master worker (namespace `default`) never takes their tasks.

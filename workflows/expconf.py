@@ -16,7 +16,7 @@ import json
 import math
 import shlex
 from collections.abc import Iterator, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -27,6 +27,7 @@ from pydantic import (
     Discriminator,
     Field,
     RootModel,
+    SerializerFunctionWrapHandler,
     Tag,
     TypeAdapter,
     ValidationError,
@@ -58,9 +59,11 @@ __all__ = [
     "RandomConfig",
     "ReproducibilityConfig",
     "ResourcesConfig",
+    "S3Config",
     "SearcherConfig",
     "SharedFSConfig",
     "SingleConfig",
+    "config_warnings",
     "hyperparameters_grid_size",
     "iter_hyperparameters",
     "parse_experiment_config",
@@ -138,9 +141,24 @@ def _check_plain_data(value: Any) -> Any:
 
 
 class _Model(BaseModel):
-    """Strict types (no "5" for 5), no unknown keys, and null meaning "the default"."""
+    """Strict types (no "5" for 5), no unknown keys, and null meaning "the default".
+
+    ``_determined_only`` names fields of Determined's config that Epochal accepts and keeps (they
+    are declared as fields, default null) but does not act on: ``config_warnings`` names each
+    one given, and dumps leave out those not given, so normalized configs stay as they were.
+    """
 
     model_config = ConfigDict(extra="forbid", strict=True)
+    _determined_only: ClassVar[frozenset[str]] = frozenset()
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if isinstance(data, dict):
+            for name in self._determined_only:
+                if data.get(name) is None:
+                    data.pop(name, None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
@@ -206,7 +224,7 @@ class Length(_Model):
         return value
 
     @model_serializer
-    def _dump(self) -> dict[str, int]:
+    def _dump(self) -> dict[str, int]:  # type: ignore[override]  # replaces _Model's
         return {self.unit: self.value}
 
 
@@ -216,6 +234,8 @@ _HP_TYPES = ("const", "int", "double", "log", "categorical")
 
 
 PlainData = Annotated[Any, AfterValidator(_check_plain_data)]
+# A Determined field Epochal keeps but does not act on (any plain data; see _Model).
+NotActedOn = Annotated[Any, AfterValidator(_check_plain_data)]
 
 
 class ConstHyperparameter(_Model):
@@ -493,6 +513,15 @@ class ResourcesConfig(_Model):
     priority: int | None = Field(default=None, ge=1, le=99)
     max_slots: int | None = Field(default=None, ge=0)
     shm_size: int | None = Field(default=None, ge=1)  # bytes of /dev/shm in a task container
+    weight: NotActedOn = None
+    native_parallel: NotActedOn = None
+    agent_label: NotActedOn = None
+    devices: NotActedOn = None
+    is_single_node: NotActedOn = None
+
+    _determined_only = frozenset(
+        {"weight", "native_parallel", "agent_label", "devices", "is_single_node"}
+    )
 
 
 class SharedFSConfig(_Model):
@@ -504,12 +533,34 @@ class SharedFSConfig(_Model):
     save_experiment_best: int = Field(default=0, ge=0)
     save_trial_best: int = Field(default=1, ge=0)
     save_trial_latest: int = Field(default=1, ge=0)
+    # Determined's legacy keys; the storage is mounted at host_path in task containers.
+    container_path: NotActedOn = None
+    propagation: NotActedOn = None
+
+    _determined_only = frozenset({"container_path", "propagation"})
 
 
-_STORAGE_TYPES = ("shared_fs",)
+class S3Config(_Model):
+    """Checkpoints in ``s3://bucket/prefix/<uuid>/``, written by Determined's Core API itself.
+
+    Epochal's own harness and its checkpoint GC handle shared_fs only (``config_warnings``).
+    """
+
+    type: Literal["s3"] = "s3"
+    bucket: str = Field(min_length=1)
+    access_key: str | None = None
+    secret_key: str | None = None
+    endpoint_url: str | None = None
+    prefix: str | None = None
+    save_experiment_best: int = Field(default=0, ge=0)
+    save_trial_best: int = Field(default=1, ge=0)
+    save_trial_latest: int = Field(default=1, ge=0)
+
+
+_STORAGE_TYPES = ("shared_fs", "s3")
 
 CheckpointStorageConfig = Annotated[
-    Annotated[SharedFSConfig, Tag("<shared_fs>")],
+    Annotated[SharedFSConfig, Tag("<shared_fs>")] | Annotated[S3Config, Tag("<s3>")],
     Discriminator(
         _keyed_tag("type", _STORAGE_TYPES),
         custom_error_type="storage_type",
@@ -585,19 +636,49 @@ def _normalize_env(value: Any) -> Any:
 
 
 class EnvironmentConfig(_Model):
-    image: str | None = None
+    # One image, or Determined's image per device type ({cpu: ..., cuda: ...}), which the
+    # Docker runtime picks from by the run's slots.
+    image: str | dict[str, str] | None = None
     environment_variables: dict[str, str] = Field(default_factory=dict)
     force_pull_image: bool = False  # pull the image even when the agent has it
+    pod_spec: NotActedOn = None
+    ports: NotActedOn = None
+    registry_auth: NotActedOn = None
+    add_capabilities: NotActedOn = None
+    drop_capabilities: NotActedOn = None
+    proxy_ports: NotActedOn = None
+
+    _determined_only = frozenset(
+        {
+            "pod_spec",
+            "ports",
+            "registry_auth",
+            "add_capabilities",
+            "drop_capabilities",
+            "proxy_ports",
+        }
+    )
 
     @field_validator("image", mode="before")
     @classmethod
     def _one_image(cls, value: Any) -> Any:
-        if _is_per_device(value):
-            images = {v for v in value.values() if v is not None}
-            if len(images) > 1:
-                raise _fail(((), "give one image for every device (a string)"))
-            return images.pop() if images else None
-        return value
+        if value is None or isinstance(value, str):
+            return value
+        if not _is_per_device(value):
+            raise _fail(
+                (
+                    (),
+                    "must be an image name or a mapping of "
+                    f"{_choices(sorted(_DEVICE_KEYS))} to image names (got {_describe(value)})",
+                )
+            )
+        bad = [(k, v) for k, v in value.items() if v is not None and not isinstance(v, str)]
+        if bad:
+            raise _fail(*(((k,), f"must be an image name (got {_describe(v)})") for k, v in bad))
+        images = {v for v in value.values() if v is not None}
+        if len(images) > 1:
+            return {k: v for k, v in value.items() if v is not None}
+        return images.pop() if images else None
 
     @field_validator("environment_variables", mode="before")
     @classmethod
@@ -609,6 +690,9 @@ class BindMount(_Model):
     host_path: str = Field(min_length=1)
     container_path: str = Field(min_length=1)
     read_only: bool = False
+    propagation: NotActedOn = None
+
+    _determined_only = frozenset({"propagation"})
 
 
 class ReproducibilityConfig(_Model):
@@ -640,6 +724,50 @@ class ExperimentConfig(_Model):
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     bind_mounts: list[BindMount] = Field(default_factory=list)
     reproducibility: ReproducibilityConfig = Field(default_factory=ReproducibilityConfig)
+    # Determined's fields that Epochal keeps but does not act on (config_warnings names them).
+    records_per_epoch: NotActedOn = None
+    scheduling_unit: NotActedOn = None
+    perform_initial_validation: NotActedOn = None
+    checkpoint_policy: NotActedOn = None
+    profiling: NotActedOn = None
+    optimizations: NotActedOn = None
+    debug: NotActedOn = None
+    workspace: NotActedOn = None
+    project: NotActedOn = None
+    tensorboard_storage: NotActedOn = None
+    integrations: NotActedOn = None
+    log_policies: NotActedOn = None
+    preemption_timeout: NotActedOn = None
+    internal: NotActedOn = None
+    slurm: NotActedOn = None
+    pbs: NotActedOn = None
+    security: NotActedOn = None
+    data_layer: NotActedOn = None
+    batches_per_step: NotActedOn = None
+
+    _determined_only = frozenset(
+        {
+            "records_per_epoch",
+            "scheduling_unit",
+            "perform_initial_validation",
+            "checkpoint_policy",
+            "profiling",
+            "optimizations",
+            "debug",
+            "workspace",
+            "project",
+            "tensorboard_storage",
+            "integrations",
+            "log_policies",
+            "preemption_timeout",
+            "internal",
+            "slurm",
+            "pbs",
+            "security",
+            "data_layer",
+            "batches_per_step",
+        }
+    )
 
     @field_validator("entrypoint", mode="before")
     @classmethod
@@ -667,6 +795,53 @@ class ExperimentConfig(_Model):
             if errors:
                 raise _fail(*errors)
         return self
+
+
+# --- warnings -----------------------------------------------------------------------------------
+
+
+def _asks_for_something(value: Any) -> bool:
+    """False for values that switch a feature off (`debug: false`, `profiling: {enabled:
+    false}`, empty): leaving those undone changes nothing, so they earn no warning."""
+    if value is None or value is False or value in ({}, [], ""):
+        return False
+    return not (isinstance(value, dict) and value.get("enabled") is False)
+
+
+def config_warnings(config: ExperimentConfig) -> list[str]:
+    """What a valid config asks for that Epochal will not do, one line per field, by path.
+
+    Determined's fields that Epochal keeps but does not act on, and storage only Determined's
+    Core API writes (S3), so a Determined user sees what differs instead of finding out later.
+    """
+    found: list[str] = []
+
+    def walk(model: BaseModel, path: Path) -> None:
+        if isinstance(model, _Model):
+            for name in sorted(model._determined_only):
+                if _asks_for_something(getattr(model, name)):
+                    found.append(
+                        _join((*path, name), "accepted and kept, but Epochal does not act on it")
+                    )
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            if isinstance(value, BaseModel):
+                walk(value, (*path, name))
+            elif isinstance(value, list):
+                for i, item in enumerate(value):
+                    if isinstance(item, BaseModel):
+                        walk(item, (*path, name, i))
+
+    walk(config, ())
+    if isinstance(config.checkpoint_storage, S3Config):
+        found.append(
+            _join(
+                ("checkpoint_storage", "type"),
+                'Determined\'s Core API writes "s3" checkpoints itself; Epochal\'s own harness '
+                "needs shared_fs, and Epochal's checkpoint GC leaves S3 checkpoints in place",
+            )
+        )
+    return found
 
 
 # --- parsing and reporting ----------------------------------------------------------------------
@@ -786,7 +961,6 @@ _NOT_YET = frozenset(
         "sync_halving",
         "pbt",
         "custom",
-        "s3",
         "gcs",
         "azure",
         "directory",

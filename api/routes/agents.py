@@ -128,11 +128,20 @@ def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
         for sid in alloc.get("slotIds", []):
             used[str(sid)] = alloc
     slots = {}
+    containers: dict[str, dict[str, Any]] = {}
     for s in row["slots"]:
         alloc = used.get(str(s["id"]))
+        device = {**(s.get("device") or {}), "type": s.get("type", "TYPE_CPU")}
+        device.setdefault("id", _int_or(s["id"], 0))
+        container = _container(alloc, device) if alloc else None
+        if container is not None:
+            containers.setdefault(container["id"], container)
         slots[s["id"]] = {
             **s,
+            "device": device,
             "enabled": row["enabled"],
+            "draining": not row["enabled"] and container is not None,
+            "container": container,
             "allocationId": alloc["allocationId"] if alloc else None,
             "trialId": alloc["trialId"] if alloc else None,
             "experimentId": alloc["experimentId"] if alloc else None,
@@ -147,7 +156,44 @@ def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
         "alive": bool(row["alive"]) and (scheduler is None or scheduler.get("alive", True)),
         "version": row["version"],
         "usedSlots": len(used),
+        # Determined's v1Agent (`det agent list`, `det slot list`).
+        "resourcePools": [row["resource_pool"]],
+        "draining": not row["enabled"] and bool(used),
+        "addresses": [],
+        "containers": containers,
+        "slotStats": _slot_stats(list(slots.values())),
     }
+
+
+def _int_or(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def _container(alloc: dict[str, Any], device: dict[str, Any]) -> dict[str, Any]:
+    """A running allocation as Determined's v1Container: its id is the allocation id (one
+    trial run holds its slots on one agent)."""
+    return {"id": alloc["allocationId"], "state": "STATE_RUNNING", "devices": [device],
+            "parent": alloc["allocationId"], "permissionDenied": False}
+
+
+def _slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
+    """Determined's v1SlotStats: slots counted by device type and by brand."""
+    by_type: dict[str, dict[str, Any]] = {}
+    by_brand: dict[str, dict[str, Any]] = {}
+    for slot in slots:
+        device = slot["device"]
+        for key, table in ((device["type"], by_type), (device.get("brand") or "", by_brand)):
+            stats = table.setdefault(key, {"total": 0, "disabled": 0, "draining": 0,
+                                           "states": {}})
+            stats["total"] += 1
+            stats["disabled"] += 0 if slot["enabled"] else 1
+            stats["draining"] += 1 if slot["draining"] else 0
+            if slot["container"]:
+                stats["states"]["STATE_RUNNING"] = stats["states"].get("STATE_RUNNING", 0) + 1
+    return {"typeStats": by_type, "brandStats": by_brand}
 
 
 async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> list[dict[str, Any]]:
@@ -185,6 +231,37 @@ async def list_slots(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str,
     if not found:
         raise not_found("agent", agent_id)
     return {"slots": list(found[0]["slots"].values())}
+
+
+@router.get("/api/v1/tasks")
+async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any]:
+    """Determined's GetTasks: the running allocations by id (`det slot list` names the trial
+    holding each slot with it)."""
+    summaries: dict[str, dict[str, Any]] = {}
+    for agent in await _agents(pool, temporal):
+        for slot in agent["slots"].values():
+            container = slot["container"]
+            if container is None:
+                continue
+            allocation_id = container["id"]
+            task = allocation_id.rsplit(".", 1)[0]
+            summary = summaries.setdefault(allocation_id, {
+                "taskId": task,
+                "allocationId": allocation_id,
+                "name": f"Trial {slot['trialId']} (Experiment {slot['experimentId']})",
+                "resourcePool": agent["resourcePool"],
+                "slotsNeeded": 0,
+                "resources": [],
+                "schedulerType": "priority",
+            })
+            summary["slotsNeeded"] += 1
+            if not summary["resources"]:
+                summary["resources"].append({
+                    "resourcesId": allocation_id, "resourcesType": "agent",
+                    "allocationId": allocation_id, "containerId": allocation_id,
+                    "agentDevices": {}, "started": {}, "exited": None,
+                })
+    return {"allocationIdToSummary": summaries}
 
 
 async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client) -> None:

@@ -17,6 +17,8 @@ from api.routes.tasks import trial_of_task
 
 router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 
+MAX_PATCHED_CHECKPOINTS = 1_000
+
 
 class CheckpointTraining(BaseModel):
     trialId: int | None = None
@@ -35,9 +37,16 @@ class ReportCheckpointRequest(BaseModel):
 
 
 def storage_path(config: dict[str, Any], uuid: str) -> str:
-    """Where a shared_fs checkpoint lives: `host_path/<uuid>` (as the harness writes it)."""
+    """Where a checkpoint lives: shared_fs `host_path[/storage_path]/<uuid>`, as both Epochal's
+    harness and Determined's client (seeing it as `directory` storage) write it; S3 a URL."""
     storage = config.get("checkpoint_storage") or {}
-    return os.path.join(storage.get("host_path", ""), uuid)
+    if storage.get("type") == "s3":  # as Determined's S3StorageManager names its objects
+        prefix = str(storage.get("prefix") or "").strip("/")
+        return f"s3://{storage['bucket']}/{prefix + '/' if prefix else ''}{uuid}"
+    base = storage.get("host_path", "")
+    if storage.get("storage_path"):
+        base = os.path.normpath(os.path.join(base, storage["storage_path"]))
+    return os.path.join(base, uuid)
 
 
 @router.post("/checkpoints")
@@ -77,6 +86,49 @@ async def report_checkpoint(
         body.state.removeprefix("STATE_"),
         body.reportTime,
     )
+    return {}
+
+
+class RemainingResources(BaseModel):
+    resources: dict[str, int] | None = None
+
+
+class PatchCheckpoint(BaseModel):
+    uuid: uuidlib.UUID
+    resources: RemainingResources | None = None
+
+
+class PatchCheckpointsRequest(BaseModel):
+    checkpoints: list[PatchCheckpoint] = Field(max_length=MAX_PATCHED_CHECKPOINTS)
+
+
+@router.patch("/checkpoints")
+async def patch_checkpoints(
+    body: PatchCheckpointsRequest, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """What is left of checkpoints after their files were deleted (Determined's Core API
+    `checkpoint.delete()`): no resources left means the checkpoint is DELETED."""
+    uuids = [c.uuid for c in body.checkpoints]
+    rows = await pool.fetch(
+        "SELECT uuid, trial_id FROM checkpoints WHERE uuid = ANY($1::uuid[])", uuids
+    )
+    trial_of = {row["uuid"]: row["trial_id"] for row in rows}
+    for checkpoint_uuid in uuids:
+        if checkpoint_uuid not in trial_of:
+            raise not_found("checkpoint", checkpoint_uuid)
+    for trial_id in sorted(set(trial_of.values())):
+        await auth.require_trial_write(request, trial_id)
+    for patch in body.checkpoints:
+        if patch.resources is None:
+            continue
+        remaining = patch.resources.resources or {}
+        await pool.execute(
+            "UPDATE checkpoints SET resources = $2,"
+            " state = CASE WHEN $3 THEN 'DELETED' ELSE state END WHERE uuid = $1",
+            patch.uuid,
+            remaining,
+            not remaining,
+        )
     return {}
 
 

@@ -11,6 +11,9 @@ from api.deps import AppSettings, Pool
 router = APIRouter(tags=["cluster"])
 
 VERSION = "0.1.0"
+# The Determined release whose REST API Epochal speaks. `det` compares its own version with the
+# one `GET /info` answers before every command and warns on any difference.
+DETERMINED_API_VERSION = "0.38.1"
 
 
 @router.get("/health")
@@ -19,12 +22,37 @@ async def health(pool: Pool) -> dict[str, bool]:
     return {"ok": True}
 
 
-@router.get("/api/v1/master")
-async def master_info(settings: AppSettings) -> dict[str, Any]:
+def _master_fields(settings: AppSettings) -> dict[str, Any]:
     return {
-        "version": VERSION,
         "masterId": settings.cluster_id,
         "clusterId": settings.cluster_id,
         "clusterName": settings.cluster_name,
         "telemetryEnabled": False,
+        "hasCustomLogo": False,
+        "strictJobQueueControl": False,
+        "rbacEnabled": False,
+        "userManagementEnabled": True,
+        "product": "PRODUCT_UNSPECIFIED",
+        "featureSwitches": [],
+        "ssoProviders": [],
+    }
+
+
+@router.get("/api/v1/master")
+async def master_info(settings: AppSettings) -> dict[str, Any]:
+    """Determined's v1GetMasterResponse (`det master info`); `version` is Epochal's."""
+    return {"version": VERSION, **_master_fields(settings)}
+
+
+@router.get("/info")
+async def determined_info(settings: AppSettings) -> dict[str, Any]:
+    """What `det` asks first (unauthenticated), in Determined's snake_case: the version it
+    compares is the Determined release Epochal's API matches."""
+    return {
+        "version": DETERMINED_API_VERSION,
+        "epochal_version": VERSION,
+        "master_id": settings.cluster_id,
+        "cluster_id": settings.cluster_id,
+        "cluster_name": settings.cluster_name,
+        "telemetry": {"enabled": False},
     }

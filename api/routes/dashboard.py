@@ -1,72 +1,92 @@
-"""A plain, server-rendered overview page at `/`: experiments and their trials.
+"""The web dashboard: HTML shells for each page and the static files (JS, CSS) they load.
 
-It needs no JavaScript and no network, and refreshes itself while anything runs. The full
-dashboard (learning curves, controls) is built on the same REST API.
+Pages need no token: each shell loads a script from api/static/ that logs in (or goes to
+/login) and reads everything from the token-protected REST API, so the dashboard sees exactly
+what the CLI sees. Everything is served from here; nothing comes from the network.
 """
 
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from pathlib import Path
 
 from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi.responses import FileResponse, HTMLResponse
 
-from api import views
-from api.deps import Pool
+from api.errors import not_found
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
-_STYLE = """
-body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
-table{border-collapse:collapse;margin:.5rem 0 1.5rem}
-td,th{border-bottom:1px solid #ddd;padding:.25rem .75rem;text-align:left;font-size:.9rem}
-th{background:#f4f4f4}.best{background:#eaf7ea}
-"""
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+# Served by name from this fixed set, so no request path can reach outside the folder.
+STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in (".js", ".css")}
+MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css"}
+# Pages are tiny and the scripts change with the master: always revalidate (ETag makes it cheap).
+NO_CACHE = {"Cache-Control": "no-cache"}
+
+_HEADER = """<header class="top"><a class="brand" href="/">Epochal</a>
+<nav><a href="/">Experiments</a><a href="/cluster">Cluster</a></nav>
+<span id="whoami"></span><a href="/login" id="logout">Log out</a></header>"""
+
+_LOGIN_FORM = """<form id="login-form" class="login" autocomplete="on">
+<h1>Log in to Epochal</h1>
+<label>Username <input name="username" id="username" autocomplete="username" required></label>
+<label>Password <input name="password" id="password" type="password"
+ autocomplete="current-password" required></label>
+<button type="submit" id="login-button">Log in</button>
+<p id="login-error" class="error" role="alert"></p></form>"""
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return escape(str(value)) if value is not None else ""
+def _page(title: str, script: str, body: str, *, page_id: int | None = None) -> HTMLResponse:
+    data_id = f' data-id="{page_id}"' if page_id is not None else ""
+    return HTMLResponse(
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        f"<title>{escape(title)} · Epochal</title>"
+        "<link rel='stylesheet' href='/static/style.css'>"
+        f"<script type='module' src='/static/{script}'></script></head>"
+        f"<body data-page='{script.removesuffix('.js')}'{data_id}>{body}</body></html>",
+        headers=NO_CACHE,
+    )
 
 
-def _trial_rows(trials: list[dict[str, Any]], best_id: int | None) -> str:
-    rows = []
-    for t in trials:
-        hparams = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(t["hparams"].items()))
-        css = ' class="best"' if t["id"] == best_id else ""
-        rows.append(
-            f"<tr{css}><td>{t['id']}</td><td>{t['state'].removeprefix('STATE_')}</td>"
-            f"<td>{escape(hparams)}</td><td>{t['totalBatchesProcessed']}</td>"
-            f"<td>{_fmt(t['searcherMetricValue'])}</td><td>{t['restarts']}</td></tr>"
-        )
-    return "".join(rows)
+def _app_page(title: str, script: str, page_id: int | None = None) -> HTMLResponse:
+    return _page(
+        title,
+        script,
+        f"{_HEADER}<main id='main'><p class='muted'>Loading…</p></main>",
+        page_id=page_id,
+    )
+
+
+@router.get("/login", response_class=HTMLResponse)
+async def login_page() -> HTMLResponse:
+    return _page("Log in", "login.js", _LOGIN_FORM)
 
 
 @router.get("/", response_class=HTMLResponse)
-async def overview(pool: Pool) -> HTMLResponse:
-    rows, _ = await views.fetch_experiment_rows(
-        pool, states=None, include_archived=False, order_desc=True, limit=20, offset=0
-    )
-    sections = []
-    running = False
-    for row in rows:
-        trials = await views.fetch_trials(pool, row["id"])
-        exp = views.experiment_json(row, trials)
-        running = running or row["state"] not in views.TERMINAL_STATES
-        sections.append(
-            f"<h2>Experiment {exp['id']}: {escape(exp['name'])}</h2>"
-            f"<p>{exp['state'].removeprefix('STATE_')} &middot; {exp['searcherType']} search on "
-            f"{escape(exp['searcherMetric'])} &middot; best trial {_fmt(exp['bestTrialId'])} "
-            f"({_fmt(exp['bestValidation'])})</p>"
-            "<table><tr><th>trial</th><th>state</th><th>hyperparameters</th><th>batches</th>"
-            f"<th>{escape(exp['searcherMetric'])}</th><th>restarts</th></tr>"
-            f"{_trial_rows(trials, exp['bestTrialId'])}</table>"
-        )
-    refresh = '<meta http-equiv="refresh" content="3">' if running else ""
-    body = "".join(sections) or "<p>No experiments yet: <code>epochal experiment create</code>.</p>"
-    return HTMLResponse(
-        f"<!doctype html><html><head><meta charset='utf-8'><title>Epochal</title>{refresh}"
-        f"<style>{_STYLE}</style></head><body><h1>Epochal</h1>{body}</body></html>"
-    )
+async def experiments_page() -> HTMLResponse:
+    return _app_page("Experiments", "experiments.js")
+
+
+@router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
+async def experiment_page(experiment_id: int) -> HTMLResponse:
+    return _app_page(f"Experiment {experiment_id}", "experiment.js", experiment_id)
+
+
+@router.get("/trials/{trial_id}", response_class=HTMLResponse)
+async def trial_page(trial_id: int) -> HTMLResponse:
+    return _app_page(f"Trial {trial_id}", "trial.js", trial_id)
+
+
+@router.get("/cluster", response_class=HTMLResponse)
+async def cluster_page() -> HTMLResponse:
+    return _app_page("Cluster", "cluster.js")
+
+
+@router.get("/static/{name}")
+async def static_file(name: str) -> FileResponse:
+    path = STATIC_FILES.get(name)
+    if path is None:
+        raise not_found("static file", name)
+    return FileResponse(path, media_type=MEDIA_TYPES[path.suffix], headers=NO_CACHE)

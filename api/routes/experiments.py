@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import secrets
 from typing import Annotated, Any, Literal
 
+import yaml
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
@@ -13,13 +15,19 @@ from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.checkpoint_gc import UnsafeCheckpointPath, delete_checkpoint_files
 from api import auth, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
 from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
-from workflows.expconf import ConfigError, parse_experiment_config, validate_experiment_config
+from workflows.expconf import (
+    ConfigError,
+    config_warnings,
+    parse_experiment_config,
+    validate_experiment_config,
+)
 from workflows.types import ExperimentInput
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
@@ -41,19 +49,45 @@ class CreateExperimentRequest(BaseModel):
     activate: bool = True
     parentId: int | None = None
     projectId: int | None = None
+    validateOnly: bool = False
+    template: str | None = None
+    unmanaged: bool = False
 
 
 def normalized_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
-    """Validate the YAML and fill in the master's defaults (checkpoint storage)."""
+    """Validate the YAML and fill in the master's defaults (checkpoint storage; a storage
+    without a `type`, as `det experiment create --test` sends, is merged into the default)."""
+    default_storage = {"type": "shared_fs", "host_path": checkpoint_dir}
     try:
-        config = parse_experiment_config(text, source="config")
+        partial = _partial_storage(text)
+        if partial is not None:
+            config = validate_experiment_config(
+                {**partial[0], "checkpoint_storage": {**default_storage, **partial[1]}},
+                source="config",
+            )
+        else:
+            config = parse_experiment_config(text, source="config")
         data = config.model_dump(mode="json")
         if data.get("checkpoint_storage") is None:
-            data["checkpoint_storage"] = {"type": "shared_fs", "host_path": checkpoint_dir}
+            data["checkpoint_storage"] = default_storage
             data = validate_experiment_config(data, source="config").model_dump(mode="json")
     except ConfigError as err:
         raise ApiError(400, "invalid experiment config", list(err.errors)) from err
     return data
+
+
+def _partial_storage(text: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(config, its checkpoint_storage) when the storage names no `type`, else None."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return None  # parse_experiment_config says where
+    if not isinstance(data, dict):
+        return None
+    storage = data.get("checkpoint_storage")
+    if isinstance(storage, dict) and "type" not in storage:
+        return data, storage
+    return None
 
 
 @router.post("/experiments")
@@ -65,7 +99,16 @@ async def create_experiment(
     settings: AppSettings,
 ) -> dict[str, Any]:
     owner = auth.require_user(auth.current(request), "create experiments").username
+    _refuse_unsupported(body)
     config = normalized_config(body.config, settings.checkpoint_dir)
+    if body.validateOnly:
+        # Determined answers a validation with a placeholder experiment (`det e create --test`).
+        return {
+            "experiment": views.unsaved_experiment_json(config, body.config, owner or ""),
+            "config": config,
+            "warnings": [],
+            "configWarnings": config_warnings(validate_experiment_config(config)),
+        }
     tgz, size = build_tarball(
         [f.model_dump() for f in body.modelDefinition], settings.max_model_definition_bytes
     )
@@ -103,30 +146,80 @@ async def create_experiment(
     assert row is not None
     if not body.activate:
         await _signal(temporal, pool, experiment_id, "pause")
-    return {"experiment": views.experiment_json(row, []), "config": config, "warnings": []}
+    # Determined fields kept but not acted on (workflows/expconf.py); the CLIs print them.
+    # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
+    warnings = config_warnings(validate_experiment_config(config))
+    return {
+        "experiment": views.experiment_json(row, []),
+        "config": config,
+        "warnings": [],
+        "configWarnings": warnings,
+    }
+
+
+def _refuse_unsupported(body: CreateExperimentRequest) -> None:
+    if body.template:
+        raise ApiError(400, "templates are not supported",
+                       [f"template: Epochal has no config templates (got {body.template!r})"])
+    if body.unmanaged:
+        raise ApiError(400, "unmanaged experiments are not supported",
+                       ["unmanaged: must be false"])
+    if body.projectId not in (None, 0, views.DEFAULT_PROJECT_ID):
+        raise ApiError(400, "unknown project", [
+            f"projectId: Epochal has one project ({views.DEFAULT_PROJECT_ID}),"
+            f" got {body.projectId}"])
+
+
+OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
+ListQuery = Annotated[list[str] | None, Query()]
 
 
 @router.get("/experiments")
 async def list_experiments(
     pool: Pool,
-    limit: int = Query(100, ge=1, le=1000),
+    limit: int = Query(100, ge=0, le=1000),
     offset: int = Query(0, ge=0),
-    states: Annotated[list[str] | None, Query()] = None,
-    orderBy: Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"] = "ORDER_BY_DESC",
+    states: ListQuery = None,
+    sortBy: str = "SORT_BY_ID",
+    orderBy: OrderBy = "ORDER_BY_ASC",
     archived: bool | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    labels: ListQuery = None,
+    users: ListQuery = None,
+    userIds: Annotated[list[int] | None, Query()] = None,
+    projectId: int | None = None,
+    showTrialData: bool = False,
 ) -> dict[str, Any]:
+    """Determined's GetExperiments: every filter optional; `archived` omitted lists both."""
     wanted = [s.removeprefix("STATE_") for s in states] if states else None
+    if sortBy not in views.EXPERIMENT_SORT_COLUMNS:
+        raise ApiError(400, "bad sortBy", [
+            f"sortBy: one of {', '.join(views.EXPERIMENT_SORT_COLUMNS)}, got {sortBy!r}"])
+    if projectId not in (None, 0, views.DEFAULT_PROJECT_ID):
+        return {"experiments": [], "pagination": views.pagination(offset, limit, 0, 0)}
+    limit = limit or 100  # Determined's client sends 0 for "the default"
     rows, total = await views.fetch_experiment_rows(
         pool,
-        states=wanted,
-        include_archived=bool(archived),
-        order_desc=orderBy != "ORDER_BY_ASC",
+        where=views.ExperimentFilter(
+            states=wanted, archived=archived, name=name or None, description=description or None,
+            labels=labels or None, users=users or None, user_ids=userIds or None,
+        ),
+        sort_by=sortBy,
+        order_desc=orderBy == "ORDER_BY_DESC",
         limit=limit,
         offset=offset,
     )
+    experiments = [views.experiment_json(r) for r in rows]
+    if showTrialData:
+        ids = [t for e in experiments for t in e["trialIds"]]
+        by_experiment: dict[int, list[dict[str, Any]]] = {}
+        for trial in await views.fetch_trials_by_id(pool, ids):
+            by_experiment.setdefault(trial["experimentId"], []).append(trial)
+        experiments = [views.experiment_json(r, by_experiment.get(r["id"], [])) for r in rows]
     return {
-        "experiments": [views.experiment_json(r) for r in rows],
-        "pagination": {"offset": offset, "limit": limit, "total": total},
+        "experiments": experiments,
+        "pagination": views.pagination(offset, limit, len(experiments), total),
     }
 
 
@@ -180,28 +273,223 @@ for _signal_name in ("pause", "activate", "cancel", "kill"):
     _control_route(_signal_name)
 
 
+class PatchExperimentRequest(BaseModel):
+    """Determined's PatchExperiment (`det e set name|description`, `det e label add|remove`);
+    resources and checkpoint storage are not patched here."""
+
+    id: int | None = None
+    name: str | None = Field(None, min_length=1, max_length=1000)
+    description: str | None = Field(None, max_length=10_000)
+    labels: list[str] | None = Field(None, max_length=1000)
+    notes: str | None = None
+    resources: dict[str, Any] | None = None
+    checkpointStorage: dict[str, Any] | None = None
+
+
+@router.patch("/experiments/{experiment_id}")
+async def patch_experiment(
+    experiment_id: int, body: PatchExperimentRequest, request: Request, pool: Pool
+) -> dict[str, Any]:
+    if body.id not in (None, experiment_id):
+        raise ApiError(400, "id does not match",
+                       [f"id: is {body.id}, but the path names experiment {experiment_id}"])
+    unsupported = [name for name in ("resources", "checkpointStorage", "notes")
+                   if getattr(body, name)]
+    if unsupported:
+        raise ApiError(400, "cannot change these fields of an experiment",
+                       [f"{name}: not supported by Epochal" for name in unsupported])
+    await auth.require_owner(request, experiment_id, "change")
+    await _experiment_row(pool, experiment_id)
+    await pool.execute(
+        "UPDATE experiments SET name = coalesce($2, name),"
+        " description = coalesce($3, description), labels = coalesce($4, labels)"
+        " WHERE id = $1",
+        experiment_id,
+        body.name,
+        body.description,
+        None if body.labels is None else sorted(set(body.labels)),
+    )
+    return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
+
+
+async def _set_archived(request: Request, pool: Pool, experiment_id: int, archived: bool) -> None:
+    action = "archive" if archived else "unarchive"
+    await auth.require_owner(request, experiment_id, action)
+    row = await _experiment_row(pool, experiment_id)
+    if row["state"] not in views.TERMINAL_STATES:
+        raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
+                       f" experiment can be {action}d")
+    await pool.execute("UPDATE experiments SET archived = $2 WHERE id = $1", experiment_id,
+                       archived)
+
+
+@router.post("/experiments/{experiment_id}/archive")
+async def archive_experiment(experiment_id: int, request: Request, pool: Pool) -> dict[str, Any]:
+    """Hide an ended experiment from the default list (Determined's archive)."""
+    await _set_archived(request, pool, experiment_id, True)
+    return {}
+
+
+@router.post("/experiments/{experiment_id}/unarchive")
+async def unarchive_experiment(
+    experiment_id: int, request: Request, pool: Pool
+) -> dict[str, Any]:
+    await _set_archived(request, pool, experiment_id, False)
+    return {}
+
+
+@router.delete("/experiments/{experiment_id}")
+async def delete_experiment(experiment_id: int, request: Request, pool: Pool) -> dict[str, Any]:
+    """Delete an ended experiment: its checkpoint directories (only inside the storage's
+    host_path, as the retention GC deletes them), then its rows (trials, metrics, logs and
+    checkpoints go with it)."""
+    await auth.require_owner(request, experiment_id, "delete")
+    row = await _experiment_row(pool, experiment_id)
+    if row["state"] not in views.TERMINAL_STATES:
+        raise ApiError(409, f"experiment {experiment_id} is {row['state']}: kill or cancel it"
+                       " and wait for it to end before deleting it")
+    host_path = (row["config"].get("checkpoint_storage") or {}).get("host_path") or ""
+    paths = await pool.fetch(
+        "SELECT c.storage_path FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
+        " WHERE t.experiment_id = $1 AND c.state <> 'DELETED'",
+        experiment_id,
+    )
+    await asyncio.to_thread(_delete_checkpoint_dirs, [p["storage_path"] for p in paths], host_path)
+    await pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)
+    return {}
+
+
+def _delete_checkpoint_dirs(paths: list[str], host_path: str) -> None:
+    for path in paths:
+        try:
+            delete_checkpoint_files(path, host_path)
+        except UnsafeCheckpointPath:
+            continue  # a path outside the storage is never deleted; its row goes anyway
+
+
+# Determined's trial sort keys (GetExperimentTrials sortBy) and the Trial field each orders by.
+TRIAL_SORT_KEYS = {
+    "SORT_BY_UNSPECIFIED": "id",
+    "SORT_BY_ID": "id",
+    "SORT_BY_START_TIME": "startTime",
+    "SORT_BY_END_TIME": "endTime",
+    "SORT_BY_STATE": "state",
+    "SORT_BY_BEST_VALIDATION_METRIC": "searcherMetricValue",
+    "SORT_BY_LATEST_VALIDATION_METRIC": "searcherMetricValue",
+    "SORT_BY_BATCHES_PROCESSED": "totalBatchesProcessed",
+    "SORT_BY_DURATION": "wallClockTime",
+    "SORT_BY_RESTARTS": "restarts",
+    "SORT_BY_CHECKPOINT_SIZE": "id",
+    "SORT_BY_LOG_RETENTION_DAYS": "id",
+}
+
+
+def _sorted_page(
+    items: list[dict[str, Any]], key: str, desc: bool, offset: int, limit: int
+) -> list[dict[str, Any]]:
+    """Nulls last either way, ties by id (as PostgreSQL would order the rows)."""
+    present = [i for i in items if i.get(key) is not None]
+    missing = [i for i in items if i.get(key) is None]
+    present.sort(key=lambda i: (i[key], i.get("id") or i.get("uuid")), reverse=desc)
+    ordered = present + missing
+    return ordered[offset:offset + limit] if limit else ordered[offset:]
+
+
 @router.get("/experiments/{experiment_id}/trials")
-async def list_experiment_trials(experiment_id: int, pool: Pool) -> dict[str, Any]:
+async def list_experiment_trials(
+    experiment_id: int,
+    pool: Pool,
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+    sortBy: str = "SORT_BY_ID",
+    orderBy: OrderBy = "ORDER_BY_ASC",
+    states: ListQuery = None,
+) -> dict[str, Any]:
+    """Determined's GetExperimentTrials; limit 0 means all."""
+    if sortBy not in TRIAL_SORT_KEYS:
+        raise ApiError(400, "bad sortBy",
+                       [f"sortBy: one of {', '.join(TRIAL_SORT_KEYS)}, got {sortBy!r}"])
     await _experiment_row(pool, experiment_id)
     trials = await views.fetch_trials(pool, experiment_id)
+    if states:
+        wanted = {s if s.startswith("STATE_") else f"STATE_{s}" for s in states}
+        trials = [t for t in trials if t["state"] in wanted]
+    page = _sorted_page(trials, TRIAL_SORT_KEYS[sortBy], orderBy == "ORDER_BY_DESC", offset,
+                        limit)
     return {
-        "trials": trials,
-        "pagination": {"offset": 0, "limit": len(trials), "total": len(trials)},
+        "trials": page,
+        "pagination": views.pagination(offset, limit or len(trials), len(page), len(trials)),
     }
 
 
+# Determined's checkpoint sort keys (sortByAttr) and the Checkpoint value each orders by.
+CHECKPOINT_SORT_KEYS = {
+    "SORT_BY_UNSPECIFIED": "reportTime",
+    "SORT_BY_UUID": "uuid",
+    "SORT_BY_TRIAL_ID": "trialId",
+    "SORT_BY_BATCH_NUMBER": "stepsCompleted",
+    "SORT_BY_END_TIME": "reportTime",
+    "SORT_BY_STATE": "state",
+    "SORT_BY_SEARCHER_METRIC": "searcherMetric",
+}
+
+
 @router.get("/experiments/{experiment_id}/checkpoints")
-async def list_experiment_checkpoints(experiment_id: int, pool: Pool) -> dict[str, Any]:
-    await _experiment_row(pool, experiment_id)
+async def list_experiment_checkpoints(
+    experiment_id: int,
+    pool: Pool,
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+    sortByAttr: str = "SORT_BY_END_TIME",
+    sortByMetric: str | None = None,
+    orderBy: OrderBy = "ORDER_BY_UNSPECIFIED",
+    states: ListQuery = None,
+) -> dict[str, Any]:
+    """Determined's GetExperimentCheckpoints. Sorting by the searcher metric puts the best
+    first unless orderBy says otherwise (`det e list-checkpoints --best N`)."""
+    if sortByAttr not in CHECKPOINT_SORT_KEYS:
+        raise ApiError(400, "bad sortByAttr", [
+            f"sortByAttr: one of {', '.join(CHECKPOINT_SORT_KEYS)}, got {sortByAttr!r}"])
+    row = await _experiment_row(pool, experiment_id)
     rows = await pool.fetch(
         views.CHECKPOINT_SELECT + " WHERE t.experiment_id = $1 ORDER BY c.report_time",
         experiment_id,
     )
     checkpoints = [views.checkpoint_json(r, r["searcher_metric"]) for r in rows]
+    if states:
+        wanted = {s if s.startswith("STATE_") else f"STATE_{s}" for s in states}
+        checkpoints = [c for c in checkpoints if c["state"] in wanted]
+    metric = sortByMetric or row["config"]["searcher"]["metric"]
+    smaller_is_better = row["config"]["searcher"].get("smaller_is_better", True)
+    keyed = [
+        {**c, "_key": _checkpoint_sort_value(c, CHECKPOINT_SORT_KEYS[sortByAttr], metric)}
+        for c in checkpoints
+    ]
+    if sortByMetric or sortByAttr == "SORT_BY_SEARCHER_METRIC":
+        desc = orderBy == "ORDER_BY_DESC" or (
+            orderBy == "ORDER_BY_UNSPECIFIED" and not smaller_is_better)
+    else:
+        desc = orderBy == "ORDER_BY_DESC"
+    page = [
+        {k: v for k, v in c.items() if k != "_key"}
+        for c in _sorted_page(keyed, "_key", desc, offset, limit)
+    ]
     return {
-        "checkpoints": checkpoints,
-        "pagination": {"offset": 0, "limit": len(checkpoints), "total": len(checkpoints)},
+        "checkpoints": page,
+        "pagination": views.pagination(offset, limit or len(keyed), len(page), len(keyed)),
     }
+
+
+def _checkpoint_sort_value(checkpoint: dict[str, Any], key: str, metric: str) -> Any:
+    if key == "trialId":
+        return checkpoint["training"]["trialId"]
+    if key == "stepsCompleted":
+        return checkpoint["metadata"].get("steps_completed")
+    if key == "searcherMetric":
+        validation = (checkpoint["training"]["validationMetrics"] or {}).get("avgMetrics") or {}
+        value = validation.get(metric)
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return checkpoint[key]
 
 
 @router.get("/experiments/{experiment_id}/model_def")

@@ -86,9 +86,15 @@ async def _allocation_trial(pool: Pool, allocation_id: str) -> tuple[int, int, i
 
 @router.get("/allocations/{allocation_id}/signals/preemption")
 async def allocation_preemption_signal(
-    allocation_id: str, pool: Pool, timeoutSeconds: int = Query(60, ge=0, le=3600)
+    allocation_id: str,
+    pool: Pool,
+    timeoutSeconds: int = Query(60, ge=0, le=3600),
+    # Determined's Core API spells it this way (grpc-gateway accepts both).
+    timeout_seconds: int | None = Query(None, ge=0, le=3600),
 ) -> dict[str, bool]:
     """Long-poll: answers at once when the allocation should stop, else after the timeout."""
+    if timeout_seconds is not None:
+        timeoutSeconds = timeout_seconds
     trial_id, run_id, _ = await _allocation_trial(pool, allocation_id)
     deadline = asyncio.get_running_loop().time() + timeoutSeconds
     while True:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
-from typing import Any, Literal
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import StreamingResponse
@@ -14,7 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import views
 from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found
-from api.log_stream import stream_logs
+from api.log_stream import log_records
 from workflows.constants import experiment_workflow_id
 from workflows.types import ValidationReport
 
@@ -102,13 +105,20 @@ async def store_reports(
     await _require_trial(pool, trial_id)
     validations = [r for r in reports if r.group == "validation"]
     async with pool.acquire() as conn, conn.transaction():
-        await conn.executemany(
+        # One statement for the whole batch, not one round trip per report; a batch naming
+        # the same (group, step) twice keeps the last, as one-by-one upserts would.
+        latest = list({(r[2], r[3]): r for r in rows}.values())
+        await conn.execute(
             "INSERT INTO metrics (trial_id, trial_run_id, metric_group, steps_completed, metrics)"
-            " VALUES ($1, $2, $3, $4, $5)"
+            " SELECT $1, * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::jsonb[])"
             " ON CONFLICT (trial_id, metric_group, steps_completed) DO UPDATE"
             " SET metrics = EXCLUDED.metrics, trial_run_id = EXCLUDED.trial_run_id,"
             "     report_time = now()",
-            rows,
+            trial_id,
+            [r[1] for r in latest],
+            [r[2] for r in latest],
+            [r[3] for r in latest],
+            [r[4] for r in latest],
         )
         await conn.execute(
             "UPDATE trials SET steps_completed = GREATEST(steps_completed, $2) WHERE id = $1",
@@ -173,6 +183,7 @@ async def get_trial(trial_id: int, pool: Pool) -> dict[str, Any]:
     trial = await views.fetch_trial(pool, trial_id)
     if trial is None:
         raise not_found("trial", trial_id)
+    trial["summaryMetrics"] = await views.fetch_summary_metrics(pool, trial_id)
     return {"trial": trial}
 
 
@@ -191,32 +202,20 @@ async def report_trial_metrics_batch(
     return {"stored": await store_reports(pool, temporal, trial_id, body.reports)}
 
 
-@router.get("/trials/{trial_id}/metrics")
-async def get_trial_metrics(
-    trial_id: int,
-    pool: Pool,
-    group: str | None = None,
-    startStep: int | None = Query(None, ge=0),
-    endStep: int | None = Query(None, ge=0),
-) -> dict[str, Any]:
-    await _require_trial(pool, trial_id)
-    rows = await pool.fetch(
-        "SELECT * FROM metrics WHERE trial_id = $1 AND ($2::text IS NULL OR metric_group = $2)"
-        " AND ($3::bigint IS NULL OR steps_completed >= $3)"
-        " AND ($4::bigint IS NULL OR steps_completed <= $4)"
-        " ORDER BY metric_group, steps_completed",
-        trial_id,
-        group,
-        startStep,
-        endStep,
-    )
-    return {"metrics": [views.metric_report(r) for r in rows]}
+class ProgressReport(BaseModel):
+    """Determined's Core API form of a progress report; Epochal's harness sends the number."""
+
+    progress: float
+    is_raw: bool = True
 
 
 @router.post("/trials/{trial_id}/progress")
 async def report_trial_progress(
-    trial_id: int, pool: Pool, progress: float = Body(..., ge=0, le=1)
+    trial_id: int, pool: Pool, body: Annotated[float | ProgressReport, Body()]
 ) -> dict[str, Any]:
+    progress = body.progress if isinstance(body, ProgressReport) else body
+    if not 0 <= progress <= 1:
+        raise ApiError(400, "bad progress", [f"progress: must be within [0, 1], got {progress}"])
     await _require_trial(pool, trial_id)
     await pool.execute("UPDATE trials SET progress = $2 WHERE id = $1", trial_id, progress)
     return {}
@@ -224,11 +223,13 @@ async def report_trial_progress(
 
 @router.post("/trials/{trial_id}/early_exit")
 async def report_trial_early_exit(
-    trial_id: int, body: ReportEarlyExitRequest, pool: Pool
+    trial_id: int, body: ReportEarlyExitRequest | EarlyExit, pool: Pool
 ) -> dict[str, Any]:
+    # Determined's Core API sends the bare `{"reason": ...}`.
+    reason = body.earlyExit.reason if isinstance(body, ReportEarlyExitRequest) else body.reason
     await _require_trial(pool, trial_id)
     await pool.execute(
-        "UPDATE trials SET early_exit_reason = $2 WHERE id = $1", trial_id, body.earlyExit.reason
+        "UPDATE trials SET early_exit_reason = $2 WHERE id = $1", trial_id, reason
     )
     return {}
 
@@ -242,12 +243,122 @@ async def list_trial_checkpoints(trial_id: int, pool: Pool) -> dict[str, Any]:
     return {"checkpoints": [views.checkpoint_json(r, r["searcher_metric"]) for r in rows]}
 
 
-@router.get("/trials/{trial_id}/logs")
-async def trial_logs(trial_id: int, pool: Pool, follow: bool = False) -> StreamingResponse:
+@router.get("/trials/{trial_id}/workloads")
+async def get_trial_workloads(
+    trial_id: int,
+    pool: Pool,
+    offset: int = Query(0, ge=0),
+    limit: int = Query(0, ge=0),
+    orderBy: Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"] = "ORDER_BY_ASC",
+    filter: str = "FILTER_OPTION_UNSPECIFIED",  # noqa: A002 (Determined's name)
+) -> dict[str, Any]:
+    """Determined's GetTrialWorkloads (`det trial describe`, `det experiment describe`):
+    training, validation and checkpoint reports by step; limit 0 means all."""
+    if filter not in views.WORKLOAD_FILTERS:
+        raise ApiError(400, "bad filter",
+                       [f"filter: one of {', '.join(views.WORKLOAD_FILTERS)}, got {filter!r}"])
     await _require_trial(pool, trial_id)
+    workloads = await views.fetch_workloads(pool, trial_id, views.WORKLOAD_FILTERS[filter])
+    if orderBy == "ORDER_BY_DESC":
+        workloads.reverse()
+    page = workloads[offset:offset + limit] if limit else workloads[offset:]
+    return {
+        "workloads": page,
+        "pagination": views.pagination(offset, limit or len(workloads), len(page),
+                                       len(workloads)),
+    }
+
+
+class LogFilter(BaseModel):
+    """Determined's trial-log filters; each None means "any"."""
+
+    levels: set[str] | None = None
+    stdtypes: set[str] | None = None
+    agent_ids: set[str] | None = None
+    search_text: str | None = None
+    after: str | None = None
+    before: str | None = None
+
+    def keeps(self, log: dict[str, Any]) -> bool:
+        return (
+            (self.levels is None or log["level"] in self.levels)
+            and (self.stdtypes is None or log["stdtype"] in self.stdtypes)
+            and (self.agent_ids is None or log["agentId"] in self.agent_ids)
+            and (self.search_text is None or self.search_text in log["log"])
+            and (self.after is None or log["timestamp"] > self.after)
+            and (self.before is None or log["timestamp"] < self.before)
+        )
+
+
+def _timestamp(value: str | None, field: str) -> str | None:
+    """Normalized so it compares as text with the RFC 3339 timestamps logs carry."""
+    if value is None:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).astimezone(UTC).isoformat()
+    except ValueError as err:
+        raise ApiError(400, f"bad {field}", [f"{field}: expected an RFC 3339 time"]) from err
+
+
+@router.get("/trials/{trial_id}/logs")
+async def trial_logs(
+    trial_id: int,
+    pool: Pool,
+    follow: bool = False,
+    limit: int = Query(0, ge=0),
+    orderBy: Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"] = "ORDER_BY_ASC",
+    levels: Annotated[list[str] | None, Query()] = None,
+    stdtypes: Annotated[list[str] | None, Query()] = None,
+    agentIds: Annotated[list[str] | None, Query()] = None,
+    searchText: str | None = None,
+    timestampAfter: str | None = None,
+    timestampBefore: str | None = None,
+) -> StreamingResponse:
+    """NDJSON `{"result": TrialLog}` lines (Determined's TrialLogs stream). `limit` with
+    orderBy DESC is `det trial logs --tail N` (newest first); with follow the stream ends once
+    the trial is terminal and its logs are drained."""
+    await _require_trial(pool, trial_id)
+    keep = LogFilter(
+        levels={views.log_level(v) for v in levels} if levels else None,
+        stdtypes=set(stdtypes) if stdtypes else None,
+        agent_ids=set(agentIds) if agentIds else None,
+        search_text=searchText or None,
+        after=_timestamp(timestampAfter, "timestampAfter"),
+        before=_timestamp(timestampBefore, "timestampBefore"),
+    )
 
     async def is_done() -> bool:
         return await _require_trial(pool, trial_id) in views.TERMINAL_STATES
 
-    lines = stream_logs(pool, "l.trial_id = $1", trial_id, follow=follow, is_done=is_done)
-    return StreamingResponse(lines, media_type="application/x-ndjson")
+    async def lines() -> AsyncIterator[bytes]:
+        if orderBy == "ORDER_BY_DESC":
+            rows = await pool.fetch(
+                "SELECT * FROM task_logs WHERE trial_id = $1 ORDER BY id DESC", trial_id
+            )
+            records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]] = [
+                views.log_json(r) for r in rows
+            ]
+        else:
+            records = log_records(pool, "l.trial_id = $1", trial_id, follow=follow,
+                                  is_done=is_done)
+        sent = 0
+        async for log in _iterate(records):
+            if not keep.keeps(log):
+                continue
+            yield (json.dumps({"result": log}) + "\n").encode()
+            sent += 1
+            if limit and sent >= limit:
+                return
+
+    return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+async def _iterate(
+    records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]],
+) -> AsyncIterator[dict[str, Any]]:
+    if isinstance(records, list):
+        for record in records:
+            yield record
+    else:
+        async for record in records:
+            yield record

@@ -42,7 +42,8 @@ class CheckpointContext:
             raise ValueError("checkpoint_storage.host_path must be a non-empty path")
         self._info = info
         self._session = session
-        self.base_path = pathlib.Path(host_path)
+        # Determined's optional `storage_path` is a directory under host_path (as the API records).
+        self.base_path = pathlib.Path(host_path) / str(storage.get("storage_path") or "")
         self._closed = False
 
     @contextlib.contextmanager

@@ -387,6 +387,9 @@ def _clean_metrics(where: str, metrics: Mapping[str, Any]) -> dict[str, int | fl
     for key, value in metrics.items():
         if not isinstance(key, str) or not key:
             raise TypeError(f"{where}: metric names must be non-empty strings, got {key!r}")
+        if type(value) is float:  # the common case, without the costlier ABC checks below
+            clean[key] = value if math.isfinite(value) else None
+            continue
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise TypeError(
                 f"{where}: metrics must be a dict of numbers; {key!r} is "

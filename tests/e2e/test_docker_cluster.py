@@ -46,7 +46,7 @@ def test_grid_search_runs_in_containers(docker_cluster: Cluster,
     trials = docker_cluster.json("experiment", "describe", str(experiment_id))["trials"]
     assert len(trials) == 6
     assert {t["state"] for t in trials} == {"STATE_COMPLETED"}
-    assert all(t["bestValidation"]["metrics"]["accuracy"] > 0 for t in trials)
+    assert all(t["bestValidation"]["metrics"]["avgMetrics"]["accuracy"] > 0 for t in trials)
     checkpoints = docker_cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
     assert all(Path(c["storagePath"]).is_dir() for c in checkpoints
                if c["state"] == "STATE_COMPLETED")

@@ -45,7 +45,7 @@ def test_grid_search_runs_to_completion(cluster: Cluster) -> None:
     trials = cluster.json("experiment", "describe", str(experiment_id))["trials"]
     assert len(trials) == 6
     assert {t["state"] for t in trials} == {"STATE_COMPLETED"}
-    assert all(t["bestValidation"]["metrics"]["accuracy"] > 0 for t in trials)
+    assert all(t["bestValidation"]["metrics"]["avgMetrics"]["accuracy"] > 0 for t in trials)
     assert {(t["hparams"]["learning_rate"], t["hparams"]["hidden_size"]) for t in trials} == {
         (lr, h) for lr in (0.001, 0.01, 0.1) for h in (16, 64)
     }

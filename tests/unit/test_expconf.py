@@ -369,14 +369,14 @@ def test_missing_fields(data: dict[str, object], expected: list[str]) -> None:
             "checkpoint_storage.save_trial_best: must be >= 0 (got -1)",
         ),
         (
-            {"checkpoint_storage": {"type": "s3", "bucket": "b"}},
-            'checkpoint_storage.type: checkpoint storage type "s3" is not supported yet; '
-            'use one of "shared_fs"',
+            {"checkpoint_storage": {"type": "gcs", "bucket": "b"}},
+            'checkpoint_storage.type: checkpoint storage type "gcs" is not supported yet; '
+            'use one of "shared_fs", "s3"',
         ),
         (
             {"checkpoint_storage": {"type": "shared-fs"}},
             'checkpoint_storage.type: unknown checkpoint storage type "shared-fs"; must be one of '
-            '"shared_fs"; did you mean "shared_fs"?',
+            '"shared_fs", "s3"; did you mean "shared_fs"?',
         ),
         (
             {"searcher": {"name": "pbt", "metric": "m"}},
@@ -440,8 +440,9 @@ def test_missing_fields(data: dict[str, object], expected: list[str]) -> None:
             "Epochal sets the same variables on every device",
         ),
         (
-            {"environment": {"image": {"cpu": "a", "cuda": "b"}}},
-            "environment.image: give one image for every device (a string)",
+            {"environment": {"image": {"cpu": "a", "tpu": "b"}}},
+            'environment.image: must be an image name or a mapping of "cpu", "cuda", "gpu", '
+            '"rocm" to image names (got a mapping)',
         ),
         ({"bind_mounts": [{"host_path": "/a"}]}, "bind_mounts[0].container_path: field required"),
         (

@@ -1,0 +1,141 @@
+"""Determined's trial environment, so Core API scripts (`det.core.init()`) run unchanged.
+
+Determined's client reads two things: `DET_*` environment variables (the session token, the
+user, the master) and info files at the fixed paths `/run/determined/info/{cluster,trial,
+rendezvous,resources}.json`, which `det.get_cluster_info()` reads and nothing else. Both are
+derived here from the same trial info Epochal's own harness gets (agent_worker/trial_info.py).
+The runtimes put the files at `DETERMINED_INFO_DIR`: the Docker runtime mounts them there, the
+process runtime bind-mounts them there in a mount namespace of the trial's own (as root).
+
+Determined maps `shared_fs` storage to `/determined_shared_fs` inside its containers. Epochal's
+runtimes make checkpoint storage reachable at its host path instead, so Determined's code sees
+the equivalent `directory` storage at `host_path[/storage_path]`: checkpoints land in the same
+`<dir>/<uuid>/` Epochal's harness, GC and restore use.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+DETERMINED_INFO_DIR = "/run/determined/info"
+# A run's info files live next to its working directory (not inside: that is the user's).
+_INFO_DIR_SUFFIX = ".det-info"
+# DET_USER when the experiment's owner cannot be learnt (Determined only needs it non-empty).
+FALLBACK_USER = "determined"
+
+
+def determined_info_dir(run_dir: Path) -> Path:
+    """Where the agent writes a run's Determined info files on its host."""
+    return run_dir.with_name(run_dir.name + _INFO_DIR_SUFFIX)
+
+
+def storage_directory(storage: Mapping[str, Any] | None) -> str | None:
+    """The directory shared_fs checkpoints live in: `host_path`, or `host_path/storage_path`."""
+    if not storage or storage.get("type") != "shared_fs" or not storage.get("host_path"):
+        return None
+    host_path = str(storage["host_path"])
+    sub = storage.get("storage_path")
+    return os.path.normpath(os.path.join(host_path, str(sub))) if sub else host_path
+
+
+def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The experiment config as Determined's code in the trial should see it.
+
+    `searcher.max_length` is what this run trains to (an ASHA rung), and shared_fs storage is
+    the `directory` storage at its host path (see the module docstring).
+    """
+    config: dict[str, Any] = copy.deepcopy(dict(info.get("experiment_config") or {}))
+    max_length = info.get("max_length")
+    searcher = config.get("searcher")
+    if max_length and isinstance(searcher, dict):
+        searcher["max_length"] = max_length
+    storage = info.get("checkpoint_storage") or config.get("checkpoint_storage")
+    directory = storage_directory(storage)
+    if directory is not None:
+        config["checkpoint_storage"] = {"type": "directory", "container_path": directory}
+    elif storage:
+        config["checkpoint_storage"] = storage
+    return config
+
+
+def determined_environment(info: Mapping[str, Any], *, username: str) -> dict[str, str]:
+    """The `DET_*` variables of a trial (determined/_info.py, common/api/authentication.py)."""
+    config = determined_config(info)
+    env = {
+        "DET_MASTER": str(info["master_url"]),
+        "DET_CLUSTER_ID": str(info.get("cluster_id") or "epochal"),
+        "DET_AGENT_ID": str(info["agent_id"]),
+        "DET_SLOT_IDS": json.dumps(list(info.get("slot_ids") or [])),
+        "DET_TASK_ID": str(info["task_id"]),
+        "DET_ALLOCATION_ID": str(info["allocation_id"]),
+        # Determined refuses an empty token; a cluster without tokens ignores this one.
+        "DET_SESSION_TOKEN": str(info.get("session_token") or "none"),
+        "DET_USER": username or FALLBACK_USER,
+        "DET_TASK_TYPE": "TRIAL",
+        "DET_TRIAL_ID": str(info["trial_id"]),
+        "DET_EXPERIMENT_ID": str(info["experiment_id"]),
+        "DET_TRIAL_SEED": str(info["trial_seed"]),
+        "DET_TRIAL_RUN_ID": str(info["trial_run_id"]),
+        "DET_HPARAMS": json.dumps(info.get("hparams") or {}),
+        "DET_EXPERIMENT_CONFIG": json.dumps(config),
+        "DET_STEPS_COMPLETED": str(int(info.get("steps_completed") or 0)),
+        "DET_RESOURCES_TYPE": "docker-container",
+    }
+    if info.get("latest_checkpoint"):
+        env["DET_LATEST_CHECKPOINT"] = str(info["latest_checkpoint"])
+    return env
+
+
+def determined_info_files(info: Mapping[str, Any], *, username: str) -> dict[str, Any]:
+    """File name -> JSON content of what `det.get_cluster_info()` reads (keys are the
+    constructor arguments of ClusterInfo, TrialInfo, RendezvousInfo and ResourcesInfo)."""
+    env = determined_environment(info, username=username)
+    slot_ids = list(info.get("slot_ids") or [])
+    config = json.loads(env["DET_EXPERIMENT_CONFIG"])
+    return {
+        "cluster.json": {
+            "master_url": env["DET_MASTER"],
+            "cluster_id": env["DET_CLUSTER_ID"],
+            "agent_id": env["DET_AGENT_ID"],
+            "slot_ids": slot_ids,
+            "task_id": env["DET_TASK_ID"],
+            "allocation_id": env["DET_ALLOCATION_ID"],
+            "session_token": env["DET_SESSION_TOKEN"],
+            "task_type": "TRIAL",
+            "master_cert_name": None,
+            "master_cert_file": None,
+            "latest_checkpoint": info.get("latest_checkpoint"),
+        },
+        "trial.json": {
+            "trial_id": int(info["trial_id"]),
+            "experiment_id": int(info["experiment_id"]),
+            "trial_seed": int(info["trial_seed"]),
+            "hparams": info.get("hparams") or {},
+            "config": config,
+            "steps_completed": int(info.get("steps_completed") or 0),
+            "trial_run_id": int(info["trial_run_id"]),
+            "debug": bool(config.get("debug", False)),
+            "inter_node_network_interface": None,
+        },
+        "rendezvous.json": {
+            "container_addrs": ["127.0.0.1"],
+            "container_rank": 0,
+            "container_slot_counts": [len(slot_ids)],
+        },
+        "resources.json": {"gpu_uuids": list(info.get("gpu_uuids") or [])},
+    }
+
+
+def write_determined_info(directory: Path, info: Mapping[str, Any], *, username: str) -> None:
+    """Write the info files into `directory` (created; readable by any uid in the task)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o755)
+    for name, content in determined_info_files(info, username=username).items():
+        path = directory / name
+        path.write_text(json.dumps(content) + "\n", "utf-8")
+        path.chmod(0o644)

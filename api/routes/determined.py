@@ -1,0 +1,88 @@
+"""Routes only Determined's Core API calls (`determined.core`, 0.38); Epochal's harness does not.
+
+Everything both clients call lives with its resource (trials.py, tasks.py, checkpoints.py) and
+accepts both spellings; these are the calls Epochal's own harness has no use for.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
+
+from api import auth
+from api.deps import Pool
+from api.errors import ApiError, not_found
+from workflows.constants import task_id
+
+router = APIRouter(prefix="/api/v1", tags=["determined"])
+
+MAX_RUNNER_STATE_LENGTH = 1_000
+
+
+class RunPrepareForReportingRequest(BaseModel):
+    runId: int
+    checkpointStorage: dict[str, Any] | None = None
+
+
+class RunnerMetadata(BaseModel):
+    state: str = Field(max_length=MAX_RUNNER_STATE_LENGTH)
+
+
+@router.post("/runs/start")
+async def prepare_run_for_reporting(
+    body: RunPrepareForReportingRequest, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """`core.init()` announces the run (a trial) before reporting. Epochal keeps checkpoints
+    where the experiment's storage says, so there is no separate storage id to hand back."""
+    await auth.require_trial_write(request, body.runId)
+    if await pool.fetchval("SELECT 1 FROM trials WHERE id = $1", body.runId) is None:
+        raise not_found("trial", body.runId)
+    return {}
+
+
+@router.post("/trials/{trial_id}/runner/metadata")
+async def post_runner_metadata(trial_id: int, body: RunnerMetadata, pool: Pool) -> dict[str, Any]:
+    """`core.train.set_status(text)`: a short status line, kept in the trial's logs."""
+    row = await pool.fetchrow(
+        "SELECT experiment_id, run_id, agent_id FROM trials WHERE id = $1", trial_id
+    )
+    if row is None:
+        raise not_found("trial", trial_id)
+    task = task_id(row["experiment_id"], trial_id)
+    await pool.execute(
+        "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level, log,"
+        " timestamp) VALUES ($1, $2, $3, $4, NULL, 'INFO', $5, now())",
+        trial_id,
+        task,
+        f"{task}.{row['run_id']}",
+        row["agent_id"],
+        f"status: {body.state.replace(chr(0), '')}\n",
+    )
+    return {}
+
+
+@router.get("/experiments/{experiment_id}/searcher/best_searcher_validation_metric")
+async def best_searcher_validation_metric(experiment_id: int, pool: Pool) -> dict[str, Any]:
+    """The best validation value of the searcher's metric over the experiment's trials
+    (`core.train.get_experiment_best_validation()`); 404 while there is none, as Determined."""
+    searcher = await pool.fetchval(
+        "SELECT config -> 'searcher' FROM experiments WHERE id = $1", experiment_id
+    )
+    if searcher is None:
+        raise not_found("experiment", experiment_id)
+    metric = str(searcher.get("metric") or "")
+    best = "min" if searcher.get("smaller_is_better", True) else "max"
+    value = await pool.fetchval(
+        f"SELECT {best}((m.metrics ->> $2)::float8) FROM metrics m"  # noqa: S608 (min or max)
+        " JOIN trials t ON t.id = m.trial_id"
+        " WHERE t.experiment_id = $1 AND m.metric_group = 'validation'"
+        " AND jsonb_typeof(m.metrics -> $2) = 'number'",
+        experiment_id,
+        metric,
+    )
+    if value is None or not math.isfinite(value):
+        raise ApiError(404, f"experiment {experiment_id} has no validation of {metric!r} yet")
+    return {"metric": value}

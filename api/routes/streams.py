@@ -1,0 +1,102 @@
+"""Server-Sent Events for the dashboard's live pages: a trial's logs, an experiment's state.
+
+Browsers' EventSource sends no Authorization header, so these GET routes are read with the `auth`
+cookie the dashboard sets at login (api/auth.py accepts it for GET). Each stream ends with an
+`end` event once there is nothing more to say, so the page closes it instead of letting
+EventSource reconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from api import views
+from api.deps import Pool
+from api.errors import not_found
+from api.log_stream import log_records
+
+router = APIRouter(prefix="/api/v1", tags=["streams"])
+
+STATE_POLL_SECONDS = 1.0
+PING_SECONDS = 15
+# Fields that grow with the clock while a run goes on (views.py); a change in them alone is no
+# change worth an event.
+CLOCK_FIELDS = frozenset({"duration", "wallClockTime"})
+
+
+def _end() -> ServerSentEvent:
+    return ServerSentEvent(data="{}", event="end")
+
+
+@router.get("/trials/{trial_id}/logs/stream")
+async def stream_trial_logs(
+    trial_id: int,
+    pool: Pool,
+    last_event_id: Annotated[int, Header(ge=0)] = 0,
+) -> EventSourceResponse:
+    """A trial's log lines as `log` events (id = the line's id, so a reconnect resumes after
+    it), existing lines first, then new ones until the trial is terminal and drained."""
+    if await pool.fetchval("SELECT 1 FROM trials WHERE id = $1", trial_id) is None:
+        raise not_found("trial", trial_id)
+
+    async def is_done() -> bool:
+        state = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
+        return state in views.TERMINAL_STATES
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        logs = log_records(
+            pool, "l.trial_id = $1", trial_id, follow=True, is_done=is_done, after_id=last_event_id
+        )
+        async for log in logs:
+            yield ServerSentEvent(data=json.dumps(log), event="log", id=str(log["id"]))
+        yield _end()
+
+    return EventSourceResponse(events(), ping=PING_SECONDS)
+
+
+def _fingerprint(summary: dict[str, Any]) -> str:
+    def steady(obj: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in obj.items() if k not in CLOCK_FIELDS}
+
+    return json.dumps(
+        [steady(summary["experiment"]), [steady(t) for t in summary["trials"]]], sort_keys=True
+    )
+
+
+async def _experiment_summary(pool: Pool, experiment_id: int) -> dict[str, Any] | None:
+    row = await views.fetch_experiment_row(pool, experiment_id)
+    if row is None:
+        return None
+    trials = await views.fetch_trials(pool, experiment_id)
+    return {"experiment": views.experiment_json(row, trials), "trials": trials}
+
+
+@router.get("/experiments/{experiment_id}/stream")
+async def stream_experiment(experiment_id: int, pool: Pool) -> EventSourceResponse:
+    """`experiment` events holding `{"experiment", "trials"}` whenever either changed (polled
+    from PostgreSQL about once a second), ending after the terminal state is sent."""
+    if await _experiment_summary(pool, experiment_id) is None:
+        raise not_found("experiment", experiment_id)
+
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        sent: str | None = None
+        while True:
+            summary = await _experiment_summary(pool, experiment_id)
+            if summary is None:  # deleted while watched
+                break
+            fingerprint = _fingerprint(summary)
+            if fingerprint != sent:
+                sent = fingerprint
+                yield ServerSentEvent(data=json.dumps(summary), event="experiment")
+            if summary["experiment"]["state"].removeprefix("STATE_") in views.TERMINAL_STATES:
+                break
+            await asyncio.sleep(STATE_POLL_SECONDS)
+        yield _end()
+
+    return EventSourceResponse(events(), ping=PING_SECONDS)

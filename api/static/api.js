@@ -1,0 +1,141 @@
+// Talking to the master: the session token, JSON calls, Server-Sent Events, and the page header.
+//
+// The token lives in localStorage (sent as `Authorization: Bearer`) and in the `auth` cookie,
+// which the master accepts for GET only: that is how EventSource, which cannot send headers,
+// is authenticated. Any 401 sends the user to /login and back here afterwards.
+
+import { el, replace } from "/static/dom.js";
+
+const TOKEN_KEY = "epochal.token";
+const COOKIE_MAX_AGE = 7 * 24 * 3600;
+
+export function token() {
+  return localStorage.getItem(TOKEN_KEY);
+}
+
+export function saveToken(value) {
+  localStorage.setItem(TOKEN_KEY, value);
+  document.cookie = `auth=${encodeURIComponent(value)}; path=/; max-age=${COOKIE_MAX_AGE}; SameSite=Strict`;
+}
+
+export function forgetToken() {
+  localStorage.removeItem(TOKEN_KEY);
+  document.cookie = "auth=; path=/; max-age=0; SameSite=Strict";
+}
+
+export function toLogin() {
+  forgetToken();
+  const here = location.pathname + location.search;
+  location.assign(`/login?next=${encodeURIComponent(here)}`);
+}
+
+export class ApiError extends Error {
+  constructor(status, body) {
+    const details = (body && body.details) || [];
+    super([body && body.message, ...details].filter(Boolean).join(": ") || `HTTP ${status}`);
+    this.status = status;
+  }
+}
+
+export async function api(path, { method = "GET", body } = {}) {
+  const headers = { Accept: "application/json" };
+  const saved = token();
+  if (saved) headers.Authorization = `Bearer ${saved}`;
+  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const response = await fetch(path, {
+    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  if (response.status === 401 && path !== "/api/v1/auth/login") {
+    toLogin();
+    throw new ApiError(401, { message: "not logged in" });
+  }
+  const text = await response.text();
+  let data = null;
+  try {
+    data = text ? JSON.parse(text) : {};
+  } catch {
+    data = { message: text };
+  }
+  if (!response.ok) throw new ApiError(response.status, data);
+  return data;
+}
+
+// A MetricReport's values (Determined's form wraps them in `avgMetrics`).
+export function reportValues(report) {
+  const values = (report && report.metrics) || {};
+  return values.avgMetrics && typeof values.avgMetrics === "object" ? values.avgMetrics : values;
+}
+
+export function query(params) {
+  const search = new URLSearchParams();
+  for (const [key, value] of Object.entries(params)) {
+    if (value === null || value === undefined || value === "") continue;
+    for (const item of Array.isArray(value) ? value : [value]) search.append(key, String(item));
+  }
+  const text = search.toString();
+  return text ? `?${text}` : "";
+}
+
+// Follow an SSE stream: `handlers` maps event names to functions of the parsed data. The stream
+// is closed on its `end` event; if it cannot be opened or breaks for good, `onFail` runs (pages
+// fall back to polling). Returns a function that closes it.
+export function follow(path, handlers, onFail = () => {}) {
+  const source = new EventSource(path);
+  let open = true;
+  const close = () => {
+    open = false;
+    source.close();
+  };
+  for (const [name, handler] of Object.entries(handlers)) {
+    source.addEventListener(name, (event) => handler(JSON.parse(event.data)));
+  }
+  source.addEventListener("end", close);
+  source.addEventListener("error", () => {
+    // EventSource reconnects by itself after a dropped connection; CLOSED means it gave up.
+    if (open && source.readyState === EventSource.CLOSED) {
+      open = false;
+      onFail();
+    }
+  });
+  return close;
+}
+
+// Run `task` now and every `seconds` while the page is open; errors show in `status`.
+export function every(seconds, task, status) {
+  let timer = null;
+  let stopped = false;
+  const run = async () => {
+    try {
+      await task();
+      if (status) replace(status);
+    } catch (error) {
+      if (status) replace(status, el("span", { class: "error" }, String(error.message || error)));
+    }
+    if (!stopped) timer = setTimeout(run, seconds * 1000);
+  };
+  run();
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
+// The header every page but /login shares: who is logged in, and a way out.
+export async function startPage() {
+  if (!token()) {
+    toLogin();
+    return null;
+  }
+  document.getElementById("logout").addEventListener("click", async (event) => {
+    event.preventDefault();
+    try {
+      await api("/api/v1/auth/logout", { method: "POST" });
+    } finally {
+      forgetToken();
+      location.assign("/login");
+    }
+  });
+  const { user } = await api("/api/v1/me");
+  replace(document.getElementById("whoami"), user.displayName || user.username);
+  return user;
+}

@@ -1,0 +1,70 @@
+// The cluster: agents and their slots (GET /api/v1/agents) and the job queue in the order the
+// scheduler serves it (GET /api/v1/job-queues), refreshed every two seconds.
+
+import { api, every, startPage } from "/static/api.js";
+import { el, fmtTime, message, replace, shortState, table } from "/static/dom.js";
+
+const main = document.getElementById("main");
+const status = el("div", { class: "status" });
+const agentBox = el("section", { id: "agents", class: "panel" });
+const slotBox = el("section", { id: "slots", class: "panel" });
+const queueBox = el("section", { id: "queue", class: "panel" });
+
+function yesNo(value, yes, no) {
+  return el("span", { class: value ? "ok" : "bad" }, value ? yes : no);
+}
+
+function renderAgents(agents) {
+  const columns = [
+    { label: "Agent", cell: (a) => a.id },
+    { label: "Pool", cell: (a) => a.resourcePool },
+    { label: "Alive", cell: (a) => yesNo(a.alive, "alive", "lost") },
+    { label: "Enabled", cell: (a) => yesNo(a.enabled, "enabled", "draining") },
+    { label: "Slots used", class: "num",
+      cell: (a) => `${a.usedSlots} / ${Object.keys(a.slots || {}).length}` },
+    { label: "Registered", cell: (a) => fmtTime(a.registeredTime) },
+    { label: "Last seen", cell: (a) => fmtTime(a.lastSeen) },
+    { label: "Version", cell: (a) => a.version || "" },
+  ];
+  replace(agentBox, el("h2", {}, `Agents (${agents.length})`), agents.length
+    ? table(columns, agents, (a) => ({ class: "agent-row", "data-agent-id": a.id }))
+    : message("No agent has registered: start one with `epochal agent run`."));
+  const slots = agents.flatMap((a) => Object.values(a.slots || {}).map((s) => ({ agent: a, ...s })));
+  const slotColumns = [
+    { label: "Agent", cell: (s) => s.agent.id },
+    { label: "Slot", cell: (s) => s.id },
+    { label: "Type", cell: (s) => (s.type || "").replace(/^TYPE_/, "") },
+    { label: "Device", cell: (s) => (s.device ? s.device.brand || s.device.uuid || "" : "") },
+    { label: "Enabled", cell: (s) => yesNo(s.enabled, "yes", "no") },
+    { label: "In use by", cell: (s) => (s.trialId
+      ? el("a", { href: `/trials/${s.trialId}` }, `trial ${s.trialId}`) : "free") },
+  ];
+  replace(slotBox, el("h2", {}, `Slots (${slots.length})`),
+    table(slotColumns, slots, (s) => ({ class: "slot-row", "data-busy": Boolean(s.trialId) })));
+}
+
+function renderQueue(jobs) {
+  const columns = [
+    { label: "Job", cell: (j) => (j.type === "TYPE_EXPERIMENT"
+      ? el("a", { href: `/experiments/${j.entityId}` }, j.jobId) : j.jobId) },
+    { label: "Pool", cell: (j) => j.resourcePool },
+    { label: "Priority", class: "num", cell: (j) => j.priority },
+    { label: "State", cell: (j) => shortState(j.summary.state) },
+    { label: "Jobs ahead", class: "num", cell: (j) => j.summary.jobsAhead },
+    { label: "Slots (allocated / requested)", class: "num",
+      cell: (j) => `${j.allocatedSlots} / ${j.requestedSlots}` },
+    { label: "Trials (running / queued)", class: "num",
+      cell: (j) => `${j.runningTrials} / ${j.queuedTrials}` },
+  ];
+  replace(queueBox, el("h2", {}, `Job queue (${jobs.length})`), jobs.length
+    ? table(columns, jobs, (j) => ({ class: "job-row" })) : message("Nothing is queued or running."));
+}
+
+async function refresh() {
+  const [{ agents }, { jobs }] = await Promise.all([api("/api/v1/agents"), api("/api/v1/job-queues")]);
+  renderAgents(agents);
+  renderQueue(jobs);
+}
+
+replace(main, el("h1", {}, "Cluster"), status, agentBox, slotBox, queueBox);
+startPage().then((user) => user && every(2, refresh, status));

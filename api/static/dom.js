@@ -1,0 +1,84 @@
+// Building elements and formatting values. Data is only ever set as text (never innerHTML), so
+// a name or a log line cannot inject markup.
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === null || value === undefined || value === false) continue;
+    if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else if (key === "dataset") Object.assign(node.dataset, value);
+    else node.setAttribute(key, value === true ? "" : String(value));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+}
+
+export function replace(node, ...children) {
+  node.replaceChildren();
+  append(node, children);
+  return node;
+}
+
+export function shortState(state) {
+  return (state || "").replace(/^STATE_/, "");
+}
+
+export function stateBadge(state) {
+  const name = shortState(state);
+  return el("span", { class: `state state-${name.toLowerCase()}`, "data-state": name }, name);
+}
+
+export function fmtNumber(value) {
+  if (value === null || value === undefined || value === "") return "";
+  if (typeof value !== "number") return String(value);
+  if (Number.isInteger(value)) return String(value);
+  const abs = Math.abs(value);
+  if (abs !== 0 && (abs < 1e-3 || abs >= 1e5)) return value.toExponential(3);
+  return value.toPrecision(4).replace(/\.?0+$/, "");
+}
+
+export function fmtTime(iso) {
+  if (!iso) return "";
+  const date = new Date(iso);
+  return date.toLocaleString(undefined, {
+    year: "numeric", month: "short", day: "numeric",
+    hour: "2-digit", minute: "2-digit", second: "2-digit",
+  });
+}
+
+export function fmtBytes(bytes) {
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let value = bytes;
+  let unit = 0;
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024;
+    unit += 1;
+  }
+  return `${unit ? value.toFixed(1) : value} ${units[unit]}`;
+}
+
+export function progressBar(fraction) {
+  const pct = Math.round(Math.max(0, Math.min(1, fraction || 0)) * 100);
+  return el("span", { class: "progress", title: `${pct}%` },
+    el("span", { class: "progress-track" }, el("span", { class: "progress-fill", style: `width:${pct}%` })),
+    el("span", {}, `${pct}%`));
+}
+
+// A table from column specs: {label, cell(row) -> node|text, class?}.
+export function table(columns, rows, rowAttrs = () => ({})) {
+  return el("table", {},
+    el("thead", {}, el("tr", {}, columns.map((c) => el("th", { class: c.class }, c.label)))),
+    el("tbody", {}, rows.map((row) =>
+      el("tr", rowAttrs(row), columns.map((c) => el("td", { class: c.class }, c.cell(row)))))));
+}
+
+export function message(text, kind = "muted") {
+  return el("p", { class: kind }, text);
+}

@@ -1,0 +1,194 @@
+// One experiment: its state and controls, learning curves of every trial, the trials table and
+// a hyperparameter-vs-metric scatter. Live through GET /api/v1/experiments/{id}/stream (polling
+// if the stream cannot be had).
+
+import { api, every, follow, reportValues, startPage } from "/static/api.js";
+import { color, scatterChart } from "/static/charts.js";
+import { CurvePanel } from "/static/curves.js";
+import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
+  from "/static/dom.js";
+
+const CURVE_REFRESH_SECONDS = 2;
+const MAX_CURVES = 50;
+const ACTIONS = {
+  pause: ["ACTIVE"],
+  activate: ["PAUSED"],
+  kill: ["ACTIVE", "PAUSED", "STOPPING_CANCELED"],
+};
+
+const experimentId = Number(document.body.dataset.id);
+const main = document.getElementById("main");
+const header = el("div", { id: "experiment-header" });
+const actionStatus = el("div", { class: "status", id: "action-status" });
+const curveBox = el("section", { id: "curves", class: "panel" });
+const trialBox = el("section", { id: "trials", class: "panel" });
+const hpSelect = el("select", { id: "hp-select", "aria-label": "hyperparameter",
+  onchange: () => {
+    pickedHp = hpSelect.value;
+    renderScatter();
+  } });
+let pickedHp = null;
+const scatterBox = el("div", { class: "chart-box", id: "hp-scatter" });
+let summary = null;
+let curves = null;
+let curveStamp = "";
+let curveTimer = null;
+let pendingTrials = null;
+
+function action(name) {
+  return el("button", { type: "button", class: `action action-${name}`, "data-action": name,
+    onclick: async (event) => {
+      if (name === "kill" && !confirm(`Kill experiment ${experimentId}?`)) return;
+      event.target.disabled = true;
+      replace(actionStatus, `${name}: sent`);
+      try {
+        await api(`/api/v1/experiments/${experimentId}/${name}`, { method: "POST" });
+        replace(actionStatus, `${name}: accepted`);
+        await refreshOnce();
+      } catch (error) {
+        replace(actionStatus, el("span", { class: "error" }, `${name} failed: ${error.message}`));
+      }
+    } }, name);
+}
+
+function renderHeader(exp) {
+  const state = shortState(exp.state);
+  document.title = `Experiment ${exp.id} · Epochal`;
+  replace(header,
+    el("h1", {}, `Experiment ${exp.id}: `, el("span", { class: "name" }, exp.name), " ",
+      stateBadge(exp.state)),
+    el("p", { class: "summary" },
+      `${exp.searcherType} search on ${exp.searcherMetric} `,
+      `(${exp.smallerIsBetter ? "smaller" : "larger"} is better) · `,
+      exp.bestTrialId ? el("span", {}, "best trial ",
+        el("a", { href: `/trials/${exp.bestTrialId}` }, exp.bestTrialId),
+        ` (${fmtNumber(exp.bestValidation)})`) : "no validation yet",
+      ` · owner ${exp.username} · started ${fmtTime(exp.startTime)}`,
+      exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : ""),
+    el("div", { class: "actions" }, progressBar(exp.progress),
+      Object.entries(ACTIONS).map(([name, states]) => {
+        const button = action(name);
+        button.disabled = !states.includes(state);
+        return button;
+      }), actionStatus));
+}
+
+function hparamNames(trials) {
+  const names = new Set();
+  for (const t of trials) for (const name of Object.keys(t.hparams || {})) names.add(name);
+  return [...names].sort();
+}
+
+function hpValue(value) {
+  return typeof value === "object" && value !== null ? JSON.stringify(value) : fmtNumber(value);
+}
+
+function renderTrials(exp, trials) {
+  const hps = hparamNames(trials);
+  const metric = exp.searcherMetric;
+  const columns = [
+    { label: "Trial", cell: (t) => el("a", { href: `/trials/${t.id}` }, t.id) },
+    { label: "State", cell: (t) => stateBadge(t.state) },
+    ...hps.map((name) => ({ label: name, class: "num hp", cell: (t) => hpValue(t.hparams[name]) })),
+    { label: "Batches", class: "num batches", cell: (t) => t.totalBatchesProcessed },
+    { label: `Latest ${metric}`, class: "num",
+      cell: (t) => fmtNumber(reportValues(t.latestValidation)[metric]) },
+    { label: `Best ${metric}`, class: "num", cell: (t) => fmtNumber(t.searcherMetricValue) },
+    { label: "Restarts", class: "num", cell: (t) => t.restarts },
+    { label: "Status", cell: (t) => t.searcherStatus || "" },
+  ];
+  replace(trialBox, el("h2", {}, `Trials (${trials.length})`),
+    table(columns, trials, (t) => ({
+      class: `trial-row${t.id === exp.bestTrialId ? " best" : ""}`, "data-trial-id": t.id,
+      "data-state": shortState(t.state),
+    })));
+}
+
+function renderScatter() {
+  if (!summary) return;
+  const { experiment: exp, trials } = summary;
+  const names = hparamNames(trials);
+  // Until the user picks one: the first hyperparameter whose value differs between trials.
+  const varies = (name) => new Set(trials.map((t) => JSON.stringify(t.hparams[name]))).size > 1;
+  const chosen = names.includes(pickedHp) ? pickedHp : names.find(varies) || names[0];
+  replace(hpSelect, names.map((n) => el("option", { value: n, selected: n === chosen }, n)));
+  const scored = trials.filter((t) => typeof t.searcherMetricValue === "number" && chosen
+    && t.hparams[chosen] !== undefined);
+  const numeric = scored.every((t) => typeof t.hparams[chosen] === "number");
+  const categories = numeric ? null
+    : [...new Set(scored.map((t) => String(hpValue(t.hparams[chosen]))))].sort();
+  const ids = trials.map((t) => t.id).sort((a, b) => a - b);
+  const points = scored.map((t) => ({
+    x: numeric ? t.hparams[chosen] : String(hpValue(t.hparams[chosen])),
+    y: t.searcherMetricValue,
+    label: `trial ${t.id}: ${chosen}=${hpValue(t.hparams[chosen])}, `
+      + `${exp.searcherMetric}=${fmtNumber(t.searcherMetricValue)}`,
+    color: color(ids.indexOf(t.id)),
+  }));
+  replace(scatterBox, scatterChart(points,
+    { xLabel: chosen || "", yLabel: `best ${exp.searcherMetric}`, categories }));
+}
+
+// One chart stays readable (and one query small) with at most MAX_CURVES lines: the best trials.
+function curveTrialIds(trials) {
+  if (trials.length <= MAX_CURVES) return trials.map((t) => t.id);
+  const sign = summary.experiment.smallerIsBetter ? 1 : -1;
+  const score = (t) => (typeof t.searcherMetricValue === "number" ? sign * t.searcherMetricValue
+    : Infinity);
+  return [...trials].sort((a, b) => score(a) - score(b) || a.id - b.id).slice(0, MAX_CURVES)
+    .map((t) => t.id);
+}
+
+// Curves are re-read when a trial reported something new, at most every couple of seconds; a
+// change that arrives in between is loaded when the interval ends.
+function refreshCurves(trials) {
+  const stamp = trials.map((t) => `${t.id}:${t.totalBatchesProcessed}:`
+    + `${t.latestValidation ? t.latestValidation.stepsCompleted : ""}`).join(",");
+  if (stamp === curveStamp) return;
+  pendingTrials = trials;
+  if (curveTimer) return;
+  curveStamp = stamp;
+  pendingTrials = null;
+  curves.load(curveTrialIds(trials)).catch((error) => console.error(error));
+  curveTimer = setTimeout(() => {
+    curveTimer = null;
+    if (pendingTrials) refreshCurves(pendingTrials);
+  }, CURVE_REFRESH_SECONDS * 1000);
+}
+
+function show(next) {
+  summary = next;
+  renderHeader(next.experiment);
+  renderTrials(next.experiment, next.trials);
+  renderScatter();
+  if (curves) refreshCurves(next.trials);
+  main.dataset.state = shortState(next.experiment.state);
+}
+
+async function refreshOnce() {
+  const [{ experiment }, { trials }] = await Promise.all([
+    api(`/api/v1/experiments/${experimentId}`),
+    api(`/api/v1/experiments/${experimentId}/trials`),
+  ]);
+  show({ experiment, trials });
+}
+
+async function start() {
+  if (!(await startPage())) return;
+  replace(main, header,
+    el("h2", {}, "Learning curves"), curveBox,
+    trialBox,
+    el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),
+      el("label", {}, "hyperparameter ", hpSelect), scatterBox));
+  await refreshOnce();
+  curves = new CurvePanel(curveBox, {
+    group: "validation",
+    preferred: { validation: summary.experiment.searcherMetric },
+  });
+  curveStamp = "";
+  refreshCurves(summary.trials);
+  follow(`/api/v1/experiments/${experimentId}/stream`, { experiment: show },
+    () => every(2, refreshOnce, actionStatus));
+}
+
+start().catch((error) => replace(main, el("p", { class: "error" }, String(error.message))));

@@ -1,0 +1,109 @@
+// One trial: what it is, its learning curves, its checkpoints and its logs as they arrive
+// (GET /api/v1/trials/{id}/logs/stream; without the stream, the lines so far).
+
+import { api, every, follow, startPage, token } from "/static/api.js";
+import { CurvePanel } from "/static/curves.js";
+import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
+  from "/static/dom.js";
+
+const TERMINAL = ["COMPLETED", "CANCELED", "ERROR", "DELETED"];
+const MAX_LOG_LINES = 5000;
+
+const trialId = Number(document.body.dataset.id);
+const main = document.getElementById("main");
+const header = el("div", { id: "trial-header" });
+const status = el("div", { class: "status" });
+const curveBox = el("section", { id: "curves", class: "panel" });
+const checkpointBox = el("section", { id: "checkpoints", class: "panel" });
+const logBox = el("pre", { id: "logs", class: "logs", "data-lines": "0" });
+const followBox = el("input", { type: "checkbox", id: "follow-logs", checked: true });
+let curves = null;
+let lastStamp = "";
+
+function renderHeader(trial, exp) {
+  document.title = `Trial ${trial.id} · Epochal`;
+  const hparams = Object.entries(trial.hparams || {}).map(([k, v]) =>
+    el("span", { class: "hp" }, `${k}=${typeof v === "number" ? fmtNumber(v) : JSON.stringify(v)}`));
+  replace(header,
+    el("h1", {}, `Trial ${trial.id} `, stateBadge(trial.state)),
+    el("p", { class: "summary" }, "experiment ",
+      el("a", { href: `/experiments/${trial.experimentId}` }, `${trial.experimentId}`),
+      exp ? ` (${exp.name})` : "",
+      ` · ${trial.totalBatchesProcessed} batches · restarts ${trial.restarts}`,
+      trial.agentId ? ` · agent ${trial.agentId}` : "",
+      ` · started ${fmtTime(trial.startTime)}`, trial.endTime ? ` · ended ${fmtTime(trial.endTime)}` : "",
+      exp ? ` · best ${exp.searcherMetric} ${fmtNumber(trial.searcherMetricValue)}` : ""),
+    el("p", { class: "hparams" }, hparams));
+}
+
+function renderCheckpoints(checkpoints) {
+  const columns = [
+    { label: "UUID", cell: (c) => el("code", {}, c.uuid) },
+    { label: "Batches", class: "num", cell: (c) => (c.metadata || {}).steps_completed ?? "" },
+    { label: "State", cell: (c) => stateBadge(c.state) },
+    { label: "Reported", cell: (c) => fmtTime(c.reportTime) },
+    { label: "Searcher metric", class: "num", cell: (c) => fmtNumber(c.training.searcherMetric) },
+    { label: "Size", class: "num",
+      cell: (c) => fmtBytes(Object.values(c.resources || {}).reduce((a, b) => a + b, 0)) },
+  ];
+  replace(checkpointBox, el("h2", {}, `Checkpoints (${checkpoints.length})`),
+    checkpoints.length ? table(columns, checkpoints, (c) => ({ class: "checkpoint-row" }))
+      : el("p", { class: "muted" }, "none yet"));
+}
+
+function addLog(log) {
+  const stick = followBox.checked;
+  const line = el("span", { class: `log-line ${log.stdtype === "stderr" ? "stderr" : ""}` },
+    `${fmtTime(log.timestamp)} `, log.log.endsWith("\n") ? log.log : `${log.log}\n`);
+  logBox.append(line);
+  while (logBox.childElementCount > MAX_LOG_LINES) logBox.firstElementChild.remove();
+  logBox.dataset.lines = String(Number(logBox.dataset.lines) + 1);
+  if (stick) logBox.scrollTop = logBox.scrollHeight;
+}
+
+// Without the stream: the lines so far, read once as NDJSON.
+async function readLogsOnce() {
+  const response = await fetch(`/api/v1/trials/${trialId}/logs`,
+    { headers: { Authorization: `Bearer ${token()}` } });
+  const text = await response.text();
+  replace(logBox);
+  logBox.dataset.lines = "0";
+  for (const line of text.split("\n")) if (line.trim()) addLog(JSON.parse(line).result);
+}
+
+async function refresh(expHolder) {
+  const { trial } = await api(`/api/v1/trials/${trialId}`);
+  if (!expHolder.exp) {
+    expHolder.exp = (await api(`/api/v1/experiments/${trial.experimentId}`)).experiment;
+    curves = new CurvePanel(curveBox, {
+      group: "training",
+      preferred: { validation: expHolder.exp.searcherMetric },
+    });
+  }
+  renderHeader(trial, expHolder.exp);
+  main.dataset.state = shortState(trial.state);
+  const stamp = `${trial.totalBatchesProcessed}:${trial.latestCheckpointUuid}:${trial.state}`;
+  if (stamp !== lastStamp) {
+    lastStamp = stamp;
+    const [{ checkpoints }] = await Promise.all([
+      api(`/api/v1/trials/${trialId}/checkpoints`), curves.load([trialId]),
+    ]);
+    renderCheckpoints(checkpoints);
+  }
+  return TERMINAL.includes(shortState(trial.state));
+}
+
+async function start() {
+  if (!(await startPage())) return;
+  replace(main, header, status, el("h2", {}, "Learning curves"), curveBox, checkpointBox,
+    el("section", { class: "panel" }, el("h2", {}, "Logs ",
+      el("label", { class: "follow" }, followBox, " follow")), logBox));
+  const holder = { exp: null };
+  let stop = null;
+  stop = every(2, async () => {
+    if ((await refresh(holder)) && stop) stop();
+  }, status);
+  follow(`/api/v1/trials/${trialId}/logs/stream`, { log: addLog }, () => readLogsOnce());
+}
+
+start().catch((error) => replace(main, el("p", { class: "error" }, String(error.message))));

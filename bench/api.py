@@ -1,0 +1,478 @@
+"""API read latency on a large database, and metric ingestion next to MLflow's tracking server.
+
+Starts its own PostgreSQL (the embedded wheel, durable settings as a real cluster runs it) and
+Temporal dev server in a temporary directory, seeds a fresh database with COPY, then starts the
+real master (`python -m deploy.master`, uvicorn) on it and logs in as admin.
+
+Seed: E experiments x T trials each (default 10 x 100 = 1,000 trials); every trial has P training
+reports (steps 1..P, default 1,000) of 5 metrics, plus a validation report every 100 steps. Two
+experiments are ACTIVE, the others COMPLETED with their best trial recorded (as the master does
+when an experiment ends).
+
+Reads, each as R sequential requests over one keep-alive connection (after a warm-up), p50/p99:
+  - experiment list:   GET /api/v1/experiments?limit=100
+  - experiment detail: GET /api/v1/experiments/{id} (a random experiment: T trials)
+  - trial curves:      GET /api/v1/trials/time-series?trialIds={id}&maxDatapoints=200 (what a
+                       chart asks: every metric, downsampled), and with metricNames=loss (one
+                       metric: per-bucket min/max)
+  - full resolution:   GET /api/v1/trials/{id}/metrics?group=training&startBatches=250
+                       &endBatches=750 (501 reports, not downsampled)
+
+Ingestion, one writer each, same rows: S steps of 5 metrics, B steps per request (default 20,000
+and 100); both servers run throughout and the two alternate in rounds (default 4 of S/4 steps,
+after an untimed round each, plus 1,000 steps before each side's first round), so that the
+shared machine's changing load falls on both alike:
+  - Epochal: harness.core, the code trials run (its background sender posts batches of 100 reports
+    to POST /api/v1/trials/{id}/metrics/batch with a trial token); timed from the first report to
+    the moment the context has closed, i.e. everything delivered and committed.
+  - MLflow: `mlflow server` (1 worker, like Epochal's one master process) with its PostgreSQL
+    backend in another database on the same PostgreSQL server (or SQLite with
+    --mlflow-backend sqlite); the client, `MlflowClient.log_batch` with B steps x 5 metrics per
+    call, runs in MLflow's own virtualenv (bench/.mlflow-venv, made on first use) in a subprocess.
+  Rows are steps (one Epochal report, five MLflow metric rows); values are metric values.
+The last line is the one-line summary.
+
+    .venv/bin/python bench/api.py [--experiments 10] [--trials 100] [--points 1000] \
+        [--requests 300] [--steps 20000] [--rounds 4] [--batch 100] \
+        [--mlflow-backend postgres|sqlite] [--skip-mlflow]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from activities.database import apply_migrations, create_pool  # noqa: E402
+from deploy import processes  # noqa: E402
+from deploy.postgres import EmbeddedPostgres  # noqa: E402
+from deploy.temporal_server import TemporalDevServer  # noqa: E402
+from harness import core  # noqa: E402
+from harness.core._info import TrialInfo  # noqa: E402
+from workflows.tokens import mint_trial_token  # noqa: E402
+
+MLFLOW_VENV = REPO / "bench" / ".mlflow-venv"
+MLFLOW_PACKAGES = ("mlflow", "psycopg2-binary")
+METRICS = ("loss", "accuracy", "lr", "grad_norm", "throughput")
+VALIDATION_EVERY = 100
+WARM_UP_STEPS = 1_000
+ADMIN_PASSWORD = "bench-admin-password"
+SEARCHER = {"name": "adaptive_asha", "metric": "validation_loss", "smaller_is_better": True,
+            "max_trials": 100, "max_length": {"batches": 1000}}
+
+# Runs in MLflow's venv: log S steps of the 5 metrics with log_batch, B steps per call.
+MLFLOW_CLIENT = """
+import json, sys, time
+from mlflow.entities import Metric
+from mlflow.tracking import MlflowClient
+
+url, steps, batch, warm_up = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+names = sys.argv[5].split(",")
+client = MlflowClient(tracking_uri=url)
+experiment = client.create_experiment(f"bench-{time.time_ns()}")
+
+def log(run_id, count):
+    for start in range(0, count, batch):
+        now = int(time.time() * 1000)
+        rows = [Metric(name, 1.0 / (step + 1) + i, now, step)
+                for step in range(start, min(count, start + batch))
+                for i, name in enumerate(names)]
+        client.log_batch(run_id, metrics=rows)
+
+log(client.create_run(experiment).info.run_id, warm_up)
+run_id = client.create_run(experiment).info.run_id
+began = time.perf_counter()
+log(run_id, steps)
+elapsed = time.perf_counter() - began
+stored = len(client.get_metric_history(run_id, names[0]))
+print(json.dumps({"seconds": elapsed, "stored": stored}))
+"""
+
+
+# -- servers ----------------------------------------------------------------------------------
+
+
+@contextmanager
+def postgres(root: Path) -> Iterator[EmbeddedPostgres]:
+    server = EmbeddedPostgres(root / "postgres", log_file=root / "postgres.log")
+    server.start(processes.free_port())
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextmanager
+def temporal(root: Path) -> Iterator[str]:
+    server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
+                               pid_file=root / "temporal.pid")
+    try:
+        yield server.start(processes.free_port(), headless=True)
+    finally:
+        server.stop()
+
+
+@contextmanager
+def serving(cmd: list[str], *, name: str, url: str, log_file: Path,
+            env: dict[str, str] | None = None, timeout: float = 120) -> Iterator[None]:
+    """Run `cmd` until the block ends; wait until GET `url` answers 200 first."""
+    proc = processes.spawn(cmd, log_file=log_file, env=env, cwd=REPO)
+
+    def answers() -> bool:
+        try:
+            return httpx.get(url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        processes.wait_until(answers, part=name, log_file=log_file, timeout=timeout,
+                             pid=proc.pid)
+        yield
+    finally:
+        processes.stop_pid(proc.pid, grace=10)
+
+
+def ensure_mlflow_venv() -> Path:
+    """MLflow's own virtualenv (its pins must not shape Epochal's), made on first use."""
+    marker = MLFLOW_VENV / "epochal-bench-ready"
+    if not marker.exists():
+        print(f"creating {MLFLOW_VENV} with {', '.join(MLFLOW_PACKAGES)} (first use)", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(MLFLOW_VENV)], check=True)
+        subprocess.run([str(MLFLOW_VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                        "--no-input", *MLFLOW_PACKAGES], check=True, stdin=subprocess.DEVNULL)
+        marker.write_text(" ".join(MLFLOW_PACKAGES))
+    return MLFLOW_VENV / "bin"
+
+
+def mlflow_version(bin_dir: Path) -> str:
+    code = "import mlflow; print(mlflow.__version__)"
+    return subprocess.run([str(bin_dir / "python"), "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+# -- seeding ----------------------------------------------------------------------------------
+
+
+def experiment_config(index: int) -> dict[str, Any]:
+    return {"name": f"bench-{index}", "entrypoint": "python3 train.py", "searcher": SEARCHER,
+            "hyperparameters": {"lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1}},
+            "resources": {"resource_pool": "default", "slots_per_trial": 1},
+            "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/bench"}}
+
+
+def metric_lines(trial_ids: list[int], points: int) -> Iterator[bytes]:
+    """COPY text rows (trial_id, trial_run_id, metric_group, steps_completed, metrics)."""
+    for trial_id in trial_ids:
+        rng = random.Random(trial_id)
+        lines = []
+        for step in range(1, points + 1):
+            loss = 2.0 / step ** 0.5 + rng.random() * 0.05
+            values = (f'{{"loss": {loss:.6f}, "accuracy": {1 - loss / 3:.6f}, "lr": 0.01, '
+                      f'"grad_norm": {rng.random():.6f}, "throughput": {900 + step % 7}}}')
+            lines.append(f"{trial_id}\t1\ttraining\t{step}\t{values}\n")
+            if step % VALIDATION_EVERY == 0:
+                lines.append(f'{trial_id}\t1\tvalidation\t{step}\t'
+                             f'{{"validation_loss": {loss * 1.1:.6f}, "accuracy": 0.9}}\n')
+        yield "".join(lines).encode()
+
+
+async def seed(db_url: str, experiments: int, trials: int, points: int,
+               running: int = 2) -> dict[str, list[int]]:
+    """Schema, then experiments and trials (a few thousand rows), then metrics with COPY; the
+    last `running` experiments are left ACTIVE, the others COMPLETED with their best trial."""
+    pool = await create_pool(db_url)
+    try:
+        await apply_migrations(pool)
+        async with pool.acquire() as conn:
+            experiment_ids = [
+                await conn.fetchval(
+                    "INSERT INTO experiments (name, config, original_config, seed, state,"
+                    " progress) VALUES ($1, $2, '', $3, 'COMPLETED', 1) RETURNING id",
+                    f"bench-{i}", experiment_config(i), i)
+                for i in range(experiments)
+            ]
+            trial_rows = await conn.fetch(
+                "INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+                " steps_completed, progress, run_id, end_time)"
+                " SELECT e, r, jsonb_build_object('lr', 0.001 * r), r, 'COMPLETED', $3, 1, 1, now()"
+                " FROM unnest($1::int[]) e, generate_series(0, $2 - 1) r RETURNING id",
+                experiment_ids, trials, points)
+            trial_ids = sorted(r["id"] for r in trial_rows)
+
+            async def source() -> AsyncIterator[bytes]:
+                for chunk in metric_lines(trial_ids, points):
+                    yield chunk
+
+            await conn.copy_to_table(
+                "metrics", source=source(), format="text",
+                columns=["trial_id", "trial_run_id", "metric_group", "steps_completed",
+                         "metrics"])
+            # Ended experiments know their best trial (finish_experiment's rule); the last
+            # RUNNING experiments do not, so their list entry still searches every validation.
+            await conn.execute(
+                "UPDATE experiments e SET best_trial_id = ("
+                "  SELECT m.trial_id FROM metrics m JOIN trials t ON t.id = m.trial_id"
+                "  WHERE t.experiment_id = e.id AND m.metric_group = 'validation'"
+                "    AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL"
+                "  ORDER BY searcher_rank(m.metrics, e.config -> 'searcher'), m.id LIMIT 1)"
+                " WHERE e.id <> ALL($1::int[])", experiment_ids[-running:] if running else [])
+            await conn.execute(
+                "UPDATE experiments SET state = 'ACTIVE', progress = 0, end_time = NULL"
+                " WHERE id = ANY($1::int[])", experiment_ids[-running:] if running else [])
+            await conn.execute("ANALYZE")
+            rows = await conn.fetchval("SELECT count(*) FROM metrics")
+        print(f"seeded {experiments} experiments, {len(trial_ids)} trials, {rows:,} metric "
+              "reports", flush=True)
+        return {"experiments": experiment_ids, "trials": trial_ids}
+    finally:
+        await pool.close()
+
+
+async def new_trials(db_url: str, experiment_id: int, count: int) -> list[int]:
+    """Empty trials for ingestion (request ids past the experiment's)."""
+    pool = await create_pool(db_url)
+    try:
+        rows = await pool.fetch(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state)"
+            " SELECT $1, (SELECT max(request_id) FROM trials WHERE experiment_id = $1) + r,"
+            " '{}', r, 'RUNNING' FROM generate_series(1, $2) r"
+            " RETURNING id", experiment_id, count)
+        return [r["id"] for r in rows]
+    finally:
+        await pool.close()
+
+
+# -- measuring --------------------------------------------------------------------------------
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
+
+
+def time_reads(api: httpx.Client, name: str, path: Callable[[], tuple[str, dict[str, Any]]],
+               requests: int) -> tuple[float, float]:
+    for _ in range(max(10, requests // 10)):  # warm-up
+        url, params = path()
+        api.get(url, params=params).raise_for_status()
+    spans = []
+    size = 0
+    for _ in range(requests):
+        url, params = path()
+        began = time.perf_counter()
+        answer = api.get(url, params=params)
+        spans.append((time.perf_counter() - began) * 1000)
+        answer.raise_for_status()
+        size = max(size, len(answer.content))
+    p50, p99 = percentile(spans, 50), percentile(spans, 99)
+    print(f"{name:<32} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  max {max(spans):7.1f} ms  "
+          f"({requests} requests, answers up to {size / 1024:.0f} KiB)", flush=True)
+    return p50, p99
+
+
+def harness_ingest(master: str, cluster_token: str, trial_id: int, experiment_id: int,
+                   steps: int) -> float:
+    """Seconds for harness.core to deliver `steps` training reports of the 5 metrics."""
+    info = TrialInfo(
+        experiment_id=experiment_id, trial_id=trial_id, trial_run_id=1,
+        task_id=f"{experiment_id}.{trial_id}", allocation_id=f"{experiment_id}.{trial_id}.1",
+        trial_seed=0, hparams={}, experiment_config=experiment_config(0),
+        latest_checkpoint=None, steps_completed=0, max_length=steps, length_unit="batches",
+        checkpoint_storage={"type": "shared_fs", "host_path": tempfile.gettempdir()},
+        master_url=master, agent_id="bench",
+        session_token=mint_trial_token(cluster_token, trial_id))
+    began = time.perf_counter()
+    with core.init(info=info) as context:
+        for step in range(steps):
+            context.train.report_training_metrics(
+                step, {name: 1.0 / (step + 1) + i for i, name in enumerate(METRICS)})
+    return time.perf_counter() - began
+
+
+def mlflow_ingest(bin_dir: Path, url: str, steps: int, batch: int, warm_up: bool) -> float:
+    """Seconds for MlflowClient.log_batch to store `steps` steps of the 5 metrics."""
+    done = subprocess.run(
+        [str(bin_dir / "python"), "-c", MLFLOW_CLIENT, url, str(steps), str(batch),
+         str(WARM_UP_STEPS if warm_up else 0), ",".join(METRICS)],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=3600)
+    if done.returncode != 0:
+        raise SystemExit(f"the MLflow client failed:\n{done.stderr[-3000:]}")
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    if answer["stored"] != steps:
+        raise SystemExit(f"mlflow stored {answer['stored']} of {steps} steps")
+    return float(answer["seconds"])
+
+
+# -- the run ----------------------------------------------------------------------------------
+
+
+def run(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory(prefix="epochal-bench-api-") as tmp:
+        root = Path(tmp)
+        root.chmod(0o755)
+        mlflow_bin = None if args.skip_mlflow else ensure_mlflow_venv()
+        with postgres(root) as pg, temporal(root) as temporal_address:
+            db_url = pg.ensure_database("epochal_bench")
+            began = time.perf_counter()
+            seeded = asyncio.run(seed(db_url, args.experiments, args.trials, args.points))
+            print(f"seeding took {time.perf_counter() - began:.1f} s", flush=True)
+            port = processes.free_port()
+            master = f"http://127.0.0.1:{port}"
+            cluster_token = secrets.token_urlsafe(24)
+            env = {**os.environ, "EPOCHAL_DB_URL": db_url,
+                   "EPOCHAL_TEMPORAL_ADDRESS": temporal_address, "EPOCHAL_API_PORT": str(port),
+                   "EPOCHAL_CLUSTER_TOKEN": cluster_token,
+                   "EPOCHAL_ADMIN_PASSWORD": ADMIN_PASSWORD,
+                   "EPOCHAL_STATE_DIR": str(root / "state")}
+            with serving([sys.executable, "-m", "deploy.master"], name="master",
+                         url=f"{master}/api/v1/master", log_file=root / "master.log", env=env):
+                login = httpx.post(f"{master}/api/v1/auth/login",
+                                   json={"username": "admin", "password": ADMIN_PASSWORD})
+                login.raise_for_status()
+                headers = {"Authorization": f"Bearer {login.json()['token']}"}
+                reads = measure_reads(master, headers, seeded, args.requests)
+                epochal = EpochalIngest(master, cluster_token, headers, db_url,
+                                        seeded["experiments"][0])
+                if mlflow_bin is None:
+                    seconds = epochal.measure(args.steps)
+                    print(f"ingestion epochal: {args.steps / seconds:,.0f} rows/s "
+                          f"({args.steps:,} rows in {seconds:.2f} s); MLflow skipped")
+                    return
+                with mlflow_server(args.mlflow_backend, root, pg, mlflow_bin) as mlflow_url:
+                    epochal_seconds, mlflow_seconds = ingest_in_rounds(
+                        args, epochal, lambda steps, first: mlflow_ingest(
+                            mlflow_bin, mlflow_url, steps, args.batch, first))
+    epochal_rate = args.steps / epochal_seconds
+    mlflow_rate = args.steps / mlflow_seconds
+    values = len(METRICS)
+    print(f"ingestion epochal (harness.core -> /metrics/batch, PostgreSQL): {args.steps:,} rows "
+          f"in {epochal_seconds:.2f} s = {epochal_rate:,.0f} rows/s "
+          f"({epochal_rate * values:,.0f} values/s)")
+    print(f"ingestion mlflow {mlflow_version(mlflow_bin)} (log_batch, {args.mlflow_backend}): "
+          f"{args.steps:,} rows in {mlflow_seconds:.2f} s = {mlflow_rate:,.0f} rows/s "
+          f"({mlflow_rate * values:,.0f} values/s)")
+    worst = max(reads.values(), key=lambda r: r[1])
+    worst_name = next(n for n, r in reads.items() if r == worst)
+    print(f"reads p99 <= {worst[1]:.1f} ms (worst: {worst_name}; "
+          + ", ".join(f"{n} {p99:.1f} ms" for n, (_, p99) in reads.items())
+          + f"); ingestion {epochal_rate:,.0f} rows/s vs MLflow {mlflow_rate:,.0f} rows/s "
+          f"= {epochal_rate / mlflow_rate:.1f}x")
+
+
+class EpochalIngest:
+    """Ingestion into fresh trials of one experiment, checked against what the API then shows."""
+
+    def __init__(self, master: str, cluster_token: str, headers: dict[str, str], db_url: str,
+                 experiment_id: int) -> None:
+        self.master, self.cluster_token, self.headers = master, cluster_token, headers
+        self.db_url, self.experiment_id = db_url, experiment_id
+
+    def measure(self, steps: int, warm_up: bool = True) -> float:
+        if warm_up:
+            trial_id = asyncio.run(new_trials(self.db_url, self.experiment_id, 1))[0]
+            harness_ingest(self.master, self.cluster_token, trial_id, self.experiment_id,
+                           WARM_UP_STEPS)
+        trial_id = asyncio.run(new_trials(self.db_url, self.experiment_id, 1))[0]
+        seconds = harness_ingest(self.master, self.cluster_token, trial_id, self.experiment_id,
+                                 steps)
+        stored = httpx.get(f"{self.master}/api/v1/trials/{trial_id}/metrics",
+                           headers=self.headers, timeout=60).json()["metrics"]
+        if len(stored) != steps:
+            raise SystemExit(f"epochal stored {len(stored)} of {steps} reports")
+        return seconds
+
+
+def ingest_in_rounds(args: argparse.Namespace, epochal: EpochalIngest,
+                     mlflow: Callable[[int, bool], float]) -> tuple[float, float]:
+    """Alternate the two in rounds, so that a change in the machine's load (it is shared)
+    falls on both alike, after one untimed round each (MLflow's first run after its server
+    starts is markedly slower); returns the total seconds of each over the timed rounds."""
+    per_round = args.steps // args.rounds
+    epochal_total = mlflow_total = 0.0
+    for index in range(args.rounds + 1):
+        warm_up = index == 0
+        epochal_seconds = epochal.measure(per_round, warm_up=warm_up)
+        mlflow_seconds = mlflow(per_round, warm_up)
+        label = "warm-up round" if warm_up else f"round {index}"
+        print(f"{label}: {per_round:,} rows, epochal {per_round / epochal_seconds:,.0f}"
+              f" rows/s, mlflow {per_round / mlflow_seconds:,.0f} rows/s", flush=True)
+        if not warm_up:
+            epochal_total += epochal_seconds
+            mlflow_total += mlflow_seconds
+    return epochal_total, mlflow_total
+
+
+def measure_reads(master: str, headers: dict[str, str], seeded: dict[str, list[int]],
+                  requests: int) -> dict[str, tuple[float, float]]:
+    rng = random.Random(7)
+    experiments, trials = seeded["experiments"], seeded["trials"]
+    cases: dict[str, Callable[[], tuple[str, dict[str, Any]]]] = {
+        "experiment list": lambda: ("/api/v1/experiments", {"limit": 100}),
+        "experiment detail": lambda: (f"/api/v1/experiments/{rng.choice(experiments)}", {}),
+        "trial curves (all metrics, 200)": lambda: (
+            "/api/v1/trials/time-series",
+            {"trialIds": rng.choice(trials), "maxDatapoints": 200}),
+        "trial curve (loss, 200)": lambda: (
+            "/api/v1/trials/time-series",
+            {"trialIds": rng.choice(trials), "maxDatapoints": 200, "metricNames": "loss"}),
+        "trial metrics 250..750 (full)": lambda: (
+            f"/api/v1/trials/{rng.choice(trials)}/metrics",
+            {"group": "training", "startBatches": 250, "endBatches": 750}),
+    }
+    with httpx.Client(base_url=master, headers=headers, timeout=60) as api:
+        return {name: time_reads(api, name, path, requests) for name, path in cases.items()}
+
+
+@contextmanager
+def mlflow_server(backend: str, root: Path, pg: EmbeddedPostgres, bin_dir: Path) -> Iterator[str]:
+    """`mlflow server` on its PostgreSQL database (or SQLite file); yields its URL."""
+    if backend == "postgres":
+        store = pg.ensure_database("mlflow_bench").replace("postgresql://",
+                                                           "postgresql+psycopg2://", 1)
+    else:
+        store = f"sqlite:///{root / 'mlflow.db'}"
+    port = processes.free_port()
+    url = f"http://127.0.0.1:{port}"
+    cmd = [str(bin_dir / "mlflow"), "server", "--backend-store-uri", store,
+           "--default-artifact-root", str(root / "mlflow-artifacts"), "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    with serving(cmd, name="mlflow server", url=f"{url}/health",
+                 log_file=root / "mlflow.log", timeout=300):
+        yield url
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiments", type=int, default=10)
+    parser.add_argument("--trials", type=int, default=100, help="trials per experiment")
+    parser.add_argument("--points", type=int, default=1000, help="training reports per trial")
+    parser.add_argument("--requests", type=int, default=300, help="requests per read")
+    parser.add_argument("--steps", type=int, default=20_000, help="steps to ingest")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="ingestion alternates between the two in this many rounds")
+    parser.add_argument("--batch", type=int, default=100,
+                        help="steps per MLflow log_batch (the harness sends 100 per batch)")
+    parser.add_argument("--mlflow-backend", choices=("postgres", "sqlite"), default="postgres")
+    parser.add_argument("--skip-mlflow", action="store_true",
+                        help="measure Epochal only (no comparison; for quick iterations)")
+    run(parser.parse_args())
+
+
+if __name__ == "__main__":
+    main()

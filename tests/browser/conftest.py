@@ -1,0 +1,135 @@
+"""Real headless Chromium (Debian's, via Playwright) against a real local cluster.
+
+One cluster (master + one agent with two slots) and one running experiment serve the whole
+module; each test opens pages in one logged-in browser context. Chromium is Debian's
+/usr/bin/chromium, never a browser Playwright downloads; without it the tests skip, except in
+CI (CI=true), where they fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from deploy.browser import CHROMIUM, CHROMIUM_ARGS
+from deploy.docker_engine import in_ci
+from tests.e2e.cluster import REPO, Cluster, created_id, shared_servers_cluster, wait_for
+
+try:
+    from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+except ImportError:  # the `test` extra is not installed
+    sync_playwright = None  # type: ignore[assignment]
+
+SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
+MODEL = Path(__file__).parent / "model"
+# Long enough (about 30 s a trial) to pause and activate it while it runs.
+STEPS = 150
+LEARNING_RATES = [0.03, 0.2]
+TIMEOUT_MS = 30_000
+
+
+def require_chromium(chromium: Path = CHROMIUM) -> None:
+    """Skip when Playwright or Chromium is missing, except in CI, where that is a failure."""
+    missing = None
+    if sync_playwright is None:
+        missing = "playwright is not installed (pip install -e '.[test]')"
+    elif not chromium.exists():
+        missing = f"{chromium} is missing (python -m deploy.browser installs it)"
+    if missing:
+        if in_ci():
+            pytest.fail(f"browser tests cannot run in CI: {missing}")
+        pytest.skip(missing)
+
+
+@pytest.fixture(scope="module")
+def chromium_ready() -> None:
+    """Checked before anything starts, so a missing browser costs no cluster."""
+    require_chromium()
+
+
+@pytest.fixture(scope="module")
+def cluster(chromium_ready: None, postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+    with shared_servers_cluster(postgres_url, temporal_address, "browser", "--slots", "2") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def chromium(cluster: Cluster) -> Iterator[Browser]:
+    """Chromium for this module only. Started after the cluster and stopped with the module:
+    Playwright's sync API keeps an event loop running in this thread while it is open, which
+    code using asyncio.run (the cluster's setup) and later async tests cannot share."""
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=list(CHROMIUM_ARGS))
+        yield browser
+        browser.close()
+
+
+@pytest.fixture(scope="module")
+def experiment_id(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> int:
+    """A grid of two trials (one per learning rate), both running once this returns."""
+    config = {
+        "name": "browser-grid",
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {
+            "lr": {"type": "categorical", "vals": LEARNING_RATES},
+            "sleep": 0.2,
+            "checkpoint_every": 5,
+        },
+        "searcher": {"name": "grid", "metric": "validation_loss",
+                     "max_length": {"batches": STEPS}, "max_concurrent_trials": 2},
+        "max_restarts": 0,
+    }
+    path = Path(tmp_path_factory.mktemp("browser")) / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    exp = created_id(cluster.run("experiment", "create", str(path), str(MODEL)).stdout)
+
+    def running() -> bool:
+        trials = api_get(cluster, f"/api/v1/experiments/{exp}/trials")["trials"]
+        return len(trials) == len(LEARNING_RATES) and all(
+            t["state"] == "STATE_RUNNING" and t["totalBatchesProcessed"] > 0 for t in trials
+        )
+
+    try:
+        wait_for(running, timeout=90, what="both trials to run and report")
+    except AssertionError as err:
+        trials = api_get(cluster, f"/api/v1/experiments/{exp}/trials")["trials"]
+        logs = [httpx.get(f"{cluster.url}/api/v1/trials/{t['id']}/logs", headers=cluster.headers,
+                          timeout=30).text[-2000:] for t in trials]
+        raise AssertionError(f"{err}: trials {trials}, their logs {logs}") from None
+    return exp
+
+
+@pytest.fixture(scope="module")
+def context(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
+    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(TIMEOUT_MS)
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture
+def page(context: BrowserContext) -> Iterator[Page]:
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    yield page
+    page.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def api_get(cluster: Cluster, path: str) -> Any:
+    answer = httpx.get(cluster.url + path, headers=cluster.headers, timeout=30)
+    answer.raise_for_status()
+    return answer.json()
+
+
+def screenshot(page: Page, name: str) -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path

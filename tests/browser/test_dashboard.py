@@ -1,0 +1,247 @@
+"""The dashboard in headless Chromium against a live cluster running a real two-trial grid:
+log in, list, learning curves, trials table, hyperparameter scatter, pause and activate, a
+trial's live logs and checkpoints, the cluster page, and the experiment followed live to its end.
+
+Tests run in file order on one experiment (pause/activate before it completes). A screenshot
+of every page goes to test-artifacts/screenshots/.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.browser.conftest import LEARNING_RATES, STEPS, TIMEOUT_MS, api_get, screenshot
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+ADMIN = "admin"
+
+
+def log_in(page: Page, password: str) -> None:
+    page.fill("#username", ADMIN)
+    page.fill("#password", password)
+    page.click("#login-button")
+
+
+@pytest.fixture(scope="module")
+def logged_in(
+    context: BrowserContext, cluster: Cluster, experiment_id: int
+) -> Iterator[BrowserContext]:
+    """The module's browser context after logging in through /login (token kept by the page)."""
+    page = context.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page).to_have_url(re.compile(r"/login\?next=%2Fexperiments%2F\d+$"))
+    log_in(page, cluster.secrets["admin_password"])
+    expect(page).to_have_url(re.compile(rf"/experiments/{experiment_id}$"))
+    expect(page.locator("#whoami")).to_have_text(ADMIN)
+    page.close()
+    yield context
+
+
+def chart_points(page: Page, selector: str, at_least: int = 2) -> int:
+    """Wait until the SVG chart at `selector` has drawn `at_least` points; return how many."""
+    page.wait_for_function(
+        "([sel, n]) => Number(document.querySelector(sel)?.dataset.points || 0) >= n",
+        arg=[selector, at_least],
+    )
+    return int(page.locator(selector).get_attribute("data-points") or 0)
+
+
+def test_wrong_password_is_refused_on_the_login_page(chromium: Browser, cluster: Cluster) -> None:
+    ctx = chromium.new_context(base_url=cluster.url)
+    try:
+        page = ctx.new_page()
+        page.goto("/")
+        expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
+        log_in(page, "not-the-password")
+        expect(page.locator("#login-error")).to_contain_text("invalid username or password")
+        expect(page).to_have_url(re.compile(r"/login"))
+        screenshot(page, "login")
+    finally:
+        ctx.close()
+
+
+def test_experiment_list_shows_and_filters(
+    logged_in: BrowserContext, experiment_id: int
+) -> None:
+    page = logged_in.new_page()
+    page.goto("/")
+    row = page.locator(f"tr.experiment-row[data-id='{experiment_id}']")
+    expect(row).to_contain_text("browser-grid")
+    expect(row).to_contain_text(ADMIN)
+    expect(row.locator(".state")).to_have_text("ACTIVE")
+    screenshot(page, "experiments")
+
+    page.fill("#text-filter", "no-such-experiment")
+    expect(row).to_have_count(0)
+    page.fill("#text-filter", "browser")
+    expect(row).to_have_count(1)
+    page.select_option("#state-filter", "STATE_COMPLETED")
+    expect(row).to_have_count(0)
+    page.select_option("#state-filter", "STATE_ACTIVE")
+    expect(row).to_have_count(1)
+
+    row.locator("a", has_text="browser-grid").click()
+    expect(page).to_have_url(re.compile(rf"/experiments/{experiment_id}$"))
+    page.close()
+
+
+def test_experiment_page_draws_curves_trials_and_scatter(
+    logged_in: BrowserContext, experiment_id: int
+) -> None:
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    rows = page.locator("tr.trial-row")
+    expect(rows).to_have_count(len(LEARNING_RATES))
+    for hparam in ("lr", "sleep", "checkpoint_every"):  # a column per hyperparameter
+        expect(page.get_by_role("columnheader", name=hparam, exact=True)).to_have_count(1)
+
+    # Validation curves first (the searcher metric), one line per trial.
+    chart_points(page, "#curves svg.line-chart", at_least=2 * len(LEARNING_RATES))
+    expect(page.locator("#curves path.series")).to_have_count(len(LEARNING_RATES))
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "validation_loss")
+
+    page.click("#curves button[data-group='training']")
+    expect(page.locator("#curves")).to_have_attribute("data-group", "training")
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
+    training = chart_points(page, "#curves svg.line-chart", at_least=10)
+    path = page.locator("#curves path.series").first.get_attribute("d") or ""
+    assert path.count("L") >= 5, path  # a drawn polyline, not a dot
+
+    # The scatter starts on the hyperparameter that differs between trials.
+    expect(page.locator("#hp-select")).to_have_value("lr")
+    chart_points(page, "#hp-scatter svg.scatter-chart", at_least=len(LEARNING_RATES))
+    expect(page.locator("#hp-scatter circle.point")).to_have_count(len(LEARNING_RATES))
+
+    # Live: the trials table moves on without a reload.
+    batches = page.locator("tr.trial-row td.batches").first
+    before = int(batches.inner_text())
+    page.wait_for_function(
+        "([n]) => Number(document.querySelector('tr.trial-row td.batches').textContent) > n",
+        arg=[before],
+    )
+    assert training >= 10
+    screenshot(page, "experiment-running")
+    page.close()
+
+
+def test_pause_and_activate_buttons_change_the_state(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    state = page.locator("#experiment-header h1 .state")
+    expect(state).to_have_text("ACTIVE")
+
+    page.click("button[data-action='pause']")
+    expect(state).to_have_text("PAUSED", timeout=TIMEOUT_MS)
+    expect(page.locator("button[data-action='activate']")).to_be_enabled()
+    expect(page.locator("button[data-action='pause']")).to_be_disabled()
+    exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
+    assert exp["state"] == "STATE_PAUSED"
+    # The paused trials checkpoint and stop; the stream shows it.
+    expect(page.locator("tr.trial-row[data-state='PAUSED']")).to_have_count(
+        len(LEARNING_RATES), timeout=60_000
+    )
+    screenshot(page, "experiment-paused")
+
+    page.click("button[data-action='activate']")
+    expect(state).to_have_text("ACTIVE")
+    exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
+    assert exp["state"] == "STATE_ACTIVE"
+    expect(page.locator("tr.trial-row[data-state='RUNNING']").first).to_be_visible(
+        timeout=60_000
+    )
+    page.close()
+
+
+def test_trial_page_shows_curves_live_logs_and_checkpoints(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    trials = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"]
+    trial = trials[0]
+    page = logged_in.new_page()
+    page.goto(f"/trials/{trial['id']}")
+    expect(page.locator("#trial-header h1")).to_contain_text(f"Trial {trial['id']}")
+    expect(page.locator("#trial-header")).to_contain_text(f"lr={trial['hparams']['lr']}")
+
+    chart_points(page, "#curves svg.line-chart", at_least=5)
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
+    expect(page.locator("tr.checkpoint-row").first).to_be_visible()
+
+    logs = page.locator("#logs")
+    expect(logs).to_contain_text("checkpoint at step")
+    expect(logs).to_contain_text("resumed from checkpoint")  # the run after activate
+    # New lines arrive while the page stays open (the trial is still training).
+    lines_now = int(logs.get_attribute("data-lines") or 0)
+    page.wait_for_function(
+        "([n]) => Number(document.querySelector('#logs').dataset.lines) > n", arg=[lines_now]
+    )
+    screenshot(page, "trial")
+    page.close()
+
+
+def test_cluster_page_shows_the_agent_slots_and_queue(
+    logged_in: BrowserContext, experiment_id: int
+) -> None:
+    page = logged_in.new_page()
+    page.goto("/cluster")
+    agent = page.locator("tr.agent-row")
+    expect(agent).to_have_count(1)
+    expect(agent).to_contain_text("alive")
+    expect(agent).to_contain_text("/ 2")
+    expect(page.locator("tr.slot-row")).to_have_count(2)
+    expect(page.locator("#queue h2")).to_contain_text("Job queue")
+    screenshot(page, "cluster")
+    page.close()
+
+
+def test_experiment_page_follows_the_experiment_to_its_end(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page.locator("#experiment-header h1 .state")).to_have_text(
+        "COMPLETED", timeout=180_000
+    )
+    expect(page.locator("tr.trial-row[data-state='COMPLETED']")).to_have_count(len(LEARNING_RATES))
+    expect(page.locator("button[data-action='pause']")).to_be_disabled()
+    # Every validation (one per checkpoint, every 5 batches) of both trials is on the chart.
+    chart_points(page, "#curves svg.line-chart", at_least=len(LEARNING_RATES) * STEPS // 5)
+    expect(page.locator("#experiment-header .progress")).to_contain_text("100%")
+    screenshot(page, "experiment")
+
+    page.goto("/")
+    row = page.locator(f"tr.experiment-row[data-id='{experiment_id}']")
+    expect(row.locator(".state")).to_have_text("COMPLETED")
+    expect(row).to_contain_text("validation_loss")
+    page.close()
+
+
+def test_log_out_ends_the_session(chromium: Browser, cluster: Cluster) -> None:
+    ctx = chromium.new_context(base_url=cluster.url)
+    try:
+        page = ctx.new_page()
+        page.goto("/cluster")
+        log_in(page, cluster.secrets["admin_password"])
+        expect(page).to_have_url(re.compile(r"/cluster$"))
+        token = page.evaluate("() => localStorage.getItem('epochal.token')")
+        assert token and any(c["name"] == "auth" for c in ctx.cookies())
+
+        page.click("#logout")
+        expect(page).to_have_url(re.compile(r"/login$"))
+        assert page.evaluate("() => localStorage.getItem('epochal.token')") is None
+        assert not any(c["name"] == "auth" for c in ctx.cookies())
+        revoked = httpx.get(f"{cluster.url}/api/v1/me",
+                            headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        assert revoked.status_code == 401
+        page.goto("/")
+        expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
+    finally:
+        ctx.close()

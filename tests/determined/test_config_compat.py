@@ -1,0 +1,144 @@
+"""Determined experiment configs (0.38 and older field names) accepted as they are.
+
+Fields Epochal keeps but does not act on are named in warnings, stay in the normalized config,
+and survive a round trip through it; real mistakes still get today's errors.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from workflows.expconf import (
+    ConfigError,
+    ExperimentConfig,
+    config_warnings,
+    parse_experiment_config,
+)
+
+DETERMINED_CONFIG = """
+name: mnist_pytorch_const
+workspace: Uncategorized
+project: Uncategorized
+description: as written for Determined 0.38
+labels: [vision]
+data:
+  url: https://example.com/mnist.tar.gz
+hyperparameters:
+  learning_rate: {type: log, base: 10, minval: -4, maxval: -1}
+  n_filters1: {type: int, minval: 8, maxval: 64}
+  dropout1: {type: double, minval: 0.2, maxval: 0.8}
+  activation: {type: categorical, vals: [relu, tanh]}
+  global_batch_size: 64
+  optimizer: {momentum: {type: const, val: 0.9}}
+searcher:
+  name: single
+  metric: validation_loss
+  smaller_is_better: true
+  max_length:
+    batches: 937
+records_per_epoch: 60000
+scheduling_unit: 100
+min_validation_period:
+  batches: 300
+min_checkpoint_period:
+  epochs: 1
+perform_initial_validation: true
+checkpoint_policy: best
+max_restarts: 3
+profiling:
+  enabled: true
+  begin_on_batch: 0
+optimizations:
+  aggregation_frequency: 1
+  mixed_precision: O0
+debug: false
+bind_mounts:
+  - host_path: /tmp
+    container_path: /data
+    read_only: true
+    propagation: rprivate
+environment:
+  image:
+    cpu: determinedai/pytorch-ngc-dev:0736b6d
+    cuda: determinedai/pytorch-ngc-dev:0736b6d-gpu
+  environment_variables:
+    - NCCL_DEBUG=INFO
+  add_capabilities: [SYS_ADMIN]
+resources:
+  slots_per_trial: 1
+  agent_label: fast
+checkpoint_storage:
+  type: shared_fs
+  host_path: /mnt/checkpoints
+  storage_path: determined-checkpoint
+  save_experiment_best: 0
+  save_trial_best: 1
+  save_trial_latest: 1
+entrypoint: >-
+  python3 -m determined.launch.torch_distributed
+  python3 train.py
+"""
+
+
+def test_a_determined_config_is_accepted_and_each_unused_field_named() -> None:
+    config = parse_experiment_config(DETERMINED_CONFIG)
+    warned = {line.split(":")[0] for line in config_warnings(config)}
+    assert warned == {
+        "workspace", "project", "records_per_epoch", "scheduling_unit",
+        "perform_initial_validation", "checkpoint_policy", "profiling", "optimizations",
+        "bind_mounts[0].propagation", "environment.add_capabilities", "resources.agent_label",
+    }  # `debug: false` switches nothing on, so it earns no warning
+    assert all("does not act on it" in line for line in config_warnings(config))
+
+
+def test_unused_fields_stay_in_the_normalized_config() -> None:
+    dumped = parse_experiment_config(DETERMINED_CONFIG).model_dump(mode="json")
+    assert dumped["profiling"] == {"enabled": True, "begin_on_batch": 0}
+    assert dumped["optimizations"]["mixed_precision"] == "O0"
+    assert dumped["debug"] is False
+    assert dumped["environment"]["image"] == {
+        "cpu": "determinedai/pytorch-ngc-dev:0736b6d",
+        "cuda": "determinedai/pytorch-ngc-dev:0736b6d-gpu",
+    }
+    assert dumped["checkpoint_storage"]["storage_path"] == "determined-checkpoint"
+    assert ExperimentConfig.model_validate(dumped).model_dump(mode="json") == dumped
+
+
+def test_configs_without_determined_fields_dump_as_before() -> None:
+    plain = parse_experiment_config(
+        "entrypoint: python3 train.py\n"
+        "searcher: {name: single, metric: loss, max_length: {batches: 5}}\n"
+    )
+    dumped = plain.model_dump(mode="json")
+    assert "profiling" not in dumped and "weight" not in dumped["resources"]
+    assert "pod_spec" not in dumped["environment"]
+    assert config_warnings(plain) == []
+
+
+def test_s3_storage_is_accepted_with_a_warning() -> None:
+    config = parse_experiment_config(
+        "entrypoint: python3 train.py\n"
+        "searcher: {name: single, metric: loss, max_length: {batches: 5}}\n"
+        "checkpoint_storage: {type: s3, bucket: ckpts, prefix: team/a,"
+        " endpoint_url: 'http://127.0.0.1:8333', access_key: k, secret_key: s}\n"
+    )
+    assert config.model_dump(mode="json")["checkpoint_storage"]["bucket"] == "ckpts"
+    [warning] = config_warnings(config)
+    assert warning.startswith("checkpoint_storage.type:") and "S3" in warning
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("profilng: {enabled: true}\n", 'profilng: unknown field; did you mean "profiling"?'),
+        ("resources: {wieght: 2}\n", 'resources.wieght: unknown field; did you mean "weight"?'),
+        ("profiling: {enabled: !!binary aGk=}\n", "profiling: must be plain data"),
+        ("checkpoint_storage: {type: s3}\n", "checkpoint_storage.bucket: field required"),
+    ],
+)
+def test_mistakes_still_get_clear_errors(extra: str, expected: str) -> None:
+    text = ("entrypoint: python3 train.py\n"
+            "searcher: {name: single, metric: loss, max_length: {batches: 5}}\n") + extra
+    with pytest.raises(ConfigError) as info:
+        parse_experiment_config(text)
+    assert any(e.startswith(expected) for e in info.value.errors), info.value.errors

@@ -1,0 +1,171 @@
+"""End to end: a training script written for Determined's Core API runs unchanged on Epochal.
+
+A local cluster (real master and agent processes, the process runtime) runs
+examples/determined_core/train.py with Determined 0.38.1's Python from `.venv-det`: the config
+only points its entrypoint at that interpreter (`<venv>/bin/python train.py`), the way a
+Determined user's image would provide `python3` with `determined` installed. What the script
+reports is read back through Epochal's own API and CLI.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.e2e.cluster import REPO, Cluster, created_id, shared_servers_cluster, wait_for
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = REPO / "examples" / "determined_core"
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+    with shared_servers_cluster(postgres_url, temporal_address, "det-core", "--slots", "2",
+                                "--runtime", "process") as c:
+        yield c
+
+
+def det_config(det_venv: Path, tmp_path: Path, name: str = "const.yaml",
+               **hparams: Any) -> tuple[Path, dict[str, Any]]:
+    """The example's config, run by Determined's interpreter, with some hyperparameters set."""
+    config = yaml.safe_load((EXAMPLE / name).read_text())
+    config["entrypoint"] = f"{det_venv / 'python'} train.py"
+    max_batches = hparams.pop("max_batches", None)
+    if max_batches:
+        config["searcher"]["max_length"] = {"batches": max_batches}
+    config["hyperparameters"].update(hparams)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(config))
+    return path, config
+
+
+def get(cluster: Cluster, path: str, **params: Any) -> Any:
+    answer = httpx.get(f"{cluster.url}/api/v1{path}", params=params, headers=cluster.headers,
+                       timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def trials_of(cluster: Cluster, experiment_id: int) -> list[dict[str, Any]]:
+    return list(get(cluster, f"/experiments/{experiment_id}/trials")["trials"])
+
+
+def logs_of(cluster: Cluster, trial_id: int) -> str:
+    return cluster.run("trial", "logs", str(trial_id)).stdout
+
+
+def experiment_state(cluster: Cluster, experiment_id: int) -> str:
+    return str(get(cluster, f"/experiments/{experiment_id}")["experiment"]["state"])
+
+
+def steps(cluster: Cluster, trial_id: int, group: str) -> list[int]:
+    metrics = get(cluster, f"/trials/{trial_id}/metrics", group=group)["metrics"]
+    return sorted(m["stepsCompleted"] for m in metrics)
+
+
+def test_core_api_script_reports_what_epochal_shows(cluster: Cluster, det_venv: Path,
+                                                     tmp_path: Path) -> None:
+    config_path, _ = det_config(det_venv, tmp_path, max_batches=200)
+    created = cluster.run("experiment", "create", str(config_path), str(EXAMPLE), "--follow",
+                          timeout=300)
+    experiment_id = created_id(created.stdout)
+    printed = created.stdout + created.stderr
+    assert "profiling" in printed and "records_per_epoch" in printed  # the config's warnings
+    [trial] = trials_of(cluster, experiment_id)
+    assert trial["state"] == "STATE_COMPLETED", logs_of(cluster, trial["id"])
+    assert trial["progress"] == 1.0
+
+    assert steps(cluster, trial["id"], "training") == [50, 100, 150, 200]
+    assert steps(cluster, trial["id"], "validation") == [50, 100, 150, 200]
+    checkpoints = get(cluster, f"/trials/{trial['id']}/checkpoints")["checkpoints"]
+    assert [c["metadata"]["steps_completed"] for c in checkpoints] == [50, 100, 150, 200]
+    kept = [c for c in checkpoints if c["state"] == "STATE_COMPLETED"]
+    assert kept and trial["latestCheckpointUuid"] == checkpoints[-1]["uuid"]
+    for checkpoint in kept:  # where Epochal's GC and restore look: host_path/<uuid>
+        directory = Path(checkpoint["storagePath"])
+        assert {"weights.npy", "state.json", "metadata.json"} <= {
+            p.name for p in directory.iterdir()}
+        assert checkpoint["resources"]["weights.npy"] > 0
+    deleted = [c for c in checkpoints if c["state"] == "STATE_DELETED"]
+    assert deleted and not any(Path(c["storagePath"]).exists() for c in deleted)  # GC found them
+
+    best = get(cluster, f"/experiments/{experiment_id}/searcher/best_searcher_validation_metric")
+    validations = get(cluster, f"/trials/{trial['id']}/metrics", group="validation")["metrics"]
+    assert best["metric"] == min(m["metrics"]["validation_loss"] for m in validations)
+    logs = logs_of(cluster, trial["id"])
+    assert "Reported checkpoint to master" in logs  # Determined's own log line
+    described = cluster.run("experiment", "describe", str(experiment_id)).stdout
+    assert "COMPLETED" in described
+
+
+def test_pause_preempts_and_activate_resumes_from_the_checkpoint(
+    cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    config_path, _ = det_config(det_venv, tmp_path, max_batches=1500, validation_period=50,
+                                seconds_per_batch=0.01)
+    experiment_id = created_id(
+        cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
+    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
+    wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
+             "a first checkpoint")
+
+    cluster.run("experiment", "pause", str(experiment_id))
+    wait_for(lambda: trials_of(cluster, experiment_id)[0]["state"] == "STATE_PAUSED", 120,
+             "the trial to stop for the pause")
+    paused = trials_of(cluster, experiment_id)[0]
+    assert "preempted at batch" in logs_of(cluster, trial_id)
+    assert paused["totalBatchesProcessed"] < 1500
+    resume_uuid = paused["latestCheckpointUuid"]
+
+    cluster.run("experiment", "activate", str(experiment_id))
+    wait_for(lambda: experiment_state(cluster, experiment_id) == "STATE_COMPLETED", 240,
+             "the experiment to complete after activate")
+    logs = logs_of(cluster, trial_id)
+    assert f"resumed from checkpoint {resume_uuid}" in logs
+    validated = steps(cluster, trial_id, "validation")
+    assert validated == list(range(50, 1501, 50))  # no gap and no step trained twice
+    [trial] = trials_of(cluster, experiment_id)
+    assert trial["state"] == "STATE_COMPLETED" and trial["restarts"] == 0
+
+
+def test_cancel_stops_the_script_through_should_preempt(cluster: Cluster, det_venv: Path,
+                                                         tmp_path: Path) -> None:
+    config_path, _ = det_config(det_venv, tmp_path, max_batches=1_000_000,
+                                validation_period=50, seconds_per_batch=0.01)
+    experiment_id = created_id(
+        cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
+    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
+    wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
+             "a first checkpoint")
+    cluster.run("experiment", "cancel", str(experiment_id))
+    wait_for(lambda: experiment_state(cluster, experiment_id) == "STATE_CANCELED", 120,
+             "the experiment to be canceled")
+    logs = logs_of(cluster, trial_id)
+    assert "preempted at batch" in logs  # the script itself saw should_preempt() and left
+    [trial] = trials_of(cluster, experiment_id)
+    assert trial["state"] == "STATE_CANCELED"
+
+
+def test_asha_stops_trials_through_should_preempt(cluster: Cluster, det_venv: Path,
+                                                  tmp_path: Path) -> None:
+    config_path, _ = det_config(det_venv, tmp_path, "adaptive.yaml", seconds_per_batch=0.01)
+    created = cluster.run("experiment", "create", str(config_path), str(EXAMPLE), "--follow",
+                          timeout=400)
+    experiment_id = created_id(created.stdout)
+    assert experiment_state(cluster, experiment_id) == "STATE_COMPLETED"
+    trials = trials_of(cluster, experiment_id)
+    assert len(trials) == 8
+    stopped = [t for t in trials if "stopped early" in (t["searcherStatus"] or "")]
+    assert stopped, [t["searcherStatus"] for t in trials]
+    assert all(t["state"] == "STATE_COMPLETED" for t in stopped)
+    # A stop that reaches a trial still training comes through should_preempt() (under heavy
+    # load a trial may reach the full length before its stop does; one preempted suffices).
+    preempted = [t for t in stopped if t["totalBatchesProcessed"] < 400
+                 and "preempted at batch" in logs_of(cluster, t["id"])]
+    assert preempted, [(t["searcherStatus"], t["totalBatchesProcessed"]) for t in stopped]

@@ -1,0 +1,305 @@
+"""Determined 0.38.1's own `det` CLI against an Epochal cluster: each command prints what it
+prints against a Determined master (same columns, same states), with Epochal's data.
+
+A real local cluster (master and agent processes) and the real `det` binary from `.venv-det/`,
+run as a subprocess with a private HOME; it logs in as admin through DET_USER/DET_PASS the way
+Determined's client does (POST /api/v1/auth/login with the hashed password). One finished
+digits experiment serves the read-only checks; a slow one is paused, activated and killed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import DIGITS, Cluster, shared_servers_cluster, wait_for
+
+pytestmark = pytest.mark.slow
+
+SLOW_MODEL = Path(__file__).resolve().parents[1] / "e2e" / "slow_model"
+AGENT_ID = "local-agent"
+
+
+@dataclass
+class Det:
+    """Runs `det -m URL ...` as a user would, logged in as admin."""
+
+    binary: Path
+    url: str
+    env: dict[str, str]
+
+    def run(self, *args: str, check: bool = True, timeout: float = 180) -> (
+            subprocess.CompletedProcess[str]):
+        result = subprocess.run(
+            [str(self.binary), "-m", self.url, *args], env=self.env, capture_output=True,
+            text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+        )
+        if check:
+            command = " ".join(args)
+            assert result.returncode == 0, f"det {command}:\n{result.stdout}\n{result.stderr}"
+        return result
+
+    def rows(self, *args: str) -> list[list[str]]:
+        """The rows of the table a command prints (cells stripped, header and rule dropped,
+        continuation lines of multi-line cells dropped)."""
+        return table_rows(self.run(*args).stdout)
+
+
+def table_rows(text: str) -> list[list[str]]:
+    lines = [line for line in text.splitlines() if "|" in line and not line.startswith("---")]
+    cells = [[c.strip() for c in line.split("|")] for line in lines]
+    return [row for row in cells[1:] if row[0]]
+
+
+def header(text: str) -> list[str]:
+    first = next(line for line in text.splitlines() if "|" in line)
+    return [c.strip() for c in first.split("|")]
+
+
+@dataclass
+class Finished:
+    experiment_id: int
+    trial_id: int
+    create_output: str
+
+
+@pytest.fixture(scope="module")
+def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+    with shared_servers_cluster(postgres_url, temporal_address, "det-cli", "--slots", "2") as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+    home = tmp_path_factory.mktemp("det-home")  # ~/.determined and its token store
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HOME": str(home),
+        "DET_MASTER": cluster.url,
+        "DET_USER": "admin",
+        "DET_PASS": cluster.secrets["admin_password"],
+        "PYTHONWARNINGS": "ignore",
+    }
+    return Det(det_venv / "det", cluster.url, env)
+
+
+@pytest.fixture(scope="module")
+def finished(det: Det) -> Finished:
+    """`det experiment create -f`: follows the first trial's logs until the trial ends."""
+    result = det.run("experiment", "create", str(DIGITS / "single.yaml"), str(DIGITS), "-f")
+    created = re.search(r"Created experiment (\d+)", result.stdout)
+    following = re.search(r"Following first trial with ID (\d+)", result.stdout)
+    assert created and following, result.stdout
+    return Finished(int(created.group(1)), int(following.group(1)), result.stdout)
+
+
+def test_master_info_and_no_version_warning(det: Det) -> None:
+    result = det.run("master", "info")
+    info = yaml.safe_load(result.stdout)
+    assert info["clusterName"] == "epochal"
+    assert info["clusterId"] and info["masterId"]
+    assert "version" not in result.stderr.lower()  # det compares versions before each command
+
+
+def test_create_follows_the_first_trial_to_its_end(det: Det, finished: Finished) -> None:
+    assert "Waiting for first trial to begin..." in finished.create_output
+    assert "completed after 300 batches" in finished.create_output
+    assert f"det trial logs -f {finished.trial_id}" in finished.create_output
+    assert det.run("experiment", "wait", str(finished.experiment_id)).returncode == 0
+
+
+def test_experiment_list(det: Det, finished: Finished) -> None:
+    out = det.run("experiment", "list").stdout
+    assert header(out) == ["ID", "Owner", "Name", "Parent ID", "State", "Progress", "Started",
+                           "Ended", "Resource Pool"]
+    row = next(r for r in table_rows(out) if r[0] == str(finished.experiment_id))
+    assert row[1:3] == ["admin", "digits-single"]
+    assert row[4:6] == ["COMPLETED", "100.0%"]
+    assert row[7] and row[8] == "default"
+
+    csv = det.run("experiment", "list", "--csv").stdout.splitlines()
+    assert csv[0] == "ID,Owner,Name,Parent ID,State,Progress,Started,Ended,Resource Pool"
+    assert any(line.startswith(f"{finished.experiment_id},admin,digits-single,,COMPLETED,")
+               for line in csv)
+
+
+def test_archive_hides_from_the_default_list(det: Det, finished: Finished) -> None:
+    exp = str(finished.experiment_id)
+    assert det.run("experiment", "archive", exp).stdout.strip() == f"Archived experiment {exp}"
+    try:
+        assert exp not in [r[0] for r in det.rows("experiment", "list")]
+        listed = det.run("experiment", "list", "--all").stdout
+        assert header(listed)[-1] == "Archived"
+        assert next(r for r in table_rows(listed) if r[0] == exp)[-1] == "True"
+    finally:
+        det.run("experiment", "unarchive", exp)
+    assert exp in [r[0] for r in det.rows("experiment", "list")]
+
+
+def test_description_and_labels(det: Det, finished: Finished) -> None:
+    exp = str(finished.experiment_id)
+    det.run("experiment", "set", "description", exp, "set by det")
+    det.run("experiment", "label", "add", exp, "blue")
+    det.run("experiment", "label", "add", exp, "green")
+    det.run("experiment", "label", "remove", exp, "green")
+    out = det.run("experiment", "describe", exp).stdout.split("\nTrials:\n")[0]
+    columns = dict(zip(header(out), table_rows(out)[0], strict=True))
+    assert (columns["Description"], columns["Labels"]) == ("set by det", "blue")
+
+
+def test_experiment_describe(det: Det, finished: Finished) -> None:
+    out = det.run("experiment", "describe", str(finished.experiment_id)).stdout
+    experiment, trials, workloads = out.split("\nTrials:\n")[0], *out.split(
+        "\nTrials:\n")[1].split("\nWorkloads:\n")
+    assert header(experiment)[:3] == ["Experiment ID", "State", "Progress"]
+    assert table_rows(experiment)[0][:3] == [str(finished.experiment_id), "COMPLETED", "100.0%"]
+    assert table_rows(trials)[0][:3] == [str(finished.trial_id), str(finished.experiment_id),
+                                         "COMPLETED"]
+    steps = {r[1] for r in table_rows(workloads)}
+    assert {"50", "300"} <= steps
+    last = next(r for r in table_rows(workloads) if r[1] == "300")
+    assert "COMPLETED" in last  # the checkpoint and validation at the last step
+
+
+def test_list_trials(det: Det, finished: Finished) -> None:
+    out = det.run("experiment", "list-trials", str(finished.experiment_id)).stdout
+    assert header(out) == ["Trial ID", "State", "H-Params", "Started", "Ended", "# of Batches"]
+    (row,) = table_rows(out)
+    assert [row[0], row[1], row[5]] == [str(finished.trial_id), "COMPLETED", "300"]
+
+
+def test_checkpoints_list_and_describe(det: Det, finished: Finished) -> None:
+    out = det.run("experiment", "list-checkpoints", str(finished.experiment_id)).stdout
+    assert header(out) == ["Trial ID", "# of Batches", "State", "Validation Metric", "UUID",
+                           "Resources", "Size"]
+    kept = [r for r in table_rows(out) if r[2] == "COMPLETED"]
+    assert [r[1] for r in kept] == ["300"]  # the retention policy deleted the others
+    uuid = kept[0][4]
+    assert float(kept[0][3]) > 0  # validation_loss at that step
+
+    best = table_rows(det.run("experiment", "list-checkpoints", "--best", "1",
+                              str(finished.experiment_id)).stdout)
+    assert [r[4] for r in best] == [uuid]
+
+    text = det.run("checkpoint", "describe", uuid).stdout
+    assert header(text)[:5] == ["Experiment ID", "Trial ID", "Steps Completed", "Report Time",
+                                "Checkpoint UUID"]
+    values = table_rows(text)[0]
+    assert values[:3] == [str(finished.experiment_id), str(finished.trial_id), "300"]
+    assert values[4] == uuid
+
+
+def test_trial_describe(det: Det, finished: Finished) -> None:
+    out = det.run("trial", "describe", str(finished.trial_id)).stdout
+    trial, workloads = out.split("\nWorkloads:\n")
+    assert header(trial) == ["Experiment ID", "State", "H-Params", "Summary Metrics", "Started",
+                             "Ended"]
+    assert table_rows(trial)[0][:2] == [str(finished.experiment_id), "COMPLETED"]
+    assert header(workloads)[:4] == ["# of Batches", "Report Time", "Checkpoint",
+                                     "Checkpoint UUID"]
+    checkpointed = [r for r in table_rows(workloads) if r[2] == "COMPLETED"]
+    assert [r[0] for r in checkpointed] == ["300"] and re.fullmatch(r"[0-9a-f-]{36}",
+                                                                     checkpointed[0][3])
+
+
+def test_trial_and_experiment_logs(det: Det, finished: Finished) -> None:
+    trial = str(finished.trial_id)
+    logs = det.run("trial", "logs", trial).stdout
+    assert "completed after 300 batches" in logs
+    assert re.search(r"^\[\d{4}-\d\d-\d\dT[^]]+\] \|\| ", logs, re.M)  # Determined's line form
+    tail = det.run("trial", "logs", "--tail", "1", trial).stdout.splitlines()
+    assert "completed after 300 batches" in tail[0]
+    followed = det.run("trial", "logs", "-f", trial, timeout=60).stdout  # ends: trial is done
+    assert "completed after 300 batches" in followed
+    assert "completed after 300 batches" in det.run(
+        "experiment", "logs", str(finished.experiment_id)).stdout
+
+
+def test_agent_and_slot_list(det: Det) -> None:
+    agents = det.run("agent", "list").stdout
+    assert header(agents) == ["Agent ID", "Version", "Registered Time", "Slots", "Containers",
+                              "Resource Pool", "Enabled", "Draining", "Addresses"]
+    (agent,) = table_rows(agents)
+    assert [agent[0], agent[3], agent[5], agent[6]] == [AGENT_ID, "2", "default", "True"]
+
+    slots = det.run("slot", "list").stdout
+    assert header(slots) == ["Agent ID", "Resource Pool", "Slot ID", "Enabled", "Draining",
+                             "Allocation ID", "Task Name", "Type", "Device"]
+    assert sorted(r[2] for r in table_rows(slots)) == ["0", "1"]
+    assert all(r[0] == AGENT_ID and r[7] == "cpu" for r in table_rows(slots))
+
+
+def _slow_config(tmp_path: Path, name: str) -> Path:
+    config = {
+        "name": name,
+        "entrypoint": "python3 train.py",
+        "hyperparameters": {"sleep": 0.2, "checkpoint_every": 5},
+        "searcher": {"name": "single", "metric": "validation_loss", "smaller_is_better": True,
+                     "max_length": {"batches": 1000}},
+        "max_restarts": 0,
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _trial_state(det: Det, experiment: str) -> tuple[str, str]:
+    (row,) = det.rows("experiment", "list-trials", experiment)
+    return row[0], row[1]
+
+
+def _experiment_state(det: Det, experiment: str) -> str:
+    return next(r for r in det.rows("experiment", "list", "--all") if r[0] == experiment)[4]
+
+
+def test_pause_activate_kill_and_delete(det: Det, tmp_path: Path) -> None:
+    created = det.run("experiment", "create", str(_slow_config(tmp_path, "det-slow")),
+                      str(SLOW_MODEL)).stdout
+    experiment = re.search(r"Created experiment (\d+)", created).group(1)  # type: ignore[union-attr]
+    wait_for(lambda: _trial_state(det, experiment)[1] == "RUNNING", 90, "the trial to run")
+    trial = _trial_state(det, experiment)[0]
+
+    busy = [r for r in det.rows("slot", "list") if r[5] != "FREE"]
+    assert [(r[5], r[6]) for r in busy] == [
+        (f"{experiment}.{trial}.1", f"Trial {trial} (Experiment {experiment})")]
+
+    assert det.run("experiment", "pause", experiment).stdout.strip() == (
+        f"Paused experiment {experiment}")
+    wait_for(lambda: _trial_state(det, experiment)[1] == "PAUSED", 60, "the trial to pause")
+    assert _experiment_state(det, experiment) == "PAUSED"
+    assert det.run("experiment", "wait", experiment, check=False).returncode != 0  # paused
+
+    assert det.run("experiment", "activate", experiment).stdout.strip() == (
+        f"Activated experiment {experiment}")
+    wait_for(lambda: _trial_state(det, experiment)[1] == "RUNNING", 90, "the trial to resume")
+    assert _experiment_state(det, experiment) == "ACTIVE"
+
+    assert det.run("experiment", "kill", experiment).stdout.strip() == (
+        f"Killed experiment {experiment}")
+    waited = det.run("experiment", "wait", "--polling-interval", "1", experiment, check=False)
+    assert waited.returncode == 1  # Determined's exit status for any end but COMPLETED
+    assert _experiment_state(det, experiment) == "CANCELED"
+    assert _trial_state(det, experiment)[1] == "CANCELED"
+
+    det.run("experiment", "delete", "--yes", experiment)
+    assert experiment not in [r[0] for r in det.rows("experiment", "list", "--all")]
+    gone = det.run("experiment", "describe", experiment, check=False)
+    assert gone.returncode != 0 and "not found" in (gone.stdout + gone.stderr).lower()
+
+
+def test_cancel(det: Det, tmp_path: Path) -> None:
+    created = det.run("experiment", "create", str(_slow_config(tmp_path, "det-cancel")),
+                      str(SLOW_MODEL)).stdout
+    experiment = re.search(r"Created experiment (\d+)", created).group(1)  # type: ignore[union-attr]
+    assert det.run("experiment", "cancel", experiment).stdout.strip() == (
+        f"Canceled experiment {experiment}")
+    assert det.run("experiment", "wait", "--polling-interval", "1", experiment,
+                   check=False).returncode == 1
+    assert _experiment_state(det, experiment) == "CANCELED"

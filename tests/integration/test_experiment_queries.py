@@ -1,0 +1,155 @@
+"""Determined's experiment queries over real HTTP: list filters and paging, archive, delete,
+trial workloads and log tails (what `det` asks; tests/determined/test_det_cli.py runs `det`)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.test_api import create, wait_for_trials
+from tests.master_fixtures import LiveMaster
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+
+async def _ended(api: httpx.AsyncClient, experiment_id: int) -> None:
+    assert (await api.post(f"/api/v1/experiments/{experiment_id}/kill")).status_code == 200
+    for _ in range(300):
+        state = (await api.get(f"/api/v1/experiments/{experiment_id}")).json()["experiment"][
+            "state"]
+        if state == "STATE_CANCELED":
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"experiment {experiment_id} never ended: {state}")
+
+
+async def _listed(api: httpx.AsyncClient, **params: Any) -> dict[str, Any]:
+    answer = await api.get("/api/v1/experiments", params=params)
+    assert answer.status_code == 200, answer.text
+    return dict(answer.json())
+
+
+async def test_list_filters_sorts_and_pages(api: httpx.AsyncClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    first = (await create(api, name=f"q-{tag}-alpha", labels=["red", "big"]))["experiment"]
+    second = (await create(api, name=f"Q-{tag}-beta", labels=["red"]))["experiment"]
+
+    named = await _listed(api, name=f"q-{tag}")  # a case-insensitive substring
+    assert [e["id"] for e in named["experiments"]] == [first["id"], second["id"]]  # ascending
+    assert [e["id"] for e in (await _listed(api, name=tag, labels=["red", "big"]))[
+        "experiments"]] == [first["id"]]
+    assert (await _listed(api, name=tag, users=["nobody"]))["experiments"] == []
+    assert len((await _listed(api, name=tag, users=["admin"]))["experiments"]) == 2
+    by_name = await _listed(api, name=tag, sortBy="SORT_BY_NAME", orderBy="ORDER_BY_DESC")
+    assert [e["name"] for e in by_name["experiments"]] == [f"q-{tag}-alpha", f"Q-{tag}-beta"]
+
+    page = await _listed(api, name=tag, limit=1, offset=1)
+    assert [e["id"] for e in page["experiments"]] == [second["id"]]
+    assert page["pagination"] == {"offset": 1, "limit": 1, "startIndex": 1, "endIndex": 2,
+                                  "total": 2}
+    experiment = page["experiments"][0]  # Determined's required v1Experiment fields
+    assert experiment["jobId"] == f"experiment-{second['id']}"
+    assert experiment["projectId"] == 1 and "name: " in experiment["originalConfig"]
+    assert experiment["config"]["searcher"]["metric"] == "loss"
+
+    bad = await api.get("/api/v1/experiments", params={"sortBy": "SORT_BY_SHOE_SIZE"})
+    assert bad.status_code == 400 and bad.json()["details"][0].startswith("sortBy:")
+    for experiment_id in (first["id"], second["id"]):
+        await api.post(f"/api/v1/experiments/{experiment_id}/kill")
+
+
+async def test_archive_only_ended_experiments(api: httpx.AsyncClient) -> None:
+    tag = uuid.uuid4().hex[:8]
+    experiment_id = (await create(api, name=f"archive-{tag}"))["experiment"]["id"]
+    refused = await api.post(f"/api/v1/experiments/{experiment_id}/archive")
+    assert refused.status_code == 409 and "ACTIVE" in refused.json()["message"]
+
+    await _ended(api, experiment_id)
+    assert (await api.post(f"/api/v1/experiments/{experiment_id}/archive")).status_code == 200
+    assert (await _listed(api, name=tag, archived="false"))["experiments"] == []
+    assert [e["archived"] for e in (await _listed(api, name=tag, archived="true"))[
+        "experiments"]] == [True]
+    assert len((await _listed(api, name=tag))["experiments"]) == 1  # no filter: both
+    assert (await api.post(f"/api/v1/experiments/{experiment_id}/unarchive")).status_code == 200
+    assert len((await _listed(api, name=tag, archived="false"))["experiments"]) == 1
+
+
+async def test_delete_removes_rows_and_checkpoint_files(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    created = await create(api)
+    experiment_id = created["experiment"]["id"]
+    trial = (await wait_for_trials(api, experiment_id, 2))[0]
+    checkpoint = str(uuid.uuid4())
+    reported = await api.post(
+        "/api/v1/checkpoints",
+        headers=live_master.agent_headers,
+        json={"uuid": checkpoint, "taskId": trial["taskId"], "resources": {"w.bin": 3},
+              "metadata": {"steps_completed": 5}},
+    )
+    assert reported.status_code == 200, reported.text
+    stored = Path((await api.get(f"/api/v1/checkpoints/{checkpoint}")).json()["checkpoint"][
+        "storagePath"])
+    stored.mkdir(parents=True)
+    (stored / "w.bin").write_bytes(b"abc")
+    outside = Path(created["config"]["checkpoint_storage"]["host_path"]).parent / "keep.txt"
+    outside.write_text("not the experiment's")
+
+    refused = await api.delete(f"/api/v1/experiments/{experiment_id}")
+    assert refused.status_code == 409
+    assert stored.exists()
+
+    await _ended(api, experiment_id)
+    assert (await api.delete(f"/api/v1/experiments/{experiment_id}")).status_code == 200
+    assert not stored.exists() and outside.exists()
+    assert (await api.get(f"/api/v1/experiments/{experiment_id}")).status_code == 404
+    assert (await api.get(f"/api/v1/checkpoints/{checkpoint}")).status_code == 404
+    assert (await api.delete(f"/api/v1/experiments/{experiment_id}")).status_code == 404
+
+
+async def test_workloads_and_log_tail(api: httpx.AsyncClient, live_master: LiveMaster) -> None:
+    experiment_id = (await create(api))["experiment"]["id"]
+    trial = (await wait_for_trials(api, experiment_id, 2))[0]
+    tid = trial["id"]
+    for group, steps, value in (("training", 5, 1.0), ("validation", 5, 0.5),
+                                ("training", 10, 0.8)):
+        body = {"group": group, "metrics": {"trialId": tid, "trialRunId": 1,
+                                            "stepsCompleted": steps,
+                                            "metrics": {"avgMetrics": {"loss": value}}}}
+        answer = await api.post(f"/api/v1/trials/{tid}/metrics", json=body,
+                                headers=live_master.agent_headers)
+        assert answer.status_code == 200, answer.text
+    workloads = (await api.get(f"/api/v1/trials/{tid}/workloads")).json()
+    assert [(next(iter(w)), next(iter(w.values()))["totalBatches"])
+            for w in workloads["workloads"]] == [("training", 5), ("validation", 5),
+                                                  ("training", 10)]
+    assert workloads["workloads"][1]["validation"]["metrics"] == {"avgMetrics": {"loss": 0.5}}
+    only = (await api.get(f"/api/v1/trials/{tid}/workloads",
+                          params={"filter": "FILTER_OPTION_VALIDATION"})).json()["workloads"]
+    assert len(only) == 1
+    bad = await api.get(f"/api/v1/trials/{tid}/workloads", params={"filter": "nope"})
+    assert bad.status_code == 400 and bad.json()["details"][0].startswith("filter:")
+
+    described = (await api.get(f"/api/v1/trials/{tid}")).json()["trial"]
+    assert described["summaryMetrics"]["avg_metrics"]["loss"] == {
+        "count": 2, "sum": 1.8, "min": 0.8, "max": 1.0, "last": 0.8, "type": "number"}
+    assert described["latestValidation"]["metrics"] == {"avgMetrics": {"loss": 0.5}}
+    assert described["latestValidation"]["totalBatches"] == 5
+
+    lines = [{"taskId": trial["taskId"], "allocationId": f"{trial['taskId']}.1",
+              "timestamp": f"2026-01-01T00:00:0{i}Z", "stdtype": "stdout", "log": f"line {i}\n"}
+             for i in range(5)]
+    answer = await api.post("/api/v1/task/logs", json={"logs": lines},
+                            headers=live_master.agent_headers)
+    assert answer.status_code == 200, answer.text
+    tail = await api.get(f"/api/v1/trials/{tid}/logs",
+                         params={"limit": 2, "orderBy": "ORDER_BY_DESC"})
+    results = [line for line in tail.text.splitlines() if line]
+    assert [r.split('"log": "')[1][:6] for r in results] == ["line 4", "line 3"]
+    assert '"level": "LOG_LEVEL_INFO"' in results[0] and '"message": "[' in results[0]
+    await api.post(f"/api/v1/experiments/{experiment_id}/kill")

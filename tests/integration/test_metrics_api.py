@@ -1,0 +1,255 @@
+"""Reading metrics over HTTP: one trial's reports and Determined's CompareTrials time series.
+
+Trials are rows made directly in the session's database (no workflow needs to run for a read);
+their metrics go in through the real write path, `POST /trials/{id}/metrics/batch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.master_fixtures import LiveMaster
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+SEARCHER = {"name": "single", "metric": "loss", "smaller_is_better": True,
+            "max_length": {"batches": 1000}}
+
+
+async def make_trial(master: LiveMaster) -> int:
+    config = {"name": "metrics-api", "searcher": SEARCHER,
+              "resources": {"resource_pool": "default"}}
+    async with master.pool.acquire() as conn:
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state)"
+            " VALUES ('metrics-api', $1, '', 1, 'COMPLETED') RETURNING id",
+            config,
+        )
+        trial_id: int = await conn.fetchval(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state)"
+            " VALUES ($1, 0, '{}', 1, 'COMPLETED') RETURNING id",
+            experiment_id,
+        )
+    return trial_id
+
+
+async def report(
+    api: httpx.AsyncClient, trial_id: int, group: str, points: dict[int, dict[str, Any]]
+) -> None:
+    reports = [
+        {"group": group,
+         "metrics": {"trialId": trial_id, "trialRunId": 1, "stepsCompleted": step,
+                     "metrics": {"avgMetrics": values}}}
+        for step, values in points.items()
+    ]
+    answer = await api.post(f"/api/v1/trials/{trial_id}/metrics/batch",
+                            json={"reports": reports})
+    assert answer.status_code == 200, answer.text
+
+
+def curve(step: int) -> dict[str, float]:
+    return {"loss": 1.0 / step, "accuracy": 1.0 - 1.0 / step, "lr": 0.1}
+
+
+async def test_trial_metrics_filters_by_group_metric_and_steps(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    trial_id = await make_trial(live_master)
+    await report(api, trial_id, "training", {s: curve(s) for s in range(1, 101)})
+    await report(api, trial_id, "validation", {s: {"loss": 0.5} for s in (50, 100)})
+
+    everything = (await api.get(f"/api/v1/trials/{trial_id}/metrics")).json()["metrics"]
+    assert len(everything) == 102
+    assert [m["group"] for m in everything[:2]] == ["training", "training"]
+    assert {"group", "stepsCompleted", "trialRunId", "reportTime", "metrics"} <= set(
+        everything[0])
+
+    ranged = (await api.get(
+        f"/api/v1/trials/{trial_id}/metrics",
+        params={"group": "training", "startBatches": 10, "endBatches": 20,
+                "metricNames": ["loss"]},
+    )).json()["metrics"]
+    assert [m["stepsCompleted"] for m in ranged] == list(range(10, 21))
+    assert all(set(m["metrics"]) == {"loss"} for m in ranged)
+
+    validation = (await api.get(
+        f"/api/v1/trials/{trial_id}/metrics", params={"group": "validation"}
+    )).json()["metrics"]
+    assert [m["stepsCompleted"] for m in validation] == [50, 100]
+
+    # A metric no report holds: no points, not empty dicts.
+    absent = (await api.get(
+        f"/api/v1/trials/{trial_id}/metrics", params={"metricNames": "nope"}
+    )).json()["metrics"]
+    assert absent == []
+
+
+async def test_downsampling_keeps_first_last_and_spikes(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    trial_id = await make_trial(live_master)
+    points = {s: curve(s) for s in range(1, 1001)}
+    points[537]["loss"] = 50.0  # a spike a plain stride would skip
+    await report(api, trial_id, "training", points)
+
+    one_metric = (await api.get(
+        f"/api/v1/trials/{trial_id}/metrics",
+        params={"group": "training", "metricNames": "loss", "maxDatapoints": 50},
+    )).json()["metrics"]
+    steps = [m["stepsCompleted"] for m in one_metric]
+    assert len(steps) <= 50
+    assert steps[0] == 1 and steps[-1] == 1000
+    assert steps == sorted(steps)
+    assert 537 in steps
+
+    strided = (await api.get(
+        f"/api/v1/trials/{trial_id}/metrics",
+        params={"group": "training", "maxDatapoints": 10},
+    )).json()["metrics"]
+    steps = [m["stepsCompleted"] for m in strided]
+    assert 2 <= len(steps) <= 10
+    assert steps[0] == 1 and steps[-1] == 1000
+    assert set(strided[0]["metrics"]) == {"loss", "accuracy", "lr"}
+
+    for most in (2, 3, 4, 5, 7, 199, 999, 1000):
+        for names in ({"metricNames": "loss"}, {}):
+            points = (await api.get(
+                f"/api/v1/trials/{trial_id}/metrics",
+                params={"group": "training", "maxDatapoints": most, **names},
+            )).json()["metrics"]
+            steps = [m["stepsCompleted"] for m in points]
+            assert len(steps) <= most, (most, names, len(steps))
+            assert steps[0] == 1 and steps[-1] == 1000, (most, names)
+            assert len(steps) == len(set(steps))
+
+    # Downsampling applies after the step range: first and last of the range are kept.
+    ranged = (await api.get(
+        f"/api/v1/trials/{trial_id}/metrics",
+        params={"startBatches": 100, "endBatches": 900, "maxDatapoints": 5},
+    )).json()["metrics"]
+    steps = [m["stepsCompleted"] for m in ranged]
+    assert steps[0] == 100 and steps[-1] == 900 and len(steps) <= 5
+
+
+async def test_time_series_compares_trials(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    first, second = await make_trial(live_master), await make_trial(live_master)
+    await report(api, first, "training", {s: curve(s) for s in range(1, 501)})
+    await report(api, first, "validation", {s: {"loss": 2.0 / s} for s in range(100, 501, 100)})
+    await report(api, second, "training", {s: curve(s) for s in range(1, 11)})
+
+    answer = await api.get(
+        "/api/v1/trials/time-series",
+        params={"trialIds": [second, first], "maxDatapoints": 20, "metricNames": ["loss"]},
+    )
+    assert answer.status_code == 200, answer.text
+    trials = answer.json()["trials"]
+    assert [t["trial"]["id"] for t in trials] == [second, first]
+    assert trials[0]["trial"]["experimentId"] is not None
+    series = {m["group"]: m for m in trials[1]["metrics"]}
+    assert series["training"]["type"] == "METRIC_TYPE_TRAINING"
+    assert series["validation"]["type"] == "METRIC_TYPE_VALIDATION"
+    training = series["training"]["data"]
+    assert len(training) <= 20
+    assert training[0]["batches"] == 1 and training[-1]["batches"] == 500
+    assert set(training[0]) == {"batches", "time", "epoch", "values"}
+    assert training[0]["values"] == {"loss": 1.0}
+    assert math.isclose(training[-1]["values"]["loss"], 1 / 500)
+    assert [p["batches"] for p in series["validation"]["data"]] == [100, 200, 300, 400, 500]
+    assert len(trials[0]["metrics"][0]["data"]) == 10  # short series: every point
+
+    validation_only = (await api.get(
+        "/api/v1/trials/time-series",
+        params={"trialIds": first, "metricType": "METRIC_TYPE_VALIDATION"},
+    )).json()["trials"][0]["metrics"]
+    assert [m["group"] for m in validation_only] == ["validation"]
+
+    ranged = (await api.get(
+        "/api/v1/trials/time-series",
+        params={"trialIds": first, "group": "training", "startBatches": 10,
+                "endBatches": 30, "maxDatapoints": 1000},
+    )).json()["trials"][0]["metrics"][0]["data"]
+    assert [p["batches"] for p in ranged] == list(range(10, 31))
+
+
+# Runs in Determined's own venv: its generated client calls CompareTrials and parses the answer.
+DET_COMPARE_TRIALS = """
+import json, sys
+from determined.common import api
+from determined.common.api import bindings
+master, token, trial_id = sys.argv[1], sys.argv[2], int(sys.argv[3])
+session = api.Session(master, "admin", token, None)
+answer = bindings.get_CompareTrials(session, trialIds=[trial_id], maxDatapoints=10,
+                                    metricNames=["loss"],
+                                    metricType=bindings.v1MetricType.TRAINING)
+series = answer.trials[0].metrics[0]
+print(json.dumps({"trial": answer.trials[0].trial.id, "type": series.type.value,
+                  "batches": [p.batches for p in series.data]}))
+"""
+
+
+async def test_determined_client_reads_time_series(
+    api: httpx.AsyncClient, live_master: LiveMaster, det_venv: Path
+) -> None:
+    """The answer parses with Determined's own bindings (v1CompareTrialsResponse)."""
+    trial_id = await make_trial(live_master)
+    await report(api, trial_id, "training", {s: curve(s) for s in range(1, 101)})
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(det_venv / "python"), "-c", DET_COMPARE_TRIALS, live_master.url,
+         live_master.admin_token, str(trial_id)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["trial"] == trial_id
+    assert answer["type"] == "METRIC_TYPE_TRAINING"
+    assert answer["batches"][0] == 1 and answer["batches"][-1] == 100
+    assert len(answer["batches"]) <= 10
+
+
+async def test_unknown_trials_and_bad_parameters(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    trial_id = await make_trial(live_master)
+    unknown = await api.get("/api/v1/trials/99999999/metrics")
+    assert unknown.status_code == 404
+    assert "trial 99999999 not found" in unknown.json()["message"]
+    unknown = await api.get("/api/v1/trials/time-series",
+                            params={"trialIds": [trial_id, 99999998]})
+    assert unknown.status_code == 404
+    assert "99999998" in unknown.json()["message"]
+
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        (f"/api/v1/trials/{trial_id}/metrics", {"maxDatapoints": 1}, "maxDatapoints"),
+        (f"/api/v1/trials/{trial_id}/metrics", {"startBatches": -1}, "startBatches"),
+        (f"/api/v1/trials/{trial_id}/metrics", {"endBatches": "ten"}, "endBatches"),
+        (f"/api/v1/trials/{trial_id}/metrics", {"startBatches": 9, "endBatches": 3},
+         "startBatches"),
+        (f"/api/v1/trials/{2**31}/metrics", {}, "trial_id"),
+        ("/api/v1/trials/time-series", {"trialIds": 2**40}, "trialIds"),
+        ("/api/v1/trials/time-series", {}, "trialIds"),
+        ("/api/v1/trials/time-series", {"trialIds": "x"}, "trialIds"),
+        ("/api/v1/trials/time-series", {"trialIds": trial_id, "maxDatapoints": 10**9},
+         "maxDatapoints"),
+        ("/api/v1/trials/time-series", {"trialIds": trial_id, "metricType": "LOSS"},
+         "metricType"),
+        ("/api/v1/trials/time-series",
+         {"trialIds": trial_id, "metricType": "METRIC_TYPE_TRAINING", "group": "validation"},
+         "metricType"),
+    ]
+    for path, params, field in cases:
+        answer = await api.get(path, params=params)
+        assert answer.status_code == 400, (path, params, answer.text)
+        body = answer.json()
+        named = any(d.startswith((f"{field}:", f"{field}.")) for d in body["details"])
+        assert named, (params, body)
