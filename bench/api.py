@@ -19,12 +19,12 @@ Reads, each as R sequential requests over one keep-alive connection (after a war
                        &endBatches=750 (501 reports, not downsampled)
 
 Ingestion, one writer each, same rows: S steps of 5 metrics, B steps per request (default 20,000
-and 100); both servers run throughout and the two alternate in rounds (default 4 of S/4 steps,
-after an untimed round each, plus 1,000 steps before each side's first round), so that the
-shared machine's changing load falls on both alike:
-  - Epochal: harness.core, the code trials run (its background sender posts batches of 100 reports
-    to POST /api/v1/trials/{id}/metrics/batch with a trial token); timed from the first report to
-    the moment the context has closed, i.e. everything delivered and committed.
+and 200, MLflow's largest log_batch: 1,000 values); both servers run throughout and the two
+alternate in rounds (default 4 of S/4 steps, after an untimed round each, plus 1,000 steps
+before each side's first round), so that the shared machine's changing load falls on both alike:
+  - Epochal: harness.core, the code trials run (its background sender posts batches of up to 200
+    reports to POST /api/v1/trials/{id}/metrics/batch with a trial token); timed from the first
+    report to the moment the context has closed, i.e. everything delivered and committed.
   - MLflow: `mlflow server` (1 worker, like Epochal's one master process) with its PostgreSQL
     backend in another database on the same PostgreSQL server (or SQLite with
     --mlflow-backend sqlite); the client, `MlflowClient.log_batch` with B steps x 5 metrics per
@@ -466,8 +466,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20_000, help="steps to ingest")
     parser.add_argument("--rounds", type=int, default=4,
                         help="ingestion alternates between the two in this many rounds")
-    parser.add_argument("--batch", type=int, default=100,
-                        help="steps per MLflow log_batch (the harness sends 100 per batch)")
+    parser.add_argument("--batch", type=int, default=200,
+                        help="steps per MLflow log_batch (the harness sends up to 200 per batch)")
     parser.add_argument("--mlflow-backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--skip-mlflow", action="store_true",
                         help="measure Epochal only (no comparison; for quick iterations)")

@@ -40,6 +40,11 @@ _REASON_ALIASES = {
 }
 
 
+# Reports per request: MLflow's log_batch takes at most 1,000 values, i.e. 200 steps of 5 metrics;
+# Epochal's batches are as large, so a fast reporter pays one request per 200 reports.
+BATCH_SIZE = 200
+
+
 class _Sender:
     """Posts queued metric reports in batches from a background thread.
 
@@ -54,7 +59,12 @@ class _Sender:
     """
 
     def __init__(
-        self, session: Session, trial_id: int, *, interval: float = 0.5, batch_size: int = 100
+        self,
+        session: Session,
+        trial_id: int,
+        *,
+        interval: float = 0.5,
+        batch_size: int = BATCH_SIZE,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
@@ -222,7 +232,7 @@ class TrainContext:
         session: Session | None,
         *,
         interval: float = 0.5,
-        batch_size: int = 100,
+        batch_size: int = BATCH_SIZE,
         validation_timeout: float = 120.0,
         close_timeout: float = 120.0,
     ) -> None:

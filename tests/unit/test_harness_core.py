@@ -170,17 +170,17 @@ def test_public_names() -> None:
 # --- metrics ---------------------------------------------------------------------------------
 
 
-def test_reports_go_in_batches_of_at_most_100(tmp_path) -> None:
+def test_reports_go_in_batches_of_at_most_200(tmp_path) -> None:
     fake = FakeMaster()
     with make_core(fake, tmp_path, interval=60) as core:
-        for step in range(1, 251):
+        for step in range(1, 451):
             core.train.report_training_metrics(step, {"loss": 1.0 / step})
-        # 200 reports filled two batches; the other 50 wait for the interval or the close.
-        assert wait_for(lambda: len(fake.steps("training")) == 200)
+        # 400 reports filled two batches; the other 50 wait for the interval or the close.
+        assert wait_for(lambda: len(fake.steps("training")) == 400)
         time.sleep(0.05)
-        assert len(fake.steps("training")) == 200
-    assert fake.steps("training") == list(range(1, 251))
-    assert [len(b) for b in fake.batches] == [100, 100, 50]
+        assert len(fake.steps("training")) == 400
+    assert fake.steps("training") == list(range(1, 451))
+    assert [len(b) for b in fake.batches] == [200, 200, 50]
     first = fake.batches[0][0]
     assert first == {
         "group": "training",
