@@ -10,10 +10,11 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from api import auth, views
+from api import auth, schemas, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
 from api.routes.tasks import trial_of_task
+from api.schemas import documented
 
 router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 
@@ -132,7 +133,7 @@ async def patch_checkpoints(
     return {}
 
 
-@router.get("/checkpoints/{checkpoint_uuid}")
+@router.get("/checkpoints/{checkpoint_uuid}", responses=documented(schemas.CheckpointAnswer))
 async def get_checkpoint(checkpoint_uuid: uuidlib.UUID, pool: Pool) -> dict[str, Any]:
     row = await pool.fetchrow(views.CHECKPOINT_SELECT + " WHERE c.uuid = $1", checkpoint_uuid)
     if row is None:

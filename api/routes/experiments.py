@@ -16,11 +16,12 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.checkpoint_gc import UnsafeCheckpointPath, delete_checkpoint_files
-from api import auth, views
+from api import auth, schemas, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
+from api.schemas import documented
 from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
 from workflows.expconf import (
     ConfigError,
@@ -174,7 +175,7 @@ OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
 ListQuery = Annotated[list[str] | None, Query()]
 
 
-@router.get("/experiments")
+@router.get("/experiments", responses=documented(schemas.ExperimentList))
 async def list_experiments(
     pool: Pool,
     limit: int = Query(100, ge=0, le=1000),
@@ -230,7 +231,7 @@ async def _experiment_row(pool: Pool, experiment_id: int) -> Any:
     return row
 
 
-@router.get("/experiments/{experiment_id}")
+@router.get("/experiments/{experiment_id}", responses=documented(schemas.ExperimentAnswer))
 async def get_experiment(experiment_id: int, pool: Pool) -> dict[str, Any]:
     row = await _experiment_row(pool, experiment_id)
     trials = await views.fetch_trials(pool, experiment_id)
@@ -395,7 +396,7 @@ def _sorted_page(
     return ordered[offset:offset + limit] if limit else ordered[offset:]
 
 
-@router.get("/experiments/{experiment_id}/trials")
+@router.get("/experiments/{experiment_id}/trials", responses=documented(schemas.TrialList))
 async def list_experiment_trials(
     experiment_id: int,
     pool: Pool,
@@ -434,7 +435,9 @@ CHECKPOINT_SORT_KEYS = {
 }
 
 
-@router.get("/experiments/{experiment_id}/checkpoints")
+@router.get(
+    "/experiments/{experiment_id}/checkpoints", responses=documented(schemas.CheckpointList)
+)
 async def list_experiment_checkpoints(
     experiment_id: int,
     pool: Pool,

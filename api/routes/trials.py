@@ -14,10 +14,11 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import views
+from api import schemas, views
 from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found
 from api.log_stream import log_records
+from api.schemas import documented
 from workflows.constants import experiment_workflow_id
 from workflows.types import ValidationReport
 
@@ -178,7 +179,7 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-@router.get("/trials/{trial_id}")
+@router.get("/trials/{trial_id}", responses=documented(schemas.TrialAnswer))
 async def get_trial(trial_id: int, pool: Pool) -> dict[str, Any]:
     trial = await views.fetch_trial(pool, trial_id)
     if trial is None:
@@ -234,7 +235,7 @@ async def report_trial_early_exit(
     return {}
 
 
-@router.get("/trials/{trial_id}/checkpoints")
+@router.get("/trials/{trial_id}/checkpoints", responses=documented(schemas.CheckpointList))
 async def list_trial_checkpoints(trial_id: int, pool: Pool) -> dict[str, Any]:
     await _require_trial(pool, trial_id)
     rows = await pool.fetch(

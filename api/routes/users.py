@@ -8,10 +8,11 @@ import asyncpg
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 
-from api import auth
+from api import auth, schemas
 from api.auth import CurrentPrincipal, Principal
 from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
+from api.schemas import documented
 from api.views import rfc3339
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
@@ -37,7 +38,7 @@ class LoginRequest(BaseModel):
     isHashed: bool = False
 
 
-@router.post("/auth/login")
+@router.post("/auth/login", responses=documented(schemas.LoginAnswer))
 async def login(body: LoginRequest, pool: Pool, settings: AppSettings) -> dict[str, Any]:
     row = await pool.fetchrow(
         f"SELECT {_USER_COLUMNS}, password_hash FROM users WHERE username = $1", body.username
@@ -79,12 +80,12 @@ async def _user_of(pool: asyncpg.Pool, principal: Principal) -> asyncpg.Record:
     return row
 
 
-@router.get("/me")
+@router.get("/me", responses=documented(schemas.UserAnswer))
 async def me(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
     return {"user": user_json(await _user_of(pool, principal))}
 
 
-@router.get("/users")
+@router.get("/users", responses=documented(schemas.UserList))
 async def list_users(
     pool: Pool,
     limit: int = Query(100, ge=1, le=1000),
@@ -122,7 +123,7 @@ async def get_user_by_username(username: str, pool: Pool) -> dict[str, Any]:
     return {"user": user_json(row)}
 
 
-@router.get("/users/{user_id}")
+@router.get("/users/{user_id}", responses=documented(schemas.UserAnswer))
 async def get_user(user_id: int, pool: Pool) -> dict[str, Any]:
     return {"user": user_json(await _fetch_user(pool, user_id))}
 
@@ -140,7 +141,7 @@ class PostUserRequest(BaseModel):
     isHashed: bool = False
 
 
-@router.post("/users")
+@router.post("/users", responses=documented(schemas.UserAnswer))
 async def create_user(
     body: PostUserRequest, principal: CurrentPrincipal, pool: Pool
 ) -> dict[str, Any]:
