@@ -303,3 +303,52 @@ def test_cancel(det: Det, tmp_path: Path) -> None:
     assert det.run("experiment", "wait", "--polling-interval", "1", experiment,
                    check=False).returncode == 1
     assert _experiment_state(det, experiment) == "CANCELED"
+
+
+CORE_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "determined_core"
+
+
+def test_a_core_api_script_driven_by_det_from_create_to_completion(
+    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """The issue's whole story: `det` creates an experiment whose script is written for
+    Determined's Core API (metrics, checkpoints, preemption, restore), pauses and activates it,
+    and both `det` and `epochal` see it complete with its trials, checkpoints and logs."""
+    config = yaml.safe_load((CORE_EXAMPLE / "const.yaml").read_text())
+    config["entrypoint"] = f"{det_venv / 'python'} train.py"
+    config["searcher"]["max_length"] = {"batches": 600}
+    config["hyperparameters"].update(validation_period=50, seconds_per_batch=0.02)
+    path = tmp_path / "core.yaml"
+    path.write_text(yaml.safe_dump(config))
+
+    created = det.run("experiment", "create", str(path), str(CORE_EXAMPLE)).stdout
+    experiment = re.search(r"Created experiment (\d+)", created).group(1)  # type: ignore[union-attr]
+    wait_for(lambda: [r for r in det.rows("experiment", "list-checkpoints", experiment)
+                      if r[2] == "COMPLETED"], 120, "a first checkpoint")
+    trial = _trial_state(det, experiment)[0]
+
+    det.run("experiment", "pause", experiment)
+    wait_for(lambda: _trial_state(det, experiment)[1] == "PAUSED", 120, "the trial to pause")
+    preempted = det.run("trial", "logs", trial).stdout
+    assert "preempted at batch" in preempted
+
+    det.run("experiment", "activate", experiment)
+    waited = det.run("experiment", "wait", "--polling-interval", "1", experiment, timeout=300,
+                     check=False)
+    assert waited.returncode == 0, waited.stdout + waited.stderr
+
+    described = det.run("experiment", "describe", experiment).stdout
+    assert table_rows(described)[0][:2] == [experiment, "COMPLETED"]
+    epochal = cluster.json("experiment", "describe", experiment)
+    assert epochal["experiment"]["state"] == "STATE_COMPLETED"
+    [epochal_trial] = epochal["trials"]
+    assert epochal_trial["totalBatchesProcessed"] == 600
+    assert epochal_trial["bestValidation"]["metrics"]["avgMetrics"]["validation_loss"] >= 0
+
+    (row,) = det.rows("experiment", "list-trials", experiment)
+    assert [row[0], row[1], row[5]] == [trial, "COMPLETED", "600"]
+    kept = [r for r in det.rows("experiment", "list-checkpoints", experiment)
+            if r[2] == "COMPLETED"]
+    assert "600" in [r[1] for r in kept]
+    logs = det.run("trial", "logs", trial).stdout
+    assert "resumed from checkpoint" in logs  # restored from the latest checkpoint
