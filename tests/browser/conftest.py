@@ -18,7 +18,14 @@ import yaml
 
 from deploy.browser import CHROMIUM, CHROMIUM_ARGS
 from deploy.docker_engine import in_ci
-from tests.e2e.cluster import REPO, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.cluster import (
+    REPO,
+    SLOW_MODEL,
+    Cluster,
+    created_id,
+    shared_servers_cluster,
+    wait_for,
+)
 
 try:
     from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
@@ -26,7 +33,6 @@ except ImportError:  # the `test` extra is not installed
     sync_playwright = None  # type: ignore[assignment]
 
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
-MODEL = Path(__file__).parent / "model"
 # Long enough (about 30 s a trial) to pause and activate it while it runs.
 STEPS = 150
 LEARNING_RATES = [0.03, 0.2]
@@ -86,7 +92,7 @@ def experiment_id(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) ->
     }
     path = Path(tmp_path_factory.mktemp("browser")) / "config.yaml"
     path.write_text(yaml.safe_dump(config))
-    exp = created_id(cluster.run("experiment", "create", str(path), str(MODEL)).stdout)
+    exp = created_id(cluster.run("experiment", "create", str(path), str(SLOW_MODEL)).stdout)
 
     def running() -> bool:
         trials = api_get(cluster, f"/api/v1/experiments/{exp}/trials")["trials"]

@@ -19,11 +19,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.cluster import DIGITS, Cluster, shared_servers_cluster, wait_for
+from tests.e2e.cluster import DIGITS, SLOW_MODEL, Cluster, shared_servers_cluster, wait_for
 
 pytestmark = pytest.mark.slow
 
-SLOW_MODEL = Path(__file__).resolve().parents[1] / "e2e" / "slow_model"
 AGENT_ID = "local-agent"
 
 

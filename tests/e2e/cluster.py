@@ -27,6 +27,8 @@ from tests.e2e.namespace import fresh_ids, start_clean
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
+# A slow trial of the test suite's own (one step per `sleep` seconds; see its docstring).
+SLOW_MODEL = REPO / "tests" / "e2e" / "slow_model"
 EPOCHAL = [sys.executable, "-m", "cli.main"]
 
 

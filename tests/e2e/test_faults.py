@@ -22,11 +22,16 @@ import yaml
 
 from deploy.processes import read_pid
 from tests.conftest import E2E_NAMESPACE
-from tests.e2e.cluster import REPO, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.cluster import (
+    REPO,
+    SLOW_MODEL,
+    Cluster,
+    created_id,
+    shared_servers_cluster,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
-
-SLOW_MODEL = Path(__file__).parent / "slow_model"
 
 
 @pytest.fixture(scope="module")
