@@ -140,16 +140,31 @@ def _check_plain_data(value: Any) -> Any:
     return value
 
 
+class _NotActedOnMarker:
+    def __repr__(self) -> str:
+        return "NotActedOn"
+
+
+_NOT_ACTED_ON = _NotActedOnMarker()
+
+
 class _Model(BaseModel):
     """Strict types (no "5" for 5), no unknown keys, and null meaning "the default".
 
-    ``_determined_only`` names fields of Determined's config that Epochal accepts and keeps (they
-    are declared as fields, default null) but does not act on: ``config_warnings`` names each
+    ``_determined_only`` names the fields declared ``NotActedOn``: Determined's fields that
+    Epochal accepts and keeps (default null) but does not act on. ``config_warnings`` names each
     one given, and dumps leave out those not given, so normalized configs stay as they were.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
     _determined_only: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        cls._determined_only = frozenset(
+            name for name, field in cls.model_fields.items() if _NOT_ACTED_ON in field.metadata
+        )
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
@@ -234,8 +249,9 @@ _HP_TYPES = ("const", "int", "double", "log", "categorical")
 
 
 PlainData = Annotated[Any, AfterValidator(_check_plain_data)]
-# A Determined field Epochal keeps but does not act on (any plain data; see _Model).
-NotActedOn = Annotated[Any, AfterValidator(_check_plain_data)]
+# A Determined field Epochal keeps but does not act on (any plain data; see _Model). The marker
+# is how _Model finds them.
+NotActedOn = Annotated[Any, AfterValidator(_check_plain_data), _NOT_ACTED_ON]
 
 
 class ConstHyperparameter(_Model):
@@ -519,10 +535,6 @@ class ResourcesConfig(_Model):
     devices: NotActedOn = None
     is_single_node: NotActedOn = None
 
-    _determined_only = frozenset(
-        {"weight", "native_parallel", "agent_label", "devices", "is_single_node"}
-    )
-
 
 class SharedFSConfig(_Model):
     """Checkpoints in ``host_path/<uuid>/`` (or ``host_path/storage_path/<uuid>/``)."""
@@ -536,8 +548,6 @@ class SharedFSConfig(_Model):
     # Determined's legacy keys; the storage is mounted at host_path in task containers.
     container_path: NotActedOn = None
     propagation: NotActedOn = None
-
-    _determined_only = frozenset({"container_path", "propagation"})
 
 
 class S3Config(_Model):
@@ -648,17 +658,6 @@ class EnvironmentConfig(_Model):
     drop_capabilities: NotActedOn = None
     proxy_ports: NotActedOn = None
 
-    _determined_only = frozenset(
-        {
-            "pod_spec",
-            "ports",
-            "registry_auth",
-            "add_capabilities",
-            "drop_capabilities",
-            "proxy_ports",
-        }
-    )
-
     @field_validator("image", mode="before")
     @classmethod
     def _one_image(cls, value: Any) -> Any:
@@ -691,8 +690,6 @@ class BindMount(_Model):
     container_path: str = Field(min_length=1)
     read_only: bool = False
     propagation: NotActedOn = None
-
-    _determined_only = frozenset({"propagation"})
 
 
 class ReproducibilityConfig(_Model):
@@ -744,30 +741,6 @@ class ExperimentConfig(_Model):
     security: NotActedOn = None
     data_layer: NotActedOn = None
     batches_per_step: NotActedOn = None
-
-    _determined_only = frozenset(
-        {
-            "records_per_epoch",
-            "scheduling_unit",
-            "perform_initial_validation",
-            "checkpoint_policy",
-            "profiling",
-            "optimizations",
-            "debug",
-            "workspace",
-            "project",
-            "tensorboard_storage",
-            "integrations",
-            "log_policies",
-            "preemption_timeout",
-            "internal",
-            "slurm",
-            "pbs",
-            "security",
-            "data_layer",
-            "batches_per_step",
-        }
-    )
 
     @field_validator("entrypoint", mode="before")
     @classmethod
