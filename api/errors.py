@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import asyncpg
 from fastapi import FastAPI, Request
@@ -22,6 +23,13 @@ class ApiError(Exception):
 def error_body(message: str, details: list[str] | None = None) -> bytes:
     """The error JSON as bytes, for code below FastAPI (ASGI middleware)."""
     return json.dumps({"message": message, "details": details or []}).encode()
+
+
+def require_choice(field: str, value: str, choices: Iterable[str]) -> None:
+    """A 400 naming `field` unless `value` is one of `choices` (Determined's enum names)."""
+    names = list(choices)
+    if value not in names:
+        raise ApiError(400, f"bad {field}", [f"{field}: one of {', '.join(names)}, got {value!r}"])
 
 
 def not_found(kind: str, ident: object) -> ApiError:

@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.checkpoint_gc import UnsafeCheckpointPath, delete_checkpoint_files
 from api import auth, schemas, views
 from api.deps import AppSettings, Pool, Temporal
-from api.errors import ApiError, not_found
+from api.errors import ApiError, not_found, require_choice
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
 from api.schemas import documented
@@ -194,9 +194,7 @@ async def list_experiments(
 ) -> dict[str, Any]:
     """Determined's GetExperiments: every filter optional; `archived` omitted lists both."""
     wanted = [s.removeprefix("STATE_") for s in states] if states else None
-    if sortBy not in views.EXPERIMENT_SORT_COLUMNS:
-        raise ApiError(400, "bad sortBy", [
-            f"sortBy: one of {', '.join(views.EXPERIMENT_SORT_COLUMNS)}, got {sortBy!r}"])
+    require_choice("sortBy", sortBy, views.EXPERIMENT_SORT_COLUMNS)
     if projectId not in (None, 0, views.DEFAULT_PROJECT_ID):
         return {"experiments": [], "pagination": views.pagination(offset, limit, 0, 0)}
     limit = limit or 100  # Determined's client sends 0 for "the default"
@@ -407,9 +405,7 @@ async def list_experiment_trials(
     states: ListQuery = None,
 ) -> dict[str, Any]:
     """Determined's GetExperimentTrials; limit 0 means all."""
-    if sortBy not in TRIAL_SORT_KEYS:
-        raise ApiError(400, "bad sortBy",
-                       [f"sortBy: one of {', '.join(TRIAL_SORT_KEYS)}, got {sortBy!r}"])
+    require_choice("sortBy", sortBy, TRIAL_SORT_KEYS)
     await _experiment_row(pool, experiment_id)
     trials = await views.fetch_trials(pool, experiment_id)
     if states:
@@ -450,9 +446,7 @@ async def list_experiment_checkpoints(
 ) -> dict[str, Any]:
     """Determined's GetExperimentCheckpoints. Sorting by the searcher metric puts the best
     first unless orderBy says otherwise (`det e list-checkpoints --best N`)."""
-    if sortByAttr not in CHECKPOINT_SORT_KEYS:
-        raise ApiError(400, "bad sortByAttr", [
-            f"sortByAttr: one of {', '.join(CHECKPOINT_SORT_KEYS)}, got {sortByAttr!r}"])
+    require_choice("sortByAttr", sortByAttr, CHECKPOINT_SORT_KEYS)
     row = await _experiment_row(pool, experiment_id)
     rows = await pool.fetch(
         views.CHECKPOINT_SELECT + " WHERE t.experiment_id = $1 ORDER BY c.report_time",

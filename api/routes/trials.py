@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api import schemas, views
 from api.deps import Pool, Temporal
-from api.errors import ApiError, not_found
+from api.errors import ApiError, not_found, require_choice
 from api.log_stream import log_records
 from api.schemas import documented
 from workflows.constants import experiment_workflow_id
@@ -255,9 +255,7 @@ async def get_trial_workloads(
 ) -> dict[str, Any]:
     """Determined's GetTrialWorkloads (`det trial describe`, `det experiment describe`):
     training, validation and checkpoint reports by step; limit 0 means all."""
-    if filter not in views.WORKLOAD_FILTERS:
-        raise ApiError(400, "bad filter",
-                       [f"filter: one of {', '.join(views.WORKLOAD_FILTERS)}, got {filter!r}"])
+    require_choice("filter", filter, views.WORKLOAD_FILTERS)
     await _require_trial(pool, trial_id)
     workloads = await views.fetch_workloads(pool, trial_id, views.WORKLOAD_FILTERS[filter])
     if orderBy == "ORDER_BY_DESC":
