@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.determined.test_core_api_e2e import EXAMPLE
-from tests.e2e.cluster import Cluster, created_id, shared_servers_cluster
+from tests.e2e.cluster import Cluster, created_id, docker_runtime_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -26,9 +26,7 @@ SITE_IN_CONTAINER = "/opt/determined-site"
 @pytest.fixture(scope="module")
 def docker_cluster(postgres_url: str, temporal_address: str,
                    task_image: str) -> Iterator[Cluster]:
-    with shared_servers_cluster(postgres_url, temporal_address, "det-docker", "--slots", "1",
-                                "--runtime", "docker") as cluster:
-        assert cluster.up is not None and "docker runtime" in cluster.up.stderr
+    with docker_runtime_cluster(postgres_url, temporal_address, "det-docker", 1) as cluster:
         yield cluster
 
 

@@ -108,6 +108,17 @@ def shared_servers_cluster(
             shutil.rmtree(state_dir, ignore_errors=True)
 
 
+
+@contextmanager
+def docker_runtime_cluster(
+    postgres_url: str, temporal_address: str, name: str, slots: int
+) -> Iterator[Cluster]:
+    """A shared-servers cluster whose agent runs trials in task containers."""
+    with shared_servers_cluster(postgres_url, temporal_address, name, "--slots", str(slots),
+                                "--runtime", "docker") as cluster:
+        assert cluster.up is not None and "docker runtime" in cluster.up.stderr
+        yield cluster
+
 def created_id(output: str) -> int:
     match = re.search(r"Created experiment (\d+)", output)
     assert match, output

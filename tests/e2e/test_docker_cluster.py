@@ -21,7 +21,7 @@ import yaml
 from agent_worker.docker_runtime import agent_containers
 from deploy.local_cluster import AGENT_ID
 from deploy.processes import read_pid
-from tests.e2e.cluster import DIGITS, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster, wait_for
 from tests.e2e.test_local_cluster import long_single_config, trial_of
 
 pytestmark = pytest.mark.slow
@@ -30,9 +30,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def docker_cluster(postgres_url: str, temporal_address: str,
                    task_image: str) -> Iterator[Cluster]:
-    with shared_servers_cluster(postgres_url, temporal_address, "e2e-docker", "--slots", "2",
-                                "--runtime", "docker") as cluster:
-        assert cluster.up is not None and "docker runtime" in cluster.up.stderr
+    with docker_runtime_cluster(postgres_url, temporal_address, "e2e-docker", 2) as cluster:
         yield cluster
 
 
