@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
-from deploy.docker_engine import in_ci, may_set_up
+from deploy.debian_packages import apt_install, in_ci, may_set_up
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Headless, and quiet on a machine without outside network: no sandbox (containers, root), no
@@ -42,14 +41,7 @@ def say(message: str) -> None:
 
 def install() -> None:
     """apt-get install chromium (as root, or through passwordless sudo)."""
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    say("installing Debian's chromium with apt-get")
-    subprocess.run([*sudo, "apt-get", "-q", "update"], check=True, env=env,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    subprocess.run([*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y",
-                    "install", "--no-install-recommends", "chromium"], check=True, env=env,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    apt_install(["chromium"], say)
 
 
 def ensure() -> bool:

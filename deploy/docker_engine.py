@@ -23,24 +23,17 @@ import sys
 import time
 from pathlib import Path
 
+from deploy.debian_packages import apt_install, may_set_up
+
 LOG_FILE = Path("/var/log/epochal-dockerd.log")
 FALLBACK_FLAGS = ("--iptables=false", "--bridge=none")
 APT_PACKAGES = {"docker.io": "dockerd", "debootstrap": "debootstrap"}
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
 def answers(timeout: float = 3.0) -> bool:
     from agent_worker.docker_runtime import engine_answers
 
     return engine_answers(timeout)
-
-
-def may_set_up() -> bool:
-    """Whether we may install and start an engine here: in CI, or as root."""
-    return in_ci() or os.geteuid() == 0
 
 
 def say(message: str) -> None:
@@ -56,14 +49,7 @@ def install() -> None:
     missing = [pkg for pkg, exe in APT_PACKAGES.items() if not _installed(exe)]
     if not missing:
         return
-    sudo = [] if os.geteuid() == 0 else ["sudo", "-n"]
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    say(f"installing {', '.join(missing)} with apt-get")
-    subprocess.run([*sudo, "apt-get", "-q", "update"], check=True, env=env,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
-    subprocess.run([*sudo, "env", "DEBIAN_FRONTEND=noninteractive", "apt-get", "-q", "-y",
-                    "install", "--no-install-recommends", *missing], check=True, env=env,
-                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    apt_install(missing, say)
 
 
 def start_dockerd(flags: tuple[str, ...] = (), timeout: float = 60.0) -> bool:

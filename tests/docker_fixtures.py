@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import docker
 import pytest
 
-from deploy.docker_engine import in_ci
+from deploy.debian_packages import in_ci
 
 
 @pytest.fixture(scope="session")

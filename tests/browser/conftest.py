@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from deploy.browser import CHROMIUM, CHROMIUM_ARGS
-from deploy.docker_engine import in_ci
+from deploy.debian_packages import in_ci
 from tests.e2e.cluster import (
     REPO,
     SLOW_MODEL,
