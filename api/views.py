@@ -13,6 +13,8 @@ from typing import Any
 
 import asyncpg
 
+from api.errors import not_found
+
 JSON = dict[str, Any]
 
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
@@ -134,6 +136,14 @@ def trial_json(row: asyncpg.Record) -> JSON:
         "searcherStatus": row["search_status"],
     }
 
+
+
+async def require_trial(conn: asyncpg.Pool | asyncpg.Connection, trial_id: int) -> str:
+    """The trial's state (without the STATE_ prefix); 404 if there is no such trial."""
+    state: str | None = await conn.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
+    if state is None:
+        raise not_found("trial", trial_id)
+    return state
 
 async def fetch_trial(conn: asyncpg.Pool | asyncpg.Connection, trial_id: int) -> JSON | None:
     row = await conn.fetchrow(_TRIAL_SELECT + " WHERE t.id = $1", trial_id)

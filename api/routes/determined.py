@@ -12,7 +12,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, Field
 
-from api import auth
+from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
 from workflows.constants import task_id
@@ -38,8 +38,7 @@ async def prepare_run_for_reporting(
     """`core.init()` announces the run (a trial) before reporting. Epochal keeps checkpoints
     where the experiment's storage says, so there is no separate storage id to hand back."""
     await auth.require_trial_write(request, body.runId)
-    if await pool.fetchval("SELECT 1 FROM trials WHERE id = $1", body.runId) is None:
-        raise not_found("trial", body.runId)
+    await views.require_trial(pool, body.runId)
     return {}
 
 

@@ -211,8 +211,7 @@ async def get_trial_metrics(
 ) -> dict[str, Any]:
     """A trial's reports in (group, step) order; every one unless `maxDatapoints` is given."""
     _check_range(startBatches, endBatches)
-    if await pool.fetchval("SELECT 1 FROM trials WHERE id = $1", trial_id) is None:
-        raise not_found("trial", trial_id)
+    await views.require_trial(pool, trial_id)
     rows = await fetch_series(
         pool,
         [trial_id],

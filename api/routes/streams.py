@@ -42,8 +42,7 @@ async def stream_trial_logs(
 ) -> EventSourceResponse:
     """A trial's log lines as `log` events (id = the line's id, so a reconnect resumes after
     it), existing lines first, then new ones until the trial is terminal and drained."""
-    if await pool.fetchval("SELECT 1 FROM trials WHERE id = $1", trial_id) is None:
-        raise not_found("trial", trial_id)
+    await views.require_trial(pool, trial_id)
 
     async def is_done() -> bool:
         state = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)

@@ -73,13 +73,6 @@ def _clean(metrics: dict[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-async def _require_trial(pool: Pool, trial_id: int) -> str:
-    state: str | None = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
-    if state is None:
-        raise not_found("trial", trial_id)
-    return state
-
-
 async def store_reports(
     pool: Pool, temporal: Client, trial_id: int, reports: list[ReportTrialMetricsRequest]
 ) -> int:
@@ -103,7 +96,7 @@ async def store_reports(
         )
     if not rows:
         return 0
-    await _require_trial(pool, trial_id)
+    await views.require_trial(pool, trial_id)
     validations = [r for r in reports if r.group == "validation"]
     async with pool.acquire() as conn, conn.transaction():
         # One statement for the whole batch, not one round trip per report; a batch naming
@@ -217,7 +210,7 @@ async def report_trial_progress(
     progress = body.progress if isinstance(body, ProgressReport) else body
     if not 0 <= progress <= 1:
         raise ApiError(400, "bad progress", [f"progress: must be within [0, 1], got {progress}"])
-    await _require_trial(pool, trial_id)
+    await views.require_trial(pool, trial_id)
     await pool.execute("UPDATE trials SET progress = $2 WHERE id = $1", trial_id, progress)
     return {}
 
@@ -228,7 +221,7 @@ async def report_trial_early_exit(
 ) -> dict[str, Any]:
     # Determined's Core API sends the bare `{"reason": ...}`.
     reason = body.earlyExit.reason if isinstance(body, ReportEarlyExitRequest) else body.reason
-    await _require_trial(pool, trial_id)
+    await views.require_trial(pool, trial_id)
     await pool.execute(
         "UPDATE trials SET early_exit_reason = $2 WHERE id = $1", trial_id, reason
     )
@@ -237,7 +230,7 @@ async def report_trial_early_exit(
 
 @router.get("/trials/{trial_id}/checkpoints", responses=documented(schemas.CheckpointList))
 async def list_trial_checkpoints(trial_id: int, pool: Pool) -> dict[str, Any]:
-    await _require_trial(pool, trial_id)
+    await views.require_trial(pool, trial_id)
     rows = await pool.fetch(
         views.CHECKPOINT_SELECT + " WHERE c.trial_id = $1 ORDER BY c.steps_completed", trial_id
     )
@@ -256,7 +249,7 @@ async def get_trial_workloads(
     """Determined's GetTrialWorkloads (`det trial describe`, `det experiment describe`):
     training, validation and checkpoint reports by step; limit 0 means all."""
     require_choice("filter", filter, views.WORKLOAD_FILTERS)
-    await _require_trial(pool, trial_id)
+    await views.require_trial(pool, trial_id)
     workloads = await views.fetch_workloads(pool, trial_id, views.WORKLOAD_FILTERS[filter])
     if orderBy == "ORDER_BY_DESC":
         workloads.reverse()
@@ -316,7 +309,7 @@ async def trial_logs(
     """NDJSON `{"result": TrialLog}` lines (Determined's TrialLogs stream). `limit` with
     orderBy DESC is `det trial logs --tail N` (newest first); with follow the stream ends once
     the trial is terminal and its logs are drained."""
-    await _require_trial(pool, trial_id)
+    await views.require_trial(pool, trial_id)
     keep = LogFilter(
         levels={views.log_level(v) for v in levels} if levels else None,
         stdtypes=set(stdtypes) if stdtypes else None,
@@ -327,7 +320,7 @@ async def trial_logs(
     )
 
     async def is_done() -> bool:
-        return await _require_trial(pool, trial_id) in views.TERMINAL_STATES
+        return await views.require_trial(pool, trial_id) in views.TERMINAL_STATES
 
     async def lines() -> AsyncIterator[bytes]:
         if orderBy == "ORDER_BY_DESC":
