@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from workflows.expconf import shared_fs_directory
 
 DETERMINED_INFO_DIR = "/run/determined/info"
 # A run's info files live next to its working directory (not inside: that is the user's).
@@ -32,15 +33,6 @@ FALLBACK_USER = "determined"
 def determined_info_dir(run_dir: Path) -> Path:
     """Where the agent writes a run's Determined info files on its host."""
     return run_dir.with_name(run_dir.name + _INFO_DIR_SUFFIX)
-
-
-def storage_directory(storage: Mapping[str, Any] | None) -> str | None:
-    """The directory shared_fs checkpoints live in: `host_path`, or `host_path/storage_path`."""
-    if not storage or storage.get("type") != "shared_fs" or not storage.get("host_path"):
-        return None
-    host_path = str(storage["host_path"])
-    sub = storage.get("storage_path")
-    return os.path.normpath(os.path.join(host_path, str(sub))) if sub else host_path
 
 
 def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:
@@ -55,7 +47,7 @@ def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:
     if max_length and isinstance(searcher, dict):
         searcher["max_length"] = max_length
     storage = info.get("checkpoint_storage") or config.get("checkpoint_storage")
-    directory = storage_directory(storage)
+    directory = shared_fs_directory(storage)
     if directory is not None:
         config["checkpoint_storage"] = {"type": "directory", "container_path": directory}
     elif storage:

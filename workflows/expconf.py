@@ -14,6 +14,7 @@ This module is imported inside Temporal workflows, so it stays pure: pydantic, s
 import difflib
 import json
 import math
+import posixpath
 import shlex
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
@@ -534,6 +535,16 @@ class ResourcesConfig(_Model):
     agent_label: NotActedOn = None
     devices: NotActedOn = None
     is_single_node: NotActedOn = None
+
+
+def shared_fs_directory(storage: Mapping[str, Any] | None) -> str | None:
+    """The directory shared_fs checkpoints live in: `host_path`, or `host_path/storage_path`
+    (None for other storage). The harness, the API and Determined's client all use it."""
+    if not storage or storage.get("type") != "shared_fs" or not storage.get("host_path"):
+        return None
+    host_path = str(storage["host_path"])
+    sub = storage.get("storage_path")
+    return posixpath.normpath(posixpath.join(host_path, str(sub))) if sub else host_path
 
 
 class SharedFSConfig(_Model):

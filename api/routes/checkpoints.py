@@ -15,6 +15,7 @@ from api.deps import Pool
 from api.errors import ApiError, not_found
 from api.routes.tasks import trial_of_task
 from api.schemas import documented
+from workflows.expconf import shared_fs_directory
 
 router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 
@@ -44,10 +45,7 @@ def storage_path(config: dict[str, Any], uuid: str) -> str:
     if storage.get("type") == "s3":  # as Determined's S3StorageManager names its objects
         prefix = str(storage.get("prefix") or "").strip("/")
         return f"s3://{storage['bucket']}/{prefix + '/' if prefix else ''}{uuid}"
-    base = storage.get("host_path", "")
-    if storage.get("storage_path"):
-        base = os.path.normpath(os.path.join(base, storage["storage_path"]))
-    return os.path.join(base, uuid)
+    return os.path.join(shared_fs_directory(storage) or "", uuid)
 
 
 @router.post("/checkpoints")
