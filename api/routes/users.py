@@ -68,9 +68,8 @@ async def _user_of(pool: asyncpg.Pool, principal: Principal) -> asyncpg.Record:
         )
     elif principal.kind == "trial":
         row = await pool.fetchrow(
-            f"SELECT {', '.join('u.' + c.strip() for c in _USER_COLUMNS.split(','))}"
-            " FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-            " JOIN users u ON u.username = e.owner WHERE t.id = $1",
+            f"SELECT {_USER_COLUMNS} FROM users WHERE username = (SELECT e.owner FROM trials t"
+            " JOIN experiments e ON e.id = t.experiment_id WHERE t.id = $1)",
             principal.trial_id,
         )
     else:
