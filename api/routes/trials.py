@@ -6,7 +6,7 @@ import json
 import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeGuard
 
 from fastapi import APIRouter, Body, Query
 from fastapi.responses import StreamingResponse
@@ -142,11 +142,7 @@ async def notify_searcher(
         values = report.metrics.metrics.avgMetrics
         metric = values.get(searcher["metric"])
         length = values.get(time_metric) if time_metric else report.metrics.stepsCompleted
-        if not isinstance(metric, int | float) or not _is_number(metric):
-            continue
-        if not isinstance(length, int | float) or not _is_number(length):
-            continue
-        if length < row["search_length"]:
+        if not _is_number(metric) or not _is_number(length) or length < row["search_length"]:
             continue
         handle = temporal.get_workflow_handle(experiment_workflow_id(row["experiment_id"]))
         try:
@@ -168,7 +164,7 @@ async def notify_searcher(
         return
 
 
-def _is_number(value: object) -> bool:
+def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
