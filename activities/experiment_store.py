@@ -143,7 +143,8 @@ class ExperimentStore:
             " preempt_requested = CASE WHEN $4::int IS NOT NULL THEN false"
             "                     ELSE preempt_requested END,"
             " end_time = CASE WHEN $5 THEN coalesce(end_time, now()) ELSE NULL END,"
-            " agent_id = coalesce($6, agent_id)"
+            " agent_id = coalesce($6, agent_id),"
+            " search_status = coalesce($7, search_status)"
             " WHERE id = $1",
             inp.trial_id,
             inp.state,
@@ -151,6 +152,7 @@ class ExperimentStore:
             inp.run_id,
             inp.ended,
             inp.agent_id,
+            inp.search_status,
         )
 
     @activity.defn(name="request_preemption")

@@ -15,13 +15,12 @@ the equivalent `directory` storage at `host_path[/storage_path]`: checkpoints la
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from workflows.expconf import shared_fs_directory
+from workflows.expconf import LENGTH_UNITS, shared_fs_directory, with_determined_defaults
 
 DETERMINED_INFO_DIR = "/run/determined/info"
 # A run's info files live next to its working directory (not inside: that is the user's).
@@ -38,14 +37,20 @@ def determined_info_dir(run_dir: Path) -> Path:
 def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:
     """The experiment config as Determined's code in the trial should see it.
 
-    `searcher.max_length` is what this run trains to (an ASHA rung), and shared_fs storage is
-    the `directory` storage at its host path (see the module docstring).
+    As Determined's master gives it: its defaults filled in, and `searcher.max_length` only
+    when there is one (Determined then offers no `core.searcher`, as 0.38 does). That is what
+    this run trains to (an ASHA rung) when counted in batches, records or epochs; a run
+    counted in a `time_metric` leaves it alone. shared_fs storage is the `directory` storage
+    at its host path (see the module docstring).
     """
-    config: dict[str, Any] = copy.deepcopy(dict(info.get("experiment_config") or {}))
+    config = with_determined_defaults(info.get("experiment_config") or {})
     max_length = info.get("max_length")
     searcher = config.get("searcher")
-    if max_length and isinstance(searcher, dict):
-        searcher["max_length"] = max_length
+    if isinstance(searcher, dict):
+        if searcher.get("max_length") is None:
+            searcher.pop("max_length", None)
+        if isinstance(max_length, Mapping) and list(max_length) in ([u] for u in LENGTH_UNITS):
+            searcher["max_length"] = dict(max_length)
     storage = info.get("checkpoint_storage") or config.get("checkpoint_storage")
     directory = shared_fs_directory(storage)
     if directory is not None:

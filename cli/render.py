@@ -278,7 +278,8 @@ def trials_table(
             number(trial.get("totalBatchesProcessed")),
             number(trial_metric(trial, metric, "latest")),
             number(trial.get("restarts")),
-            *([trial.get("searcherStatus") or "running"] if searched else []),
+            *([trial.get("searcherStatus") or ("" if trial.get("endTime") else "running")]
+              if searched else []),
             *hp_cells,
         )
     return t

@@ -15,6 +15,7 @@ import difflib
 import json
 import math
 import posixpath
+import re
 import shlex
 from collections.abc import Iterator, Mapping
 from typing import Annotated, Any, ClassVar, Literal
@@ -55,6 +56,7 @@ __all__ = [
     "Hyperparameter",
     "HyperparameterGroup",
     "IntHyperparameter",
+    "LENGTH_UNITS",
     "Length",
     "LogHyperparameter",
     "RandomConfig",
@@ -69,6 +71,7 @@ __all__ = [
     "iter_hyperparameters",
     "parse_experiment_config",
     "validate_experiment_config",
+    "with_determined_defaults",
 ]
 
 MAX_GRID_SIZE = 100_000
@@ -201,18 +204,20 @@ class _Model(BaseModel):
 
 # --- lengths ------------------------------------------------------------------------------------
 
-_LENGTH_UNITS = ("batches", "records", "epochs")
+LENGTH_UNITS = ("batches", "records", "epochs")
 
 
 class Length(_Model):
     """A training length, one of ``{batches: N}``, ``{records: N}``, ``{epochs: N}``.
 
     A bare integer means batches, as in old Determined configs. Dumps as the one-key mapping.
+    0 is allowed (Determined's `min_validation_period` default is `{batches: 0}`: "never");
+    the searcher's `max_length` must be positive (`SearcherLength`).
     """
 
-    batches: int | None = Field(default=None, ge=1)
-    records: int | None = Field(default=None, ge=1)
-    epochs: int | None = Field(default=None, ge=1)
+    batches: int | None = Field(default=None, ge=0)
+    records: int | None = Field(default=None, ge=0)
+    epochs: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="before")
     @classmethod
@@ -223,13 +228,13 @@ class Length(_Model):
 
     @model_validator(mode="after")
     def _exactly_one(self) -> "Length":
-        if sum(getattr(self, u) is not None for u in _LENGTH_UNITS) != 1:
+        if sum(getattr(self, u) is not None for u in LENGTH_UNITS) != 1:
             raise _fail(((), 'must have exactly one of "batches", "records" or "epochs"'))
         return self
 
     @property
     def unit(self) -> Literal["batches", "records", "epochs"]:
-        for u in _LENGTH_UNITS:
+        for u in LENGTH_UNITS:
             if getattr(self, u) is not None:
                 return u  # type: ignore[return-value]
         raise AssertionError("validated Length without a unit")
@@ -242,6 +247,16 @@ class Length(_Model):
     @model_serializer
     def _dump(self) -> dict[str, int]:  # type: ignore[override]  # replaces _Model's
         return {self.unit: self.value}
+
+
+def _positive_length(length: Length) -> Length:
+    if length.value < 1:
+        raise _fail(((length.unit,), f"must be >= 1 (got {length.value})"))
+    return length
+
+
+SearcherLength = Annotated[Length, AfterValidator(_positive_length)]
+"""A searcher's `max_length`: a Length of at least 1 (Determined's check-positive-length)."""
 
 
 # --- hyperparameters ----------------------------------------------------------------------------
@@ -398,12 +413,19 @@ def _grid_errors(hparams: Mapping[str, Any]) -> list[tuple[Path, str]]:
 
 
 class _SearcherBase(_Model):
+    """What every searcher has.
+
+    `max_length` is optional, as in Determined 0.38, which deprecated it: without it the
+    training code decides how long to train, and Epochal assumes no length (trials get none).
+    """
+
     name: str
     metric: str = Field(min_length=1)
     smaller_is_better: bool = True
-    max_length: Length
-    source_trial_id: int | None = None
-    source_checkpoint_uuid: str | None = None
+    max_length: SearcherLength | None = None
+    # Epochal starts trials from scratch (no weights from another trial's checkpoint).
+    source_trial_id: Annotated[int | None, _NOT_ACTED_ON] = None
+    source_checkpoint_uuid: Annotated[str | None, _NOT_ACTED_ON] = None
 
     @classmethod
     def _unknown_field_message(cls, key: str) -> str:
@@ -441,12 +463,11 @@ class _HalvingBase(_SearcherBase):
     code reports with its validation metrics, up to `max_time`.
     """
 
-    max_length: Length | None = None  # type: ignore[assignment]
     time_metric: str | None = Field(default=None, min_length=1)
     max_time: int | None = Field(default=None, ge=1)
     max_trials: int = Field(ge=1)
     max_concurrent_trials: int = Field(default=16, ge=0)
-    divisor: float = Field(default=4.0, ge=2)
+    divisor: float = Field(default=4.0, gt=1)
     stop_once: bool = True
 
     @model_validator(mode="after")
@@ -524,17 +545,41 @@ SearcherConfig = Annotated[
 # --- resources, storage, environment -----------------------------------------------------------
 
 
+_MEMORY_SIZE = re.compile(r"([0-9]*\.)?[0-9]+ ?(([kmgtp](i?b)?)|b)?", re.IGNORECASE)
+
+
+def _memory_size(value: Any) -> Any:
+    """Determined's memory sizes ("4G", "512MiB", "1.5 gb"; binary units) -> bytes."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if not _MEMORY_SIZE.fullmatch(text):
+        got = _describe(value)
+        raise _fail(((), f'must be a number of bytes or a size such as "4G" (got {got})'))
+    number = text.rstrip("bBiI ").rstrip("kmgtpKMGTP ").strip()
+    unit = text[len(number) :].strip()[:1].lower()
+    return int(float(number) * 1024 ** " kmgtp".index(unit or " "))
+
+
 class ResourcesConfig(_Model):
     slots_per_trial: int = Field(default=1, ge=0)
+    # Determined's default is "" (the cluster's default pool); "" means that here too.
     resource_pool: str = Field(default=DEFAULT_RESOURCE_POOL, min_length=1)
     priority: int | None = Field(default=None, ge=1, le=99)
     max_slots: int | None = Field(default=None, ge=0)
-    shm_size: int | None = Field(default=None, ge=1)  # bytes of /dev/shm in a task container
+    # Bytes of /dev/shm in a task container; Determined's sizes such as "4G" are read as bytes.
+    shm_size: Annotated[int, BeforeValidator(_memory_size)] | None = Field(default=None, ge=1)
     weight: NotActedOn = None
     native_parallel: NotActedOn = None
     agent_label: NotActedOn = None
     devices: NotActedOn = None
     is_single_node: NotActedOn = None
+    slots: NotActedOn = None  # Determined's commands' and notebooks' field
+
+    @field_validator("resource_pool", mode="before")
+    @classmethod
+    def _default_pool(cls, value: Any) -> Any:
+        return DEFAULT_RESOURCE_POOL if value == "" else value
 
 
 def shared_fs_directory(storage: Mapping[str, Any] | None) -> str | None:
@@ -559,6 +604,8 @@ class SharedFSConfig(_Model):
     # Determined's legacy keys; the storage is mounted at host_path in task containers.
     container_path: NotActedOn = None
     propagation: NotActedOn = None
+    checkpoint_path: NotActedOn = None
+    tensorboard_path: NotActedOn = None
 
 
 class S3Config(_Model):
@@ -573,6 +620,13 @@ class S3Config(_Model):
     secret_key: str | None = None
     endpoint_url: str | None = None
     prefix: str | None = None
+
+    @field_validator("prefix")
+    @classmethod
+    def _prefix_stays_inside(cls, value: str | None) -> str | None:
+        if value is not None and ".." in value.split("/"):
+            raise _fail(((), 'must not contain ".." as a path part'))
+        return value
     save_experiment_best: int = Field(default=0, ge=0)
     save_trial_best: int = Field(default=1, ge=0)
     save_trial_latest: int = Field(default=1, ge=0)
@@ -702,6 +756,20 @@ class BindMount(_Model):
     read_only: bool = False
     propagation: NotActedOn = None
 
+    @field_validator("host_path")
+    @classmethod
+    def _absolute_host_path(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise _fail(((), f"must be an absolute path (got {_describe(value)})"))
+        return value
+
+    @field_validator("container_path")
+    @classmethod
+    def _not_the_working_directory(cls, value: str) -> str:
+        if value == ".":
+            raise _fail(((), 'must not be "." (the trial\'s working directory)'))
+        return value
+
 
 class ReproducibilityConfig(_Model):
     experiment_seed: int | None = Field(default=None, ge=0)
@@ -736,7 +804,9 @@ class ExperimentConfig(_Model):
     records_per_epoch: NotActedOn = None
     scheduling_unit: NotActedOn = None
     perform_initial_validation: NotActedOn = None
-    checkpoint_policy: NotActedOn = None
+    checkpoint_policy: Annotated[
+        Literal["best", "all", "none"] | None, _NOT_ACTED_ON
+    ] = None
     profiling: NotActedOn = None
     optimizations: NotActedOn = None
     debug: NotActedOn = None
@@ -745,6 +815,7 @@ class ExperimentConfig(_Model):
     tensorboard_storage: NotActedOn = None
     integrations: NotActedOn = None
     log_policies: NotActedOn = None
+    retention_policy: NotActedOn = None
     preemption_timeout: NotActedOn = None
     internal: NotActedOn = None
     slurm: NotActedOn = None
@@ -779,6 +850,55 @@ class ExperimentConfig(_Model):
             if errors:
                 raise _fail(*errors)
         return self
+
+
+# --- Determined's view --------------------------------------------------------------------------
+
+# Defaults Determined's master writes into every config (schemas/expconf/v0) that Determined's own
+# harness reads without a fallback (determined/exec/harness.py: PyTorchTrial, DeepSpeedTrial).
+_DETERMINED_DEFAULTS: dict[str, Any] = {
+    "min_validation_period": {"batches": 0},
+    "min_checkpoint_period": {"batches": 0},
+    "scheduling_unit": 100,
+    "checkpoint_policy": "best",
+    "perform_initial_validation": False,
+    "records_per_epoch": 0,
+    "debug": False,
+    "profiling": {
+        "enabled": False,
+        "begin_on_batch": 0,
+        "end_after_batch": None,
+        "sync_timings": True,
+    },
+    "optimizations": {
+        "aggregation_frequency": 1,
+        "auto_tune_tensor_fusion": False,
+        "average_aggregated_gradients": True,
+        "average_training_metrics": True,
+        "gradient_compression": False,
+        "grad_updates_size_file": None,
+        "mixed_precision": "O0",
+        "tensor_fusion_cycle_time": 1,
+        "tensor_fusion_threshold": 64,
+    },
+}
+
+
+_MERGED_DEFAULTS = frozenset({"profiling", "optimizations"})  # sections, not lengths
+
+
+def with_determined_defaults(config: Mapping[str, Any]) -> dict[str, Any]:
+    """A normalized config with Determined's defaults where it leaves a field out (or null),
+    as Determined's master hands configs to its harness (`profiling` and `optimizations` are
+    completed key by key)."""
+    filled: dict[str, Any] = json.loads(json.dumps(dict(config)))
+    for name, default in _DETERMINED_DEFAULTS.items():
+        given = filled.get(name)
+        if given is None:
+            filled[name] = json.loads(json.dumps(default))
+        elif name in _MERGED_DEFAULTS and isinstance(given, dict):
+            filled[name] = {**default, **given}
+    return filled
 
 
 # --- warnings -----------------------------------------------------------------------------------
@@ -935,22 +1055,22 @@ def _choices(names: Any) -> str:
     return ", ".join(f'"{n}"' for n in names)
 
 
-# Determined's names for what Epochal does not offer yet.
-_NOT_YET = frozenset(
-    {
-        "adaptive_asha",
-        "async_halving",
-        "adaptive",
-        "adaptive_simple",
-        "sync_halving",
-        "pbt",
-        "custom",
-        "gcs",
-        "azure",
-        "directory",
-        "hdfs",
-    }
-)
+# Why Epochal refuses what Determined 0.38's schema names but Epochal cannot honour.
+_REFUSED = {
+    "custom": "Determined 0.38 removed custom searchers (searcher operations in the training "
+    "code) and Epochal keeps search decisions in the master; use grid, random or adaptive_asha",
+    "adaptive": "is an end-of-life Determined searcher its master refuses; use adaptive_asha",
+    "adaptive_simple": "is an end-of-life Determined searcher its master refuses; use "
+    "adaptive_asha",
+    "sync_halving": "is an end-of-life Determined searcher its master refuses; use "
+    "async_halving",
+    "gcs": "Epochal keeps checkpoints on a shared filesystem or S3 only (its checkpoint GC "
+    "and restores cannot reach GCS)",
+    "azure": "Epochal keeps checkpoints on a shared filesystem or S3 only (its checkpoint GC "
+    "and restores cannot reach Azure Blob Storage)",
+    "directory": "Epochal's master and agents cannot know which host directory a container's "
+    'directory is; use "shared_fs" with the host_path every agent mounts',
+}
 
 
 def _union_message(
@@ -961,8 +1081,8 @@ def _union_message(
     if key not in value:
         return (key,), "field required"
     got = value[key]
-    if isinstance(got, str) and got in _NOT_YET:
-        return (key,), f"{kind} {_describe(got)} is not supported yet; use one of {_choices(names)}"
+    if isinstance(got, str) and got in _REFUSED:
+        return (key,), f"{kind} {_describe(got)}: {_REFUSED[got]}"
     hint = _suggest(got, list(names)) if isinstance(got, str) else ""
     return (key,), f"unknown {kind} {_describe(got)}; must be one of {_choices(names)}{extra}{hint}"
 

@@ -48,7 +48,10 @@ GC_TIMEOUT = timedelta(minutes=10)
 
 
 def length_unit(searcher: JSON) -> str:
-    """What the searcher's lengths count: a max_length unit, or the time metric's name."""
+    """What the searcher's lengths count: a max_length unit, or the time metric's name.
+
+    Without either (no max_length: the training code decides) trials get no target, and the
+    unit, "batches", names nothing."""
     if searcher.get("max_length"):
         return str(next(iter(searcher["max_length"])))
     return str(searcher.get("time_metric") or "batches")

@@ -53,7 +53,8 @@ RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the r
 
 
 def full_length(config: dict[str, object]) -> int:
-    """The searcher's whole training length (max_length, or max_time with a time metric)."""
+    """ASHA's whole training length (max_length, or max_time with a time metric), which classic
+    ASHA trials wait short of; 0 for a searcher without one (its trials never wait)."""
     searcher = config["searcher"]
     assert isinstance(searcher, dict)
     if searcher.get("max_length"):
@@ -137,12 +138,27 @@ class TrialWorkflow:
                 final: ResumePoint = await db_activity(
                     "get_resume_point", inp.trial_id, ResumePoint
                 )
+                search_status = None
                 if final.early_exit_reason is None and not self._stop_early:
                     error = await self._searcher_metric_error(inp, 0)
-                    if error is not None:
+                    if error is not None and not workflow.patched(
+                        "trial-completes-without-searcher-metric"
+                    ):
                         return await self._end(inp, "ERROR", error=error)
+                    if error is not None:
+                        # As Determined: the training code decides what it reports; the trial
+                        # just cannot be ranked (0_start and batch inference report none).
+                        await self._log(inp, f"[epochal] {error}", level="WARNING")
+                        search_status = (
+                            "completed without reporting the searcher metric "
+                            f'"{inp.config["searcher"]["metric"]}"'
+                        )
                 return await self._end(
-                    inp, "COMPLETED", final.early_exit_reason, stopped_early=self._stop_early
+                    inp,
+                    "COMPLETED",
+                    final.early_exit_reason,
+                    stopped_early=self._stop_early,
+                    search_status=search_status,
                 )
 
             self._restarts += 1
@@ -296,7 +312,13 @@ class TrialWorkflow:
         )
 
     async def _record(
-        self, inp: TrialInput, state: str, *, run_id: int | None = None, ended: bool = False
+        self,
+        inp: TrialInput,
+        state: str,
+        *,
+        run_id: int | None = None,
+        ended: bool = False,
+        search_status: str | None = None,
     ) -> None:
         self._state = state
         await db_activity(
@@ -308,6 +330,7 @@ class TrialWorkflow:
                 run_id=run_id,
                 ended=ended,
                 agent_id=self._agent_id,
+                search_status=search_status,
             ),
         )
 
@@ -319,10 +342,11 @@ class TrialWorkflow:
         *,
         stopped_early: bool = False,
         error: str | None = None,
+        search_status: str | None = None,
     ) -> TrialOutcome:
         if error is not None:
             await self._log(inp, f"[epochal] {error}", level="ERROR")
-        await self._record(inp, state, ended=True)
+        await self._record(inp, state, ended=True, search_status=search_status)
         outcome = TrialOutcome(
             trial_id=inp.trial_id,
             state=state,

@@ -32,7 +32,8 @@ class TrialInput:
     config: JSON
     trial_seed: int
     start_paused: bool = False
-    # The length the first run trains to (None: the searcher's max_length), in `length_unit`.
+    # The length the first run trains to (None: the searcher's max_length, if any), in
+    # `length_unit`.
     target: int | None = None
     length_unit: str = "batches"
     # Classic ASHA: after reaching `target` the trial waits for a promotion or a stop.
@@ -117,6 +118,7 @@ class RecordTrialStateInput:
     run_id: int | None = None
     ended: bool = False
     agent_id: str | None = None
+    search_status: str | None = None  # replaces the trial's search status when given
 
 
 @dataclass
@@ -152,7 +154,8 @@ class RunTrialInput:
     steps_completed: int
     master_url: str = ""  # empty: the agent uses the master URL it was started with
     session_token: str | None = None
-    max_length: JSON | None = None  # {unit: N} this run trains to; None: the searcher's max_length
+    # {unit: N} this run trains to; None: the searcher's max_length (none: the code decides).
+    max_length: JSON | None = None
     slot_ids: list[int] | None = None  # the agent's slots the scheduler granted this run
 
 

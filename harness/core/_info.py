@@ -25,7 +25,12 @@ LENGTH_UNITS: tuple[LengthUnit, ...] = ("batches", "records", "epochs")
 
 @dataclass(frozen=True)
 class TrialInfo:
-    """Everything a trial run is told when it starts. ``master_url`` is None off-cluster."""
+    """Everything a trial run is told when it starts. ``master_url`` is None off-cluster.
+
+    ``max_length`` (in ``length_unit``) is how far this run trains: the searcher's
+    ``max_length``, or an ASHA rung. Both are None when the config has no ``max_length``
+    (optional since Determined 0.38): the training code then decides how long to train.
+    """
 
     experiment_id: int
     trial_id: int
@@ -37,8 +42,8 @@ class TrialInfo:
     experiment_config: dict[str, Any]
     latest_checkpoint: str | None
     steps_completed: int
-    max_length: int
-    length_unit: LengthUnit
+    max_length: int | None
+    length_unit: LengthUnit | None
     checkpoint_storage: dict[str, Any]
     master_url: str | None
     agent_id: str | None
@@ -69,7 +74,7 @@ class TrialInfo:
         raw_length = data.get("max_length")
         if raw_length is None:
             raw_length = (config.get("searcher") or {}).get("max_length")
-        max_length, unit = parse_max_length(raw_length)
+        max_length, unit = (None, None) if raw_length is None else parse_max_length(raw_length)
         url = master_url or _opt_str(data, "master_url")
         if not url:
             raise ValueError(f"trial info: master_url is missing (and {MASTER_ENV} is not set)")

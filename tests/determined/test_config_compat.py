@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from agent_worker.determined_env import determined_config
 from workflows.expconf import (
     ConfigError,
     ExperimentConfig,
@@ -142,3 +143,83 @@ def test_mistakes_still_get_clear_errors(extra: str, expected: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_experiment_config(text)
     assert any(e.startswith(expected) for e in info.value.errors), info.value.errors
+
+
+# Determined 0.38's Core API tutorial (examples/tutorials/core_api/0_start.yaml) as written.
+CORE_API_0_START = """
+name: core-api-stage-0
+entrypoint: python3 0_start.py
+searcher:
+   name: single
+   metric: x
+max_restarts: 0
+"""
+
+# Its DeepSpeed DCGAN example: Determined's own default period, written out.
+DEEPSPEED_DCGAN = """
+name: dcgan_deepspeed_mnist
+hyperparameters: {deepspeed_config: ds_config.json, noise_length: 100}
+bind_mounts: [{host_path: /tmp, container_path: /data}]
+resources: {slots_per_trial: 2}
+searcher: {name: single, metric: no_validation_metric}
+min_validation_period: {batches: 0}
+entrypoint: [python3, -m, determined.launch.deepspeed, --trial, model_def:DCGANTrial]
+"""
+
+
+@pytest.mark.parametrize(
+    "searcher",
+    [
+        "{name: single, metric: x}",
+        "{name: grid, metric: x, max_concurrent_trials: 2}",
+        "{name: random, metric: x, max_trials: 3}",
+    ],
+)
+def test_searchers_without_max_length_are_accepted(searcher: str) -> None:
+    config = parse_experiment_config(f"entrypoint: python3 train.py\nsearcher: {searcher}\n")
+    assert config.searcher.max_length is None
+    assert config_warnings(config) == []
+
+
+def test_determined_tutorials_without_max_length_are_accepted() -> None:
+    assert parse_experiment_config(CORE_API_0_START).searcher.max_length is None
+    dcgan = parse_experiment_config(DEEPSPEED_DCGAN).model_dump(mode="json")
+    assert dcgan["min_validation_period"] == {"batches": 0}
+
+
+@pytest.mark.parametrize("name", ["async_halving", "adaptive_asha"])
+def test_asha_without_a_length_is_refused_as_determined_does(name: str) -> None:
+    rungs = "num_rungs: 3, " if name == "async_halving" else ""
+    text = f"entrypoint: x\nsearcher: {{name: {name}, metric: x, {rungs}max_trials: 4}}\n"
+    with pytest.raises(ConfigError) as info:
+        parse_experiment_config(text)
+    assert info.value.errors == [
+        'searcher.max_length: field required (or "time_metric" and "max_time")'
+    ]
+
+
+def _trial_info(config: ExperimentConfig, max_length: object = None) -> dict[str, object]:
+    dumped = config.model_dump(mode="json")
+    return {"experiment_config": dumped, "max_length": max_length,
+            "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/c"}}
+
+
+def test_determined_code_sees_no_max_length_when_the_config_has_none() -> None:
+    """Determined's Core API then gives no `core.searcher` (its 0.38 behaviour)."""
+    seen = determined_config(_trial_info(parse_experiment_config(CORE_API_0_START)))
+    assert "max_length" not in seen["searcher"]
+    # ... and the defaults Determined's master fills in, which its PyTorchTrial harness reads.
+    assert seen["min_validation_period"] == {"batches": 0}
+    assert seen["min_checkpoint_period"] == {"batches": 0}
+    assert seen["scheduling_unit"] == 100 and seen["checkpoint_policy"] == "best"
+    assert seen["optimizations"]["aggregation_frequency"] == 1
+
+
+def test_determined_code_sees_no_time_metric_target_as_max_length() -> None:
+    config = parse_experiment_config(
+        "entrypoint: x\nsearcher: {name: adaptive_asha, metric: loss, max_trials: 4,"
+        " time_metric: epoch, max_time: 8}\n"
+    )
+    seen = determined_config(_trial_info(config, {"epoch": 2}))
+    assert "max_length" not in seen["searcher"]
+    assert seen["searcher"]["time_metric"] == "epoch" and seen["searcher"]["max_time"] == 8

@@ -9,6 +9,9 @@ reports is read back through Epochal's own API and CLI.
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -169,3 +172,72 @@ def test_asha_stops_trials_through_should_preempt(cluster: Cluster, det_venv: Pa
     preempted = [t for t in stopped if t["totalBatchesProcessed"] < 400
                  and "preempted at batch" in logs_of(cluster, t["id"])]
     assert preempted, [(t["searcherStatus"], t["totalBatchesProcessed"]) for t in stopped]
+
+
+# In the style of Determined's tutorials/core_api/0_start.py and 1_metrics.py: Determined 0.38's
+# config has no searcher.max_length, so the script decides its length, reports training metrics
+# only (no validation of the searcher metric) and finds no `core.searcher`, as on Determined.
+NO_LENGTH_SCRIPT = """
+import determined as det
+
+def main(core_context, increment_by):
+    try:
+        core_context.searcher.operations()
+    except ValueError as err:
+        print("no searcher operations:", str(err).split(".")[0])
+    x = 0
+    for batch in range(20):
+        x += increment_by
+        if (batch + 1) % 5 == 0:
+            core_context.train.report_training_metrics(steps_completed=batch + 1,
+                                                       metrics={"x": x})
+    print(f"x is now {x}")
+
+if __name__ == "__main__":
+    # MANUAL: Determined's automatic TensorBoard writer needs PyTorch or TensorFlow.
+    with det.core.init(tensorboard_mode=det.core.TensorboardMode.MANUAL) as core_context:
+        main(core_context, increment_by=1)
+"""
+
+
+def test_det_creates_a_config_without_max_length_that_completes_without_validations(
+    cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "1_metrics.py").write_text(NO_LENGTH_SCRIPT)
+    config = tmp_path / "1_metrics.yaml"
+    config.write_text(
+        "name: core-api-stage-1\n"
+        f"entrypoint: {det_venv / 'python'} 1_metrics.py\n"
+        "searcher:\n  name: single\n  metric: x\nmax_restarts: 0\n"
+    )
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "DET_MASTER": cluster.url,
+           "DET_USER": "admin", "DET_PASS": cluster.secrets["admin_password"],
+           "PYTHONWARNINGS": "ignore"}
+    created = subprocess.run(
+        [str(det_venv / "det"), "-m", cluster.url, "experiment", "create", str(config),
+         str(model_dir)], env=env, capture_output=True, text=True, timeout=180,
+        stdin=subprocess.DEVNULL)
+    assert created.returncode == 0, created.stdout + created.stderr
+    found = re.search(r"Created experiment (\d+)", created.stdout)
+    assert found, created.stdout
+    experiment_id = int(found.group(1))
+    wait_for(lambda: experiment_state(cluster, experiment_id) in
+             {"STATE_COMPLETED", "STATE_ERROR"}, 180, "the experiment to end")
+
+    experiment = get(cluster, f"/experiments/{experiment_id}")["experiment"]
+    [trial] = trials_of(cluster, experiment_id)
+    logs = logs_of(cluster, trial["id"])
+    assert experiment["state"] == "STATE_COMPLETED", logs
+    assert trial["state"] == "STATE_COMPLETED"
+    assert experiment["bestTrialId"] is None
+    assert "max_length" not in experiment["config"]["searcher"] or (
+        experiment["config"]["searcher"]["max_length"] is None)
+    assert "no searcher operations: SearcherContext was not created" in logs
+    assert "x is now 20" in logs
+    assert 'never reported the searcher metric "x"' in logs
+    assert steps(cluster, trial["id"], "training") == [5, 10, 15, 20]
+    assert trial["searcherStatus"] == 'completed without reporting the searcher metric "x"'
+    described = cluster.run("experiment", "describe", str(experiment_id)).stdout
+    assert "completed without reporting the searcher metric" in described

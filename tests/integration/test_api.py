@@ -109,7 +109,7 @@ async def test_bad_config_lists_every_error_and_stores_nothing(api: httpx.AsyncC
     joined = "\n".join(body["details"])
     assert "entrypoint" in joined
     assert 'did you mean "metric"' in joined
-    assert "searcher.max_length" in joined
+    assert "searcher.metric: field required" in joined
     after = (await api.get("/api/v1/experiments", params={"limit": 1})).json()["pagination"]
     assert after["total"] == before["total"]
 

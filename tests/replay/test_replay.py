@@ -22,6 +22,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 def test_histories_are_recorded() -> None:
     assert len(HISTORIES) >= 4, "run tests/workflows with EPOCHAL_RECORD_HISTORIES=1"
+    # Recorded before trials without the searcher metric completed (they ended in ERROR).
+    assert "no-searcher-metric-trial" in {p.stem for p in HISTORIES}
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

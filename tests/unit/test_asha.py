@@ -612,11 +612,11 @@ def test_snapshot_is_json_and_restores_mid_search() -> None:
                 "max_trials": 4,
                 "divisor": 1,
             },
-            ["searcher.divisor: must be >= 2 (got 1)"],
+            ["searcher.divisor: must be > 1 (got 1)"],  # Determined's exclusiveMinimum
         ),
         (
-            {"name": "adaptive_asha", "max_length": 8, "max_trials": 4, "divisor": 1.5},
-            ["searcher.divisor: must be >= 2 (got 1.5)"],
+            {"name": "adaptive_asha", "max_length": 8, "max_trials": 4, "divisor": 0.5},
+            ["searcher.divisor: must be > 1 (got 0.5)"],
         ),
         (
             {"name": "async_halving", "num_rungs": 3, "max_trials": 4},

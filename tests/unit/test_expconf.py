@@ -17,8 +17,10 @@ from workflows.expconf import (
     IntHyperparameter,
     Length,
     SingleConfig,
+    config_warnings,
     parse_experiment_config,
     validate_experiment_config,
+    with_determined_defaults,
 )
 
 EXAMPLES = sorted((pathlib.Path(__file__).parents[2] / "examples").glob("*/*.yaml"))
@@ -70,8 +72,6 @@ def test_minimal_config_gets_determined_defaults() -> None:
             "metric": "loss",
             "smaller_is_better": True,
             "max_length": {"batches": 10},
-            "source_trial_id": None,
-            "source_checkpoint_uuid": None,
         },
         "resources": {
             "slots_per_trial": 1,
@@ -158,8 +158,7 @@ def test_full_config_normalizes() -> None:
         "metric": "val_loss",
         "smaller_is_better": False,
         "max_length": {"epochs": 3},
-        "source_trial_id": 4,
-        "source_checkpoint_uuid": None,
+        "source_trial_id": 4,  # kept, with a warning (Epochal does not act on it)
         "max_trials": 8,
         "max_concurrent_trials": 0,
     }
@@ -188,6 +187,9 @@ def test_full_config_normalizes() -> None:
     assert dumped["resources"]["priority"] == 10
     assert config.searcher.max_length.unit == "epochs"
     assert config.searcher.max_length.value == 3
+    assert config_warnings(config) == [
+        "searcher.source_trial_id: accepted and kept, but Epochal does not act on it"
+    ]
 
 
 def test_dump_round_trips_through_model_validate() -> None:
@@ -328,8 +330,9 @@ def test_field_of_another_searcher_says_so() -> None:
             ["searcher.metric: field required", "searcher.max_trials: field required"],
         ),
         (
-            {"entrypoint": "x", "searcher": {"name": "single", "metric": "m"}},
-            ["searcher.max_length: field required"],
+            {"entrypoint": "x", "searcher": {"name": "async_halving", "metric": "m",
+                                             "num_rungs": 2, "max_trials": 4}},
+            ['searcher.max_length: field required (or "time_metric" and "max_time")'],
         ),
         (
             {"entrypoint": "x", "searcher": {"metric": "m", "max_length": 1}},
@@ -370,8 +373,17 @@ def test_missing_fields(data: dict[str, object], expected: list[str]) -> None:
         ),
         (
             {"checkpoint_storage": {"type": "gcs", "bucket": "b"}},
-            'checkpoint_storage.type: checkpoint storage type "gcs" is not supported yet; '
-            'use one of "shared_fs", "s3"',
+            'checkpoint_storage.type: checkpoint storage type "gcs": Epochal keeps checkpoints '
+            "on a shared filesystem or S3 only",
+        ),
+        (
+            {"checkpoint_storage": {"type": "directory", "container_path": "/c"}},
+            'checkpoint_storage.type: checkpoint storage type "directory": Epochal\'s master and '
+            "agents cannot know which host directory",
+        ),
+        (
+            {"checkpoint_storage": {"type": "s3", "bucket": "b", "prefix": "a/../b"}},
+            'checkpoint_storage.prefix: must not contain ".." as a path part',
         ),
         (
             {"checkpoint_storage": {"type": "shared-fs"}},
@@ -379,9 +391,38 @@ def test_missing_fields(data: dict[str, object], expected: list[str]) -> None:
             '"shared_fs", "s3"; did you mean "shared_fs"?',
         ),
         (
+            {"searcher": {"name": "custom", "metric": "m"}},
+            'searcher.name: searcher "custom": Determined 0.38 removed custom searchers',
+        ),
+        (
+            {"searcher": {"name": "sync_halving", "metric": "m"}},
+            'searcher.name: searcher "sync_halving": is an end-of-life Determined searcher',
+        ),
+        (
             {"searcher": {"name": "pbt", "metric": "m"}},
-            'searcher.name: searcher "pbt" is not supported yet; '
-            'use one of "single", "grid", "random", "async_halving", "adaptive_asha"',
+            'searcher.name: unknown searcher "pbt"; '
+            'must be one of "single", "grid", "random", "async_halving", "adaptive_asha"',
+        ),
+        (
+            {"resources": {"shm_size": "4 cups"}},
+            'resources.shm_size: must be a number of bytes or a size such as "4G" (got "4 cups")',
+        ),
+        ({"resources": {"shm_size": 0}}, "resources.shm_size: must be >= 1 (got 0)"),
+        (
+            {"bind_mounts": [{"host_path": "data", "container_path": "/d"}]},
+            'bind_mounts[0].host_path: must be an absolute path (got "data")',
+        ),
+        (
+            {"bind_mounts": [{"host_path": "/data", "container_path": "."}]},
+            'bind_mounts[0].container_path: must not be "."',
+        ),
+        (
+            {"checkpoint_policy": "some"},
+            "checkpoint_policy: must be 'best', 'all' or 'none' (got \"some\")",
+        ),
+        (
+            {"min_validation_period": {"batches": -1}},
+            "min_validation_period.batches: must be >= 0 (got -1)",
         ),
         (
             {"searcher": {"name": "randm", "metric": "m"}},
@@ -617,3 +658,96 @@ def test_hyperparameter_names_must_be_strings() -> None:
         hyperparameters: {1: 2}
         """
     ) == ["hyperparameters.1: names must be strings"]
+
+
+# --- Determined 0.38's optional lengths and defaults ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "searcher",
+    [
+        {"name": "single"},
+        {"name": "grid"},
+        {"name": "random", "max_trials": 3},
+    ],
+)
+def test_max_length_is_optional_for_searchers_that_decide_up_front(
+    searcher: dict[str, Any],
+) -> None:
+    config = validate_experiment_config(with_(searcher={"metric": "m", **searcher}))
+    assert config.searcher.max_length is None
+    dumped = config.model_dump(mode="json")
+    assert dumped["searcher"]["max_length"] is None
+    assert ExperimentConfig.model_validate(dumped).model_dump(mode="json") == dumped
+
+
+def test_asha_needs_max_length_or_a_time_metric() -> None:
+    searcher = {"name": "adaptive_asha", "metric": "m", "max_trials": 4}
+    assert errors_of(with_(searcher=searcher)) == [
+        'searcher.max_length: field required (or "time_metric" and "max_time")'
+    ]
+    timed = validate_experiment_config(
+        with_(searcher={**searcher, "time_metric": "epochs", "max_time": 8})
+    )
+    assert timed.searcher.max_length is None
+
+
+@pytest.mark.parametrize("field", ["min_validation_period", "min_checkpoint_period"])
+@pytest.mark.parametrize("length", [{"batches": 0}, {"epochs": 0}, {"records": 0}, 0])
+def test_periods_of_zero_are_accepted_as_in_determined(field: str, length: object) -> None:
+    config = validate_experiment_config(with_(**{field: length}))
+    dumped = config.model_dump(mode="json")[field]
+    assert list(dumped.values()) == [0]
+
+
+def test_an_empty_resource_pool_means_the_default_pool() -> None:
+    config = validate_experiment_config(with_(resources={"resource_pool": ""}))
+    assert config.resources.resource_pool == "default"
+
+
+@pytest.mark.parametrize(
+    ("size", "bytes_"),
+    [(1024, 1024), ("4G", 4 * 1024**3), ("512MiB", 512 * 1024**2), ("1.5 gb", 1536 * 1024**2),
+     ("100", 100), ("64k", 64 * 1024)],
+)
+def test_shm_size_takes_determined_memory_sizes(size: object, bytes_: int) -> None:
+    config = validate_experiment_config(with_(resources={"shm_size": size}))
+    assert config.model_dump(mode="json")["resources"]["shm_size"] == bytes_
+
+
+def test_divisor_takes_any_value_above_one_as_determined() -> None:
+    searcher = {"name": "async_halving", "metric": "m", "max_length": 8, "num_rungs": 3,
+                "max_trials": 4, "divisor": 1.5}
+    assert validate_experiment_config(with_(searcher=searcher)).searcher.divisor == 1.5
+
+
+def test_determined_fields_added_in_this_pass_are_kept_and_named() -> None:
+    config = validate_experiment_config(
+        with_(
+            resources={"slots": 2},
+            retention_policy={"log_retention_days": 90},
+            checkpoint_storage={"type": "shared_fs", "host_path": "/x", "checkpoint_path": "/c"},
+        )
+    )
+    dumped = config.model_dump(mode="json")
+    assert dumped["resources"]["slots"] == 2
+    assert dumped["retention_policy"] == {"log_retention_days": 90}
+    assert {line.split(":")[0] for line in config_warnings(config)} == {
+        "resources.slots", "retention_policy", "checkpoint_storage.checkpoint_path",
+    }
+
+
+def test_determined_defaults_fill_what_its_harness_reads() -> None:
+    dumped = validate_experiment_config(
+        with_(min_validation_period={"epochs": 1}, optimizations={"aggregation_frequency": 4})
+    ).model_dump(mode="json")
+    filled = with_determined_defaults(dumped)
+    assert filled["min_validation_period"] == {"epochs": 1}  # the user's value stays
+    assert filled["min_checkpoint_period"] == {"batches": 0}
+    assert filled["scheduling_unit"] == 100
+    assert filled["checkpoint_policy"] == "best"
+    assert filled["perform_initial_validation"] is False
+    assert filled["profiling"]["enabled"] is False
+    assert filled["optimizations"]["aggregation_frequency"] == 4  # merged with the defaults
+    assert filled["optimizations"]["average_training_metrics"] is True
+    assert "scheduling_unit" not in dumped  # the normalized config itself is unchanged

@@ -11,7 +11,8 @@ from workflows.expconf import (
     LogHyperparameter,
     validate_experiment_config,
 )
-from workflows.searchers import generate_trials, grid_size, trial_seed
+from workflows.searchers import generate_trials, grid_size, make_search, trial_seed
+from workflows.searchers.base import Create
 from workflows.searchers.hparams import grid_values
 
 
@@ -254,3 +255,20 @@ def test_trial_seed_is_deterministic_and_in_range() -> None:
     assert len(set(seeds)) == len(seeds)
     assert trial_seed(43, 0) != trial_seed(42, 0)
     assert trial_seed(7, 0) == 713722282  # pinned: stored seeds must not change meaning
+
+
+# --- without max_length ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("searcher", "fields"), [("single", {}), ("grid", {}), ("random", {"max_trials": 3})]
+)
+def test_without_max_length_trials_get_no_target(searcher: str, fields: dict[str, Any]) -> None:
+    """Determined 0.38: the training code decides how long to train."""
+    cfg = config(searcher, {"x": {"type": "int", "minval": 1, "maxval": 3, "count": 3}}, **fields)
+    del cfg["searcher"]["max_length"]
+    creates = make_search(cfg, seed=1).initial()
+    assert creates and all(isinstance(op, Create) for op in creates)
+    assert {(op.target, op.decision) for op in creates if isinstance(op, Create)} == {(None, None)}
+    with_length = make_search(config(searcher, {}, **fields), seed=1).initial()
+    assert {op.target for op in with_length if isinstance(op, Create)} == {10}

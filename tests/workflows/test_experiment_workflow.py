@@ -297,3 +297,56 @@ async def test_cancel_checkpoints_running_trials_and_starts_no_more(
     assert [r.run_id for r in agent.runs] == [1, 1]
     state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
     assert state == "CANCELED"
+
+
+async def report_training_only(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
+    """As Determined's 0_start tutorial: training metrics, never a validation."""
+    await pool.execute(
+        "INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+        " VALUES ($1, 'training', 10, $2) ON CONFLICT DO NOTHING",
+        inp.trial_id,
+        {"x": 1.0},
+    )
+    return RunTrialResult(exit_code=0, agent_id="fake")
+
+
+async def test_a_trial_that_never_reports_the_searcher_metric_completes_with_a_warning(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """As on Determined (its 0_start tutorial and batch inference report no validation).
+    Without max_length (Determined 0.38) the run gets no length: the training code decides.
+
+    tests/replay/histories/no-searcher-metric-*.json were recorded by this test (with
+    max_length) before the change, when such a trial ended in ERROR; they replay the old
+    branch of workflow.patched("trial-completes-without-searcher-metric"), so this test no
+    longer records them."""
+    agent, _, handle, experiment_id = await run_with_agent(
+        temporal_client, pool, report_training_only, name="random", max_trials=1,
+        max_length=None,
+    )
+    try:
+        final = await asyncio.wait_for(handle.result(), 60)
+    finally:
+        await stop_agent(agent)
+    assert final == "COMPLETED"
+    assert await trial_states(pool, experiment_id) == ["COMPLETED"]
+    [run] = agent.runs
+    assert run.max_length is None and run.config["searcher"]["max_length"] is None
+    row = await pool.fetchrow(
+        "SELECT e.best_trial_id, t.id AS trial_id, t.search_status FROM experiments e"
+        " JOIN trials t ON t.experiment_id = e.id WHERE e.id = $1",
+        experiment_id,
+    )
+    assert row["best_trial_id"] is None
+    logs = await pool.fetch(
+        "SELECT level, log FROM task_logs WHERE trial_id = $1 AND stdtype = 'master'",
+        row["trial_id"],
+    )
+    assert [(r["level"], r["log"]) for r in logs] == [
+        (
+            "WARNING",
+            '[epochal] the training code never reported the searcher metric "loss" in a '
+            "validation (it reported: no validation metrics at all)",
+        )
+    ]
+    assert row["search_status"] == 'completed without reporting the searcher metric "loss"'

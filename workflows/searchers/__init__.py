@@ -91,10 +91,10 @@ def make_search(
     cfg = _as_config(config)
     searcher = cfg.searcher.model_dump(mode="json")
     if cfg.searcher.name in _GENERATORS:
-        assert cfg.searcher.max_length is not None  # required by these searchers' configs
+        length = cfg.searcher.max_length
         return FixedSearch(
             lambda: generate_trials(cfg, seed),
-            cfg.searcher.max_length.value,
+            length.value if length is not None else None,
             int(searcher.get("max_concurrent_trials", 0)),
             state,
         )

@@ -26,11 +26,12 @@ USER_STOPPED = "EXITED_REASON_USER_REQUESTED_STOP"
 
 @dataclass(frozen=True)
 class Create:
-    """Start a trial with `hparams` that trains to `target`, reporting at `decision` first."""
+    """Start a trial with `hparams` that trains to `target` (None: as long as its training code
+    decides), reporting at `decision` first."""
 
     request_id: int
     hparams: JSON
-    target: int
+    target: int | None
     decision: int | None  # the length of the first validation the searcher acts on; None: none
 
 

@@ -1,7 +1,7 @@
 """Searchers that decide every trial up front (single, grid, random) as a SearchMethod.
 
-They make no decisions while trials run: every trial trains to `max_length`, and the workflow
-paces creation to `max_concurrent_trials`.
+They make no decisions while trials run: every trial trains to `max_length` (or, without one,
+as long as its training code decides), and the workflow paces creation to `max_concurrent_trials`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ class FixedSearch(SearchMethod):
     def __init__(
         self,
         trials: Callable[[], list[JSON]],
-        max_length: int,
+        max_length: int | None,
         max_concurrent: int,
         state: JSON | None = None,
     ) -> None:
