@@ -21,11 +21,14 @@ from api.routes import (
     dashboard,
     determined,
     experiments,
+    jobs,
     metrics,
     streams,
     tasks,
+    templates,
     trials,
     users,
+    workspaces,
 )
 from api.settings import Settings
 
@@ -40,7 +43,7 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.add_middleware(DefaultJsonContentType)
     # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
     for module in (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
-                   determined, streams):
+                   determined, streams, workspaces, templates, jobs):
         app.include_router(module.router, dependencies=[Depends(authorize)])
     app.include_router(dashboard.router)
     return app

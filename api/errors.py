@@ -43,6 +43,56 @@ def _field_path(loc: tuple[object, ...]) -> str:
 
 INT32 = range(-(2**31), 2**31)
 
+# Determined's API route families Epochal does not serve, by the path's first segment under
+# /api/v1 (or first two): a call to one answers 501 naming the feature, not a bare 404.
+UNSERVED_FEATURES = {
+    "notebooks": "notebooks are not served by Epochal (interactive tasks)",
+    "commands": "commands are not served by Epochal (interactive tasks)",
+    "shells": "shells are not served by Epochal (interactive tasks)",
+    "tensorboards": "TensorBoards are not served by Epochal (interactive tasks)",
+    "generic-tasks": "generic tasks are not served by Epochal",
+    "tasks/count": "task counts are not served by Epochal (interactive tasks)",
+    "webhooks": "webhooks are not served by Epochal",
+    "roles": "role-based access control (RBAC) is not served by Epochal",
+    "rbac": "role-based access control (RBAC) is not served by Epochal",
+    "permissions": "role-based access control (RBAC) is not served by Epochal",
+    "groups": "user groups are not served by Epochal (RBAC)",
+    "oauth": "OAuth clients are not served by Epochal",
+    "config-policies": "config policies are not served by Epochal",
+    "resources": "historical resource allocation reports are not served by Epochal",
+    "allocation": "allocation reports are not served by Epochal",
+    "namespace-bindings": "Kubernetes namespace bindings are not served by Epochal",
+    "tokens": "long-lived access tokens are not served by Epochal",
+    "runs": "runs (the flat-runs view) are not served by Epochal",
+    "searches": "searches (the flat-runs view) are not served by Epochal",
+    "preview-hp-search": "search previews are not served by Epochal",
+    "master/config": "the master's config is not served by Epochal",
+    "master/logs": "the master's logs are not served by Epochal",
+    "master/cluster_message": "cluster messages are not served by Epochal",
+    "users/setting": "user web settings are not served by Epochal",
+    "trials/profiler": "the profiler is not served by Epochal",
+    "checkpoints/rm": "checkpoint storage removal is not served by Epochal",
+    "webui": "the Determined web UI is not served by Epochal (see the dashboard at /)",
+}
+
+
+# Determined's REST API, and its few routes outside /api/v1 (`det resources raw|aggregated`;
+# `det experiment set gc-policy` asks `experiments/{id}/preview_gc`).
+DETERMINED_PREFIXES = ("/api/v1/", "/resources/")
+
+
+def unserved_feature(path: str, method: str | None = None) -> str:
+    """What a Determined path no route serves belongs to, as a sentence for a 501; `method`
+    when the path exists for other methods only."""
+    parts = [p for p in path.removeprefix("/api/v1/").split("/") if p]
+    for key in ("/".join(parts[:2]), "/".join(parts[:1])):
+        if key in UNSERVED_FEATURES:
+            return UNSERVED_FEATURES[key]
+    verb = f"{method} " if method else ""
+    if len(parts) >= 3 and method is None:  # e.g. experiments/{id}/tensorboard-files
+        return f"{parts[0]}/{{id}}/{parts[2]} is not served by Epochal"
+    return f"{verb}{path} is not served by Epochal"
+
 
 def _unstorable_params(request: Request) -> list[str]:
     """Path and query parameters PostgreSQL cannot take: ids past its integer columns, NULs."""
@@ -80,7 +130,17 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"message": "invalid request", "details": details}, status_code=400)
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        path = request.url.path
+        if exc.status_code in (404, 405) and (
+                path.startswith(DETERMINED_PREFIXES) or path.endswith("/preview_gc")):
+            # No route (or not this method): a Determined feature Epochal does not have.
+            # `error.error` is where Determined's client looks for a non-404 error's message.
+            message = unserved_feature(path, request.method if exc.status_code == 405 else None)
+            return JSONResponse(
+                {"message": message, "details": [], "error": {"code": 12, "error": message}},
+                status_code=501,
+            )
         return JSONResponse(
             {"message": str(exc.detail), "details": []}, status_code=exc.status_code
         )

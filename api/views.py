@@ -18,9 +18,9 @@ from api.errors import not_found
 JSON = dict[str, Any]
 
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
-# Determined groups experiments into projects and workspaces; Epochal shows one of each.
+# Determined's "Uncategorized" workspace and project (migration 0007): where experiments go
+# unless told otherwise.
 DEFAULT_PROJECT_ID = 1
-DEFAULT_PROJECT_NAME = "Uncategorized"
 
 
 def job_id(experiment_id: int) -> str:
@@ -174,7 +174,8 @@ def best_trial(trials: list[JSON], smaller_is_better: bool) -> JSON | None:
 
 _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state, e.owner,
-       e.progress, e.archived, e.best_trial_id, e.start_time, e.end_time,
+       e.progress, e.archived, e.best_trial_id, e.start_time, e.end_time, e.project_id,
+       e.parent_id, p.name AS project_name, p.workspace_id, w.name AS workspace_name,
        coalesce(array_agg(t.id ORDER BY t.id) FILTER (WHERE t.id IS NOT NULL), '{}') AS trial_ids,
        coalesce(avg(t.progress), 0) AS trial_progress,
        (SELECT searcher_metric(m.metrics, e.config -> 'searcher')
@@ -185,6 +186,7 @@ SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.sta
           AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL
         ORDER BY searcher_rank(m.metrics, e.config -> 'searcher') LIMIT 1) AS best_validation
 FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id
+JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
 """
 
 
@@ -218,17 +220,17 @@ def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JS
         "archived": row["archived"],
         "username": row["owner"],
         "resourcePool": config["resources"]["resource_pool"],
-        # Determined's v1Experiment needs these; Epochal has one project in one workspace.
         "displayName": row["owner"],
         "config": config,
         "originalConfig": row["original_config"],
         "hyperparameters": config.get("hyperparameters") or {},
         "jobId": job_id(row["id"]),
-        "projectId": DEFAULT_PROJECT_ID,
+        "projectId": row["project_id"],
         "projectOwnerId": 1,
-        "projectName": DEFAULT_PROJECT_NAME,
-        "workspaceId": DEFAULT_PROJECT_ID,
-        "workspaceName": DEFAULT_PROJECT_NAME,
+        "projectName": row["project_name"],
+        "workspaceId": row["workspace_id"],
+        "workspaceName": row["workspace_name"],
+        "forkedFrom": row["parent_id"],
         "bestTrialSearcherMetric": best_validation,
         "duration": _duration_ms(row["start_time"], row["end_time"]),
         "parentArchived": False,
@@ -265,7 +267,8 @@ def _duration_ms(start: datetime, end: datetime | None) -> int | None:
 async def fetch_experiment_row(
     conn: asyncpg.Pool | asyncpg.Connection, experiment_id: int
 ) -> asyncpg.Record | None:
-    return await conn.fetchrow(_EXPERIMENT_SELECT + " WHERE e.id = $1 GROUP BY e.id", experiment_id)
+    return await conn.fetchrow(
+        _EXPERIMENT_SELECT + " WHERE e.id = $1" + _EXPERIMENT_GROUP, experiment_id)
 
 
 @dataclass(frozen=True)
@@ -279,6 +282,7 @@ class ExperimentFilter:
     labels: list[str] | None = None  # all of them
     users: list[str] | None = None
     user_ids: list[int] | None = None
+    project_id: int | None = None
 
 
 # Determined's sortBy values and the column each orders by (ties broken by id).
@@ -293,9 +297,9 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_PROGRESS": "e.progress",
     "SORT_BY_USER": "e.owner",
     "SORT_BY_NAME": "e.name",
-    "SORT_BY_FORKED_FROM": "e.id",
+    "SORT_BY_FORKED_FROM": "e.parent_id",
     "SORT_BY_RESOURCE_POOL": "e.config -> 'resources' ->> 'resource_pool'",
-    "SORT_BY_PROJECT_ID": "e.id",
+    "SORT_BY_PROJECT_ID": "e.project_id",
     "SORT_BY_CHECKPOINT_SIZE": "e.id",
     "SORT_BY_CHECKPOINT_COUNT": "e.id",
     "SORT_BY_SEARCHER_METRIC_VAL": "best_validation",
@@ -309,7 +313,9 @@ _EXPERIMENT_WHERE = """
    AND ($5::text[] IS NULL OR e.labels @> $5)
    AND ($6::text[] IS NULL OR e.owner = ANY($6))
    AND ($7::int[] IS NULL OR e.owner IN (SELECT username FROM users WHERE id = ANY($7)))
+   AND ($8::int IS NULL OR e.project_id = $8)
 """
+_EXPERIMENT_GROUP = " GROUP BY e.id, p.id, w.id"
 
 
 async def fetch_experiment_rows(
@@ -322,14 +328,15 @@ async def fetch_experiment_rows(
     offset: int,
 ) -> tuple[list[asyncpg.Record], int]:
     args = (where.states, where.archived, where.name, where.description, where.labels,
-            where.users, where.user_ids)
+            where.users, where.user_ids, where.project_id)
     direction = "DESC" if order_desc else "ASC"
     column = EXPERIMENT_SORT_COLUMNS[sort_by]
     rows = await conn.fetch(
         _EXPERIMENT_SELECT
         + _EXPERIMENT_WHERE
-        + f" GROUP BY e.id ORDER BY {column} {direction} NULLS LAST, e.id {direction}"
-        + " LIMIT $8 OFFSET $9",
+        + _EXPERIMENT_GROUP
+        + f" ORDER BY {column} {direction} NULLS LAST, e.id {direction}"
+        + " LIMIT $9 OFFSET $10",
         *args,
         limit,
         offset,

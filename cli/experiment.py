@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
+from types import SimpleNamespace
 from typing import Annotated, Any, TextIO
 
 import typer
@@ -53,9 +54,10 @@ def _invalid(path: str, errors: Sequence[str]) -> CliError:
     return CliError(f"invalid experiment config {path}:", list(errors), exit_code=2)
 
 
-def load_config(path: Path) -> tuple[str, Any]:
+def load_config(path: Path, partial: bool = False) -> tuple[str, Any]:
     """The config's text and model, validated locally (exit 2 with every error at once if it is
-    wrong)."""
+    wrong). A `partial` config (a template completes it on the master, which validates the
+    merge) is only read as YAML."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -69,6 +71,14 @@ def load_config(path: Path) -> tuple[str, Any]:
 
     from workflows.expconf import ConfigError, parse_experiment_config
 
+    if partial:
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise _invalid(str(path), [str(exc)]) from None
+        if not isinstance(data, dict):
+            raise _invalid(str(path), ["a config is a mapping of config fields"])
+        return text, SimpleNamespace(entrypoint=data.get("entrypoint"))
     try:
         parsed = parse_experiment_config(text, source=str(path))
     except ConfigError as exc:
@@ -437,8 +447,17 @@ def create(
         ),
     ] = False,
     as_json: JsonOpt = False,
+    template: Annotated[
+        str | None,
+        typer.Option("--template", help="Config template merged under CONFIG (the config wins)."),
+    ] = None,
+    project_id: Annotated[
+        int | None,
+        typer.Option("--project", help="Project id to put the experiment in (default: the "
+                                       "config's workspace/project, else 1)."),
+    ] = None,
 ) -> None:
-    text, parsed = load_config(config)
+    text, parsed = load_config(config, partial=template is not None)
     model_dir.require_dir(model_def)
     script = check_entrypoint(config, getattr(parsed, "entrypoint", None), model_def)
     files = model_dir.package(model_def)
@@ -448,7 +467,8 @@ def create(
             "leaves it out",
             exit_code=2,
         )
-    body = {"config": text, "modelDefinition": files, "activate": True}
+    body = {"config": text, "modelDefinition": files, "activate": True, "template": template,
+            "projectId": project_id}
     from cli.client import UPLOAD_TIMEOUT
 
     with Client(master_url(ctx)) as client:
@@ -584,3 +604,68 @@ def cancel(ctx: typer.Context, experiment_id: IdArg) -> None:
 @app.command("kill", help="Kill an experiment: its trials stop at once.")
 def kill(ctx: typer.Context, experiment_id: IdArg) -> None:
     _action(ctx, experiment_id, "kill", "Killing")
+
+
+set_app = typer.Typer(help="Change an experiment's scheduling: priority, max slots, weight.",
+                      no_args_is_help=True)
+app.add_typer(set_app, name="set")
+
+
+def _set_resources(ctx: typer.Context, experiment_id: int, field: str, value: Any) -> None:
+    with Client(master_url(ctx)) as client:
+        client.request("PATCH", f"/experiments/{experiment_id}",
+                       json={"id": experiment_id, "resources": {field: value}})
+    render.say(f"Set {field} of experiment {experiment_id} to {value}")
+
+
+@set_app.command("priority", help="Lower numbers run first (1 to 99; default 42).")
+def set_priority(
+    ctx: typer.Context, experiment_id: IdArg,
+    priority: Annotated[int, typer.Argument(min=1, max=99, show_default=False)],
+) -> None:
+    _set_resources(ctx, experiment_id, "priority", priority)
+
+
+@set_app.command("max-slots", help="The most slots the experiment's trials hold at once.")
+def set_max_slots(
+    ctx: typer.Context, experiment_id: IdArg,
+    max_slots: Annotated[int, typer.Argument(min=0, show_default=False)],
+) -> None:
+    _set_resources(ctx, experiment_id, "maxSlots", max_slots)
+
+
+@set_app.command("weight", help="Its share among experiments of equal priority (default 1).")
+def set_weight(
+    ctx: typer.Context, experiment_id: IdArg,
+    weight: Annotated[float, typer.Argument(min=0.001, show_default=False)],
+) -> None:
+    _set_resources(ctx, experiment_id, "weight", weight)
+
+
+@app.command("fork", help="Create a new experiment from another's model definition, with "
+                          "CONFIG (default: the other's config).")
+def fork(
+    ctx: typer.Context,
+    experiment_id: IdArg,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config-file", "-c", help="Config of the new experiment (YAML)."),
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        if config_file is not None:
+            text, _ = load_config(config_file)
+        else:
+            import yaml
+
+            # The config it ran with (templates merged, defaults filled in), not its original.
+            text = yaml.safe_dump(client.get(f"/experiments/{experiment_id}")["config"],
+                                  sort_keys=False)
+        answer = client.post("/experiments", {"config": text, "parentId": experiment_id})
+    if as_json:
+        render.print_json(answer)
+        return
+    for warning in answer.get("configWarnings") or []:
+        render.warn(str(warning))
+    render.say(f"Created experiment {answer['experiment']['id']} (forked from {experiment_id})")

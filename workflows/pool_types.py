@@ -54,6 +54,26 @@ class SlotRequest:
 
 
 @dataclass
+class ExperimentResources:
+    """Signal `set_experiment_resources` (`det experiment set priority|max-slots|weight`): applies
+    to the experiment's waiting requests and to every later one. None leaves a value as it was."""
+
+    experiment_id: int
+    priority: int | None = None
+    max_slots: int | None = None
+    weight: float | None = None  # scales its fair share among experiments of equal priority
+
+
+@dataclass
+class ReopenTrial:
+    """Signal `reopen_trial`: a continued trial (`det experiment continue`) numbers its runs
+    from 1 again, so the pool forgets that its earlier allocations were released."""
+
+    experiment_id: int
+    trial_id: int
+
+
+@dataclass
 class Allocation:
     allocation_id: str
     agent_id: str
@@ -112,6 +132,7 @@ class PoolState:
     released: list[str] = field(default_factory=list)  # recent allocation ids, for dedup
     seq: int = 0
     generation: int = 0  # how many times the pool continued as new
+    overrides: list[ExperimentResources] = field(default_factory=list)
 
 
 @dataclass

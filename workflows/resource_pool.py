@@ -41,8 +41,10 @@ with workflow.unsafe.imports_passed_through():
         AgentRegistration,
         AgentState,
         Allocation,
+        ExperimentResources,
         PoolInput,
         PoolState,
+        ReopenTrial,
         SlotFailure,
         SlotRelease,
         SlotReply,
@@ -53,6 +55,9 @@ AGENT_LIVENESS = "agent_liveness"
 LIVENESS_HEARTBEAT_TIMEOUT = timedelta(seconds=15)  # twice that to pick it up, else lost
 LIVENESS_PERIOD = timedelta(hours=1)  # the activity ends and is renewed this often
 RELEASED_KEPT = 2000  # released allocation ids remembered for dedup
+OVERRIDES_KEPT = 1000  # experiments whose resources were changed, newest kept
+EXPERIMENT_RESOURCES_PATCH = "pool-experiment-resources"
+REOPEN_TRIAL_PATCH = "pool-reopen-trial"
 TOO_BIG = "SlotRequestTooBig"
 
 
@@ -77,6 +82,8 @@ class ResourcePoolWorkflow:
         self._released_set = set(self._released)
         self._seq = state.seq
         self._generation = state.generation
+        self._overrides: dict[int, ExperimentResources] = {
+            o.experiment_id: o for o in state.overrides}
         self._dirty = bool(self._pending)  # a scheduling pass is due
         self._undecided: set[str] = set()  # requests whose update waits for the next pass
         self._positions: dict[str, int] = {}  # queue places of the last pass's new requests
@@ -123,6 +130,7 @@ class ResourcePoolWorkflow:
             released=self._released[-RELEASED_KEPT:],
             seq=self._seq,
             generation=self._generation + 1,
+            overrides=list(self._overrides.values()),
         )
 
     # -- scheduling ------------------------------------------------------------------------
@@ -159,7 +167,7 @@ class ResourcePoolWorkflow:
             levels.setdefault(r.priority, {}).setdefault(r.experiment_id, deque()).append(r)
         for priority in sorted(levels):
             queues = levels[priority]
-            heap = [(used[exp], q[0].seq, exp) for exp, q in queues.items()]
+            heap = [(self._share(used[exp], exp), q[0].seq, exp) for exp, q in queues.items()]
             heapq.heapify(heap)
             capped: list[SlotRequest] = []
             while heap:
@@ -179,10 +187,17 @@ class ResourcePoolWorkflow:
                 queue.popleft()
                 used[exp] += request.slots
                 if queue:
-                    heapq.heappush(heap, (used[exp], queue[0].seq, exp))
+                    heapq.heappush(heap, (self._share(used[exp], exp), queue[0].seq, exp))
             if free is None:
                 out.extend((r, None) for r in sorted(capped, key=lambda r: r.seq))
         return out
+
+    def _share(self, used: int, experiment_id: int) -> float:
+        """What an experiment holds, scaled by its weight: the fair-share key."""
+        override = self._overrides.get(experiment_id)
+        if override is None or override.weight is None:
+            return used
+        return used / override.weight
 
     @staticmethod
     def _fit(slots: int, free: dict[str, list[int]]) -> str | None:
@@ -346,7 +361,39 @@ class ResourcePoolWorkflow:
         known = [a for a in self._agents.values() if a.alive]
         return max(known, key=lambda a: (len(a.slot_ids), a.agent_id)) if known else None
 
+    def _apply_override(self, request: SlotRequest) -> None:
+        override = self._overrides.get(request.experiment_id)
+        if override is None:
+            return
+        if override.priority is not None:
+            request.priority = override.priority
+        if override.max_slots is not None:
+            request.max_slots = override.max_slots
+
+    @workflow.signal
+    def set_experiment_resources(self, change: ExperimentResources) -> None:
+        """The experiment's priority, max_slots or weight changed: its waiting requests and
+        every later one follow (running allocations keep their slots)."""
+        if not workflow.patched(EXPERIMENT_RESOURCES_PATCH):
+            return
+        old = self._overrides.pop(change.experiment_id, None) or ExperimentResources(
+            change.experiment_id)
+        merged = ExperimentResources(
+            experiment_id=change.experiment_id,
+            priority=change.priority if change.priority is not None else old.priority,
+            max_slots=change.max_slots if change.max_slots is not None else old.max_slots,
+            weight=change.weight if change.weight is not None else old.weight,
+        )
+        self._overrides[change.experiment_id] = merged  # newest last
+        while len(self._overrides) > OVERRIDES_KEPT:
+            del self._overrides[next(iter(self._overrides))]
+        for request in self._pending.values():
+            if request.experiment_id == change.experiment_id:
+                self._apply_override(request)
+        self._dirty = True
+
     def _enqueue(self, request: SlotRequest) -> None:
+        self._apply_override(request)
         self._seq += 1
         request.seq = self._seq
         request.requested_at = _iso(workflow.now())
@@ -395,9 +442,13 @@ class ResourcePoolWorkflow:
 
     def _never_fits(self, request: SlotRequest) -> str | None:
         """Why no agent of the pool can ever hold the request, if none can."""
-        if request.max_slots is not None and request.slots > request.max_slots:
+        override = self._overrides.get(request.experiment_id)
+        max_slots = request.max_slots
+        if override is not None and override.max_slots is not None:
+            max_slots = override.max_slots
+        if max_slots is not None and request.slots > max_slots:
             return (f"trial {request.trial_id} needs {request.slots} slots but its experiment "
-                    f"may use at most resources.max_slots={request.max_slots}")
+                    f"may use at most resources.max_slots={max_slots}")
         biggest = self._biggest_agent()
         if biggest is not None and len(biggest.slot_ids) < request.slots:
             return (f"trial {request.trial_id} needs {request.slots} slots but the biggest "
@@ -412,6 +463,18 @@ class ResourcePoolWorkflow:
             release.allocation_id in self._pending)
         self._release(release.allocation_id)
         return held
+
+    @workflow.signal
+    def reopen_trial(self, trial: ReopenTrial) -> None:
+        """Forget the released allocations of a trial that is continued: its new runs reuse
+        the allocation ids `<experiment>.<trial>.<run>` from run 1."""
+        if not workflow.patched(REOPEN_TRIAL_PATCH):
+            return
+        prefix = f"{trial.experiment_id}.{trial.trial_id}."
+        forgotten = {key for key in self._released_set if key.startswith(prefix)}
+        if forgotten:
+            self._released = [key for key in self._released if key not in forgotten]
+            self._released_set -= forgotten
 
     @workflow.signal
     def release(self, release: SlotRelease) -> None:

@@ -13,6 +13,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.checkpoint_gc import UnsafeCheckpointPath, delete_checkpoint_files
@@ -21,6 +22,9 @@ from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
+from api.routes.agents import signal_pool
+from api.routes.templates import merge_under, template_config
+from api.routes.workspaces import resolve_project
 from api.schemas import documented
 from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
 from workflows.expconf import (
@@ -29,6 +33,7 @@ from workflows.expconf import (
     parse_experiment_config,
     validate_experiment_config,
 )
+from workflows.pool_types import ExperimentResources, ReopenTrial
 from workflows.types import ExperimentInput
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
@@ -99,9 +104,21 @@ async def create_experiment(
     temporal: Temporal,
     settings: AppSettings,
 ) -> dict[str, Any]:
+    """Determined's CreateExperiment. With `template` the named config template is merged under
+    the config; with `parentId` (a fork) the parent's model definition is used when none is
+    sent; the project is `projectId`, else the config's `workspace`/`project`, else project 1."""
     owner = auth.require_user(auth.current(request), "create experiments").username
-    _refuse_unsupported(body)
-    config = normalized_config(body.config, settings.checkpoint_dir)
+    if body.unmanaged:
+        raise ApiError(400, "unmanaged experiments are not supported",
+                       ["unmanaged: must be false"])
+    config_text = body.config
+    if body.template:
+        config_text = yaml.safe_dump(
+            merge_under(_config_mapping(body.config),
+                        await template_config(pool, body.template)),
+            sort_keys=False)
+    config = normalized_config(config_text, settings.checkpoint_dir)
+    project_id = await resolve_project(pool, body.projectId, config)
     if body.validateOnly:
         # Determined answers a validation with a placeholder experiment (`det e create --test`).
         return {
@@ -110,17 +127,25 @@ async def create_experiment(
             "warnings": [],
             "configWarnings": config_warnings(validate_experiment_config(config)),
         }
-    tgz, size = build_tarball(
-        [f.model_dump() for f in body.modelDefinition], settings.max_model_definition_bytes
-    )
+    if body.parentId is not None and not body.modelDefinition:
+        parent_tgz = await pool.fetchval(
+            "SELECT tgz FROM model_definitions WHERE experiment_id = $1", body.parentId)
+        if parent_tgz is None:
+            raise ApiError(400, f"experiment {body.parentId} not found",
+                           [f"parentId: no experiment {body.parentId} to fork"])
+        tgz, size = parent_tgz, len(parent_tgz)
+    else:
+        tgz, size = build_tarball(
+            [f.model_dump() for f in body.modelDefinition], settings.max_model_definition_bytes
+        )
     seed = (config.get("reproducibility") or {}).get("experiment_seed")
     if seed is None:
         seed = secrets.randbelow(2**31)
     async with pool.acquire() as conn, conn.transaction():
         experiment_id = await conn.fetchval(
-            "INSERT INTO experiments"
-            " (name, description, labels, config, original_config, seed, owner)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            "INSERT INTO experiments (name, description, labels, config, original_config, seed,"
+            " owner, project_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
+            " RETURNING id",
             config["name"],
             config.get("description"),
             config.get("labels") or [],
@@ -128,6 +153,8 @@ async def create_experiment(
             body.config,
             seed,
             owner,
+            project_id,
+            body.parentId,
         )
         await conn.execute(
             "INSERT INTO model_definitions (experiment_id, tgz, size_bytes) VALUES ($1, $2, $3)",
@@ -158,17 +185,80 @@ async def create_experiment(
     }
 
 
-def _refuse_unsupported(body: CreateExperimentRequest) -> None:
-    if body.template:
-        raise ApiError(400, "templates are not supported",
-                       [f"template: Epochal has no config templates (got {body.template!r})"])
-    if body.unmanaged:
-        raise ApiError(400, "unmanaged experiments are not supported",
-                       ["unmanaged: must be false"])
-    if body.projectId not in (None, 0, views.DEFAULT_PROJECT_ID):
-        raise ApiError(400, "unknown project", [
-            f"projectId: Epochal has one project ({views.DEFAULT_PROJECT_ID}),"
-            f" got {body.projectId}"])
+def _config_mapping(text: str) -> dict[str, Any]:
+    """The YAML config as a mapping, for a template to be merged under it."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ApiError(400, "invalid experiment config", [f"config: not YAML: {err}"]) from err
+    if not isinstance(data, dict):
+        raise ApiError(400, "invalid experiment config",
+                       [f"config: a mapping of config fields, got {type(data).__name__}"])
+    return data
+
+
+class ContinueExperimentRequest(BaseModel):
+    """Determined's ContinueExperiment (`det experiment continue ID [--config-file F]`)."""
+
+    id: int
+    overrideConfig: str | None = None
+
+
+@router.post("/experiments/continue")
+async def continue_experiment(
+    body: ContinueExperimentRequest, request: Request, pool: Pool, temporal: Temporal,
+    settings: AppSettings,
+) -> dict[str, Any]:
+    """Train an ended single-trial experiment's trial on from its latest checkpoint, under the
+    same experiment and trial ids, with `overrideConfig` merged over its config (e.g. a longer
+    `searcher.max_length`). The trial's runs are numbered from 1 again."""
+    experiment_id = body.id
+    await auth.require_owner(request, experiment_id, "continue")
+    row = await _experiment_row(pool, experiment_id)
+    if row["state"] not in views.TERMINAL_STATES or row["state"] == "DELETED":
+        raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
+                       " experiment can be continued")
+    if len(row["trial_ids"]) != 1:
+        raise ApiError(400, "only a single-trial experiment can be continued", [
+            f"id: experiment {experiment_id} has {len(row['trial_ids'])} trials"])
+    override = _config_mapping(body.overrideConfig or "{}") if (
+        body.overrideConfig or "").strip() else {}
+    merged = merge_under(override, row["config"])
+    searcher = merged.get("searcher")
+    if not isinstance(searcher, dict):
+        searcher = {}
+    if searcher.get("name") != row["config"]["searcher"]["name"]:
+        raise ApiError(400, "the searcher of a continued experiment cannot change", [
+            f"searcher.name: is {row['config']['searcher']['name']!r},"
+            f" got {searcher.get('name')!r}"])
+    config = normalized_config(yaml.safe_dump(merged, sort_keys=False), settings.checkpoint_dir)
+    (trial_id,) = row["trial_ids"]
+    seed = await pool.fetchval("SELECT seed FROM experiments WHERE id = $1", experiment_id)
+    try:
+        await signal_pool(temporal, config["resources"]["resource_pool"], "reopen_trial",
+                          ReopenTrial(experiment_id=experiment_id, trial_id=trial_id))
+    except RPCError as err:
+        raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE experiments SET config = $2, state = 'ACTIVE', end_time = NULL WHERE id = $1",
+            experiment_id, config)
+        await conn.execute(
+            "UPDATE trials SET state = 'QUEUED', end_time = NULL, restarts = 0 WHERE id = $1",
+            trial_id)
+        # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
+        try:
+            await temporal.start_workflow(
+                "ExperimentWorkflow",
+                ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
+                id=experiment_workflow_id(experiment_id),
+                task_queue=MASTER_TASK_QUEUE,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError as err:
+            raise ApiError(409, f"experiment {experiment_id} is still finishing: try again in"
+                           " a moment") from err
+    return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
 
 
 OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
@@ -195,14 +285,13 @@ async def list_experiments(
     """Determined's GetExperiments: every filter optional; `archived` omitted lists both."""
     wanted = [s.removeprefix("STATE_") for s in states] if states else None
     require_choice("sortBy", sortBy, views.EXPERIMENT_SORT_COLUMNS)
-    if projectId not in (None, 0, views.DEFAULT_PROJECT_ID):
-        return {"experiments": [], "pagination": views.pagination(offset, limit, 0, 0)}
     limit = limit or 100  # Determined's client sends 0 for "the default"
     rows, total = await views.fetch_experiment_rows(
         pool,
         where=views.ExperimentFilter(
             states=wanted, archived=archived, name=name or None, description=description or None,
             labels=labels or None, users=users or None, user_ids=userIds or None,
+            project_id=projectId or None,
         ),
         sort_by=sortBy,
         order_desc=orderBy == "ORDER_BY_DESC",
@@ -272,33 +361,43 @@ for _signal_name in ("pause", "activate", "cancel", "kill"):
     _control_route(_signal_name)
 
 
+class ResourcesPatch(BaseModel):
+    """Determined's PatchExperiment.resources (`det experiment set priority|max-slots|weight`)."""
+
+    priority: int | None = Field(None, ge=1, le=99)
+    maxSlots: int | None = Field(None, ge=0)
+    weight: float | None = Field(None, gt=0)
+
+
 class PatchExperimentRequest(BaseModel):
-    """Determined's PatchExperiment (`det e set name|description`, `det e label add|remove`);
-    resources and checkpoint storage are not patched here."""
+    """Determined's PatchExperiment (`det e set name|description|priority|max-slots|weight`,
+    `det e label add|remove`); checkpoint storage and notes are not patched here."""
 
     id: int | None = None
     name: str | None = Field(None, min_length=1, max_length=1000)
     description: str | None = Field(None, max_length=10_000)
     labels: list[str] | None = Field(None, max_length=1000)
     notes: str | None = None
-    resources: dict[str, Any] | None = None
+    resources: ResourcesPatch | None = None
     checkpointStorage: dict[str, Any] | None = None
 
 
 @router.patch("/experiments/{experiment_id}")
 async def patch_experiment(
-    experiment_id: int, body: PatchExperimentRequest, request: Request, pool: Pool
+    experiment_id: int, body: PatchExperimentRequest, request: Request, pool: Pool,
+    temporal: Temporal,
 ) -> dict[str, Any]:
     if body.id not in (None, experiment_id):
         raise ApiError(400, "id does not match",
                        [f"id: is {body.id}, but the path names experiment {experiment_id}"])
-    unsupported = [name for name in ("resources", "checkpointStorage", "notes")
-                   if getattr(body, name)]
+    unsupported = [name for name in ("checkpointStorage", "notes") if getattr(body, name)]
     if unsupported:
         raise ApiError(400, "cannot change these fields of an experiment",
                        [f"{name}: not supported by Epochal" for name in unsupported])
     await auth.require_owner(request, experiment_id, "change")
     await _experiment_row(pool, experiment_id)
+    if body.resources is not None:
+        await change_experiment_resources(request, pool, temporal, experiment_id, body.resources)
     await pool.execute(
         "UPDATE experiments SET name = coalesce($2, name),"
         " description = coalesce($3, description), labels = coalesce($4, labels)"
@@ -309,6 +408,59 @@ async def patch_experiment(
         None if body.labels is None else sorted(set(body.labels)),
     )
     return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
+
+
+async def change_experiment_resources(
+    request: Request, pool: Pool, temporal: Temporal, experiment_id: int, patch: ResourcesPatch
+) -> None:
+    """New priority, max_slots or weight: kept in the stored config and, while the experiment
+    runs, sent to its pool's scheduler, which applies them to its waiting and later requests."""
+    await auth.require_owner(request, experiment_id, "change")
+    changes = {key: value for key, value in (
+        ("priority", patch.priority), ("max_slots", patch.maxSlots), ("weight", patch.weight),
+    ) if value is not None}
+    if not changes:
+        return
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            "SELECT config, state FROM experiments WHERE id = $1 FOR UPDATE", experiment_id)
+        if row is None:
+            raise not_found("experiment", experiment_id)
+        config = row["config"]
+        config["resources"] = {**config["resources"], **changes}
+        await conn.execute("UPDATE experiments SET config = $2 WHERE id = $1",
+                           experiment_id, config)
+    if row["state"] in views.TERMINAL_STATES:
+        return
+    change = ExperimentResources(experiment_id=experiment_id, priority=patch.priority,
+                                 max_slots=patch.maxSlots, weight=patch.weight)
+    try:
+        await signal_pool(temporal, config["resources"]["resource_pool"],
+                          "set_experiment_resources", change)
+    except RPCError as err:
+        raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+
+
+class MoveExperimentRequest(BaseModel):
+    destinationProjectId: int
+    experimentId: int | None = None
+
+
+@router.post("/experiments/{experiment_id}/move")
+async def move_experiment(
+    experiment_id: int, body: MoveExperimentRequest, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """`det experiment move ID WORKSPACE PROJECT`: the experiment changes project."""
+    if body.experimentId not in (None, experiment_id):
+        raise ApiError(400, "experimentId does not match", [
+            f"experimentId: is {body.experimentId}, but the path names {experiment_id}"])
+    await auth.require_owner(request, experiment_id, "move")
+    await _experiment_row(pool, experiment_id)
+    project_id = await resolve_project(pool, body.destinationProjectId, {},
+                                       "destinationProjectId")
+    await pool.execute("UPDATE experiments SET project_id = $2 WHERE id = $1", experiment_id,
+                       project_id)
+    return {}
 
 
 async def _set_archived(request: Request, pool: Pool, experiment_id: int, archived: bool) -> None:

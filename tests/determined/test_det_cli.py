@@ -351,3 +351,223 @@ def test_a_core_api_script_driven_by_det_from_create_to_completion(
     assert "600" in [r[1] for r in kept]
     logs = det.run("trial", "logs", trial).stdout
     assert "resumed from checkpoint" in logs  # restored from the latest checkpoint
+
+
+def _created(output: str) -> str:
+    found = re.search(r"Created experiment (\d+)", output)
+    assert found, output
+    return found.group(1)
+
+
+def _jobs(det: Det) -> dict[str, list[str]]:
+    return {r[1]: r for r in det.rows("job", "list")}
+
+
+def test_job_list_and_experiment_scheduling_changes(det: Det, tmp_path: Path) -> None:
+    """`det job list` shows what runs and what waits in the scheduler's order; `det experiment
+    set priority|max-slots|weight` and `det job update` reorder what waits."""
+    paths = []
+    for name in ("det-job-a", "det-job-b", "det-job-c"):
+        path = _slow_config(tmp_path, name)
+        config = yaml.safe_load(path.read_text())
+        config["resources"] = {"slots_per_trial": 2}  # the cluster's 2 slots: one at a time
+        path.write_text(yaml.safe_dump(config))
+        paths.append(path)
+    first = _created(det.run("experiment", "create", str(paths[0]), str(SLOW_MODEL)).stdout)
+    wait_for(lambda: _trial_state(det, first)[1] == "RUNNING", 90, "the first trial to run")
+    second = _created(det.run("experiment", "create", str(paths[1]), str(SLOW_MODEL)).stdout)
+    third = _created(det.run("experiment", "create", str(paths[2]), str(SLOW_MODEL)).stdout)
+    try:
+        wait_for(lambda: {f"experiment-{e}" for e in (second, third)} <= set(_jobs(det)), 60,
+                 "both to queue")
+        out = det.run("job", "list").stdout
+        assert header(out) == ["#", "ID", "Type", "Job Name", "Priority", "Submitted",
+                               "Slots (acquired/needed)", "State", "User"]
+        rows = table_rows(out)
+        running = next(r for r in rows if r[1] == f"experiment-{first}")
+        assert running[2:5] == ["TYPE_EXPERIMENT", f"det-job-a ({first})", "42"]
+        assert running[6:] == ["2/2", "STATE_SCHEDULED", "admin"]
+        waiting = [r[1] for r in rows if r[7] == "STATE_QUEUED"]
+        assert sorted(waiting) == sorted([f"experiment-{second}", f"experiment-{third}"])
+        last = waiting[-1].removeprefix("experiment-")
+        assert _jobs(det)[waiting[-1]][6] == "0/2"
+
+        assert det.run("experiment", "set", "priority", last, "10").stdout.strip() == (
+            f"Set `priority` of experiment {last} to 10")
+        wait_for(lambda: [r[1] for r in det.rows("job", "list") if r[7] == "STATE_QUEUED"][0]
+                 == f"experiment-{last}", 30, "the raised experiment to lead the queue")
+        assert _jobs(det)[f"experiment-{last}"][4] == "10"
+        assert yaml.safe_load(det.run("experiment", "config", last).stdout)["resources"][
+            "priority"] == 10
+        other = waiting[0]
+        det.run("job", "update", other, "--priority", "5")
+        wait_for(lambda: [r[1] for r in det.rows("job", "list") if r[7] == "STATE_QUEUED"][0]
+                 == other, 30, "`det job update` to reorder the queue")
+        assert det.run("experiment", "set", "max-slots", last, "4").stdout.strip() == (
+            f"Set `max_slots` of experiment {last} to 4")
+        assert det.run("experiment", "set", "weight", last, "2").stdout.strip() == (
+            f"Set `weight` of experiment {last} to 2.0")
+        bad = det.run("experiment", "set", "priority", last, "0", check=False)
+        assert bad.returncode != 0 and "resources.priority" in bad.stdout + bad.stderr
+    finally:
+        for experiment in (first, second, third):
+            det.run("experiment", "kill", experiment, check=False)
+    for experiment in (first, second, third):
+        det.run("experiment", "wait", "--polling-interval", "1", experiment, check=False)
+
+
+def test_workspaces_projects_and_templates(det: Det, tmp_path: Path) -> None:
+    """`det workspace|project|template ...` and `det experiment create --template
+    --project_id`, with Determined's columns."""
+    out = det.run("workspace", "list").stdout
+    assert header(out)[:3] == ["ID", "Name", "# Projects"]
+    assert next(r for r in table_rows(out) if r[0] == "1")[:2] == ["1", "Uncategorized"]
+    described = det.rows("workspace", "describe", "Uncategorized")
+    assert described[0][:2] == ["1", "Uncategorized"]
+    projects = det.run("project", "list", "Uncategorized").stdout
+    assert header(projects) == ["ID", "Key", "Name", "Description", "# Experiments",
+                                "# Active Experiments"]
+    assert table_rows(projects)[0][:3] == ["1", "UNC", "Uncategorized"]
+
+    det.run("workspace", "create", "det-team")
+    made = det.rows("project", "create", "det-team", "vision", "--description", "cats")
+    project_id = made[0][0]
+    assert made[0][2:4] == ["vision", "cats"]
+    assert [r[2] for r in det.rows("project", "list", "det-team")] == ["vision"]
+    duplicate = det.run("workspace", "create", "det-team", check=False)
+    assert duplicate.returncode != 0 and "already exists" in duplicate.stdout + duplicate.stderr
+
+    template = tmp_path / "template.yaml"
+    template.write_text(yaml.safe_dump({
+        "description": "from a template",
+        "searcher": {"name": "single", "metric": "validation_loss",
+                     "max_length": {"batches": 30}},
+        "resources": {"priority": 30}}))
+    assert "Set template det-tpl" in det.run("template", "set", "det-tpl", str(template)).stdout
+    assert ["det-tpl", "Uncategorized"] in det.rows("template", "list")
+    assert yaml.safe_load(det.run("template", "describe", "det-tpl").stdout)["resources"] == {
+        "priority": 30}
+
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    del config["searcher"], config["description"]  # the template brings them
+    config["name"] = "det-templated"
+    partial = tmp_path / "partial.yaml"
+    partial.write_text(yaml.safe_dump(config))
+    experiment = _created(det.run("experiment", "create", str(partial), str(DIGITS),
+                                  "--template", "det-tpl", "--project_id", project_id).stdout)
+    merged = yaml.safe_load(det.run("experiment", "config", experiment).stdout)
+    assert merged["description"] == "from a template"
+    assert merged["searcher"]["max_length"] == {"batches": 30}
+    assert merged["resources"]["priority"] == 30
+    det.run("experiment", "wait", "--polling-interval", "1", experiment)
+    described = det.run("project", "describe", "det-team", "vision").stdout
+    assert f"{experiment} | admin" in re.sub(r" +", " ", described)
+    det.run("experiment", "move", experiment, "Uncategorized", "Uncategorized")
+    assert det.rows("project", "describe", "det-team", "vision")[0][4] == "0"
+
+    config["workspace"], config["project"] = "det-team", "no-such-project"
+    wrong = tmp_path / "wrong.yaml"
+    wrong.write_text(yaml.safe_dump(config))
+    refused = det.run("experiment", "create", str(wrong), str(DIGITS), "--template", "det-tpl",
+                      check=False)
+    assert refused.returncode != 0 and "no-such-project" in refused.stdout + refused.stderr
+    assert "Traceback" not in refused.stderr
+
+    assert "Removed template det-tpl" in det.run("template", "remove", "det-tpl").stdout
+    assert "det-tpl" not in [r[0] for r in det.rows("template", "list")]
+
+
+@pytest.mark.parametrize(("command", "feature"), [
+    (("notebook", "list"), "notebooks are not served by Epochal (interactive tasks)"),
+    (("cmd", "run", "echo", "hi"), "commands are not served by Epochal (interactive tasks)"),
+    (("shell", "start"), "shells are not served by Epochal (interactive tasks)"),
+    (("tensorboard", "start", "1"), "TensorBoards are not served by Epochal"),
+])
+def test_features_epochal_does_not_serve_say_so(
+    det: Det, command: tuple[str, ...], feature: str
+) -> None:
+    result = det.run(*command, check=False)
+    assert result.returncode != 0
+    assert feature in result.stdout + result.stderr
+    assert "Traceback" not in result.stderr and "Not Found" not in result.stderr
+
+
+def _digits_config(tmp_path: Path, name: str, batches: int) -> Path:
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    config["name"] = name
+    config["searcher"]["max_length"] = {"batches": batches}
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_continue_trains_the_trial_on_from_its_latest_checkpoint(
+    det: Det, tmp_path: Path
+) -> None:
+    """`det experiment continue ID --config searcher.max_length.batches=N`: same experiment,
+    same trial, resumed from its checkpoint at the old length."""
+    experiment = _created(det.run("experiment", "create",
+                                  str(_digits_config(tmp_path, "det-continue", 100)),
+                                  str(DIGITS)).stdout)
+    det.run("experiment", "wait", "--polling-interval", "1", experiment)
+    trial, _ = _trial_state(det, experiment)
+    assert det.run("experiment", "continue", experiment, "--config",
+                   "searcher.max_length.batches=150").stdout.strip() == (
+        f"Continued experiment {experiment}")
+    det.run("experiment", "wait", "--polling-interval", "1", experiment)
+    (row,) = det.rows("experiment", "list-trials", experiment)
+    assert (row[0], row[1], row[-1]) == (trial, "COMPLETED", "150")
+    logs = det.run("trial", "logs", trial).stdout
+    assert re.search(r"resumed from checkpoint \S+ at batch 100", logs), logs
+    assert _experiment_state(det, experiment) == "COMPLETED"
+
+    running = det.run("experiment", "continue", "999999", check=False)
+    assert running.returncode != 0 and "not found" in running.stdout + running.stderr
+    other = det.run("experiment", "continue", experiment, "--config", "searcher.name=grid",
+                    check=False)
+    assert other.returncode != 0 and "searcher.name" in other.stdout + other.stderr
+
+
+def test_epochal_cli_workspaces_templates_scheduling_and_fork(
+    cluster: Cluster, det: Det, tmp_path: Path
+) -> None:
+    """The same features through `epochal`: workspace/project/template commands,
+    `experiment create --template`, `experiment set priority` and `experiment fork`."""
+    cluster.run("workspace", "create", "epochal-team")
+    cluster.run("project", "create", "epochal-team", "nlp", "--key", "NLP")
+    projects = cluster.json("project", "list", "epochal-team")["projects"]
+    assert [(p["name"], p["key"]) for p in projects] == [("nlp", "NLP")]
+    assert "Uncategorized" in cluster.run("workspace", "list").stdout
+
+    template = tmp_path / "tpl.yaml"
+    template.write_text(yaml.safe_dump({"searcher": {
+        "name": "single", "metric": "validation_loss", "max_length": {"batches": 20}}}))
+    assert "Set template epochal-tpl" in cluster.run("template", "set", "epochal-tpl",
+                                                     str(template)).stdout
+    assert "max_length" in cluster.run("template", "describe", "epochal-tpl").stdout
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    del config["searcher"]
+    config["name"] = "epochal-templated"
+    partial = tmp_path / "partial.yaml"
+    partial.write_text(yaml.safe_dump(config))
+    experiment = str(cluster.json("experiment", "create", str(partial), str(DIGITS),
+                                  "--template", "epochal-tpl",
+                                  "--project", str(projects[0]["id"]))["experiment"]["id"])
+    det.run("experiment", "wait", "--polling-interval", "1", experiment)
+    described = cluster.json("experiment", "describe", experiment)["experiment"]
+    assert described["projectId"] == projects[0]["id"]
+    assert described["config"]["searcher"]["max_length"] == {"batches": 20}
+    assert cluster.run("experiment", "set", "priority", experiment, "12").stdout.strip() == (
+        f"Set priority of experiment {experiment} to 12")
+    assert yaml.safe_load(det.run("experiment", "config", experiment).stdout)["resources"][
+        "priority"] == 12
+
+    forked = cluster.run("experiment", "fork", experiment).stdout
+    child = re.search(r"Created experiment (\d+) \(forked from (\d+)\)", forked)
+    assert child and child.group(2) == experiment, forked
+    det.run("experiment", "wait", "--polling-interval", "1", child.group(1))
+    listed = {r[0]: r for r in det.rows("experiment", "list")}
+    assert listed[child.group(1)][3] == experiment  # Determined's "Parent ID"
+    assert listed[child.group(1)][4] == "COMPLETED"
+    cluster.run("template", "remove", "epochal-tpl")
+    assert "epochal-tpl" not in cluster.run("template", "list").stdout

@@ -32,6 +32,7 @@ from workflows.pool_types import (
     AgentEnabled,
     AgentLost,
     Allocation,
+    ExperimentResources,
     PoolInput,
     SlotRelease,
     SlotReply,
@@ -157,6 +158,58 @@ async def test_max_slots_caps_an_experiment_but_not_the_others(
         assert (await rp.request(2)).status == "granted"  # later, but experiment 2 is not capped
         await rp.release("1.1.1")
         assert (await rp.granted("1.3.1")).agent_id == rp.agent("a1")
+
+
+async def test_changed_experiment_resources_reorder_the_queue_and_survive_continue_as_new(
+    temporal_client: Client, rp: Pool
+) -> None:
+    """`det experiment set priority|max-slots|weight`: waiting and later requests follow."""
+    small = PoolInput(name=rp.name, max_history_length=80)
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2, pool_input=small):
+        assert (await rp.request(1)).status == "granted"
+        assert (await rp.request(2)).status == "granted"
+        for experiment in (3, 4):
+            assert (await rp.request(experiment)).status == "queued"
+        assert [r["experiment_id"] for r in (await rp.describe())["queue"]] == [3, 4]
+        await rp.handle.signal("set_experiment_resources", ExperimentResources(4, priority=10))
+        await eventually(lambda: _queue_is(rp, [4, 3]))
+        assert [r["priority"] for r in (await rp.describe())["queue"]] == [10, 42]
+        # max_slots 0 holds experiment 4 back: a freed slot goes to experiment 3.
+        await rp.handle.signal("set_experiment_resources", ExperimentResources(4, max_slots=0))
+        await rp.release("2.2.1")
+        assert (await rp.granted("3.3.1")).agent_id == rp.agent("a1")
+        # A later request of experiment 4 carries the override: too big for it, it fails at once.
+        with pytest.raises(WorkflowUpdateFailedError):
+            await rp.request(4)
+        await rp.handle.signal("set_experiment_resources", ExperimentResources(4, max_slots=4))
+        for i in range(6):  # churn until the pool continues as new with its overrides
+            await rp.request(9, key=f"9.{i}.1")
+            await rp.release(f"9.{i}.1")
+        await eventually(lambda: _generation_at_least(rp, 1))
+        later = await rp.request(4, key="4.99.1")
+        assert later.status == "queued"
+        queue = (await rp.describe())["queue"]
+        assert [(r["experiment_id"], r["priority"], r["max_slots"]) for r in queue] == [
+            (4, 10, 4), (4, 10, 4)]
+        await rp.release("1.1.1")
+        assert (await rp.granted("4.4.1")).agent_id == rp.agent("a1")
+
+
+async def test_weight_scales_fair_share(temporal_client: Client, rp: Pool) -> None:
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 3):
+        for _ in range(2):
+            assert (await rp.request(1)).status == "granted"
+        assert (await rp.request(2)).status == "granted"
+        assert (await rp.request(1)).status == "queued"  # 1 holds 2 slots, 2 holds 1
+        assert (await rp.request(2)).status == "queued"
+        assert [r["experiment_id"] for r in (await rp.describe())["queue"]] == [2, 1]
+        # Weight 4: experiment 1's two slots count as half a slot, less than 2's one.
+        await rp.handle.signal("set_experiment_resources", ExperimentResources(1, weight=4.0))
+        await eventually(lambda: _queue_is(rp, [1, 2]))
+
+
+async def _queue_is(pool: Pool, experiments: list[int]) -> bool:
+    return [r["experiment_id"] for r in (await pool.describe())["queue"]] == experiments
 
 
 async def test_a_request_bigger_than_every_agent_fails_clearly(

@@ -1,0 +1,150 @@
+"""Determined's job queue and resource pools as `det job list` and `det resource-pool list` read
+them: the pools' schedulers (`ResourcePoolWorkflow.describe`) joined with the experiments.
+
+The queue itself is computed once, in api/routes/agents.py (`GET /job-queues`); this module
+gives it Determined's v2 shape (`GET /job-queues-v2`) and lets `det job update` change an
+experiment's priority (`POST /job-queues`) the way `det experiment set priority` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+
+from api import views
+from api.deps import AppSettings, Pool, Temporal
+from api.errors import ApiError
+from api.routes.agents import describe_pool, job_queue
+from api.routes.experiments import ResourcesPatch, change_experiment_resources
+
+router = APIRouter(prefix="/api/v1", tags=["jobs"])
+
+
+async def _pool_names(pool: Pool, settings: AppSettings) -> list[str]:
+    names = set(settings.resource_pools) | {
+        r["resource_pool"] for r in await pool.fetch("SELECT DISTINCT resource_pool FROM agents")}
+    return sorted(names)
+
+
+@router.get("/resource-pools")
+async def list_resource_pools(
+    pool: Pool,
+    temporal: Temporal,
+    settings: AppSettings,
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's GetResourcePools: static pools with a priority scheduler, best fit."""
+    names = await _pool_names(pool, settings)
+    pools = []
+    for name in names:
+        view = await describe_pool(temporal, name) or {}
+        agents = [a for a in view.get("agents", []) if a.get("alive")]
+        used = sum(len(a.get("slotIds", [])) for a in view.get("allocations", []))
+        pools.append(_resource_pool_json(
+            name, default=name == settings.resource_pools[0], agents=len(agents),
+            slots=sum(len(a["slotIds"]) for a in agents), used=used))
+    page = pools[offset:offset + limit] if limit else pools[offset:]
+    return {"resourcePools": page,
+            "pagination": views.pagination(offset, limit or len(pools), len(page), len(pools))}
+
+
+def _resource_pool_json(
+    name: str, *, default: bool, agents: int, slots: int, used: int
+) -> dict[str, Any]:
+    """Determined's v1ResourcePool; the cloud provisioning fields answer empty."""
+    return {
+        "name": name, "description": "", "type": "RESOURCE_POOL_TYPE_STATIC",
+        "numAgents": agents, "slotsAvailable": slots, "slotsUsed": used,
+        "slotType": "TYPE_CPU", "auxContainerCapacity": 0, "auxContainersRunning": 0,
+        "defaultComputePool": default, "defaultAuxPool": default, "preemptible": True,
+        "minAgents": 0, "maxAgents": 0, "slotsPerAgent": None, "auxContainerCapacityPerAgent": 0,
+        "schedulerType": "SCHEDULER_TYPE_PRIORITY", "schedulerFittingPolicy": "FITTING_POLICY_BEST",
+        "location": "on-prem", "imageId": "", "instanceType": "", "masterUrl": "",
+        "masterCertName": "", "startupScript": "", "containerStartupScript": "",
+        "agentDockerNetwork": "host", "agentDockerRuntime": "", "agentDockerImage": "",
+        "agentFluentImage": "", "maxIdleAgentPeriod": 0, "maxAgentStartingPeriod": 0,
+        "details": {"priorityScheduler": {"preemption": True, "defaultPriority": 42}},
+        "accelerator": "", "resourceManagerMetadata": {}, "clusterName": "",
+    }
+
+
+@router.get("/job-queues-v2")
+async def job_queue_v2(
+    request: Request,
+    pool: Pool,
+    temporal: Temporal,
+    settings: AppSettings,
+    resourcePool: str | None = Query(default=None),  # noqa: N803 (Determined's name)
+    orderBy: str = "ORDER_BY_ASC",  # noqa: N803
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's GetJobsV2 (`det job list`): each job in full, in the order it is served."""
+    queue = await job_queue(pool, temporal, settings, resourcePool)
+    jobs = queue["jobs"]
+    rows = {r["id"]: r for r in await pool.fetch(
+        "SELECT e.id, e.name, e.owner, e.start_time, e.config -> 'resources' AS resources,"
+        " p.workspace_id, coalesce((SELECT id FROM users WHERE username = e.owner), 1) AS uid"
+        " FROM experiments e JOIN projects p ON p.id = e.project_id WHERE e.id = ANY($1)",
+        [int(j["entityId"]) for j in jobs])}
+    full = []
+    for job in jobs:
+        row = rows.get(int(job["entityId"]))
+        if row is None:
+            continue  # deleted while it still held slots
+        weight = (row["resources"] or {}).get("weight")
+        full.append({"full": {
+            **job, "name": row["name"], "username": row["owner"], "userId": row["uid"],
+            # Determined counts the slots a job holds among those it needs ("1/1").
+            "requestedSlots": job["allocatedSlots"] + job["requestedSlots"],
+            "submissionTime": views.rfc3339(row["start_time"]),
+            "workspaceId": row["workspace_id"], "isPreemptible": True,
+            "weight": float(weight) if isinstance(weight, int | float) else 1.0,
+        }})
+    if orderBy == "ORDER_BY_DESC":
+        full.reverse()
+    page = full[offset:offset + limit] if limit else full[offset:]
+    return {"jobs": page,
+            "pagination": views.pagination(offset, limit or len(full), len(page), len(full))}
+
+
+class QueueControl(BaseModel):
+    jobId: str
+    priority: int | None = None
+    weight: float | None = None
+    resourcePool: str | None = None
+    aheadOf: str | None = None
+    behindOf: str | None = None
+
+
+class UpdateJobQueueRequest(BaseModel):
+    updates: list[QueueControl]
+
+
+@router.post("/job-queues")
+async def update_job_queue(
+    body: UpdateJobQueueRequest, request: Request, pool: Pool, temporal: Temporal
+) -> dict[str, Any]:
+    """Determined's UpdateJobQueue (`det job update`): priority and weight of an experiment's
+    job; moving a job to another pool or ahead of another is not supported."""
+    for update in body.updates:
+        experiment_id = _experiment_of(update.jobId)
+        unsupported = [f for f in ("resourcePool", "aheadOf", "behindOf") if getattr(update, f)]
+        if unsupported:
+            raise ApiError(400, "cannot move jobs between pools or around each other",
+                           [f"{f}: not supported by Epochal" for f in unsupported])
+        await change_experiment_resources(
+            request, pool, temporal, experiment_id,
+            ResourcesPatch(priority=update.priority, maxSlots=None, weight=update.weight))
+    return {}
+
+
+def _experiment_of(job_id: str) -> int:
+    prefix = "experiment-"
+    number = job_id.removeprefix(prefix)
+    if not job_id.startswith(prefix) or not number.isdigit():
+        raise ApiError(400, "bad job id", [f"jobId: experiment-<id>, got {job_id!r}"])
+    return int(number)

@@ -1,0 +1,178 @@
+"""Config templates (`det template ...`, `--template NAME` on experiment create).
+
+A template is a partial experiment config kept under a name. Creating an experiment with one
+merges the template UNDER the config (`merge_under`): what the config says wins, and the template
+fills in what it leaves out, as Determined does.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import asyncpg
+from fastapi import APIRouter, Body, Query, Request
+from pydantic import BaseModel
+
+from api import auth, views
+from api.deps import Pool
+from api.errors import ApiError
+
+router = APIRouter(prefix="/api/v1", tags=["templates"])
+
+NAME_MAX = 255
+
+
+def merge_under(config: dict[str, Any], template: dict[str, Any]) -> dict[str, Any]:
+    """The config with the template's values filled in where the config has none.
+
+    Mappings merge key by key, recursively; any other value in the config (a list, a scalar)
+    replaces the template's. Exceptions, as in Determined: each hyperparameter and the searcher
+    (if the two name different searchers) are taken whole, never mixed from both; `bind_mounts`
+    keep the config's and add the template's for other container paths.
+    """
+    merged = dict(template)
+    for key, value in config.items():
+        below = template.get(key)
+        if key == "hyperparameters" and isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = {**below, **value}
+        elif key == "searcher" and isinstance(value, dict) and isinstance(below, dict) and (
+                below.get("name") not in (None, value.get("name", below.get("name")))):
+            merged[key] = value
+        elif key == "bind_mounts" and isinstance(value, list) and isinstance(below, list):
+            used = {m.get("container_path") for m in value if isinstance(m, dict)}
+            merged[key] = value + [m for m in below if not (
+                isinstance(m, dict) and m.get("container_path") in used)]
+        elif isinstance(value, dict) and isinstance(below, dict):
+            merged[key] = merge_under(value, below)
+        else:
+            merged[key] = value
+    return merged
+
+
+async def template_config(conn: asyncpg.Pool | asyncpg.Connection, name: str) -> dict[str, Any]:
+    """A template's config for experiment creation; unknown names are the request's mistake."""
+    config = await conn.fetchval("SELECT config FROM templates WHERE name = $1", name)
+    if config is None:
+        raise ApiError(400, f"template {name!r} not found",
+                       [f"template: no config template is named {name!r}"])
+    return dict(config)
+
+
+def template_json(row: asyncpg.Record) -> dict[str, Any]:
+    """Determined's v1Template."""
+    return {"name": row["name"], "config": row["config"], "workspaceId": row["workspace_id"]}
+
+
+async def _fetch(pool: asyncpg.Pool, name: str) -> asyncpg.Record:
+    row = await pool.fetchrow("SELECT * FROM templates WHERE name = $1", name)
+    if row is None:
+        raise ApiError(404, f"template '{name}' not found")
+    return row
+
+
+def _check(name: str, config: Any) -> dict[str, Any]:
+    if not name or len(name) > NAME_MAX or "\x00" in name:
+        raise ApiError(400, "bad template name", [f"name: 1 to {NAME_MAX} characters"])
+    if not isinstance(config, dict):
+        raise ApiError(400, "a template is a partial experiment config",
+                       [f"config: a mapping of config fields, got {type(config).__name__}"])
+    return config
+
+
+async def _workspace_id(pool: asyncpg.Pool, workspace_id: int | None) -> int:
+    wanted = workspace_id or views.DEFAULT_PROJECT_ID
+    if await pool.fetchval("SELECT 1 FROM workspaces WHERE id = $1", wanted) is None:
+        raise ApiError(400, f"workspace {wanted} not found",
+                       [f"workspaceId: no workspace has id {wanted}"])
+    return wanted
+
+
+class TemplateBody(BaseModel):
+    """Determined's v1Template, as `det template create|set` sends it."""
+
+    name: str | None = None
+    config: Any = None
+    workspaceId: int | None = None
+
+
+@router.get("/templates")
+async def list_templates(
+    pool: Pool,
+    name: str | None = None,
+    workspaceIds: Annotated[list[int] | None, Query()] = None,  # noqa: N803 (Determined's name)
+    orderBy: str = "ORDER_BY_ASC",  # noqa: N803
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's GetTemplates: `name` is a case-insensitive substring."""
+    direction = "DESC" if orderBy == "ORDER_BY_DESC" else "ASC"
+    rows = await pool.fetch(
+        "SELECT * FROM templates WHERE ($1::text IS NULL OR strpos(lower(name), lower($1)) > 0)"
+        " AND ($2::int[] IS NULL OR workspace_id = ANY($2))"
+        f" ORDER BY name {direction}",
+        name or None, workspaceIds or None,
+    )
+    templates = [template_json(r) for r in rows]
+    page = templates[offset:offset + limit] if limit else templates[offset:]
+    return {"templates": page,
+            "pagination": views.pagination(offset, limit or len(templates), len(page),
+                                           len(templates))}
+
+
+@router.get("/templates/{name}")
+async def get_template(name: str, pool: Pool) -> dict[str, Any]:
+    return {"template": template_json(await _fetch(pool, name))}
+
+
+@router.post("/templates/{name}")
+async def create_template(
+    name: str, body: TemplateBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    auth.require_user(auth.current(request), "create templates")
+    config = _check(name, body.config)
+    workspace_id = await _workspace_id(pool, body.workspaceId)
+    row = await pool.fetchrow(
+        "INSERT INTO templates (name, config, workspace_id) VALUES ($1, $2, $3)"
+        " ON CONFLICT (name) DO NOTHING RETURNING *", name, config, workspace_id)
+    if row is None:
+        raise ApiError(409, f"template {name!r} already exists")
+    return {"template": template_json(row)}
+
+
+@router.put("/templates/{name}")
+async def put_template(
+    name: str, body: TemplateBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Create or replace (Determined's PutTemplate)."""
+    auth.require_user(auth.current(request), "set templates")
+    config = _check(name, body.config)
+    workspace_id = await _workspace_id(pool, body.workspaceId)
+    row = await pool.fetchrow(
+        "INSERT INTO templates (name, config, workspace_id) VALUES ($1, $2, $3)"
+        " ON CONFLICT (name) DO UPDATE SET config = excluded.config RETURNING *",
+        name, config, workspace_id)
+    return {"template": template_json(row)}
+
+
+@router.patch("/templates/{name}")
+async def patch_template_config(
+    name: str, request: Request, pool: Pool, config: Any = Body(None)  # noqa: B008
+) -> dict[str, Any]:
+    """Determined's PatchTemplateConfig: the body is the new config itself."""
+    auth.require_user(auth.current(request), "change templates")
+    _check(name, config)
+    row = await pool.fetchrow(
+        "UPDATE templates SET config = $2 WHERE name = $1 RETURNING *", name, config)
+    if row is None:
+        raise ApiError(404, f"template '{name}' not found")
+    return {"template": template_json(row)}
+
+
+@router.delete("/templates/{name}")
+async def delete_template(name: str, request: Request, pool: Pool) -> dict[str, Any]:
+    auth.require_user(auth.current(request), "remove templates")
+    await _fetch(pool, name)
+    await pool.execute("DELETE FROM templates WHERE name = $1", name)
+    return {}
+
+

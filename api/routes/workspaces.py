@@ -1,0 +1,368 @@
+"""Workspaces and projects: Determined's folders for experiments (`det workspace|project ...`).
+
+Workspace 1 and project 1 ("Uncategorized") always exist (migration 0007); experiments go there
+unless the create request or the config names another project. Epochal keeps no per-workspace
+settings (agent user, pools, storage): Determined's fields for them answer empty.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import asyncpg
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel, Field
+
+from api import auth, views
+from api.deps import Pool
+from api.errors import ApiError, not_found
+
+router = APIRouter(prefix="/api/v1", tags=["workspaces"])
+
+NAME_MAX = 80
+KEY_PATTERN = re.compile(r"^[A-Za-z0-9]{1,5}$")
+ACTIVE_STATES = ("ACTIVE", "PAUSED", "STOPPING_CANCELED", "STOPPING_KILLED", "STOPPING_COMPLETED")
+
+_WORKSPACE_SELECT = """
+SELECT w.*, coalesce((SELECT id FROM users WHERE username = w.owner), 1) AS user_id,
+       (SELECT count(*) FROM projects p WHERE p.workspace_id = w.id) AS num_projects,
+       (SELECT count(*) FROM experiments e JOIN projects p ON p.id = e.project_id
+        WHERE p.workspace_id = w.id) AS num_experiments
+FROM workspaces w
+"""
+
+_PROJECT_SELECT = """
+SELECT p.*, w.name AS workspace_name,
+       coalesce((SELECT id FROM users WHERE username = p.owner), 1) AS user_id,
+       (SELECT count(*) FROM experiments e WHERE e.project_id = p.id) AS num_experiments,
+       (SELECT count(*) FROM experiments e WHERE e.project_id = p.id
+        AND e.state = ANY($1::text[])) AS num_active,
+       (SELECT max(e.start_time) FROM experiments e WHERE e.project_id = p.id) AS last_started
+FROM projects p JOIN workspaces w ON w.id = p.workspace_id
+"""
+
+
+def workspace_json(row: asyncpg.Record) -> dict[str, Any]:
+    """Determined's v1Workspace."""
+    return {
+        "id": row["id"], "name": row["name"], "archived": row["archived"],
+        "username": row["owner"], "userId": row["user_id"], "immutable": row["immutable"],
+        "numProjects": row["num_projects"], "numExperiments": row["num_experiments"],
+        "pinned": False, "state": "WORKSPACE_STATE_UNSPECIFIED", "errorMessage": "",
+        "agentUserGroup": None, "checkpointStorageConfig": None,
+        "defaultComputePool": "", "defaultAuxPool": "",
+    }
+
+
+def project_json(row: asyncpg.Record) -> dict[str, Any]:
+    """Determined's v1Project."""
+    return {
+        "id": row["id"], "name": row["name"], "key": row["key"],
+        "description": row["description"], "workspaceId": row["workspace_id"],
+        "workspaceName": row["workspace_name"], "archived": row["archived"],
+        "immutable": row["immutable"], "username": row["owner"], "userId": row["user_id"],
+        "notes": [], "numExperiments": row["num_experiments"],
+        "numActiveExperiments": row["num_active"], "numRuns": 0,
+        "lastExperimentStartedAt": views.rfc3339(row["last_started"]),
+        "state": "WORKSPACE_STATE_UNSPECIFIED", "errorMessage": "",
+    }
+
+
+async def fetch_workspace(conn: asyncpg.Pool | asyncpg.Connection, workspace_id: int) -> Any:
+    row = await conn.fetchrow(_WORKSPACE_SELECT + " WHERE w.id = $1", workspace_id)
+    if row is None:
+        raise not_found("workspace", workspace_id)
+    return row
+
+
+async def fetch_project(conn: asyncpg.Pool | asyncpg.Connection, project_id: int) -> Any:
+    row = await conn.fetchrow(_PROJECT_SELECT + " WHERE p.id = $2", ACTIVE_STATES, project_id)
+    if row is None:
+        raise not_found("project", project_id)
+    return row
+
+
+async def resolve_project(
+    conn: asyncpg.Pool | asyncpg.Connection, project_id: int | None, config: dict[str, Any],
+    field: str = "projectId",
+) -> int:
+    """Where a new experiment goes: the request's projectId, else the config's `workspace` and
+    `project` names, else the default project. An unknown one is the request's mistake (400)."""
+    if project_id:
+        found = await conn.fetchval("SELECT id FROM projects WHERE id = $1", project_id)
+        if found is None:
+            raise ApiError(400, f"project {project_id} not found",
+                           [f"{field}: no project has id {project_id}"])
+        return project_id
+    workspace, project = config.get("workspace"), config.get("project")
+    if not workspace and not project:
+        return views.DEFAULT_PROJECT_ID
+    if not workspace or not project:
+        given, missing = ("workspace", "project") if workspace else ("project", "workspace")
+        raise ApiError(400, "the config names a project only by workspace and project together",
+                       [f"{missing}: needed with {given} {workspace or project!r}"])
+    row = await conn.fetchrow(
+        "SELECT w.id AS workspace_id, p.id AS project_id FROM workspaces w"
+        " LEFT JOIN projects p ON p.workspace_id = w.id AND p.name = $2 WHERE w.name = $1",
+        str(workspace), str(project))
+    if row is None:
+        raise ApiError(400, f"workspace {workspace!r} not found",
+                       [f"workspace: no workspace is named {workspace!r}"])
+    if row["project_id"] is None:
+        raise ApiError(400, f"project {project!r} not found in workspace {workspace!r}",
+                       [f"project: workspace {workspace!r} has no project named {project!r}"])
+    return int(row["project_id"])
+
+
+def _page(items: list[Any], offset: int, limit: int) -> tuple[list[Any], dict[str, Any]]:
+    page = items[offset:offset + limit] if limit else items[offset:]
+    return page, views.pagination(offset, limit or len(items), len(page), len(items))
+
+
+def _check_name(kind: str, name: str) -> str:
+    name = name.strip()
+    if not name or len(name) > NAME_MAX or "\x00" in name:
+        raise ApiError(400, f"bad {kind} name",
+                       [f"name: 1 to {NAME_MAX} characters, got {name!r}"])
+    return name
+
+
+# -- workspaces ------------------------------------------------------------------------------
+
+@router.get("/workspaces")
+async def list_workspaces(
+    pool: Pool,
+    name: str | None = None,
+    nameCaseSensitive: str | None = None,  # noqa: N803 (Determined's name)
+    archived: bool | None = None,
+    sortBy: str = "SORT_BY_ID",  # noqa: N803
+    orderBy: str = "ORDER_BY_ASC",  # noqa: N803
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's GetWorkspaces: `name` matches regardless of case, `nameCaseSensitive`
+    exactly (`det workspace describe NAME` looks a workspace up this way)."""
+    column = "w.name" if sortBy == "SORT_BY_NAME" else "w.id"
+    direction = "DESC" if orderBy == "ORDER_BY_DESC" else "ASC"
+    rows = await pool.fetch(
+        _WORKSPACE_SELECT
+        + " WHERE ($1::text IS NULL OR lower(w.name) = lower($1))"
+        " AND ($2::text IS NULL OR w.name = $2) AND ($3::boolean IS NULL OR w.archived = $3)"
+        f" ORDER BY {column} {direction}",
+        name or None, nameCaseSensitive or None, archived,
+    )
+    page, pagination = _page([workspace_json(r) for r in rows], offset, limit)
+    return {"workspaces": page, "pagination": pagination}
+
+
+@router.get("/workspaces/{workspace_id}")
+async def get_workspace(workspace_id: int, pool: Pool) -> dict[str, Any]:
+    return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id))}
+
+
+class WorkspaceCreate(BaseModel):
+    name: str = Field(max_length=NAME_MAX * 4)
+
+
+@router.post("/workspaces")
+async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool) -> dict[str, Any]:
+    """Determined's PostWorkspace; its per-workspace settings (agent user, pools, checkpoint
+    storage, namespaces) are not kept."""
+    owner = auth.require_user(auth.current(request), "create workspaces").username
+    name = _check_name("workspace", body.name)
+    workspace_id = await pool.fetchval(
+        "INSERT INTO workspaces (name, owner) VALUES ($1, $2)"
+        " ON CONFLICT (name) DO NOTHING RETURNING id", name, owner)
+    if workspace_id is None:
+        raise ApiError(409, f"workspace {name!r} already exists")
+    return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id)),
+            "namespaceBindings": {}}
+
+
+# -- projects --------------------------------------------------------------------------------
+
+@router.get("/workspaces/{workspace_id}/projects")
+async def list_workspace_projects(
+    workspace_id: int,
+    pool: Pool,
+    name: str | None = None,
+    archived: bool | None = None,
+    sortBy: str = "SORT_BY_ID",  # noqa: N803 (Determined's name)
+    orderBy: str = "ORDER_BY_ASC",  # noqa: N803
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's GetWorkspaceProjects; workspace 0 means every workspace."""
+    if workspace_id:
+        await fetch_workspace(pool, workspace_id)
+    column = "p.name" if sortBy == "SORT_BY_NAME" else "p.id"
+    direction = "DESC" if orderBy == "ORDER_BY_DESC" else "ASC"
+    rows = await pool.fetch(
+        _PROJECT_SELECT
+        + " WHERE ($2::int = 0 OR p.workspace_id = $2) AND ($3::text IS NULL OR p.name = $3)"
+        " AND ($4::boolean IS NULL OR p.archived = $4)"
+        f" ORDER BY {column} {direction}",
+        ACTIVE_STATES, workspace_id, name or None, archived,
+    )
+    page, pagination = _page([project_json(r) for r in rows], offset, limit)
+    return {"projects": page, "pagination": pagination}
+
+
+class ProjectCreate(BaseModel):
+    name: str = Field(max_length=NAME_MAX * 4)
+    description: str | None = Field(None, max_length=10_000)
+    workspaceId: int | None = None
+    key: str | None = None
+
+
+async def _free_key(conn: asyncpg.Connection, name: str) -> str:
+    """Determined's project key when none is given: letters of the name, made unique."""
+    stem = (re.sub(r"[^A-Za-z0-9]", "", name).upper() or "PRJ")[:3]
+    taken = {r["key"] for r in await conn.fetch(
+        "SELECT key FROM projects WHERE key LIKE $1 || '%'", stem)}
+    for n in range(10_000):
+        key = stem if n == 0 else f"{stem}{n}"[:5]
+        if key not in taken:
+            return key
+    raise ApiError(409, f"no free project key starting with {stem!r}: give one with --key")
+
+
+@router.post("/workspaces/{workspace_id}/projects")
+async def create_project(
+    workspace_id: int, body: ProjectCreate, request: Request, pool: Pool
+) -> dict[str, Any]:
+    owner = auth.require_user(auth.current(request), "create projects").username
+    name = _check_name("project", body.name)
+    if body.workspaceId not in (None, 0, workspace_id):
+        raise ApiError(400, "workspaceId does not match", [
+            f"workspaceId: is {body.workspaceId}, but the path names workspace {workspace_id}"])
+    if body.key is not None and not KEY_PATTERN.match(body.key):
+        raise ApiError(400, "bad project key",
+                       [f"key: 1 to 5 letters or digits, got {body.key!r}"])
+    async with pool.acquire() as conn, conn.transaction():
+        workspace = await fetch_workspace(conn, workspace_id)
+        if workspace["archived"]:
+            raise ApiError(409, f"workspace {workspace['name']!r} is archived")
+        if await conn.fetchval("SELECT 1 FROM projects WHERE workspace_id = $1 AND name = $2",
+                               workspace_id, name):
+            raise ApiError(409, f"project {name!r} already exists in workspace"
+                           f" {workspace['name']!r}")
+        key = body.key.upper() if body.key else await _free_key(conn, name)
+        if await conn.fetchval("SELECT 1 FROM projects WHERE key = $1", key):
+            raise ApiError(409, f"project key {key!r} is taken")
+        project_id = await conn.fetchval(
+            "INSERT INTO projects (workspace_id, name, key, description, owner)"
+            " VALUES ($1, $2, $3, $4, $5) RETURNING id",
+            workspace_id, name, key, body.description or "", owner)
+    return {"project": project_json(await fetch_project(pool, project_id))}
+
+
+@router.get("/projects/{project_id}")
+async def get_project(project_id: int, pool: Pool) -> dict[str, Any]:
+    return {"project": project_json(await fetch_project(pool, project_id))}
+
+
+# -- edit, archive, delete -------------------------------------------------------------------
+
+def _mutable(kind: str, row: asyncpg.Record) -> None:
+    if row["immutable"]:
+        raise ApiError(409, f"the {row['name']} {kind} is Determined's default: it cannot be"
+                       " changed, archived or deleted")
+
+
+class WorkspacePatch(BaseModel):
+    name: str | None = Field(None, max_length=NAME_MAX * 4)
+
+
+@router.patch("/workspaces/{workspace_id}")
+async def patch_workspace(
+    workspace_id: int, body: WorkspacePatch, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Rename a workspace (`det workspace edit`); its other Determined settings are not kept."""
+    auth.require_user(auth.current(request), "edit workspaces")
+    _mutable("workspace", await fetch_workspace(pool, workspace_id))
+    if body.name is not None:
+        name = _check_name("workspace", body.name)
+        try:
+            await pool.execute("UPDATE workspaces SET name = $2 WHERE id = $1", workspace_id,
+                               name)
+        except asyncpg.UniqueViolationError as err:
+            raise ApiError(409, f"workspace {name!r} already exists") from err
+    return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id))}
+
+
+class ProjectPatch(BaseModel):
+    name: str | None = Field(None, max_length=NAME_MAX * 4)
+    description: str | None = Field(None, max_length=10_000)
+    key: str | None = None
+
+
+@router.patch("/projects/{project_id}")
+async def patch_project(
+    project_id: int, body: ProjectPatch, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """`det project edit`: name, description, key."""
+    auth.require_user(auth.current(request), "edit projects")
+    row = await fetch_project(pool, project_id)
+    _mutable("project", row)
+    name = _check_name("project", body.name) if body.name is not None else None
+    if body.key is not None and not KEY_PATTERN.match(body.key):
+        raise ApiError(400, "bad project key",
+                       [f"key: 1 to 5 letters or digits, got {body.key!r}"])
+    try:
+        await pool.execute(
+            "UPDATE projects SET name = coalesce($2, name), description = coalesce($3,"
+            " description), key = coalesce($4, key) WHERE id = $1",
+            project_id, name, body.description, body.key.upper() if body.key else None)
+    except asyncpg.UniqueViolationError as err:
+        raise ApiError(409, "the project's name or key is taken",
+                       [f"name: {name!r}" if name else f"key: {body.key!r}"]) from err
+    return {"project": project_json(await fetch_project(pool, project_id))}
+
+
+def _archive_route(kind: str, table: str, archived: bool) -> None:
+    verb = "archive" if archived else "unarchive"
+
+    async def archive(item_id: int, request: Request, pool: Pool) -> dict[str, Any]:
+        auth.require_user(auth.current(request), f"{verb} {kind}s")
+        fetch = fetch_workspace if kind == "workspace" else fetch_project
+        _mutable(kind, await fetch(pool, item_id))
+        await pool.execute(
+            f"UPDATE {table} SET archived = $2 WHERE id = $1",  # noqa: S608 (a fixed name)
+            item_id, archived)
+        return {}
+
+    archive.__name__ = f"{verb}_{kind}"
+    router.post(f"/{table}/{{item_id}}/{verb}", summary=f"{verb.capitalize()} a {kind}")(archive)
+
+
+for _kind, _table in (("workspace", "workspaces"), ("project", "projects")):
+    for _archived in (True, False):
+        _archive_route(_kind, _table, _archived)
+
+
+@router.delete("/workspaces/{workspace_id}")
+async def delete_workspace(workspace_id: int, request: Request, pool: Pool) -> dict[str, Any]:
+    """Delete a workspace with its projects and templates. Experiments are never deleted
+    along: a workspace that holds any is refused (move or delete them first)."""
+    auth.require_user(auth.current(request), "delete workspaces")
+    row = await fetch_workspace(pool, workspace_id)
+    _mutable("workspace", row)
+    if row["num_experiments"]:
+        raise ApiError(409, f"workspace {row['name']!r} holds {row['num_experiments']}"
+                       " experiments: move or delete them first")
+    await pool.execute("DELETE FROM workspaces WHERE id = $1", workspace_id)
+    return {"completed": True}
+
+
+@router.delete("/projects/{project_id}")
+async def delete_project(project_id: int, request: Request, pool: Pool) -> dict[str, Any]:
+    auth.require_user(auth.current(request), "delete projects")
+    row = await fetch_project(pool, project_id)
+    _mutable("project", row)
+    if row["num_experiments"]:
+        raise ApiError(409, f"project {row['name']!r} holds {row['num_experiments']}"
+                       " experiments: move or delete them first")
+    await pool.execute("DELETE FROM projects WHERE id = $1", project_id)
+    return {"completed": True}
