@@ -9,13 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import asyncpg
+from fastapi import Query
 
 from api.errors import not_found
 
 JSON = dict[str, Any]
+# Query parameters of Determined's list routes.
+OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
+ListQuery = Annotated[list[str] | None, Query()]
 
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 # Determined's "Uncategorized" workspace and project (migration 0007): where experiments go
@@ -490,3 +494,68 @@ async def fetch_summary_metrics(conn: asyncpg.Pool | asyncpg.Connection, trial_i
         group[row["key"]] = {"count": row["count"], "sum": row["sum"], "min": row["min"],
                              "max": row["max"], "last": row["last"], "type": "number"}
     return summary
+
+
+def sorted_page(
+    items: list[dict[str, Any]], key: str, desc: bool, offset: int, limit: int
+) -> list[dict[str, Any]]:
+    """Nulls last either way, ties by id (as PostgreSQL would order the rows)."""
+    present = [i for i in items if i.get(key) is not None]
+    missing = [i for i in items if i.get(key) is None]
+    present.sort(key=lambda i: (i[key], i.get("id") or i.get("uuid")), reverse=desc)
+    ordered = present + missing
+    return ordered[offset:offset + limit] if limit else ordered[offset:]
+
+
+# Determined's checkpoint sort keys (sortByAttr) and the Checkpoint value each orders by.
+CHECKPOINT_SORT_KEYS = {
+    "SORT_BY_UNSPECIFIED": "reportTime",
+    "SORT_BY_UUID": "uuid",
+    "SORT_BY_TRIAL_ID": "trialId",
+    "SORT_BY_BATCH_NUMBER": "stepsCompleted",
+    "SORT_BY_END_TIME": "reportTime",
+    "SORT_BY_STATE": "state",
+    "SORT_BY_SEARCHER_METRIC": "searcherMetric",
+}
+
+
+def checkpoint_page(
+    checkpoints: list[JSON], config: JSON, *, states: list[str] | None, sort_by_attr: str,
+    sort_by_metric: str | None, order_by: str, offset: int, limit: int,
+) -> JSON:
+    """Determined's checkpoint listing answer (an experiment's or a trial's). Sorting by the
+    searcher metric puts the best first unless order_by says otherwise."""
+    if states:
+        wanted = {s if s.startswith("STATE_") else f"STATE_{s}" for s in states}
+        checkpoints = [c for c in checkpoints if c["state"] in wanted]
+    searcher = config.get("searcher") or {}
+    metric = sort_by_metric or searcher.get("metric") or ""
+    keyed = [
+        {**c, "_key": _checkpoint_sort_value(c, CHECKPOINT_SORT_KEYS[sort_by_attr], metric)}
+        for c in checkpoints
+    ]
+    if sort_by_metric or sort_by_attr == "SORT_BY_SEARCHER_METRIC":
+        desc = order_by == "ORDER_BY_DESC" or (
+            order_by == "ORDER_BY_UNSPECIFIED" and not searcher.get("smaller_is_better", True))
+    else:
+        desc = order_by == "ORDER_BY_DESC"
+    page = [
+        {k: v for k, v in c.items() if k != "_key"}
+        for c in sorted_page(keyed, "_key", desc, offset, limit)
+    ]
+    return {
+        "checkpoints": page,
+        "pagination": pagination(offset, limit or len(keyed), len(page), len(keyed)),
+    }
+
+
+def _checkpoint_sort_value(checkpoint: dict[str, Any], key: str, metric: str) -> Any:
+    if key == "trialId":
+        return checkpoint["training"]["trialId"]
+    if key == "stepsCompleted":
+        return checkpoint["metadata"].get("steps_completed")
+    if key == "searcherMetric":
+        validation = (checkpoint["training"]["validationMetrics"] or {}).get("avgMetrics") or {}
+        value = validation.get(metric)
+        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    return checkpoint[key]

@@ -69,7 +69,7 @@ def load_config(path: Path, partial: bool = False) -> tuple[str, Any]:
 
     import yaml
 
-    from workflows.expconf import ConfigError, parse_experiment_config
+    from workflows.expconf import PLACEHOLDER_STORAGE, ConfigError, parse_experiment_config
 
     if partial:
         try:
@@ -80,7 +80,9 @@ def load_config(path: Path, partial: bool = False) -> tuple[str, Any]:
             raise _invalid(str(path), ["a config is a mapping of config fields"])
         return text, SimpleNamespace(entrypoint=data.get("entrypoint"))
     try:
-        parsed = parse_experiment_config(text, source=str(path))
+        parsed = parse_experiment_config(
+            text, source=str(path), default_storage=PLACEHOLDER_STORAGE
+        )
     except ConfigError as exc:
         errors = list(getattr(exc, "errors", None) or [str(exc)])
         raise _invalid(str(path), errors) from None

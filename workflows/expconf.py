@@ -69,8 +69,10 @@ __all__ = [
     "config_warnings",
     "hyperparameters_grid_size",
     "iter_hyperparameters",
+    "PLACEHOLDER_STORAGE",
     "parse_experiment_config",
     "validate_experiment_config",
+    "with_default_storage",
     "with_determined_defaults",
 ]
 
@@ -152,29 +154,45 @@ class _NotActedOnMarker:
 _NOT_ACTED_ON = _NotActedOnMarker()
 
 
+class _DumpedWhenGivenMarker:
+    def __repr__(self) -> str:
+        return "DumpedWhenGiven"
+
+
+# Marks a field Epochal acts on but leaves out of dumps when null (added after configs were
+# stored: their normalized form stays as it was).
+_DUMPED_WHEN_GIVEN = _DumpedWhenGivenMarker()
+
+
 class _Model(BaseModel):
     """Strict types (no "5" for 5), no unknown keys, and null meaning "the default".
 
     ``_determined_only`` names the fields declared ``NotActedOn``: Determined's fields that
     Epochal accepts and keeps (default null) but does not act on. ``config_warnings`` names each
-    one given, and dumps leave out those not given, so normalized configs stay as they were.
+    one given, and dumps leave out those not given (and the null ``_DUMPED_WHEN_GIVEN`` fields),
+    so normalized configs stay as they were.
     """
 
     model_config = ConfigDict(extra="forbid", strict=True)
     _determined_only: ClassVar[frozenset[str]] = frozenset()
+    _omitted_when_null: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
         super().__pydantic_init_subclass__(**kwargs)
+        fields = cls.model_fields.items()
         cls._determined_only = frozenset(
-            name for name, field in cls.model_fields.items() if _NOT_ACTED_ON in field.metadata
+            name for name, field in fields if _NOT_ACTED_ON in field.metadata
+        )
+        cls._omitted_when_null = cls._determined_only | frozenset(
+            name for name, field in fields if _DUMPED_WHEN_GIVEN in field.metadata
         )
 
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         data = handler(self)
         if isinstance(data, dict):
-            for name in self._determined_only:
+            for name in self._omitted_when_null:
                 if data.get(name) is None:
                     data.pop(name, None)
         return data
@@ -800,6 +818,9 @@ class ExperimentConfig(_Model):
     environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
     bind_mounts: list[BindMount] = Field(default_factory=list)
     reproducibility: ReproducibilityConfig = Field(default_factory=ReproducibilityConfig)
+    # Where the experiment is filed (both names, or neither: the default project).
+    workspace: Annotated[str | None, Field(min_length=1, max_length=128), _DUMPED_WHEN_GIVEN] = None
+    project: Annotated[str | None, Field(min_length=1, max_length=128), _DUMPED_WHEN_GIVEN] = None
     # Determined's fields that Epochal keeps but does not act on (config_warnings names them).
     records_per_epoch: NotActedOn = None
     scheduling_unit: NotActedOn = None
@@ -810,8 +831,6 @@ class ExperimentConfig(_Model):
     profiling: NotActedOn = None
     optimizations: NotActedOn = None
     debug: NotActedOn = None
-    workspace: NotActedOn = None
-    project: NotActedOn = None
     tensorboard_storage: NotActedOn = None
     integrations: NotActedOn = None
     log_policies: NotActedOn = None
@@ -980,8 +999,14 @@ def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any
 _Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def parse_experiment_config(text: str, source: str = "config") -> ExperimentConfig:
-    """Parse and validate a YAML experiment config; ``source`` names it in error messages."""
+def parse_experiment_config(
+    text: str, source: str = "config", default_storage: Mapping[str, Any] | None = None
+) -> ExperimentConfig:
+    """Parse and validate a YAML experiment config; ``source`` names it in error messages.
+
+    With ``default_storage`` (the master's checkpoint storage), the config's storage is filled
+    from it as ``with_default_storage`` says.
+    """
     try:
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
@@ -989,7 +1014,30 @@ def parse_experiment_config(text: str, source: str = "config") -> ExperimentConf
         problem = getattr(exc, "problem", None) or str(exc)
         where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
         raise ConfigError([f"{where}: {problem}"], source, "not valid YAML") from None
+    if default_storage is not None:
+        data = with_default_storage(data, default_storage)
     return validate_experiment_config(data, source)
+
+
+PLACEHOLDER_STORAGE: dict[str, Any] = {"type": "shared_fs", "host_path": "/master/checkpoints"}
+"""Stands for the master's default storage where it is unknown (the CLI's check before submit)."""
+
+
+def with_default_storage(data: Any, default_storage: Mapping[str, Any]) -> Any:
+    """The config with the master's default checkpoint storage filled in.
+
+    No `checkpoint_storage` means the default; one that names no `type` refines it (Determined
+    merges such a partial storage, e.g. `save_trial_best` alone, into the master's, and
+    `det experiment create --test` sends one). Anything else is left for validation.
+    """
+    if not isinstance(data, dict):
+        return data
+    storage = data.get("checkpoint_storage")
+    if storage is None:
+        return {**data, "checkpoint_storage": dict(default_storage)}
+    if isinstance(storage, dict) and "type" not in storage:
+        return {**data, "checkpoint_storage": {**default_storage, **storage}}
+    return data
 
 
 def validate_experiment_config(data: Any, source: str = "config") -> ExperimentConfig:

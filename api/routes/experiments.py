@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import yaml
 from fastapi import APIRouter, Query, Request
@@ -61,39 +61,13 @@ class CreateExperimentRequest(BaseModel):
 
 
 def normalized_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
-    """Validate the YAML and fill in the master's defaults (checkpoint storage; a storage
-    without a `type`, as `det experiment create --test` sends, is merged into the default)."""
+    """Validate the YAML and fill in the master's default checkpoint storage."""
     default_storage = {"type": "shared_fs", "host_path": checkpoint_dir}
     try:
-        partial = _partial_storage(text)
-        if partial is not None:
-            config = validate_experiment_config(
-                {**partial[0], "checkpoint_storage": {**default_storage, **partial[1]}},
-                source="config",
-            )
-        else:
-            config = parse_experiment_config(text, source="config")
-        data = config.model_dump(mode="json")
-        if data.get("checkpoint_storage") is None:
-            data["checkpoint_storage"] = default_storage
-            data = validate_experiment_config(data, source="config").model_dump(mode="json")
+        config = parse_experiment_config(text, source="config", default_storage=default_storage)
     except ConfigError as err:
         raise ApiError(400, "invalid experiment config", list(err.errors)) from err
-    return data
-
-
-def _partial_storage(text: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(config, its checkpoint_storage) when the storage names no `type`, else None."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError:
-        return None  # parse_experiment_config says where
-    if not isinstance(data, dict):
-        return None
-    storage = data.get("checkpoint_storage")
-    if isinstance(storage, dict) and "type" not in storage:
-        return data, storage
-    return None
+    return config.model_dump(mode="json")
 
 
 @router.post("/experiments")
@@ -261,8 +235,6 @@ async def continue_experiment(
     return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
 
 
-OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
-ListQuery = Annotated[list[str] | None, Query()]
 
 
 @router.get("/experiments", responses=documented(schemas.ExperimentList))
@@ -270,14 +242,14 @@ async def list_experiments(
     pool: Pool,
     limit: int = Query(100, ge=0, le=1000),
     offset: int = Query(0, ge=0),
-    states: ListQuery = None,
+    states: views.ListQuery = None,
     sortBy: str = "SORT_BY_ID",
-    orderBy: OrderBy = "ORDER_BY_ASC",
+    orderBy: views.OrderBy = "ORDER_BY_ASC",
     archived: bool | None = None,
     name: str | None = None,
     description: str | None = None,
-    labels: ListQuery = None,
-    users: ListQuery = None,
+    labels: views.ListQuery = None,
+    users: views.ListQuery = None,
     userIds: Annotated[list[int] | None, Query()] = None,
     projectId: int | None = None,
     showTrialData: bool = False,
@@ -535,17 +507,6 @@ TRIAL_SORT_KEYS = {
 }
 
 
-def _sorted_page(
-    items: list[dict[str, Any]], key: str, desc: bool, offset: int, limit: int
-) -> list[dict[str, Any]]:
-    """Nulls last either way, ties by id (as PostgreSQL would order the rows)."""
-    present = [i for i in items if i.get(key) is not None]
-    missing = [i for i in items if i.get(key) is None]
-    present.sort(key=lambda i: (i[key], i.get("id") or i.get("uuid")), reverse=desc)
-    ordered = present + missing
-    return ordered[offset:offset + limit] if limit else ordered[offset:]
-
-
 @router.get("/experiments/{experiment_id}/trials", responses=documented(schemas.TrialList))
 async def list_experiment_trials(
     experiment_id: int,
@@ -553,8 +514,8 @@ async def list_experiment_trials(
     limit: int = Query(0, ge=0),
     offset: int = Query(0, ge=0),
     sortBy: str = "SORT_BY_ID",
-    orderBy: OrderBy = "ORDER_BY_ASC",
-    states: ListQuery = None,
+    orderBy: views.OrderBy = "ORDER_BY_ASC",
+    states: views.ListQuery = None,
 ) -> dict[str, Any]:
     """Determined's GetExperimentTrials; limit 0 means all."""
     require_choice("sortBy", sortBy, TRIAL_SORT_KEYS)
@@ -563,24 +524,12 @@ async def list_experiment_trials(
     if states:
         wanted = {s if s.startswith("STATE_") else f"STATE_{s}" for s in states}
         trials = [t for t in trials if t["state"] in wanted]
-    page = _sorted_page(trials, TRIAL_SORT_KEYS[sortBy], orderBy == "ORDER_BY_DESC", offset,
+    page = views.sorted_page(trials, TRIAL_SORT_KEYS[sortBy], orderBy == "ORDER_BY_DESC", offset,
                         limit)
     return {
         "trials": page,
         "pagination": views.pagination(offset, limit or len(trials), len(page), len(trials)),
     }
-
-
-# Determined's checkpoint sort keys (sortByAttr) and the Checkpoint value each orders by.
-CHECKPOINT_SORT_KEYS = {
-    "SORT_BY_UNSPECIFIED": "reportTime",
-    "SORT_BY_UUID": "uuid",
-    "SORT_BY_TRIAL_ID": "trialId",
-    "SORT_BY_BATCH_NUMBER": "stepsCompleted",
-    "SORT_BY_END_TIME": "reportTime",
-    "SORT_BY_STATE": "state",
-    "SORT_BY_SEARCHER_METRIC": "searcherMetric",
-}
 
 
 @router.get(
@@ -593,52 +542,22 @@ async def list_experiment_checkpoints(
     offset: int = Query(0, ge=0),
     sortByAttr: str = "SORT_BY_END_TIME",
     sortByMetric: str | None = None,
-    orderBy: OrderBy = "ORDER_BY_UNSPECIFIED",
-    states: ListQuery = None,
+    orderBy: views.OrderBy = "ORDER_BY_UNSPECIFIED",
+    states: views.ListQuery = None,
 ) -> dict[str, Any]:
-    """Determined's GetExperimentCheckpoints. Sorting by the searcher metric puts the best
-    first unless orderBy says otherwise (`det e list-checkpoints --best N`)."""
-    require_choice("sortByAttr", sortByAttr, CHECKPOINT_SORT_KEYS)
+    """Determined's GetExperimentCheckpoints (`det e list-checkpoints --best N` sorts by the
+    searcher metric)."""
+    require_choice("sortByAttr", sortByAttr, views.CHECKPOINT_SORT_KEYS)
     row = await _experiment_row(pool, experiment_id)
     rows = await pool.fetch(
         views.CHECKPOINT_SELECT + " WHERE t.experiment_id = $1 ORDER BY c.report_time",
         experiment_id,
     )
-    checkpoints = [views.checkpoint_json(r, r["searcher_metric"]) for r in rows]
-    if states:
-        wanted = {s if s.startswith("STATE_") else f"STATE_{s}" for s in states}
-        checkpoints = [c for c in checkpoints if c["state"] in wanted]
-    metric = sortByMetric or row["config"]["searcher"]["metric"]
-    smaller_is_better = row["config"]["searcher"].get("smaller_is_better", True)
-    keyed = [
-        {**c, "_key": _checkpoint_sort_value(c, CHECKPOINT_SORT_KEYS[sortByAttr], metric)}
-        for c in checkpoints
-    ]
-    if sortByMetric or sortByAttr == "SORT_BY_SEARCHER_METRIC":
-        desc = orderBy == "ORDER_BY_DESC" or (
-            orderBy == "ORDER_BY_UNSPECIFIED" and not smaller_is_better)
-    else:
-        desc = orderBy == "ORDER_BY_DESC"
-    page = [
-        {k: v for k, v in c.items() if k != "_key"}
-        for c in _sorted_page(keyed, "_key", desc, offset, limit)
-    ]
-    return {
-        "checkpoints": page,
-        "pagination": views.pagination(offset, limit or len(keyed), len(page), len(keyed)),
-    }
-
-
-def _checkpoint_sort_value(checkpoint: dict[str, Any], key: str, metric: str) -> Any:
-    if key == "trialId":
-        return checkpoint["training"]["trialId"]
-    if key == "stepsCompleted":
-        return checkpoint["metadata"].get("steps_completed")
-    if key == "searcherMetric":
-        validation = (checkpoint["training"]["validationMetrics"] or {}).get("avgMetrics") or {}
-        value = validation.get(metric)
-        return value if isinstance(value, int | float) and not isinstance(value, bool) else None
-    return checkpoint[key]
+    return views.checkpoint_page(
+        [views.checkpoint_json(r, r["searcher_metric"]) for r in rows], row["config"],
+        states=states, sort_by_attr=sortByAttr, sort_by_metric=sortByMetric, order_by=orderBy,
+        offset=offset, limit=limit,
+    )
 
 
 @router.get("/experiments/{experiment_id}/model_def")

@@ -8,18 +8,18 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeGuard
 
-from fastapi import APIRouter, Body, Query
+from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import schemas, views
+from api import auth, schemas, views
 from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import log_records
 from api.schemas import documented
-from workflows.constants import experiment_workflow_id
+from workflows.constants import experiment_workflow_id, trial_workflow_id
 from workflows.types import ValidationReport
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
@@ -211,6 +211,29 @@ async def report_trial_progress(
     return {}
 
 
+@router.post("/trials/{trial_id}/kill")
+async def kill_trial(
+    trial_id: int, request: Request, pool: Pool, temporal: Temporal
+) -> dict[str, Any]:
+    """Determined's KillTrial (`det trial kill`): this trial ends CANCELED; its experiment and
+    search go on, as when a trial is stopped by its user."""
+    row = await pool.fetchrow(
+        "SELECT experiment_id, state FROM trials WHERE id = $1", trial_id)
+    if row is None:
+        raise not_found("trial", trial_id)
+    await auth.require_owner(request, row["experiment_id"], "kill trials of")
+    if row["state"] in views.TERMINAL_STATES:
+        raise ApiError(409, f"trial {trial_id} is {row['state']}: it can no longer be killed")
+    handle = temporal.get_workflow_handle(trial_workflow_id(row["experiment_id"], trial_id))
+    try:
+        await handle.signal("kill")
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise ApiError(409, f"trial {trial_id} is no longer running") from err
+        raise
+    return {}
+
+
 @router.post("/trials/{trial_id}/early_exit")
 async def report_trial_early_exit(
     trial_id: int, body: ReportEarlyExitRequest | EarlyExit, pool: Pool
@@ -225,12 +248,31 @@ async def report_trial_early_exit(
 
 
 @router.get("/trials/{trial_id}/checkpoints", responses=documented(schemas.CheckpointList))
-async def list_trial_checkpoints(trial_id: int, pool: Pool) -> dict[str, Any]:
-    await views.require_trial(pool, trial_id)
+async def list_trial_checkpoints(
+    trial_id: int,
+    pool: Pool,
+    limit: int = Query(0, ge=0),
+    offset: int = Query(0, ge=0),
+    sortByAttr: str = "SORT_BY_BATCH_NUMBER",
+    sortByMetric: str | None = None,
+    orderBy: views.OrderBy = "ORDER_BY_ASC",
+    states: views.ListQuery = None,
+) -> dict[str, Any]:
+    """Determined's GetTrialCheckpoints (`det trial download` pages through it)."""
+    require_choice("sortByAttr", sortByAttr, views.CHECKPOINT_SORT_KEYS)
+    config = await pool.fetchval(
+        "SELECT e.config FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE t.id = $1", trial_id)
+    if config is None:
+        raise not_found("trial", trial_id)
     rows = await pool.fetch(
         views.CHECKPOINT_SELECT + " WHERE c.trial_id = $1 ORDER BY c.steps_completed", trial_id
     )
-    return {"checkpoints": [views.checkpoint_json(r, r["searcher_metric"]) for r in rows]}
+    return views.checkpoint_page(
+        [views.checkpoint_json(r, r["searcher_metric"]) for r in rows], config, states=states,
+        sort_by_attr=sortByAttr, sort_by_metric=sortByMetric, order_by=orderBy, offset=offset,
+        limit=limit,
+    )
 
 
 @router.get("/trials/{trial_id}/workloads")

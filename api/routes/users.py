@@ -8,12 +8,11 @@ import asyncpg
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 
-from api import auth, schemas
+from api import auth, schemas, views
 from api.auth import CurrentPrincipal, Principal
 from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
 from api.schemas import documented
-from api.views import rfc3339
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
 
@@ -28,7 +27,7 @@ def user_json(row: asyncpg.Record) -> dict[str, Any]:
         "displayName": row["display_name"] or "",
         "admin": row["admin"],
         "active": row["active"],
-        "modifiedAt": rfc3339(row["modified_at"]),
+        "modifiedAt": views.rfc3339(row["modified_at"]),
     }
 
 
@@ -87,10 +86,12 @@ async def me(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
 @router.get("/users", responses=documented(schemas.UserList))
 async def list_users(
     pool: Pool,
-    limit: int = Query(100, ge=1, le=1000),
+    limit: int = Query(100, ge=0, le=1000),
     offset: int = Query(0, ge=0),
     active: bool | None = None,
 ) -> dict[str, Any]:
+    """Determined's GetUsers (`det user list` pages on the answer's endIndex)."""
+    limit = limit or 100  # Determined's client sends 0 for "the default"
     rows = await pool.fetch(
         f"SELECT {_USER_COLUMNS} FROM users WHERE ($1::boolean IS NULL OR active = $1)"
         " ORDER BY id LIMIT $2 OFFSET $3",
@@ -103,7 +104,7 @@ async def list_users(
     )
     return {
         "users": [user_json(r) for r in rows],
-        "pagination": {"offset": offset, "limit": limit, "total": total},
+        "pagination": views.pagination(offset, limit, len(rows), total),
     }
 
 

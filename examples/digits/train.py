@@ -34,6 +34,7 @@ DEFAULT_HPARAMS: dict[str, Any] = {
 }
 TRAINING_REPORT_PERIOD = 10  # batches between training-loss reports
 DEFAULT_VALIDATION_PERIOD = 50  # batches between validations (hparam "validation_period")
+DEFAULT_BATCHES = 300  # how long to train when the config names no searcher.max_length
 ACTIVATIONS = ("relu", "tanh")
 CHECKPOINT_FORMAT = 1
 
@@ -220,7 +221,10 @@ def load_checkpoint(path: pathlib.Path, hp: HParams) -> State:
 
 
 def total_batches(info: harness.core.TrialInfo, batch_size: int, n_train: int) -> int:
-    """The searcher's length in batches."""
+    """The searcher's length in batches; with no `max_length` (optional, as in Determined 0.38)
+    the script decides: DEFAULT_BATCHES."""
+    if info.max_length is None:
+        return DEFAULT_BATCHES
     if info.length_unit == "batches":
         return info.max_length
     if info.length_unit == "epochs":

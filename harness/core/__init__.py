@@ -6,7 +6,8 @@
 
     with harness.core.init() as core:
         hparams = core.info.hparams
-        for step in range(1, core.info.max_length + 1):
+        # The searcher's max_length when the config has one; else the script decides.
+        for step in range(1, (core.info.max_length or 1000) + 1):
             loss = train_one_batch()
             core.train.report_training_metrics(step, {"loss": loss})
             if core.preempt.should_preempt():

@@ -10,6 +10,7 @@ import pytest
 
 from agent_worker.determined_env import determined_config
 from workflows.expconf import (
+    PLACEHOLDER_STORAGE,
     ConfigError,
     ExperimentConfig,
     config_warnings,
@@ -85,11 +86,12 @@ def test_a_determined_config_is_accepted_and_each_unused_field_named() -> None:
     config = parse_experiment_config(DETERMINED_CONFIG)
     warned = {line.split(":")[0] for line in config_warnings(config)}
     assert warned == {
-        "workspace", "project", "records_per_epoch", "scheduling_unit",
+        "records_per_epoch", "scheduling_unit",
         "perform_initial_validation", "checkpoint_policy", "profiling", "optimizations",
         "bind_mounts[0].propagation", "environment.add_capabilities", "resources.agent_label",
-    }  # `debug: false` switches nothing on, so it earns no warning
+    }  # `debug: false` switches nothing on, so it earns no warning; workspace/project file it
     assert all("does not act on it" in line for line in config_warnings(config))
+    assert (config.workspace, config.project) == ("Uncategorized", "Uncategorized")
 
 
 def test_unused_fields_stay_in_the_normalized_config() -> None:
@@ -112,6 +114,7 @@ def test_configs_without_determined_fields_dump_as_before() -> None:
     )
     dumped = plain.model_dump(mode="json")
     assert "profiling" not in dumped and "weight" not in dumped["resources"]
+    assert "workspace" not in dumped and "project" not in dumped
     assert "pod_spec" not in dumped["environment"]
     assert config_warnings(plain) == []
 
@@ -223,3 +226,25 @@ def test_determined_code_sees_no_time_metric_target_as_max_length() -> None:
     seen = determined_config(_trial_info(config, {"epoch": 2}))
     assert "max_length" not in seen["searcher"]
     assert seen["searcher"]["time_metric"] == "epoch" and seen["searcher"]["max_time"] == 8
+
+
+# Its textual-inversion example: a storage naming only what to keep, no `type`.
+PARTIAL_STORAGE = """
+entrypoint: python3 -m determined.launch.torch_distributed python3 main.py
+searcher: {name: single, metric: loss, max_length: 100}
+checkpoint_storage: {save_trial_best: 1, save_experiment_best: 0, save_trial_latest: 0}
+"""
+
+
+def test_a_storage_without_type_refines_the_masters_default() -> None:
+    """The CLI's check and the master agree: such a storage is merged into the master's."""
+    master = {"type": "shared_fs", "host_path": "/srv/checkpoints"}
+    merged = parse_experiment_config(PARTIAL_STORAGE, default_storage=master)
+    storage = merged.model_dump(mode="json")["checkpoint_storage"]
+    assert storage["host_path"] == "/srv/checkpoints" and storage["save_trial_best"] == 1
+    assert storage["save_trial_latest"] == 0
+    offline = parse_experiment_config(PARTIAL_STORAGE, default_storage=PLACEHOLDER_STORAGE)
+    assert offline.model_dump(mode="json")["checkpoint_storage"]["save_trial_best"] == 1
+    with pytest.raises(ConfigError) as info:  # with no default to refine, `type` is needed
+        parse_experiment_config(PARTIAL_STORAGE)
+    assert info.value.errors == ["checkpoint_storage.type: field required"]

@@ -304,6 +304,51 @@ def test_cancel(det: Det, tmp_path: Path) -> None:
     assert _experiment_state(det, experiment) == "CANCELED"
 
 
+def test_trial_kill_ends_that_trial_only(det: Det, tmp_path: Path) -> None:
+    created = det.run("experiment", "create", str(_slow_config(tmp_path, "det-trial-kill")),
+                      str(SLOW_MODEL)).stdout
+    experiment = re.search(r"Created experiment (\d+)", created).group(1)  # type: ignore[union-attr]
+    wait_for(lambda: _trial_state(det, experiment)[1] == "RUNNING", 90, "the trial to run")
+    trial = _trial_state(det, experiment)[0]
+    det.run("trial", "kill", trial)
+    wait_for(lambda: _trial_state(det, experiment)[1] == "CANCELED", 60, "the trial to end")
+    # Its search had one trial, now stopped by its user: the experiment ends, not in error.
+    wait_for(lambda: _experiment_state(det, experiment) == "COMPLETED", 60, "the experiment")
+    again = det.run("trial", "kill", trial, check=False)
+    assert again.returncode != 0 and "CANCELED" in again.stdout + again.stderr
+
+
+def test_user_list_and_a_trials_checkpoints(det: Det, finished: Finished, tmp_path: Path) -> None:
+    users = det.run("user", "list").stdout
+    column = header(users).index("Username")
+    assert "admin" in [row[column] for row in table_rows(users)]
+    # The trial's checkpoints as Determined's SDK pages through them (`det trial download
+    # --best/--latest` lists them so, then downloads the last downloadable one it pops).
+    listed = subprocess.run(
+        [str(det.binary.with_name("python")), "-c", LIST_TRIAL_CHECKPOINTS,
+         str(finished.trial_id)],
+        env=det.env, capture_output=True, text=True, timeout=120, check=True,
+    ).stdout.splitlines()
+    by_batches = [line.split() for line in listed]
+    assert [int(b) for b, _, _ in by_batches] == sorted(int(b) for b, _, _ in by_batches)
+    (kept,) = [uuid for _, state, uuid in by_batches if state == "STATE_COMPLETED"]
+    # (`det trial download --uuid` itself fails in 0.38.1's client: it counts the flags with
+    # `[..., args.uuid].count(True)`; `det checkpoint download` is the working spelling.)
+    out = det.run("checkpoint", "download", kept, "-q", "-o", str(tmp_path / "kept")).stdout
+    assert out.strip() == str(tmp_path / "kept")
+    assert any((tmp_path / "kept").iterdir())
+
+
+LIST_TRIAL_CHECKPOINTS = """
+import sys
+from determined.experimental import client
+client.login()
+for c in client.get_trial(int(sys.argv[1])).list_checkpoints(
+        sort_by=client.CheckpointSortBy.BATCH_NUMBER, order_by=client.OrderBy.ASC):
+    print(c.metadata.get("steps_completed"), c.state.value, c.uuid)
+"""
+
+
 CORE_EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "determined_core"
 
 

@@ -125,7 +125,7 @@ def test_config_errors_are_printed_as_the_parser_gives_them(
 ) -> None:
     import workflows.expconf as expconf
 
-    def parse(text: str, source: str = "config"):
+    def parse(text: str, source: str = "config", default_storage: object = None):
         raise expconf.ConfigError(["a.b: field required", "c: must be >= 0 (got -1)"], source)
 
     monkeypatch.setattr(expconf, "parse_experiment_config", parse)
