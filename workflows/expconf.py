@@ -587,7 +587,8 @@ class ResourcesConfig(_Model):
     max_slots: int | None = Field(default=None, ge=0)
     # Bytes of /dev/shm in a task container; Determined's sizes such as "4G" are read as bytes.
     shm_size: Annotated[int, BeforeValidator(_memory_size)] | None = Field(default=None, ge=1)
-    weight: NotActedOn = None
+    # Scales the experiment's fair share among those of equal priority (Determined's default 1).
+    weight: Annotated[float | None, Field(gt=0), _DUMPED_WHEN_GIVEN] = None
     native_parallel: NotActedOn = None
     agent_label: NotActedOn = None
     devices: NotActedOn = None

@@ -510,4 +510,5 @@ class ResourcePoolWorkflow:
             ],
             "allocations": [vars(a) for a in self._allocations.values()],
             "queue": [vars(r) for r in queue],
+            "experimentResources": [vars(o) for o in self._overrides.values()],
         }

@@ -144,6 +144,11 @@ async def create_experiment(
             task_queue=MASTER_TASK_QUEUE,
             id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         )
+    weight = config["resources"].get("weight")
+    if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
+        change = ExperimentResources(experiment_id=experiment_id, weight=weight)
+        await signal_pool(temporal, config["resources"]["resource_pool"],
+                          "set_experiment_resources", change)
     row = await views.fetch_experiment_row(pool, experiment_id)
     assert row is not None
     if not body.activate:

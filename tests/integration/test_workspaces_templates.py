@@ -11,8 +11,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from temporalio.client import Client
 
 from tests.integration.test_api import config_yaml, model_definition, serve_pool
+from workflows.constants import resource_pool_workflow_id
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -201,6 +203,25 @@ async def test_job_queue_v2_and_changed_priority_reorder_waiting_experiments(
     assert {"default", pool_name} <= {p["name"] for p in pools}
     for experiment_id in ids:
         await api.post(f"/api/v1/experiments/{experiment_id}/kill")
+
+
+async def test_a_configs_weight_reaches_the_scheduler(
+    api: httpx.AsyncClient, temporal_client: Client
+) -> None:
+    """`resources.weight` in the config is kept as `det experiment set weight` keeps it."""
+    pool_name = unique("weight-pool")
+    await serve_pool(api, pool_name, slots=1)
+    config = yaml.safe_load(config_yaml(pool_name, searcher={"name": "single", "metric": "loss"},
+                                        hyperparameters={"lr": 0.1}))
+    config["resources"]["weight"] = 3
+    answer = await create_experiment(api, yaml.safe_dump(config))
+    assert answer.status_code == 200, answer.text
+    assert not any("weight" in w for w in answer.json()["configWarnings"])
+    experiment_id = answer.json()["experiment"]["id"]
+    handle = temporal_client.get_workflow_handle(resource_pool_workflow_id(pool_name))
+    kept = (await handle.query("describe"))["experimentResources"]
+    assert [(r["experiment_id"], r["weight"]) for r in kept] == [(experiment_id, 3.0)]
+    await api.post(f"/api/v1/experiments/{experiment_id}/kill")
 
 
 async def test_a_fork_reuses_the_parents_model_definition(api: httpx.AsyncClient) -> None:
