@@ -70,6 +70,20 @@ def normalized_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
+async def _start_experiment(
+    temporal: Temporal, experiment_id: int, config: dict[str, Any], seed: int, *, continued: bool
+) -> None:
+    """Start the experiment's workflow; a continued experiment's id was used before."""
+    await temporal.start_workflow(
+        "ExperimentWorkflow",
+        ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
+        id=experiment_workflow_id(experiment_id),
+        task_queue=MASTER_TASK_QUEUE,
+        id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if continued
+                         else WorkflowIDReusePolicy.REJECT_DUPLICATE),
+    )
+
+
 @router.post("/experiments")
 async def create_experiment(
     body: CreateExperimentRequest,
@@ -137,13 +151,7 @@ async def create_experiment(
             size,
         )
         # Started inside the transaction: if Temporal refuses, no experiment row is left behind.
-        await temporal.start_workflow(
-            "ExperimentWorkflow",
-            ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
-            id=experiment_workflow_id(experiment_id),
-            task_queue=MASTER_TASK_QUEUE,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        )
+        await _start_experiment(temporal, experiment_id, config, seed, continued=False)
     weight = config["resources"].get("weight")
     if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)
@@ -227,13 +235,7 @@ async def continue_experiment(
             trial_id)
         # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
         try:
-            await temporal.start_workflow(
-                "ExperimentWorkflow",
-                ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
-                id=experiment_workflow_id(experiment_id),
-                task_queue=MASTER_TASK_QUEUE,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            )
+            await _start_experiment(temporal, experiment_id, config, seed, continued=True)
         except WorkflowAlreadyStartedError as err:
             raise ApiError(409, f"experiment {experiment_id} is still finishing: try again in"
                            " a moment") from err

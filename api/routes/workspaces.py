@@ -342,27 +342,25 @@ for _kind, _table in (("workspace", "workspaces"), ("project", "projects")):
         _archive_route(_kind, _table, _archived)
 
 
+async def _delete(pool: Pool, kind: str, row: Any) -> dict[str, Any]:
+    """Experiments are never deleted along: a workspace or project that holds any is refused
+    (move or delete them first)."""
+    _mutable(kind, row)
+    if row["num_experiments"]:
+        raise ApiError(409, f"{kind} {row['name']!r} holds {row['num_experiments']}"
+                       " experiments: move or delete them first")
+    await pool.execute(f"DELETE FROM {kind}s WHERE id = $1", row["id"])
+    return {"completed": True}
+
+
 @router.delete("/workspaces/{workspace_id}")
 async def delete_workspace(workspace_id: int, request: Request, pool: Pool) -> dict[str, Any]:
-    """Delete a workspace with its projects and templates. Experiments are never deleted
-    along: a workspace that holds any is refused (move or delete them first)."""
+    """Delete a workspace with its projects and templates."""
     auth.require_user(auth.current(request), "delete workspaces")
-    row = await fetch_workspace(pool, workspace_id)
-    _mutable("workspace", row)
-    if row["num_experiments"]:
-        raise ApiError(409, f"workspace {row['name']!r} holds {row['num_experiments']}"
-                       " experiments: move or delete them first")
-    await pool.execute("DELETE FROM workspaces WHERE id = $1", workspace_id)
-    return {"completed": True}
+    return await _delete(pool, "workspace", await fetch_workspace(pool, workspace_id))
 
 
 @router.delete("/projects/{project_id}")
 async def delete_project(project_id: int, request: Request, pool: Pool) -> dict[str, Any]:
     auth.require_user(auth.current(request), "delete projects")
-    row = await fetch_project(pool, project_id)
-    _mutable("project", row)
-    if row["num_experiments"]:
-        raise ApiError(409, f"project {row['name']!r} holds {row['num_experiments']}"
-                       " experiments: move or delete them first")
-    await pool.execute("DELETE FROM projects WHERE id = $1", project_id)
-    return {"completed": True}
+    return await _delete(pool, "project", await fetch_project(pool, project_id))
