@@ -932,6 +932,21 @@ def _asks_for_something(value: Any) -> bool:
     return not (isinstance(value, dict) and value.get("enabled") is False)
 
 
+# Fields Epochal's master does not act on but Determined's own training loops in the trial do
+# (PyTorchTrial, TFKerasTrial and DeepSpeedTrial read them from the config they are given).
+_READ_BY_DETERMINED_TRAINING_LOOPS = frozenset({
+    ("records_per_epoch",), ("scheduling_unit",), ("perform_initial_validation",),
+    ("checkpoint_policy",), ("optimizations",), ("profiling",),
+})
+
+
+def _unused_field_warning(path: Path) -> str:
+    if path in _READ_BY_DETERMINED_TRAINING_LOOPS:
+        return ("kept for Determined's training loops in the trial (PyTorchTrial and the"
+                " like read it), but Epochal itself does not act on it")
+    return "accepted and kept, but Epochal does not act on it"
+
+
 def config_warnings(config: ExperimentConfig) -> list[str]:
     """What a valid config asks for that Epochal will not do, one line per field, by path.
 
@@ -944,9 +959,7 @@ def config_warnings(config: ExperimentConfig) -> list[str]:
         if isinstance(model, _Model):
             for name in sorted(model._determined_only):
                 if _asks_for_something(getattr(model, name)):
-                    found.append(
-                        _join((*path, name), "accepted and kept, but Epochal does not act on it")
-                    )
+                    found.append(_join((*path, name), _unused_field_warning((*path, name))))
         for name in type(model).model_fields:
             value = getattr(model, name)
             if isinstance(value, BaseModel):

@@ -91,6 +91,10 @@ def test_a_determined_config_is_accepted_and_each_unused_field_named() -> None:
         "bind_mounts[0].propagation", "environment.add_capabilities", "resources.agent_label",
     }  # `debug: false` switches nothing on, so it earns no warning; workspace/project file it
     assert all("does not act on it" in line for line in config_warnings(config))
+    # ... saying which of them Determined's own training loops in the trial still read.
+    by_field = {line.split(":")[0]: line for line in config_warnings(config)}
+    assert "Determined's training loops" in by_field["records_per_epoch"]
+    assert "Determined's training loops" not in by_field["resources.agent_label"]
     assert (config.workspace, config.project) == ("Uncategorized", "Uncategorized")
 
 
