@@ -134,12 +134,15 @@ def install_error_handlers(app: FastAPI) -> None:
         path = request.url.path
         if exc.status_code in (404, 405) and (
                 path.startswith(DETERMINED_PREFIXES) or path.endswith("/preview_gc")):
-            # No route (or not this method): a Determined feature Epochal does not have.
+            # No route: a Determined feature Epochal does not have (501). A route that exists
+            # for other methods only stays a 405, naming the method: the server did not fail.
             # `error.error` is where Determined's client looks for a non-404 error's message.
-            message = unserved_feature(path, request.method if exc.status_code == 405 else None)
+            wrong_method = exc.status_code == 405
+            message = unserved_feature(path, request.method if wrong_method else None)
             return JSONResponse(
                 {"message": message, "details": [], "error": {"code": 12, "error": message}},
-                status_code=501,
+                status_code=405 if wrong_method else 501,
+                headers=exc.headers,
             )
         return JSONResponse(
             {"message": str(exc.detail), "details": []}, status_code=exc.status_code
