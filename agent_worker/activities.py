@@ -27,6 +27,7 @@ from agent_worker.determined_env import (
     FALLBACK_USER,
     determined_environment,
     determined_info_dir,
+    determined_model_dir,
     write_determined_info,
 )
 from agent_worker.logs import LogShipper
@@ -119,12 +120,15 @@ class AgentActivities:
 
     async def prepare(self, inp: RunTrialInput, master_url: str,
                       slot_ids: list[int]) -> TrialLaunch:
-        """A fresh working directory with the model definition and trial_info.json in it."""
+        """A fresh working directory with the model definition and trial_info.json in it, and
+        beside it Determined's info files and clean copy of the model definition."""
         entrypoint = entrypoint_command(inp.config)
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(_fresh_dir, run_dir)
         await asyncio.to_thread(_fresh_dir, determined_info_dir(run_dir))
+        await asyncio.to_thread(_fresh_dir, determined_model_dir(run_dir))
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
+        await self.model_defs.extract_to(inp.experiment_id, determined_model_dir(run_dir))
         if inp.session_token is None and self.cluster_token:
             # The trial's own token: it may write only this trial's reports (api/auth.py).
             inp = dataclasses.replace(

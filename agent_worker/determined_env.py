@@ -4,8 +4,9 @@ Determined's client reads two things: `DET_*` environment variables (the session
 user, the master) and info files at the fixed paths `/run/determined/info/{cluster,trial,
 rendezvous,resources}.json`, which `det.get_cluster_info()` reads and nothing else. Both are
 derived here from the same trial info Epochal's own harness gets (agent_worker/trial_info.py).
-The runtimes put the files at `DETERMINED_INFO_DIR`: the Docker runtime mounts them there, the
-process runtime bind-mounts them there in a mount namespace of the trial's own (as root).
+The runtimes put the files at `DETERMINED_INFO_DIR`, and a clean copy of the model definition at
+`DETERMINED_MODEL_DIR` (read-only): the Docker runtime mounts them there, the process runtime
+bind-mounts them there in a mount namespace of the trial's own (as root).
 
 Determined maps `shared_fs` storage to `/determined_shared_fs` inside its containers. Epochal's
 runtimes make checkpoint storage reachable at its host path instead, so Determined's code sees
@@ -23,8 +24,13 @@ from typing import Any
 from workflows.expconf import LENGTH_UNITS, shared_fs_directory, with_determined_defaults
 
 DETERMINED_INFO_DIR = "/run/determined/info"
-# A run's info files live next to its working directory (not inside: that is the user's).
+# Where Determined keeps a clean copy of the model definition: PyTorchTrial, DeepSpeedTrial and
+# TFKerasTrial copy it into every checkpoint's `code/` (the working directory may hold data).
+DETERMINED_MODEL_DIR = "/run/determined/train/model"
+# A run's info files and model copy live next to its working directory (not inside: that is
+# the user's).
 _INFO_DIR_SUFFIX = ".det-info"
+_MODEL_DIR_SUFFIX = ".det-model"
 # DET_USER when the experiment's owner cannot be learnt (Determined only needs it non-empty).
 FALLBACK_USER = "determined"
 
@@ -32,6 +38,11 @@ FALLBACK_USER = "determined"
 def determined_info_dir(run_dir: Path) -> Path:
     """Where the agent writes a run's Determined info files on its host."""
     return run_dir.with_name(run_dir.name + _INFO_DIR_SUFFIX)
+
+
+def determined_model_dir(run_dir: Path) -> Path:
+    """Where the agent extracts a run's clean copy of the model definition on its host."""
+    return run_dir.with_name(run_dir.name + _MODEL_DIR_SUFFIX)
 
 
 def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:

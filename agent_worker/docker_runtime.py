@@ -2,7 +2,8 @@
 
 The run directory (model definition, trial_info.json) is bind-mounted at `/run/epochal/workdir`,
 the working directory; trial_info.json also read-only at `/run/epochal/info/trial_info.json`,
-which `EPOCHAL_TRIAL_INFO` names. The harness is installed in Epochal's task image
+which `EPOCHAL_TRIAL_INFO` names; Determined's info files and clean model copy read-only at
+their fixed paths (agent_worker/determined_env.py). The harness is installed in Epochal's task image
 (deploy/images), so a container needs nothing from the agent's host but the run directory, the
 checkpoint storage (mounted at the same path, so paths in trial info hold inside) and the
 user's `bind_mounts`. The container uses the host's network, so the master URL the agent uses
@@ -33,7 +34,12 @@ from docker.models.containers import Container
 from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
-from agent_worker.determined_env import DETERMINED_INFO_DIR, determined_info_dir
+from agent_worker.determined_env import (
+    DETERMINED_INFO_DIR,
+    DETERMINED_MODEL_DIR,
+    determined_info_dir,
+    determined_model_dir,
+)
 from agent_worker.process_runtime import describe_exit, kill_grace_from_env
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
 from agent_worker.slots import TYPE_CUDA, Slot
@@ -265,6 +271,10 @@ def container_spec(
     det_info = determined_info_dir(launch.run_dir)
     if det_info.is_dir():  # what Determined's Core API reads (agent_worker/determined_env.py)
         mounts.append(docker.types.Mount(target=DETERMINED_INFO_DIR, source=str(det_info),
+                                         type="bind", read_only=True))
+    model_copy = determined_model_dir(launch.run_dir)
+    if model_copy.is_dir():  # what Determined's trial APIs copy into checkpoints
+        mounts.append(docker.types.Mount(target=DETERMINED_MODEL_DIR, source=str(model_copy),
                                          type="bind", read_only=True))
     storage = config.get("checkpoint_storage") or {}
     host_path = storage.get("host_path") if storage.get("type") == "shared_fs" else None

@@ -38,6 +38,7 @@ from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration
 from agent_worker.runtime import Runtime
 from agent_worker.slots import Slot, SlotPool, discover_slots
+from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
 logger = logging.getLogger("agent_worker")
@@ -64,6 +65,8 @@ class AgentConfig:
     image_pull: str = "missing"  # Docker runtime: missing | always | never
     # Sent to the master on every call; trial tokens are signed with it (workflows/tokens.py).
     cluster_token: str | None = None
+    # Process runtime: the user's Python environment trials run in (agent_worker/task_env.py).
+    task_env: TaskEnvironment | None = None
 
 
 def parser() -> argparse.ArgumentParser:
@@ -94,6 +97,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--image-pull", choices=("missing", "always", "never"), default="missing",
                    help="Docker runtime: pull a trial's image when it is missing here, always, "
                         "or never (default: %(default)s)")
+    p.add_argument("--task-env", type=Path, default=task_env_from_environ(),
+                   help="process runtime: the Python environment (a virtualenv or conda prefix) "
+                        "trials run in, its bin first on PATH (default: $EPOCHAL_TASK_ENV, else "
+                        "the agent's own)")
     p.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
     return p
 
@@ -106,6 +113,15 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     agent_id = args.agent_id or socket.gethostname()
     if not agent_id.strip():
         p.error("--agent-id must not be empty")
+    task_env = None
+    if args.task_env is not None:
+        if args.runtime == "docker":
+            p.error("--task-env applies to the process runtime; in the Docker runtime a trial's "
+                    "environment is its image (environment.image in the experiment config)")
+        try:
+            task_env = TaskEnvironment.open(args.task_env)
+        except TaskEnvError as err:
+            p.error(str(err))
     config = AgentConfig(
         master_url=args.master.rstrip("/"),
         temporal_address=args.temporal,
@@ -117,6 +133,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         runtime=args.runtime,
         image_pull=args.image_pull,
         cluster_token=os.environ.get(CLUSTER_TOKEN_ENV) or None,
+        task_env=task_env,
     )
     return config, args.log_level
 
@@ -132,11 +149,18 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
     if choice == "docker":
         from agent_worker.docker_runtime import DockerRuntime
 
+        if config.task_env is not None:
+            logger.warning("the Docker runtime runs trials in their images; --task-env %s "
+                           "is not used", config.task_env.prefix)
         return DockerRuntime(agent_id=config.agent_id, slots=slots,
                              pull_policy=config.image_pull)
     if choice != "process":
         raise ValueError(f"unknown runtime {choice!r}; use one of {', '.join(RUNTIMES)}")
-    return ProcessRuntime()
+    if config.task_env is None:
+        return ProcessRuntime()
+    logger.info("trials run in %s", config.task_env.describe())
+    return ProcessRuntime(task_env=config.task_env,
+                          harness_path=HarnessPath.prepare(config.work_dir))
 
 
 async def connect_temporal(address: str, namespace: str) -> Client:

@@ -1,12 +1,16 @@
 """The process runtime: a trial is a shell command run on the agent's host, in its own session.
 
-The entrypoint runs with `/bin/sh -c` in a new session (so a new process group) with the agent's
-own Python first on PATH, which has the harness installed. Stopping a trial signals the whole
-group: SIGTERM, a grace period (`EPOCHAL_KILL_GRACE_SECONDS`, default 10 s), then SIGKILL.
+The entrypoint runs with `/bin/sh -c` in a new session (so a new process group). Its Python is
+the agent's own (first on PATH, with the harness installed) or, with a task environment, the
+user's (agent_worker/task_env.py). Stopping a trial signals the whole group: SIGTERM, a grace
+period (`EPOCHAL_KILL_GRACE_SECONDS`, default 10 s), then SIGKILL. A run that dies of a
+ModuleNotFoundError fails at once, naming the module and the environment: restarting it in the
+same environment cannot help.
 
-Determined's client reads its info files at a fixed path (agent_worker/determined_env.py); where
-the agent may make mount namespaces (root), each trial gets one in which its own info directory
-is bind-mounted there, so concurrent trials never see each other's.
+Determined's client reads its info files, and its trial APIs the clean model copy, at fixed
+paths (agent_worker/determined_env.py); where the agent may make mount namespaces (root), each
+trial gets one in which its own are bind-mounted there (the model copy read-only), so
+concurrent trials never see each other's.
 """
 
 from __future__ import annotations
@@ -14,10 +18,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,9 +31,15 @@ import psutil
 from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
-from agent_worker.determined_env import DETERMINED_INFO_DIR, determined_info_dir
+from agent_worker.determined_env import (
+    DETERMINED_INFO_DIR,
+    DETERMINED_MODEL_DIR,
+    determined_info_dir,
+    determined_model_dir,
+)
 from agent_worker.logs import pump_lines
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
+from agent_worker.task_env import AGENT_PYTHON_VARS, HarnessPath, TaskEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +109,21 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-# Runs in the trial's new mount namespace: mount its Determined info, then become the entrypoint
-# (exec keeps the pid, so the process group is the same). A failed mount only costs Determined
-# scripts their cluster info, so the trial still runs.
+# Runs in the trial's new mount namespace: mount its Determined info and its model copy
+# (read-only), then become the entrypoint (exec keeps the pid, so the process group is the same).
+# A failed mount only costs Determined's code that file, so the trial still runs.
 _MOUNT_THEN_RUN = (
     'mount --bind "$1" "$2" || echo "epochal: cannot mount $1 at $2; Determined Core API'
-    ' scripts will not find their cluster info" >&2; exec /bin/sh -c "$3"'
+    ' scripts will not find their cluster info" >&2; '
+    '{ mount --bind "$3" "$4" && mount -o remount,bind,ro "$4"; } || echo "epochal: cannot'
+    ' mount $3 at $4; checkpoints of Determined\'s PyTorchTrial will fail" >&2; '
+    'exec /bin/sh -c "$5"'
 )
+# The line a Python traceback ends with when a process died of an import; launchers prefix
+# their workers' lines (Determined's `[rank=0] `, torch's `[rank0]: `) and print a summary after.
+_MISSING_MODULE = re.compile(
+    r"^(?:\[rank=?\d+\]:? )*ModuleNotFoundError: No module named '([^']+)'")
+_STDERR_TAIL_LINES = 60
 
 
 def can_make_mount_namespaces() -> bool:
@@ -126,36 +146,62 @@ class ProcessRuntime(Runtime):
         heartbeat_interval: float = 2.0,
         python_bin_dir: Path | None = None,
         output_drain_timeout: float = 5.0,
+        task_env: TaskEnvironment | None = None,
+        harness_path: HarnessPath | None = None,
     ) -> None:
         self.kill_grace_seconds = (
             kill_grace_from_env() if kill_grace_seconds is None else kill_grace_seconds)
         self.heartbeat_interval = heartbeat_interval
-        # The agent's interpreter (not resolved: a venv's bin/python is a symlink).
-        self.python_bin_dir = python_bin_dir or Path(sys.executable).parent
+        if task_env is not None and harness_path is None:
+            raise ValueError("a task environment needs the harness path (HarnessPath.prepare)")
+        self.task_env = task_env
+        self.harness_path = harness_path
+        # The interpreter's bin first on PATH (not resolved: a venv's bin/python is a symlink).
+        self.python_bin_dir = (task_env.prefix / "bin" if task_env is not None
+                               else python_bin_dir or Path(sys.executable).parent)
         self.output_drain_timeout = output_drain_timeout
         self.private_mounts = can_make_mount_namespaces()
         if self.private_mounts:
             os.makedirs(DETERMINED_INFO_DIR, exist_ok=True)
+            os.makedirs(DETERMINED_MODEL_DIR, exist_ok=True)
         else:
-            logger.warning("cannot make mount namespaces (not root?): Determined Core API "
-                           "scripts run by the process runtime will not find %s",
-                           DETERMINED_INFO_DIR)
+            logger.warning("cannot make mount namespaces (not root?): Determined's code run "
+                           "by the process runtime will not find %s nor %s",
+                           DETERMINED_INFO_DIR, DETERMINED_MODEL_DIR)
+
+    def describe_environment(self) -> str:
+        if self.task_env is not None:
+            return self.task_env.describe()
+        return f"the agent's own environment (python3 = {self.python_bin_dir / 'python3'})"
 
     def command(self, launch: TrialLaunch) -> list[str]:
         """The argv that runs the entrypoint (in a mount namespace of its own when possible)."""
         info_dir = determined_info_dir(launch.run_dir)
+        model_dir = determined_model_dir(launch.run_dir)
         if not self.private_mounts or not info_dir.is_dir():
             return ["/bin/sh", "-c", launch.entrypoint]
         return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
                 _MOUNT_THEN_RUN, "epochal-trial", str(info_dir), DETERMINED_INFO_DIR,
-                launch.entrypoint]
+                str(model_dir), DETERMINED_MODEL_DIR, launch.entrypoint]
 
     def environment(self, launch: TrialLaunch) -> dict[str, str]:
-        """The agent's environment, the launch's variables, and PATH/PYTHONPATH put first."""
+        """The agent's environment, the launch's variables, and PATH/PYTHONPATH put first.
+
+        With a task environment, PYTHONPATH holds the run directory and the harness alone, and
+        the agent's own virtualenv is no longer announced as the active one."""
         env = dict(os.environ)
         env.update(launch.env)
         env["PATH"] = _prepend(str(self.python_bin_dir), env.get("PATH"))
-        env["PYTHONPATH"] = _prepend(str(launch.run_dir), env.get("PYTHONPATH"))
+        if self.task_env is None or self.harness_path is None:
+            env["PYTHONPATH"] = _prepend(str(launch.run_dir), env.get("PYTHONPATH"))
+            return env
+        for name in AGENT_PYTHON_VARS:
+            env.pop(name, None)
+        env.update(self.task_env.activation())
+        env.update(self.harness_path.environment())
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(launch.run_dir), str(self.harness_path.path),
+                        launch.env.get("PYTHONPATH")) if p)
         return env
 
     async def run(
@@ -178,9 +224,10 @@ class ProcessRuntime(Runtime):
         pgid = proc.pid  # a new session's leader leads its process group
         logger.info("trial %s run %s: started process group %s: %s", launch.input.trial_id,
                     launch.input.run_id, pgid, launch.entrypoint)
+        stderr_tail = _TailingSink(logs)
         readers = [
             asyncio.create_task(pump_lines(proc.stdout, "stdout", logs)),
-            asyncio.create_task(pump_lines(proc.stderr, "stderr", logs)),
+            asyncio.create_task(pump_lines(proc.stderr, "stderr", stderr_tail)),
         ]
         waiter = asyncio.create_task(proc.wait())
         try:
@@ -202,6 +249,13 @@ class ProcessRuntime(Runtime):
                         launch.input.trial_id, launch.input.run_id)
             _signal_group(pgid, signal.SIGKILL)
         await self._drain(readers)
+        missing = stderr_tail.missing_module() if code != 0 else None
+        if missing is not None:
+            raise ApplicationError(
+                f"the entrypoint {launch.entrypoint!r} failed: {self.describe_environment()} "
+                f"has no module named {missing!r}; install it there, or point the agent at an "
+                "environment that has it (`epochal agent run --task-env DIR`)",
+                type="MissingModule", non_retryable=True)
         return ExitStatus(exit_code=code, message=describe_exit(code))
 
     async def _stop_group(self, pgid: int, waiter: asyncio.Task[int]) -> None:
@@ -236,3 +290,25 @@ class ProcessRuntime(Runtime):
         if pending:
             logger.warning("stopped reading output still held open by an escaped process")
         await asyncio.gather(*readers, return_exceptions=True)
+
+
+class _TailingSink:
+    """Passes lines on to the log sink and keeps the last few, to tell why a run died."""
+
+    def __init__(self, sink: LogSink) -> None:
+        self._sink = sink
+        self._tail: deque[str] = deque(maxlen=_STDERR_TAIL_LINES)
+
+    def add(self, stdtype: str, line: str) -> None:
+        self._sink.add(stdtype, line)
+        if line.strip():
+            self._tail.append(line.strip())
+
+    def missing_module(self) -> str | None:
+        """The module a Python process of the run failed to import, when the last lines of
+        its output (those of a run that exited non-zero) show such a traceback."""
+        for line in reversed(self._tail):
+            match = _MISSING_MODULE.match(line)
+            if match:
+                return match.group(1)
+        return None

@@ -95,6 +95,7 @@ def agent_argv(
     agent_id: str | None,
     runtime: str | None = None,
     image_pull: str | None = None,
+    task_env: Path | None = None,
 ) -> list[str]:
     argv = ["--master", master, "--temporal", temporal, "--pool", pool]
     if slots is not None:
@@ -107,6 +108,8 @@ def agent_argv(
         argv += ["--runtime", runtime]
     if image_pull is not None:
         argv += ["--image-pull", image_pull]
+    if task_env is not None:
+        argv += ["--task-env", str(task_env)]
     return argv
 
 
@@ -158,6 +161,13 @@ def run(
         typer.Option("--image-pull", help="Docker runtime: pull a trial's image when it is "
                      "'missing' here (default), 'always', or 'never'."),
     ] = None,
+    task_env: Annotated[
+        Path | None,
+        typer.Option("--task-env", envvar="EPOCHAL_TASK_ENV",
+                     help="Process runtime: the Python environment (virtualenv or conda prefix) "
+                     "trials run in; its bin comes first on PATH, so `python3` is the user's "
+                     "(default: the agent's own)."),
+    ] = None,
 ) -> None:
     for name, value, allowed in (("--runtime", runtime, ("process", "docker", "auto")),
                                  ("--image-pull", image_pull, ("missing", "always", "never"))):
@@ -173,5 +183,6 @@ def run(
         agent_id,
         runtime,
         image_pull,
+        task_env,
     )
     run_agent(argv)

@@ -87,10 +87,26 @@ def up(
                      "containers; build the image with `epochal image build`) or 'auto' "
                      "[process, or what the last `up` used]."),
     ] = None,
+    task_env: Annotated[
+        str | None,
+        typer.Option("--task-env", envvar="EPOCHAL_TASK_ENV", show_envvar=False,
+                     help="Process runtime: the Python environment (virtualenv or conda "
+                     "prefix) the local agent runs trials in, so `python3` is yours "
+                     "(env EPOCHAL_TASK_ENV; '' for the agent's own) [what the last `up` "
+                     "used, else the agent's own]."),
+    ] = None,
 ) -> None:
     if runtime is not None and runtime not in ("process", "docker", "auto"):
         raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
                                  param_hint="--runtime")
+    if task_env:
+        from agent_worker.task_env import TaskEnvError, TaskEnvironment
+
+        try:
+            task_env = str(TaskEnvironment.open(Path(task_env)).prefix)
+        except TaskEnvError as err:
+            raise typer.BadParameter(str(err).removeprefix("--task-env "),
+                                     param_hint="--task-env") from None
     from deploy import local_cluster
 
     s = settings(
@@ -101,6 +117,7 @@ def up(
         postgres_port=postgres_port,
         agent_slots=slots,
         agent_runtime=runtime,
+        agent_task_env=task_env,
     )
 
     def report(message: str) -> None:

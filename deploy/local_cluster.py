@@ -56,6 +56,7 @@ class ClusterSettings:
     postgres_port: int = 54329
     agent_slots: int = field(default_factory=lambda: os.cpu_count() or 1)
     agent_runtime: str = "process"  # the local agent's --runtime: process | docker | auto
+    agent_task_env: str | None = None  # the local agent's --task-env (process runtime)
     headless_temporal: bool = False
     # An external PostgreSQL / Temporal to use instead of starting our own.
     external_db_url: str | None = field(
@@ -151,7 +152,7 @@ def _secrets(s: ClusterSettings) -> dict[str, str]:
 SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
 SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
-                "headless_temporal", "agent_runtime")
+                "headless_temporal", "agent_runtime", "agent_task_env")
 
 
 def load_settings(state_dir: Path | None = None, **overrides: object) -> ClusterSettings:
@@ -206,7 +207,8 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
         _up_process(s, "master", _master_command(), env=_master_env(s, info), port=s.api_port,
                     check=lambda: _master_answers(info.api_url))
     if "agent" in wanted:
-        say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime")
+        say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime"
+            + (f", task environment {s.agent_task_env}" if s.agent_task_env else ""))
         _up_process(s, "agent", _agent_command(s, info), env=_agent_env(info), port=None,
                     check=lambda: _agent_answers(info))
     return info
@@ -283,7 +285,8 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
     return [sys.executable, "-m", "agent_worker", "--master", info.api_url,
             "--temporal", info.temporal_address, "--pool", "default",
             "--slots", str(s.agent_slots), "--work-dir", str(s.state_dir / "agent"),
-            "--agent-id", AGENT_ID, "--runtime", s.agent_runtime]
+            "--agent-id", AGENT_ID, "--runtime", s.agent_runtime,
+            *(["--task-env", s.agent_task_env] if s.agent_task_env else [])]
 
 
 def _get_json(url: str, token: str | None = None) -> dict[str, Any] | None:

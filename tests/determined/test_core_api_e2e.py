@@ -1,9 +1,9 @@
 """End to end: a training script written for Determined's Core API runs unchanged on Epochal.
 
 A local cluster (real master and agent processes, the process runtime) runs
-examples/determined_core/train.py with Determined 0.38.1's Python from `.venv-det`: the config
-only points its entrypoint at that interpreter (`<venv>/bin/python train.py`), the way a
-Determined user's image would provide `python3` with `determined` installed. What the script
+examples/determined_core/train.py, config and entrypoint (`python3 train.py`) unchanged, in the
+task environment `.venv-det` (Determined 0.38.1, no Epochal: `cluster up --task-env`), the way
+a Determined user's image provides `python3` with `determined` installed. What the script
 reports is read back through Epochal's own API and CLI.
 """
 
@@ -28,17 +28,16 @@ EXAMPLE = REPO / "examples" / "determined_core"
 
 
 @pytest.fixture(scope="module")
-def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
+def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterator[Cluster]:
     with shared_servers_cluster(postgres_url, temporal_address, "det-core", "--slots", "2",
-                                "--runtime", "process") as c:
+                                "--runtime", "process", "--task-env", str(det_venv.parent)) as c:
         yield c
 
 
-def det_config(det_venv: Path, tmp_path: Path, name: str = "const.yaml",
+def det_config(tmp_path: Path, name: str = "const.yaml",
                **hparams: Any) -> tuple[Path, dict[str, Any]]:
-    """The example's config, run by Determined's interpreter, with some hyperparameters set."""
+    """The example's config with some hyperparameters set (its entrypoint as it is)."""
     config = yaml.safe_load((EXAMPLE / name).read_text())
-    config["entrypoint"] = f"{det_venv / 'python'} train.py"
     max_batches = hparams.pop("max_batches", None)
     if max_batches:
         config["searcher"]["max_length"] = {"batches": max_batches}
@@ -72,9 +71,8 @@ def steps(cluster: Cluster, trial_id: int, group: str) -> list[int]:
     return sorted(m["stepsCompleted"] for m in metrics)
 
 
-def test_core_api_script_reports_what_epochal_shows(cluster: Cluster, det_venv: Path,
-                                                     tmp_path: Path) -> None:
-    config_path, _ = det_config(det_venv, tmp_path, max_batches=200)
+def test_core_api_script_reports_what_epochal_shows(cluster: Cluster, tmp_path: Path) -> None:
+    config_path, _ = det_config(tmp_path, max_batches=200)
     created = cluster.run("experiment", "create", str(config_path), str(EXAMPLE), "--follow",
                           timeout=300)
     experiment_id = created_id(created.stdout)
@@ -108,9 +106,9 @@ def test_core_api_script_reports_what_epochal_shows(cluster: Cluster, det_venv: 
 
 
 def test_pause_preempts_and_activate_resumes_from_the_checkpoint(
-    cluster: Cluster, det_venv: Path, tmp_path: Path
+    cluster: Cluster, tmp_path: Path
 ) -> None:
-    config_path, _ = det_config(det_venv, tmp_path, max_batches=1500, validation_period=50,
+    config_path, _ = det_config(tmp_path, max_batches=1500, validation_period=50,
                                 seconds_per_batch=0.01)
     experiment_id = created_id(
         cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
@@ -137,9 +135,8 @@ def test_pause_preempts_and_activate_resumes_from_the_checkpoint(
     assert trial["state"] == "STATE_COMPLETED" and trial["restarts"] == 0
 
 
-def test_cancel_stops_the_script_through_should_preempt(cluster: Cluster, det_venv: Path,
-                                                         tmp_path: Path) -> None:
-    config_path, _ = det_config(det_venv, tmp_path, max_batches=1_000_000,
+def test_cancel_stops_the_script_through_should_preempt(cluster: Cluster, tmp_path: Path) -> None:
+    config_path, _ = det_config(tmp_path, max_batches=1_000_000,
                                 validation_period=50, seconds_per_batch=0.01)
     experiment_id = created_id(
         cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
@@ -155,9 +152,8 @@ def test_cancel_stops_the_script_through_should_preempt(cluster: Cluster, det_ve
     assert trial["state"] == "STATE_CANCELED"
 
 
-def test_asha_stops_trials_through_should_preempt(cluster: Cluster, det_venv: Path,
-                                                  tmp_path: Path) -> None:
-    config_path, _ = det_config(det_venv, tmp_path, "adaptive.yaml", seconds_per_batch=0.01)
+def test_asha_stops_trials_through_should_preempt(cluster: Cluster, tmp_path: Path) -> None:
+    config_path, _ = det_config(tmp_path, "adaptive.yaml", seconds_per_batch=0.01)
     created = cluster.run("experiment", "create", str(config_path), str(EXAMPLE), "--follow",
                           timeout=400)
     experiment_id = created_id(created.stdout)
@@ -209,7 +205,7 @@ def test_det_creates_a_config_without_max_length_that_completes_without_validati
     config = tmp_path / "1_metrics.yaml"
     config.write_text(
         "name: core-api-stage-1\n"
-        f"entrypoint: {det_venv / 'python'} 1_metrics.py\n"
+        "entrypoint: python3 1_metrics.py\n"
         "searcher:\n  name: single\n  metric: x\nmax_restarts: 0\n"
     )
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path), "DET_MASTER": cluster.url,

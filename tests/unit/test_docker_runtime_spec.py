@@ -90,6 +90,14 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
     }
 
 
+def test_determineds_info_and_model_copy_are_mounted_read_only(tmp_path: Path) -> None:
+    for suffix in (".det-info", ".det-model"):
+        (tmp_path / f"run{suffix}").mkdir()
+    found = mounts(spec_kwargs(tmp_path))
+    assert found["/run/determined/info"] == (str(tmp_path / "run.det-info"), True)
+    assert found["/run/determined/train/model"] == (str(tmp_path / "run.det-model"), True)
+
+
 def test_image_bind_mounts_shm_and_pull_from_the_config(tmp_path: Path) -> None:
     cfg = {"environment": {"image": {"cpu": "me/cpu:1", "cuda": "me/cuda:1"},
                            "force_pull_image": True},
@@ -197,6 +205,18 @@ def test_local_cluster_remembers_the_agent_runtime(tmp_path: Path) -> None:
     assert cmd[cmd.index("--runtime") + 1] == "docker"
     overridden = local_cluster.load_settings(tmp_path, agent_runtime="process")
     assert overridden.agent_runtime == "process"
+    assert "--task-env" not in cmd
+
+
+def test_local_cluster_remembers_the_task_environment(tmp_path: Path) -> None:
+    local_cluster._save_settings(
+        local_cluster.ClusterSettings(state_dir=tmp_path, agent_task_env="/envs/train"))
+    loaded = local_cluster.load_settings(tmp_path)
+    cmd = local_cluster._agent_command(loaded, local_cluster.cluster_info(loaded))
+    assert cmd[cmd.index("--task-env") + 1] == "/envs/train"
+    cleared = local_cluster.load_settings(tmp_path, agent_task_env="")
+    assert "--task-env" not in local_cluster._agent_command(
+        cleared, local_cluster.cluster_info(cleared))
 
 
 def test_task_image_tag_follows_the_harness_and_the_recipe(
