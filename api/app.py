@@ -10,7 +10,7 @@ import asyncpg
 from fastapi import Depends, FastAPI
 from temporalio.client import Client
 
-from api.auth import authorize
+from api.auth import LoginThrottle, authorize
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.json_default import DefaultJsonContentType
@@ -38,6 +38,7 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.state.settings = settings
     app.state.pool = pool
     app.state.temporal = temporal
+    app.state.login_throttle = LoginThrottle()
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit)
     app.add_middleware(DefaultJsonContentType)

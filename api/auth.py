@@ -19,6 +19,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Literal
@@ -101,14 +104,65 @@ async def hash_password(password: str, *, is_hashed: bool) -> str:
     return await run_in_threadpool(_hasher.hash, prepared)
 
 
+# Checked against when the user does not exist, so that an unknown name costs the same argon2
+# verification as a wrong password and the answer's timing does not tell names apart.
+_NO_USER_HASH = PasswordHasher().hash(secrets.token_urlsafe(16))
+
+
 async def password_matches(stored_hash: str | None, password: str, *, is_hashed: bool) -> bool:
-    if not stored_hash or not password:
+    if not password:
         return False
     prepared = password if is_hashed else salted_password(password)
     try:
-        return bool(await run_in_threadpool(_hasher.verify, stored_hash, prepared))
+        matches = bool(await run_in_threadpool(
+            _hasher.verify, stored_hash or _NO_USER_HASH, prepared))
     except (VerificationError, InvalidHashError):
         return False
+    return matches and stored_hash is not None
+
+
+class LoginThrottle:
+    """Failed logins counted per (username, address) and per address over a sliding window;
+    past either bound, logins from there are refused until old failures age out. A success
+    clears its pair. Bounded: at most `max_keys` counters are kept (the oldest go first)."""
+
+    def __init__(self, *, per_user: int = 10, per_address: int = 100, window: float = 300.0,
+                 max_keys: int = 10_000, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_user, self.per_address, self.window = per_user, per_address, window
+        self.max_keys, self.clock = max_keys, clock
+        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+
+    def retry_after(self, username: str, address: str) -> float | None:
+        """Seconds until a login of `username` from `address` may be tried, or None."""
+        waits = [self._wait((username, address), self.per_user),
+                 self._wait(("", address), self.per_address)]
+        found = [w for w in waits if w is not None]
+        return max(found) if found else None
+
+    def failed(self, username: str, address: str) -> None:
+        now = self.clock()
+        for key in ((username, address), ("", address)):
+            self._failures.setdefault(key, deque()).append(now)
+            self._failures.move_to_end(key)
+        while len(self._failures) > self.max_keys:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, username: str, address: str) -> None:
+        self._failures.pop((username, address), None)
+
+    def _wait(self, key: tuple[str, str], bound: int) -> float | None:
+        times = self._failures.get(key)
+        if times is None:
+            return None
+        horizon = self.clock() - self.window
+        while times and times[0] <= horizon:
+            times.popleft()
+        if not times:
+            del self._failures[key]
+            return None
+        if len(times) < bound:
+            return None
+        return times[-bound] - horizon
 
 
 def _digest(token: str) -> bytes:

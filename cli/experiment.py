@@ -69,13 +69,18 @@ def load_config(path: Path, partial: bool = False) -> tuple[str, Any]:
 
     import yaml
 
-    from workflows.expconf import PLACEHOLDER_STORAGE, ConfigError, parse_experiment_config
+    from workflows.expconf import (
+        PLACEHOLDER_STORAGE,
+        ConfigError,
+        load_config_yaml,
+        parse_experiment_config,
+    )
 
     if partial:
         try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise _invalid(str(path), [str(exc)]) from None
+            data = load_config_yaml(text, source=str(path))
+        except ConfigError as exc:
+            raise _invalid(str(path), exc.errors) from None
         if not isinstance(data, dict):
             raise _invalid(str(path), ["a config is a mapping of config fields"])
         return text, SimpleNamespace(entrypoint=data.get("entrypoint"))

@@ -42,7 +42,12 @@ from pydantic_core import PydanticCustomError
 from workflows.constants import DEFAULT_RESOURCE_POOL
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_DEPTH",
+    "MAX_CONFIG_VALUES",
     "MAX_GRID_SIZE",
+    "MAX_HYPERPARAMETERS",
+    "MAX_TRIALS",
     "SEARCHER_CONFIGS",
     "BindMount",
     "CategoricalHyperparameter",
@@ -70,6 +75,7 @@ __all__ = [
     "hyperparameters_grid_size",
     "iter_hyperparameters",
     "PLACEHOLDER_STORAGE",
+    "load_config_yaml",
     "parse_experiment_config",
     "validate_experiment_config",
     "with_default_storage",
@@ -78,6 +84,14 @@ __all__ = [
 
 MAX_GRID_SIZE = 100_000
 """The largest grid search accepted: one trial per point."""
+
+# Bounds on what a config may ask of the master, checked where its text is parsed (so a config
+# stored before a bound changed still replays): Determined's own example configs are under 3 KiB.
+MAX_CONFIG_BYTES = 64 * 1024
+MAX_CONFIG_DEPTH = 32  # nested mappings and lists
+MAX_CONFIG_VALUES = 20_000  # counted with YAML aliases expanded, as validation sees them
+MAX_HYPERPARAMETERS = 1_000
+MAX_TRIALS = MAX_GRID_SIZE
 
 # Error type of checks that report one or more problems below the location that raised them;
 # the context's "errors" holds (relative path, message) pairs.
@@ -984,8 +998,66 @@ def config_warnings(config: ExperimentConfig) -> list[str]:
 # --- parsing and reporting ----------------------------------------------------------------------
 
 
+class _OverBound(yaml.MarkedYAMLError):
+    """YAML over one of the config bounds (depth, values)."""
+
+
 class _Loader(yaml.SafeLoader):
-    """Safe YAML that rejects a key given twice in one mapping (YAML would keep the last)."""
+    """Safe YAML that rejects a key given twice in one mapping (YAML would keep the last),
+    nesting deeper than MAX_CONFIG_DEPTH, and more than MAX_CONFIG_VALUES values once aliases
+    are expanded (a few hundred bytes of nested aliases, "billion laughs", expand to billions)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        if self._depth >= MAX_CONFIG_DEPTH:
+            raise _OverBound(None, None, f"nested deeper than {MAX_CONFIG_DEPTH} levels",
+                             self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        values, depth = _expanded_extent(node)
+        if values > MAX_CONFIG_VALUES:
+            raise _OverBound(None, None, f"more than {MAX_CONFIG_VALUES:,} values once YAML "
+                             "aliases are expanded (or an alias that contains itself)",
+                             node.start_mark)
+        if depth > MAX_CONFIG_DEPTH:
+            raise _OverBound(None, None, f"nested deeper than {MAX_CONFIG_DEPTH} levels once "
+                             "YAML aliases are expanded", node.start_mark)
+        return super().construct_document(node)
+
+
+def _expanded_extent(root: yaml.Node) -> tuple[int, int]:
+    """(values, depth) of the document with every alias expanded, counted once per node: an
+    alias is the node it names, so memoizing by identity keeps this linear in the text."""
+    seen: dict[int, tuple[int, int]] = {}
+
+    def extent(node: yaml.Node) -> tuple[int, int]:
+        key = id(node)
+        if key in seen:
+            return seen[key]
+        seen[key] = (MAX_CONFIG_VALUES + 1, 0)  # an alias inside its own anchor: refused
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        values, depth = 1, 0
+        for child in children:
+            child_values, child_depth = extent(child)
+            values, depth = values + child_values, max(depth, child_depth)
+            if values > MAX_CONFIG_VALUES or depth >= MAX_CONFIG_DEPTH:
+                break  # already over a bound; the rest need not be counted
+        seen[key] = (values, depth + 1)
+        return seen[key]
+
+    return extent(root)
 
 
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -1021,16 +1093,55 @@ def parse_experiment_config(
     With ``default_storage`` (the master's checkpoint storage), the config's storage is filled
     from it as ``with_default_storage`` says.
     """
+    data = load_config_yaml(text, source)
+    bounds_errors = _search_bounds_errors(data)
+    if bounds_errors:
+        raise ConfigError(bounds_errors, source)
+    if default_storage is not None:
+        data = with_default_storage(data, default_storage)
+    return validate_experiment_config(data, source)
+
+
+def load_config_yaml(text: str, source: str = "config") -> Any:
+    """The YAML text of a config (or of part of one) as data, within the size, depth and value
+    bounds; raises ConfigError naming the bound or the line and column of a syntax error."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError([f"{source}: {size:,} bytes, more than the {MAX_CONFIG_BYTES:,} "
+                           "accepted"], source, "too large")
     try:
-        data = yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         where = f"{source}, line {mark.line + 1}, column {mark.column + 1}" if mark else source
-        raise ConfigError([f"{where}: {problem}"], source, "not valid YAML") from None
-    if default_storage is not None:
-        data = with_default_storage(data, default_storage)
-    return validate_experiment_config(data, source)
+        summary = "over a limit" if isinstance(exc, _OverBound) else "not valid YAML"
+        raise ConfigError([f"{where}: {problem}"], source, summary) from None
+
+
+def _search_bounds_errors(data: Any) -> list[str]:
+    """How far the config's search is over the bounds on hyperparameters and trials."""
+    if not isinstance(data, dict):
+        return []
+    errors = []
+    hyperparameters = data.get("hyperparameters")
+    if isinstance(hyperparameters, dict):
+        count = _count_hyperparameters(hyperparameters)
+        if count > MAX_HYPERPARAMETERS:
+            errors.append(f"hyperparameters: {count:,} hyperparameters, more than the "
+                          f"{MAX_HYPERPARAMETERS:,} accepted")
+    searcher = data.get("searcher")
+    max_trials = searcher.get("max_trials") if isinstance(searcher, dict) else None
+    if isinstance(max_trials, int) and max_trials > MAX_TRIALS:
+        errors.append(f"searcher.max_trials: {max_trials:,} trials, more than the "
+                      f"{MAX_TRIALS:,} accepted")
+    return errors
+
+
+def _count_hyperparameters(group: Mapping[str, Any]) -> int:
+    """Leaves of a hyperparameters mapping: a nested mapping without `type` is a group."""
+    return sum(_count_hyperparameters(v) if isinstance(v, dict) and "type" not in v else 1
+               for v in group.values())
 
 
 PLACEHOLDER_STORAGE: dict[str, Any] = {"type": "shared_fs", "host_path": "/master/checkpoints"}

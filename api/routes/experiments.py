@@ -30,6 +30,7 @@ from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
 from workflows.expconf import (
     ConfigError,
     config_warnings,
+    load_config_yaml,
     parse_experiment_config,
     validate_experiment_config,
 )
@@ -70,6 +71,11 @@ def normalized_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
     return config.model_dump(mode="json")
 
 
+async def checked_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
+    """`normalized_config` off the event loop: the master keeps answering while it runs."""
+    return await asyncio.to_thread(normalized_config, text, checkpoint_dir)
+
+
 async def _start_experiment(
     temporal: Temporal, experiment_id: int, config: dict[str, Any], seed: int, *, continued: bool
 ) -> None:
@@ -105,7 +111,7 @@ async def create_experiment(
             merge_under(_config_mapping(body.config),
                         await template_config(pool, body.template)),
             sort_keys=False)
-    config = normalized_config(config_text, settings.checkpoint_dir)
+    config = await checked_config(config_text, settings.checkpoint_dir)
     project_id = await resolve_project(pool, body.projectId, config)
     if body.validateOnly:
         # Determined answers a validation with a placeholder experiment (`det e create --test`).
@@ -175,9 +181,9 @@ async def create_experiment(
 def _config_mapping(text: str) -> dict[str, Any]:
     """The YAML config as a mapping, for a template to be merged under it."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ApiError(400, "invalid experiment config", [f"config: not YAML: {err}"]) from err
+        data = load_config_yaml(text)
+    except ConfigError as err:
+        raise ApiError(400, "invalid experiment config", err.errors) from err
     if not isinstance(data, dict):
         raise ApiError(400, "invalid experiment config",
                        [f"config: a mapping of config fields, got {type(data).__name__}"])
@@ -218,7 +224,8 @@ async def continue_experiment(
         raise ApiError(400, "the searcher of a continued experiment cannot change", [
             f"searcher.name: is {row['config']['searcher']['name']!r},"
             f" got {searcher.get('name')!r}"])
-    config = normalized_config(yaml.safe_dump(merged, sort_keys=False), settings.checkpoint_dir)
+    config = await checked_config(yaml.safe_dump(merged, sort_keys=False),
+                                  settings.checkpoint_dir)
     (trial_id,) = row["trial_ids"]
     seed = await pool.fetchval("SELECT seed FROM experiments WHERE id = $1", experiment_id)
     try:

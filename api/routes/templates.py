@@ -10,12 +10,14 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 import asyncpg
+import yaml
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel
 
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError
+from workflows.expconf import MAX_CONFIG_DEPTH, ConfigError, load_config_yaml
 
 router = APIRouter(prefix="/api/v1", tags=["templates"])
 
@@ -76,6 +78,14 @@ def _check(name: str, config: Any) -> dict[str, Any]:
     if not isinstance(config, dict):
         raise ApiError(400, "a template is a partial experiment config",
                        [f"config: a mapping of config fields, got {type(config).__name__}"])
+    # The bounds of a config's text hold for a template's, which becomes part of configs.
+    try:
+        load_config_yaml(yaml.safe_dump(config), "config")
+    except ConfigError as err:
+        raise ApiError(400, "a template is a partial experiment config", err.errors) from err
+    except RecursionError:
+        raise ApiError(400, "a template is a partial experiment config",
+                       [f"config: nested deeper than {MAX_CONFIG_DEPTH} levels"]) from None
     return config
 
 

@@ -38,7 +38,15 @@ class LoginRequest(BaseModel):
 
 
 @router.post("/auth/login", responses=documented(schemas.LoginAnswer))
-async def login(body: LoginRequest, pool: Pool, settings: AppSettings) -> dict[str, Any]:
+async def login(
+    body: LoginRequest, request: Request, pool: Pool, settings: AppSettings
+) -> dict[str, Any]:
+    throttle: auth.LoginThrottle = request.app.state.login_throttle
+    address = request.client.host if request.client else ""
+    wait = throttle.retry_after(body.username, address)
+    if wait is not None:
+        raise ApiError(429, f"too many failed logins for {body.username!r} from {address}; "
+                       f"try again in {wait:.0f} s")
     row = await pool.fetchrow(
         f"SELECT {_USER_COLUMNS}, password_hash FROM users WHERE username = $1", body.username
     )
@@ -46,7 +54,9 @@ async def login(body: LoginRequest, pool: Pool, settings: AppSettings) -> dict[s
         row["password_hash"] if row else None, body.password, is_hashed=body.isHashed
     )
     if row is None or not matches:
+        throttle.failed(body.username, address)
         raise ApiError(401, "invalid username or password")
+    throttle.succeeded(body.username, address)
     if not row["active"]:
         raise ApiError(403, f"user {body.username} is deactivated")
     token = await auth.open_session(pool, row["id"], settings.session_ttl)

@@ -235,3 +235,43 @@ async def test_control_of_a_finished_experiment_is_a_conflict(api: httpx.AsyncCl
     response = await api.post(f"/api/v1/experiments/{experiment['id']}/activate")
     assert response.status_code == 409
     assert "CANCELED" in response.json()["message"]
+
+
+async def test_hostile_configs_are_refused_naming_the_bound(api: httpx.AsyncClient) -> None:
+    laughs = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"a{n}: &a{n} [" + ", ".join([f"*a{n - 1}"] * 10) + "]\n" for n in range(1, 9))
+    refused = await api.post("/api/v1/experiments",
+                             json={"config": laughs, "validateOnly": True})
+    assert refused.status_code == 400
+    assert "values once YAML aliases are expanded" in refused.json()["details"][0]
+    huge = config_yaml() + "# padding\n" * 500_000  # 5 MB
+    refused = await api.post("/api/v1/experiments", json={"config": huge, "modelDefinition": []})
+    assert refused.status_code == 400
+    assert "bytes, more than the 65,536 accepted" in refused.json()["details"][0]
+    template: Any = 1
+    for _ in range(40):
+        template = [template]
+    refused = await api.post("/api/v1/templates/deep", json={"config": {"a": template}})
+    assert refused.status_code == 400 and "nested deeper than 32" in refused.json()["details"][0]
+    assert (await api.get("/api/v1/experiments", params={"limit": 1})).status_code == 200
+
+
+async def test_failed_logins_are_throttled_and_unknown_names_look_alike(
+    api: httpx.AsyncClient,
+) -> None:
+    name = f"victim-{uuid.uuid4().hex[:8]}"
+    created = await api.post("/api/v1/users", json={
+        "user": {"username": name, "active": True}, "password": "right-password-1"})
+    assert created.status_code == 200, created.text
+    for _ in range(10):
+        wrong = await api.post("/api/v1/auth/login",
+                               json={"username": name, "password": "wrong-password"})
+        assert wrong.status_code == 401
+    throttled = await api.post("/api/v1/auth/login",
+                               json={"username": name, "password": "right-password-1"})
+    assert throttled.status_code == 429
+    assert f"too many failed logins for '{name}'" in throttled.json()["message"]
+    unknown = await api.post("/api/v1/auth/login",
+                             json={"username": f"nobody-{uuid.uuid4().hex[:8]}", "password": "x"})
+    assert unknown.status_code == 401
+    assert unknown.json()["message"] == "invalid username or password"
