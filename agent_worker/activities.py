@@ -130,9 +130,11 @@ class AgentActivities:
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
         await self.model_defs.extract_to(inp.experiment_id, determined_model_dir(run_dir))
         if inp.session_token is None and self.cluster_token:
-            # The trial's own token: it may write only this trial's reports (api/auth.py).
+            # This run's own token: it may write only this trial's reports, and only while
+            # this run is the trial's running one (api/auth.py).
             inp = dataclasses.replace(
-                inp, session_token=mint_trial_token(self.cluster_token, inp.trial_id))
+                inp, session_token=mint_trial_token(self.cluster_token, inp.trial_id,
+                                                    inp.run_id))
         info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
                                 cluster_id=self.cluster_id, slot_ids=slot_ids)
         info_path = run_dir / TRIAL_INFO_FILE

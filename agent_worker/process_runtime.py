@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import psutil
@@ -39,7 +39,7 @@ from agent_worker.determined_env import (
 )
 from agent_worker.logs import pump_lines
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
-from agent_worker.task_env import AGENT_PYTHON_VARS, HarnessPath, TaskEnvironment
+from agent_worker.task_env import HarnessPath, TaskEnvironment
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +126,20 @@ _MISSING_MODULE = re.compile(
 _STDERR_TAIL_LINES = 60
 
 
+# What a trial inherits from the agent's environment: an allowlist, so that no secret of the
+# agent's (EPOCHAL_CLUSTER_TOKEN, cloud credentials, ...) reaches user code. Anything else a
+# trial needs comes from its config's environment_variables, as on Determined.
+PASSED_TO_TRIALS = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "TZ", "LANG", "LANGUAGE", "TMPDIR",
+    "LD_LIBRARY_PATH", "CUDA_HOME", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE",
+    "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY",
+})
+
+
+def agent_variables_for_trials(environ: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in environ.items() if k in PASSED_TO_TRIALS or k.startswith("LC_")}
+
+
 def can_make_mount_namespaces() -> bool:
     """Whether `unshare --mount` works here (root, with CAP_SYS_ADMIN), tried once for real."""
     if os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("mount"):
@@ -185,18 +199,16 @@ class ProcessRuntime(Runtime):
                 str(model_dir), DETERMINED_MODEL_DIR, launch.entrypoint]
 
     def environment(self, launch: TrialLaunch) -> dict[str, str]:
-        """The agent's environment, the launch's variables, and PATH/PYTHONPATH put first.
+        """The agent's variables trials may see, the launch's, and PATH/PYTHONPATH put first.
 
         With a task environment, PYTHONPATH holds the run directory and the harness alone, and
-        the agent's own virtualenv is no longer announced as the active one."""
-        env = dict(os.environ)
+        the variables activating it are set."""
+        env = agent_variables_for_trials(os.environ)
         env.update(launch.env)
         env["PATH"] = _prepend(str(self.python_bin_dir), env.get("PATH"))
         if self.task_env is None or self.harness_path is None:
             env["PYTHONPATH"] = _prepend(str(launch.run_dir), env.get("PYTHONPATH"))
             return env
-        for name in AGENT_PYTHON_VARS:
-            env.pop(name, None)
         env.update(self.task_env.activation())
         env.update(self.harness_path.environment())
         env["PYTHONPATH"] = os.pathsep.join(

@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
 from api.settings import Settings
-from workflows.tokens import verify_trial_token
+from workflows.tokens import TrialRun, verify_trial_token
 
 # Determined's client-side salt (determined.common.api.authentication.PASSWORD_SALT): a password
 # hashed with it is what `det user login` sends, so the server stores the same form for everyone.
@@ -203,6 +203,23 @@ async def ensure_admin_password(pool: asyncpg.Pool, password: str | None) -> Non
 DETERMINED_TASK_TOKEN_HEADER = "grpc-metadata-x-allocation-token"
 
 
+async def _check_run_is_live(pool: asyncpg.Pool, named: TrialRun) -> None:
+    """A trial token is good only while its run is the trial's current, running one and the
+    experiment's owner is active: this fences finished runs and orphaned processes."""
+    row = await pool.fetchrow(
+        "SELECT t.run_id, t.state, u.active FROM trials t"
+        " JOIN experiments e ON e.id = t.experiment_id"
+        " LEFT JOIN users u ON u.username = e.owner WHERE t.id = $1", named.trial_id)
+    if row is None:
+        raise ApiError(401, f"trial token for trial {named.trial_id}, which does not exist")
+    if row["run_id"] != named.run_id or row["state"] != "RUNNING":
+        raise ApiError(401, f"trial token for run {named.run_id} of trial {named.trial_id}, "
+                       "which is over")
+    if row["active"] is False:
+        raise ApiError(403, f"trial token of trial {named.trial_id}, whose owner is "
+                       "deactivated")
+
+
 def _bearer(request: Request) -> str | None:
     header = request.headers.get("authorization") or request.headers.get(
         DETERMINED_TASK_TOKEN_HEADER
@@ -219,10 +236,11 @@ def _bearer(request: Request) -> str | None:
 
 async def _resolve(token: str, pool: asyncpg.Pool, settings: Settings) -> Principal:
     if token.startswith("ept."):
-        trial_id = verify_trial_token(settings.cluster_token, token)
-        if trial_id is None:
+        named = verify_trial_token(settings.cluster_token, token)
+        if named is None:
             raise ApiError(401, "invalid trial token")
-        return Principal("trial", trial_id=trial_id)
+        await _check_run_is_live(pool, named)
+        return Principal("trial", trial_id=named.trial_id)
     if hmac.compare_digest(token.encode(), settings.cluster_token.encode()):
         return Principal("agent")
     digest = _digest(token)

@@ -249,9 +249,9 @@ async def new_trials(db_url: str, experiment_id: int, count: int) -> list[int]:
     pool = await create_pool(db_url)
     try:
         rows = await pool.fetch(
-            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state)"
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, run_id)"
             " SELECT $1, (SELECT max(request_id) FROM trials WHERE experiment_id = $1) + r,"
-            " '{}', r, 'RUNNING' FROM generate_series(1, $2) r"
+            " '{}', r, 'RUNNING', 1 FROM generate_series(1, $2) r"
             " RETURNING id", experiment_id, count)
         return [r["id"] for r in rows]
     finally:
@@ -296,7 +296,7 @@ def harness_ingest(master: str, cluster_token: str, trial_id: int, experiment_id
         latest_checkpoint=None, steps_completed=0, max_length=steps, length_unit="batches",
         checkpoint_storage={"type": "shared_fs", "host_path": tempfile.gettempdir()},
         master_url=master, agent_id="bench",
-        session_token=mint_trial_token(cluster_token, trial_id))
+        session_token=mint_trial_token(cluster_token, trial_id, 1))
     began = time.perf_counter()
     with core.init(info=info) as context:
         for step in range(steps):

@@ -52,7 +52,7 @@ async def test_determined_client_calls_land_in_epochal_rows(
         det_venv,
         {
             "DET_MASTER": live_master.url,
-            "DET_SESSION_TOKEN": mint_trial_token(CLUSTER_TOKEN, trial["id"]),
+            "DET_SESSION_TOKEN": mint_trial_token(CLUSTER_TOKEN, trial["id"], trial["runId"]),
             "EPOCHAL_TEST_TRIAL_ID": str(trial["id"]),
             "EPOCHAL_TEST_EXPERIMENT_ID": str(experiment["id"]),
             "EPOCHAL_TEST_TASK_ID": task_id,
@@ -98,7 +98,7 @@ async def test_determined_token_header_is_scoped_to_its_trial(
 ) -> None:
     experiment = (await create(api))["experiment"]
     first, second = await wait_for_trials(api, experiment["id"], 2)
-    token = mint_trial_token(CLUSTER_TOKEN, first["id"])
+    token = mint_trial_token(CLUSTER_TOKEN, first["id"], first["runId"])
     header = {"Grpc-Metadata-x-allocation-token": f"Bearer {token}"}
     async with httpx.AsyncClient(base_url=live_master.url, headers=header) as det:
         own = await det.post(f"/api/v1/trials/{first['id']}/progress",
@@ -145,7 +145,7 @@ async def test_agent_learns_det_user_from_the_trial_token(
     async with httpx.AsyncClient() as http:
         acts = AgentActivities(agent_id="a", master_url=live_master.url, work_dir=tmp_path,
                                http=http, runtime=ProcessRuntime(), slots=SlotPool(cpu_slots(1)))
-        token = mint_trial_token(CLUSTER_TOKEN, trial["id"])
+        token = mint_trial_token(CLUSTER_TOKEN, trial["id"], trial["runId"])
         assert await acts.experiment_owner(live_master.url, token) == "admin"
         assert await acts.experiment_owner(live_master.url, "ept.1.forged") == "determined"
     await api.post(f"/api/v1/experiments/{experiment['id']}/kill")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator
@@ -101,7 +102,7 @@ async def test_expired_and_forged_tokens_are_refused(live_master: LiveMaster) ->
         assert "expired" in expired.json()["message"]
         forged = await client.get("/api/v1/experiments", headers=bearer("eps.forged"))
         assert forged.status_code == 401
-        forged_trial = mint_trial_token("not-the-cluster-token", 1)
+        forged_trial = mint_trial_token("not-the-cluster-token", 1, 1)
         refused = await client.get("/api/v1/experiments", headers=bearer(forged_trial))
         assert refused.status_code == 401
         assert refused.json()["message"] == "invalid trial token"
@@ -126,7 +127,7 @@ async def test_a_trial_token_writes_only_its_own_trial(
     created = await create(api)
     experiment = created["experiment"]
     first, second = await wait_for_trials(api, experiment["id"], 2)
-    token = mint_trial_token(live_master.settings.cluster_token, first["id"])
+    token = mint_trial_token(live_master.settings.cluster_token, first["id"], first["runId"])
     report = {"trialId": first["id"], "trialRunId": 1, "stepsCompleted": 5,
               "metrics": {"avgMetrics": {"loss": 0.5}}}
     async with httpx.AsyncClient(base_url=live_master.url, headers=bearer(token)) as trial:
@@ -243,3 +244,51 @@ async def test_user_management_errors_name_the_problem(
     assert (await login(live_master, "admin", ADMIN_PASSWORD)).status_code == 200
     missing = await api.get("/api/v1/users/999999")
     assert missing.status_code == 404
+
+
+async def test_a_trial_token_is_good_only_while_its_run_runs(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Tokens are fenced by their run: another run's, a finished run's, and a deactivated
+    owner's tokens are refused, reads included."""
+    name = f"fenced-{uuid.uuid4().hex[:8]}"
+    created = await api.post("/api/v1/users", json={"user": {"username": name},
+                                                    "password": "a-long-password"})
+    assert created.status_code == 200, created.text
+    user_id = created.json()["user"]["id"]
+    token = (await login(live_master, name, "a-long-password")).json()["token"]
+    pool_name = f"fence-{uuid.uuid4().hex[:6]}"
+    await serve_pool(api, pool_name)
+    async with httpx.AsyncClient(base_url=live_master.url, headers=bearer(token)) as user:
+        experiment = (await create(user, pool_name=pool_name))["experiment"]
+    first, second = await wait_for_trials(api, experiment["id"], 2)
+    cluster_token = live_master.settings.cluster_token
+    current = bearer(mint_trial_token(cluster_token, first["id"], first["runId"]))
+    other_run = bearer(mint_trial_token(cluster_token, first["id"], first["runId"] + 1))
+    async with httpx.AsyncClient(base_url=live_master.url) as trial:
+        assert (await trial.get(f"/api/v1/trials/{first['id']}", headers=current)).status_code \
+            == 200
+        refused = await trial.get(f"/api/v1/trials/{first['id']}", headers=other_run)
+        assert refused.status_code == 401 and "which is over" in refused.json()["message"]
+
+        deactivated = await api.patch(f"/api/v1/users/{user_id}", json={"active": False})
+        assert deactivated.status_code == 200, deactivated.text
+        refused = await trial.get(f"/api/v1/trials/{first['id']}", headers=current)
+        assert refused.status_code == 403 and "deactivated" in refused.json()["message"]
+        await api.patch(f"/api/v1/users/{user_id}", json={"active": True})
+
+        await api.post(f"/api/v1/experiments/{experiment['id']}/kill")
+        for _ in range(100):
+            row = await live_master.pool.fetchrow(
+                "SELECT state FROM trials WHERE id = $1", first["id"])
+            if row["state"] != "RUNNING":
+                break
+            await asyncio.sleep(0.05)
+        report = {"trialId": first["id"], "trialRunId": first["runId"], "stepsCompleted": 99,
+                  "metrics": {"avgMetrics": {"loss": -1.0}}}
+        late = await trial.post(f"/api/v1/trials/{first['id']}/metrics", headers=current,
+                                json={"metrics": report, "group": "validation"})
+        assert late.status_code == 401, late.text
+    stored = await live_master.pool.fetchval(
+        "SELECT count(*) FROM metrics WHERE trial_id = $1 AND steps_completed = 99", first["id"])
+    assert stored == 0

@@ -40,7 +40,8 @@ def trial_info(
             "steps_completed": 0,
             "max_length": config["searcher"]["max_length"],
             "checkpoint_storage": config["checkpoint_storage"],
-            "session_token": mint_trial_token(master.settings.cluster_token, trial["id"]),
+            "session_token": mint_trial_token(master.settings.cluster_token, trial["id"],
+                                              trial["runId"]),
         }
     )
 
@@ -123,13 +124,13 @@ async def test_a_report_for_an_unknown_trial_is_refused_clearly(
         trial_id=987654,
         task_id=f"{experiment['id']}.987654",
         allocation_id=f"{experiment['id']}.987654.1",
-        session_token=mint_trial_token(live_master.settings.cluster_token, 987654),
+        session_token=mint_trial_token(live_master.settings.cluster_token, 987654, 1),
     )
 
     def report() -> None:
         with core.init(info=bogus) as ctx:
             ctx.train.report_validation_metrics(1, {"loss": 1.0})
 
-    with pytest.raises(core.APIError, match="trial 987654 not found"):
+    with pytest.raises(core.APIError, match="trial 987654, which does not exist"):
         await asyncio.to_thread(report)
     await api.post(f"/api/v1/experiments/{experiment['id']}/kill")

@@ -27,7 +27,7 @@ async def test_answers_have_the_documented_shapes(
     created = await create(api)
     experiment_id = created["experiment"]["id"]
     trial = (await wait_for_trials(api, experiment_id, 2))[0]
-    token = mint_trial_token(live_master.settings.cluster_token, trial["id"])
+    token = mint_trial_token(live_master.settings.cluster_token, trial["id"], trial["runId"])
     async with httpx.AsyncClient(
         base_url=live_master.url, headers={"Authorization": f"Bearer {token}"}
     ) as as_trial:

@@ -231,6 +231,24 @@ def test_epochal_variables_win_over_the_users(tmp_path: Path) -> None:
     assert full["X"] == "1" and full["PYTHONUNBUFFERED"] == "1"
 
 
+def test_a_trial_inherits_no_secret_of_the_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in (("EPOCHAL_CLUSTER_TOKEN", "cluster-secret"),
+                        ("AWS_SECRET_ACCESS_KEY", "cloud-secret"),
+                        ("EPOCHAL_ADMIN_PASSWORD", "admin-secret"), ("LC_ALL", "C.UTF-8"),
+                        ("HOME", "/home/agent"), ("https_proxy", "http://proxy:3128")):
+        monkeypatch.setenv(name, value)
+    launch = TrialLaunch(
+        input=RunTrialInput(experiment_id=1, trial_id=1, run_id=1, hparams={}, config={},
+                            trial_seed=0, latest_checkpoint=None, steps_completed=0),
+        run_dir=tmp_path, entrypoint="true", env={"MINE": "x"})
+    env = ProcessRuntime(kill_grace_seconds=1).environment(launch)
+    assert not any("secret" in value for value in env.values())
+    assert env["LC_ALL"] == "C.UTF-8" and env["HOME"] == "/home/agent"
+    assert env["https_proxy"] == "http://proxy:3128" and env["MINE"] == "x"
+
+
 def test_kill_grace_and_exit_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EPOCHAL_KILL_GRACE_SECONDS", "2.5")
     assert kill_grace_from_env() == 2.5 and ProcessRuntime().kill_grace_seconds == 2.5
