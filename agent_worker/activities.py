@@ -13,8 +13,10 @@ import asyncio
 import dataclasses
 import json
 import logging
+import os
 import shlex
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
 from agent_worker.slots import SlotPool
 from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
 from workflows.constants import allocation_id, task_id
+from workflows.expconf import shared_fs_directory
 from workflows.tokens import mint_trial_token
 from workflows.types import RunTrialInput, RunTrialResult
 
@@ -123,6 +126,7 @@ class AgentActivities:
         """A fresh working directory with the model definition and trial_info.json in it, and
         beside it Determined's info files and clean copy of the model definition."""
         entrypoint = entrypoint_command(inp.config)
+        await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id)
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(_fresh_dir, run_dir)
         await asyncio.to_thread(_fresh_dir, determined_info_dir(run_dir))
@@ -178,6 +182,23 @@ def entrypoint_command(config: dict[str, Any]) -> str:
     raise ApplicationError(
         f"the experiment config's entrypoint must be a command line (a string or a list of "
         f"strings), got {entrypoint!r}", type="ConfigError", non_retryable=True)
+
+
+def check_storage_writable(config: dict[str, Any], agent_id: str) -> None:
+    """Fail the run at once, naming the directory, when its shared_fs checkpoint storage cannot
+    be written here: otherwise the trial would train until its first checkpoint and crash."""
+    directory = shared_fs_directory(config.get("checkpoint_storage"))
+    if directory is None:
+        return
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as err:
+        raise ApplicationError(
+            f"the checkpoint storage {directory} is not writable on agent {agent_id}: "
+            f"{err.strerror or err}", type="CheckpointStorageError", non_retryable=True,
+        ) from err
 
 
 def _fresh_dir(path: Path) -> None:

@@ -16,6 +16,12 @@ def _default_checkpoint_dir() -> str:
     return str(Path(state) / "checkpoints")
 
 
+# Directories that hold data volumes on typical hosts; system directories (/etc, /usr, /root,
+# /var, ...) are not among them.
+DEFAULT_STORAGE_ROOTS = ("/mnt", "/media", "/data", "/srv", "/scratch", "/shared", "/tmp",
+                         "/var/tmp", "/home")
+
+
 @dataclass(frozen=True)
 class Settings:
     db_url: str = "postgresql://postgres@127.0.0.1:54329/epochal"
@@ -35,6 +41,12 @@ class Settings:
     # Set as `admin`'s password at start if admin has none yet.
     admin_password: str | None = None
     session_ttl: timedelta = timedelta(days=7)
+    # Where shared_fs checkpoint storage may be (besides checkpoint_dir): trials write there
+    # as the agent's user, and checkpoint GC deletes there.
+    storage_roots: tuple[str, ...] = DEFAULT_STORAGE_ROOTS
+
+    def allowed_storage_roots(self) -> tuple[str, ...]:
+        return (self.checkpoint_dir, *self.storage_roots)
 
     @property
     def master_url(self) -> str:
@@ -56,7 +68,13 @@ class Settings:
             cluster_token=env.get("EPOCHAL_CLUSTER_TOKEN") or base.cluster_token,
             admin_password=env.get("EPOCHAL_ADMIN_PASSWORD") or None,
             session_ttl=timedelta(hours=float(env.get("EPOCHAL_SESSION_TTL_HOURS", 24 * 7))),
+            storage_roots=parse_roots(env.get("EPOCHAL_STORAGE_ROOTS")) or base.storage_roots,
         )
+
+
+def parse_roots(text: str | None) -> tuple[str, ...]:
+    """`/mnt:/data` -> ("/mnt", "/data"): absolute directories, normalized."""
+    return tuple(os.path.normpath(p) for p in (text or "").split(":") if p.startswith("/"))
 
 
 def parse_pools(text: str) -> tuple[str, ...]:

@@ -87,6 +87,7 @@ def _scan(root: Path) -> tuple[list[_Entry], list[str]]:
         where = Path(exc.filename).relative_to(root) if exc.filename else root
         problems.append(f"{where.as_posix()}: {exc.strerror or exc}")
 
+    real_root = root.resolve()
     for parent, dirs, files in os.walk(root, onerror=on_error):
         parent_path = Path(parent)
         dirs.sort()
@@ -125,12 +126,22 @@ def _scan(root: Path) -> tuple[list[_Entry], list[str]]:
             if stat.S_ISDIR(st.st_mode):
                 problems.append(f"{rel}: a symbolic link to a directory (not followed)")
                 continue
+            if full.is_symlink() and not _inside(full.resolve(), real_root):
+                # Uploading a link's target from elsewhere (/etc/passwd, ~/.ssh/...) would
+                # hand it to everyone who may download the model definition.
+                problems.append(f"{rel}: a symbolic link to {full.resolve()}, outside the model "
+                                "directory (copy the file in, or list it in .epochalignore)")
+                continue
             if not stat.S_ISREG(st.st_mode):
                 continue  # sockets, fifos, devices: nothing a training script could ship
             entries.append(
                 _Entry(rel, full, False, st.st_size, stat.S_IMODE(st.st_mode), int(st.st_mtime))
             )
     return entries, problems
+
+
+def _inside(path: Path, root: Path) -> bool:
+    return path == root or root in path.parents
 
 
 def _largest(entries: list[_Entry], count: int = 5) -> list[str]:

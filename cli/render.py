@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
@@ -16,6 +17,7 @@ from rich import box
 from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 
@@ -205,11 +207,30 @@ def best_trial(
     return pick(scored, key=lambda pair: pair[0])[1]
 
 
+# C0 and C1 control characters and DEL: printed as they are, a name or label could move the
+# cursor, recolour or clear another user's terminal.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` with its control characters shown as escapes (`\x1b`), not acted on."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _PlainTable(Table):
+    """A table whose text cells are shown literally: no Rich markup (names may hold brackets),
+    no control characters."""
+
+    def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+        cells = [Text(printable(c)) if isinstance(c, str) else c for c in renderables]
+        super().add_row(*cells, **kwargs)
+
+
 def table(*columns: str, wrap: Iterable[str] = ()) -> Table:
     """A table whose cells never wrap (ids, states, numbers stay whole) except in the columns
     named in `wrap` (names, hyperparameters), which give way when the terminal is narrow."""
     wrapping = set(wrap)
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    t = _PlainTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
     for name in columns:
         if name in wrapping:
             t.add_column(name, overflow="fold")
@@ -220,7 +241,7 @@ def table(*columns: str, wrap: Iterable[str] = ()) -> Table:
 
 def fields(rows: Iterable[tuple[str, Any]]) -> Table:
     """A two-column `name  value` list."""
-    t = Table(box=None, show_header=False, pad_edge=False)
+    t = _PlainTable(box=None, show_header=False, pad_edge=False)
     t.add_column(style="bold", no_wrap=True)
     t.add_column()
     for name, value in rows:

@@ -1120,7 +1120,8 @@ def load_config_yaml(text: str, source: str = "config") -> Any:
 
 
 def _search_bounds_errors(data: Any) -> list[str]:
-    """How far the config's search is over the bounds on hyperparameters and trials."""
+    """How far the config's search is over the bounds on hyperparameters and trials, and
+    searches that cannot be meant (checked at parse time only, so stored configs replay)."""
     if not isinstance(data, dict):
         return []
     errors = []
@@ -1130,12 +1131,25 @@ def _search_bounds_errors(data: Any) -> list[str]:
         if count > MAX_HYPERPARAMETERS:
             errors.append(f"hyperparameters: {count:,} hyperparameters, more than the "
                           f"{MAX_HYPERPARAMETERS:,} accepted")
+        errors.extend(_degenerate_log_bases(hyperparameters, "hyperparameters"))
     searcher = data.get("searcher")
     max_trials = searcher.get("max_trials") if isinstance(searcher, dict) else None
     if isinstance(max_trials, int) and max_trials > MAX_TRIALS:
         errors.append(f"searcher.max_trials: {max_trials:,} trials, more than the "
                       f"{MAX_TRIALS:,} accepted")
     return errors
+
+
+def _degenerate_log_bases(group: Mapping[str, Any], path: str) -> list[str]:
+    """`type: log` with `base: 1` gives every trial 1 whatever the exponents: a mistake."""
+    found = []
+    for name, value in group.items():
+        if isinstance(value, dict) and "type" not in value:
+            found.extend(_degenerate_log_bases(value, f"{path}.{name}"))
+        elif isinstance(value, dict) and value.get("type") == "log" and value.get("base") == 1:
+            found.append(f"{path}.{name}.base: 1 makes every value 1 (1 to any power); use "
+                         "another base, such as 10")
+    return found
 
 
 def _count_hyperparameters(group: Mapping[str, Any]) -> int:

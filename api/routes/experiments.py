@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import os
 import secrets
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import yaml
@@ -26,12 +28,14 @@ from api.routes.agents import signal_pool
 from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
 from api.schemas import documented
+from api.settings import Settings
 from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
 from workflows.expconf import (
     ConfigError,
     config_warnings,
     load_config_yaml,
     parse_experiment_config,
+    shared_fs_directory,
     validate_experiment_config,
 )
 from workflows.pool_types import ExperimentResources, ReopenTrial
@@ -61,19 +65,36 @@ class CreateExperimentRequest(BaseModel):
     unmanaged: bool = False
 
 
-def normalized_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
-    """Validate the YAML and fill in the master's default checkpoint storage."""
+def normalized_config(text: str, checkpoint_dir: str,
+                      storage_roots: Sequence[str] | None = None) -> dict[str, Any]:
+    """Validate the YAML and fill in the master's default checkpoint storage; with
+    `storage_roots`, shared_fs storage must lie under one of them."""
     default_storage = {"type": "shared_fs", "host_path": checkpoint_dir}
     try:
         config = parse_experiment_config(text, source="config", default_storage=default_storage)
     except ConfigError as err:
         raise ApiError(400, "invalid experiment config", list(err.errors)) from err
-    return config.model_dump(mode="json")
+    dumped = config.model_dump(mode="json")
+    directory = shared_fs_directory(dumped["checkpoint_storage"])
+    if storage_roots is not None and directory is not None and not _under_any(
+            directory, storage_roots):
+        raise ApiError(400, "invalid experiment config", [
+            f"checkpoint_storage.host_path: {directory} is outside the directories this cluster "
+            f"keeps checkpoints in ({', '.join(storage_roots)}); an admin can allow more with "
+            "EPOCHAL_STORAGE_ROOTS"])
+    return dumped
 
 
-async def checked_config(text: str, checkpoint_dir: str) -> dict[str, Any]:
-    """`normalized_config` off the event loop: the master keeps answering while it runs."""
-    return await asyncio.to_thread(normalized_config, text, checkpoint_dir)
+def _under_any(directory: str, roots: Sequence[str]) -> bool:
+    path = os.path.normpath(directory)
+    return any(path == root or path.startswith(root.rstrip("/") + "/")
+               for root in map(os.path.normpath, roots))
+
+
+async def checked_config(text: str, settings: Settings) -> dict[str, Any]:
+    """`normalized_config` for this master, off the event loop: it keeps answering meanwhile."""
+    return await asyncio.to_thread(normalized_config, text, settings.checkpoint_dir,
+                                   settings.allowed_storage_roots())
 
 
 async def _start_experiment(
@@ -111,7 +132,7 @@ async def create_experiment(
             merge_under(_config_mapping(body.config),
                         await template_config(pool, body.template)),
             sort_keys=False)
-    config = await checked_config(config_text, settings.checkpoint_dir)
+    config = await checked_config(config_text, settings)
     project_id = await resolve_project(pool, body.projectId, config)
     if body.validateOnly:
         # Determined answers a validation with a placeholder experiment (`det e create --test`).
@@ -224,8 +245,7 @@ async def continue_experiment(
         raise ApiError(400, "the searcher of a continued experiment cannot change", [
             f"searcher.name: is {row['config']['searcher']['name']!r},"
             f" got {searcher.get('name')!r}"])
-    config = await checked_config(yaml.safe_dump(merged, sort_keys=False),
-                                  settings.checkpoint_dir)
+    config = await checked_config(yaml.safe_dump(merged, sort_keys=False), settings)
     (trial_id,) = row["trial_ids"]
     seed = await pool.fetchval("SELECT seed FROM experiments WHERE id = $1", experiment_id)
     try:

@@ -254,6 +254,13 @@ async def test_hostile_configs_are_refused_naming_the_bound(api: httpx.AsyncClie
     refused = await api.post("/api/v1/templates/deep", json={"config": {"a": template}})
     assert refused.status_code == 400 and "nested deeper than 32" in refused.json()["details"][0]
     assert (await api.get("/api/v1/experiments", params={"limit": 1})).status_code == 200
+    for storage in ({"type": "shared_fs", "host_path": "/etc"},
+                    {"type": "shared_fs", "host_path": "/tmp", "storage_path": "../etc/ssh"}):
+        refused = await api.post("/api/v1/experiments", json={
+            "config": config_yaml(checkpoint_storage=storage), "validateOnly": True})
+        assert refused.status_code == 400, refused.text
+        assert "is outside the directories this cluster keeps checkpoints in" in (
+            refused.json()["details"][0])
 
 
 async def test_failed_logins_are_throttled_and_unknown_names_look_alike(

@@ -260,3 +260,21 @@ def test_kill_grace_and_exit_messages(monkeypatch: pytest.MonkeyPatch) -> None:
     assert describe_exit(-15) == "killed by signal 15 (SIGTERM)"
     assert describe_exit(137).startswith("exited with code 137")
     assert "SIGKILL" in describe_exit(137)
+
+
+def test_unwritable_checkpoint_storage_fails_the_run_naming_it(tmp_path: Path) -> None:
+    from temporalio.exceptions import ApplicationError
+
+    from agent_worker.activities import check_storage_writable
+
+    (tmp_path / "a-file").write_text("")
+    storage = {"type": "shared_fs", "host_path": str(tmp_path / "a-file"), "storage_path": "x"}
+    with pytest.raises(ApplicationError) as raised:
+        check_storage_writable({"checkpoint_storage": storage}, "agent-7")
+    assert raised.value.non_retryable
+    assert raised.value.message == (
+        f"the checkpoint storage {tmp_path}/a-file/x is not writable on agent agent-7: "
+        "Not a directory")
+    check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
+                                                   "host_path": str(tmp_path / "new")}}, "a")
+    assert (tmp_path / "new").is_dir()

@@ -105,15 +105,28 @@ def test_broken_symlink_is_named(tmp_path: Path) -> None:
     assert caught.value.details == ["weights.pt: missing (a broken symbolic link?)"]
 
 
-def test_symlinked_file_sends_its_target(tmp_path: Path) -> None:
-    target = write(tmp_path.parent / f"{tmp_path.name}-outside.py", "shared = 1\n")
+def test_a_symlink_within_the_directory_sends_its_target(tmp_path: Path) -> None:
+    write(tmp_path / "train.py")
+    write(tmp_path / "lib" / "shared.py", "shared = 1\n")
+    (tmp_path / "shared.py").symlink_to(tmp_path / "lib" / "shared.py")
+
+    files = by_path(model_dir.package(tmp_path))
+
+    assert base64.b64decode(files["shared.py"]["content"]) == b"shared = 1\n"
+
+
+def test_a_symlink_out_of_the_directory_is_refused_naming_it(tmp_path: Path) -> None:
+    target = write(tmp_path.parent / f"{tmp_path.name}-outside.py", "secret = 1\n")
     model = tmp_path / "model"
     write(model / "train.py")
     (model / "shared.py").symlink_to(target)
 
-    files = by_path(model_dir.package(model))
+    with pytest.raises(model_dir.PackagingError) as caught:
+        model_dir.package(model)
 
-    assert base64.b64decode(files["shared.py"]["content"]) == b"shared = 1\n"
+    assert caught.value.details == [
+        f"shared.py: a symbolic link to {target.resolve()}, outside the model directory "
+        "(copy the file in, or list it in .epochalignore)"]
 
 
 def test_missing_directory(tmp_path: Path) -> None:

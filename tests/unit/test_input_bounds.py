@@ -109,3 +109,10 @@ async def test_an_unknown_name_costs_a_password_check(monkeypatch: pytest.Monkey
     monkeypatch.setattr(auth, "_hasher", Counting())
     assert await auth.password_matches(None, "secret-password", is_hashed=False) is False
     assert checked == [auth._NO_USER_HASH]
+
+
+def test_a_log_hyperparameter_of_base_one_is_refused() -> None:
+    error = refusal(VALID + "hyperparameters:\n  optim:\n    lr: {type: log, base: 1, "
+                    "minval: -4, maxval: -1}\n")
+    assert error.errors == ["hyperparameters.optim.lr.base: 1 makes every value 1 (1 to any "
+                            "power); use another base, such as 10"]
