@@ -2,7 +2,9 @@
 
 Lines are buffered and sent in batches every `flush_interval` seconds or every `batch_lines`
 lines, whichever comes first. A slow or absent master never blocks the trial: the buffer is
-bounded, and lines beyond it are dropped and counted; a warning line marks the gap.
+bounded. Past the bound the head (the oldest lines, still waiting) is kept and so is a tail of
+the newest lines, where a traceback would be; the middle is dropped and counted, and a warning
+line in its place says how many lines are missing.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class LogShipper:
         self._max_post_lines = max(max_post_lines, batch_lines)
         self._max_buffered = max_buffered
         self._buffer: collections.deque[dict[str, Any]] = collections.deque()
+        # While the buffer is over its bound: the newest lines (the oldest of them give way).
+        self._tail: collections.deque[dict[str, Any]] | None = None
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
@@ -74,22 +78,34 @@ class LogShipper:
 
     def add(self, stdtype: str, line: str) -> None:
         """Queue one line; never blocks."""
-        if len(self._buffer) >= self._max_buffered:
-            if not self._unreported_drops:
-                logger.warning("task %s: the master is not taking logs fast enough; dropping "
-                               "lines beyond %d buffered", self._ids["taskId"], self._max_buffered)
-            self.dropped += 1
-            self._unreported_drops += 1
+        entry = self._entry(stdtype, line)
+        if self._tail is None and len(self._buffer) < self._max_buffered:
+            self._buffer.append(entry)
+        else:
+            if self._tail is None:
+                logger.warning("task %s: the master is not taking logs fast enough; keeping the "
+                               "first %d and the last %d lines", self._ids["taskId"],
+                               len(self._buffer), self._max_buffered // 2)
+                self._tail = collections.deque(maxlen=max(self._max_buffered // 2, 1))
+            if len(self._tail) == self._tail.maxlen:
+                self.dropped += 1
+                self._unreported_drops += 1
+            self._tail.append(entry)
+        if len(self._buffer) >= self._batch_lines:
+            self._wake.set()
+
+    def _join_tail(self) -> None:
+        """Once the head is sent: the gap's warning line, then the tail."""
+        if self._tail is None:
             return
         if self._unreported_drops:
             self._buffer.append(self._entry(
                 "stderr",
-                f"[epochal agent] {self._unreported_drops} log lines were dropped: the master "
-                "did not take them fast enough", level="LOG_LEVEL_WARNING"))
+                f"[epochal agent] {self._unreported_drops} log lines were dropped here: the "
+                "master did not take them fast enough", level="LOG_LEVEL_WARNING"))
             self._unreported_drops = 0
-        self._buffer.append(self._entry(stdtype, line))
-        if len(self._buffer) >= self._batch_lines:
-            self._wake.set()
+        self._buffer.extend(self._tail)
+        self._tail = None
 
     def _entry(self, stdtype: str, line: str, level: str | None = None) -> dict[str, Any]:
         return {**self._ids, "timestamp": now_rfc3339(), "level": level or log_level(line),
@@ -97,7 +113,7 @@ class LogShipper:
 
     @property
     def pending(self) -> int:
-        return len(self._buffer)
+        return len(self._buffer) + len(self._tail or ())
 
     async def close(self, timeout: float = 30.0) -> None:
         """Send what is left, giving up (and saying so) after `timeout` seconds."""
@@ -111,7 +127,7 @@ class LogShipper:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             logger.warning("task %s: gave up shipping %d log lines to the master",
-                           self._ids["taskId"], len(self._buffer))
+                           self._ids["taskId"], self.pending)
 
     async def _run(self) -> None:
         failures = 0
@@ -120,6 +136,8 @@ class LogShipper:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self._flush_interval)
                 self._wake.clear()
+            if not self._buffer:
+                self._join_tail()
             if not self._buffer:
                 if self._closing:
                     return

@@ -71,14 +71,15 @@ async def test_shipper_flushes_on_its_interval_and_at_the_batch_size(
     await s.close(timeout=5)
 
 
-async def test_shipper_drops_beyond_its_bound_and_says_so(
+async def test_shipper_keeps_the_head_and_the_tail_beyond_its_bound(
         master: FakeMaster, http: httpx.AsyncClient) -> None:
+    """A flood keeps its first lines and its last (where a traceback is); the middle goes."""
     master.fail_log_posts = 1_000_000  # the master is not taking logs
     s = shipper(master.url, http, max_buffered=10)
     s.start()
     for i in range(25):
         s.add("stdout", f"line {i}")  # never blocks
-    assert s.dropped == 15 and s.pending == 10
+    assert s.dropped == 10 and s.pending == 15
     master.fail_log_posts = 0
     for _ in range(200):
         if s.pending == 0:
@@ -88,9 +89,9 @@ async def test_shipper_drops_beyond_its_bound_and_says_so(
     await s.close(timeout=5)
     lines = master.log_lines()
     assert lines[:10] == [f"line {i}" for i in range(10)]
-    assert "15 log lines were dropped" in lines[10]
+    assert "10 log lines were dropped here" in lines[10]
     assert master.logs[10]["level"] == "LOG_LEVEL_WARNING"
-    assert lines[11:] == ["after"]
+    assert lines[11:] == [f"line {i}" for i in range(20, 25)] + ["after"]
 
 
 async def test_shipper_gives_up_at_close_when_the_master_is_away(
