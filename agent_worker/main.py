@@ -36,6 +36,7 @@ from agent_worker.activities import AgentActivities
 from agent_worker.liveness import Liveness
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration
+from agent_worker.run_cgroups import RunCgroups
 from agent_worker.runtime import Runtime
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
@@ -156,10 +157,11 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
                              pull_policy=config.image_pull)
     if choice != "process":
         raise ValueError(f"unknown runtime {choice!r}; use one of {', '.join(RUNTIMES)}")
+    cgroups = RunCgroups.for_agent(config.agent_id, config.work_dir)
     if config.task_env is None:
-        return ProcessRuntime()
+        return ProcessRuntime(cgroups=cgroups)
     logger.info("trials run in %s", config.task_env.describe())
-    return ProcessRuntime(task_env=config.task_env,
+    return ProcessRuntime(task_env=config.task_env, cgroups=cgroups,
                           harness_path=HarnessPath.prepare(config.work_dir))
 
 

@@ -38,6 +38,7 @@ from agent_worker.determined_env import (
     determined_model_dir,
 )
 from agent_worker.logs import pump_lines
+from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
 from agent_worker.task_env import HarnessPath, TaskEnvironment
 
@@ -162,6 +163,7 @@ class ProcessRuntime(Runtime):
         output_drain_timeout: float = 5.0,
         task_env: TaskEnvironment | None = None,
         harness_path: HarnessPath | None = None,
+        cgroups: RunCgroups | None = None,
     ) -> None:
         self.kill_grace_seconds = (
             kill_grace_from_env() if kill_grace_seconds is None else kill_grace_seconds)
@@ -170,6 +172,7 @@ class ProcessRuntime(Runtime):
             raise ValueError("a task environment needs the harness path (HarnessPath.prepare)")
         self.task_env = task_env
         self.harness_path = harness_path
+        self.cgroups = cgroups or RunCgroups(None)
         # The interpreter's bin first on PATH (not resolved: a venv's bin/python is a symlink).
         self.python_bin_dir = (task_env.prefix / "bin" if task_env is not None
                                else python_bin_dir or Path(sys.executable).parent)
@@ -183,20 +186,29 @@ class ProcessRuntime(Runtime):
                            "by the process runtime will not find %s nor %s",
                            DETERMINED_INFO_DIR, DETERMINED_MODEL_DIR)
 
+    async def startup(self) -> None:
+        """Kill what runs of this agent's previous start left (after a crash)."""
+        await asyncio.to_thread(self.cgroups.sweep)
+
     def describe_environment(self) -> str:
         if self.task_env is not None:
             return self.task_env.describe()
         return f"the agent's own environment (python3 = {self.python_bin_dir / 'python3'})"
 
-    def command(self, launch: TrialLaunch) -> list[str]:
-        """The argv that runs the entrypoint (in a mount namespace of its own when possible)."""
+    def command(self, launch: TrialLaunch, cgroup: Path | None = None) -> list[str]:
+        """The argv that runs the entrypoint: in `cgroup` when given, in a mount namespace of
+        its own when possible."""
         info_dir = determined_info_dir(launch.run_dir)
         model_dir = determined_model_dir(launch.run_dir)
         if not self.private_mounts or not info_dir.is_dir():
-            return ["/bin/sh", "-c", launch.entrypoint]
-        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-                _MOUNT_THEN_RUN, "epochal-trial", str(info_dir), DETERMINED_INFO_DIR,
-                str(model_dir), DETERMINED_MODEL_DIR, launch.entrypoint]
+            argv = ["/bin/sh", "-c", launch.entrypoint]
+        else:
+            argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+                    _MOUNT_THEN_RUN, "epochal-trial", str(info_dir), DETERMINED_INFO_DIR,
+                    str(model_dir), DETERMINED_MODEL_DIR, launch.entrypoint]
+        if cgroup is None:
+            return argv
+        return ["/bin/sh", "-c", JOIN_THEN_RUN, "epochal-join", str(cgroup), *argv]
 
     def environment(self, launch: TrialLaunch) -> dict[str, str]:
         """The agent's variables trials may see, the launch's, and PATH/PYTHONPATH put first.
@@ -219,9 +231,25 @@ class ProcessRuntime(Runtime):
     async def run(
         self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]
     ) -> ExitStatus:
+        inp = launch.input
+        cgroup = await asyncio.to_thread(
+            self.cgroups.create, f"trial-{inp.trial_id}-run-{inp.run_id}")
+        try:
+            return await self._run(launch, logs, heartbeat, cgroup)
+        finally:
+            # Whatever the run started and left behind, setsid grandchildren included.
+            left = await uninterruptible(asyncio.to_thread(self.cgroups.kill, cgroup))
+            if left:
+                logger.info("trial %s run %s: killed %d processes it left behind",
+                            inp.trial_id, inp.run_id, left)
+
+    async def _run(
+        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None],
+        cgroup: Path | None,
+    ) -> ExitStatus:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.command(launch),
+                *self.command(launch, cgroup),
                 cwd=launch.run_dir,
                 env=self.environment(launch),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -246,20 +274,22 @@ class ProcessRuntime(Runtime):
             while True:
                 heartbeat()
                 done, _ = await asyncio.wait({waiter}, timeout=self.heartbeat_interval)
-                if done:
+                # Exited, though what it started may still hold its output open.
+                if done or proc.returncode is not None:
                     break
         except asyncio.CancelledError:
             logger.info("trial %s run %s: cancelled; stopping process group %s",
                         launch.input.trial_id, launch.input.run_id, pgid)
             await uninterruptible(self._stop_group(pgid, waiter))
+            await uninterruptible(self._settle(proc, waiter, cgroup))
             await uninterruptible(self._drain(readers))
             raise
-        code = waiter.result()
         # The entrypoint is done; anything it left behind in its group goes with it.
         if await asyncio.to_thread(group_alive, pgid):
             logger.info("trial %s run %s: killing what the entrypoint left running",
                         launch.input.trial_id, launch.input.run_id)
             _signal_group(pgid, signal.SIGKILL)
+        code = await self._settle(proc, waiter, cgroup)
         await self._drain(readers)
         missing = stderr_tail.missing_module() if code != 0 else None
         if missing is not None:
@@ -280,7 +310,23 @@ class ProcessRuntime(Runtime):
                 if waiter.done() and not await asyncio.to_thread(group_alive, pgid):
                     break
         await self._kill_group(pgid)
-        await waiter
+
+    async def _settle(self, proc: asyncio.subprocess.Process, waiter: asyncio.Task[int],
+                      cgroup: Path | None) -> int:
+        """The entrypoint's exit code, once what it left behind in its cgroup is gone too.
+
+        A process that left the group (`setsid`) may hold the output pipes open, and asyncio
+        reports the exit only once they close: past the drain timeout, they are closed here.
+        """
+        await asyncio.to_thread(self.cgroups.kill, cgroup)
+        _, pending = await asyncio.wait({waiter}, timeout=self.output_drain_timeout)
+        if pending:
+            logger.warning("a process that left the run's group holds its output open; "
+                           "closing it")
+            transport = getattr(proc, "_transport", None)
+            if transport is not None:
+                transport.close()
+        return await waiter
 
     async def _kill_group(self, pgid: int) -> None:
         """SIGKILL what is left of the group and wait (a little) for it to be gone."""
