@@ -18,6 +18,7 @@ from activities.checkpoint_gc import (
     RetentionPolicy,
     StoredCheckpoint,
     UnsafeCheckpointPath,
+    checkpoint_dir_inside,
     checkpoints_to_keep,
     delete_checkpoint_files,
 )
@@ -223,24 +224,30 @@ class ExperimentStore:
             for r in rows
         ]
         keep = checkpoints_to_keep(stored, policy)
-        dropped = []
+        host_path = storage.get("host_path", "")
+        candidates = []
         for row in rows:
             if row["uuid"] in keep:
                 continue
             try:
-                await asyncio.to_thread(
-                    delete_checkpoint_files, row["storage_path"], storage.get("host_path", "")
-                )
+                checkpoint_dir_inside(row["storage_path"], host_path)
             except UnsafeCheckpointPath as err:
                 activity.logger.error("checkpoint %s kept: %s", row["uuid"], err)
                 continue
-            dropped.append(row)
+            candidates.append(row["uuid"])
         async with self._pool.acquire() as conn, conn.transaction():
-            if dropped:
-                await conn.execute(
-                    "UPDATE checkpoints SET state = 'DELETED' WHERE uuid = ANY($1::uuid[])",
-                    [r["uuid"] for r in dropped],
-                )
+            # Lock the rows, then look for model versions in a later statement (a fresh
+            # snapshot): a registration that locked a row first is seen here, one that comes
+            # after finds the checkpoint DELETED (api/routes/models.py, register_version).
+            await conn.execute(
+                "SELECT 1 FROM checkpoints WHERE uuid = ANY($1::uuid[]) FOR UPDATE", candidates
+            )
+            await conn.execute(
+                "UPDATE checkpoints c SET state = 'DELETED' WHERE uuid = ANY($1::uuid[])"
+                " AND state = 'COMPLETED' AND NOT EXISTS"
+                " (SELECT 1 FROM model_versions v WHERE v.checkpoint_uuid = c.uuid)",
+                candidates,
+            )
             await conn.execute(
                 "UPDATE experiments SET state = $2, best_trial_id = $3,"
                 " end_time = coalesce(end_time, now()),"
@@ -250,6 +257,18 @@ class ExperimentStore:
                 inp.state,
                 best_trial_id,
             )
+        # Files go after the rows say DELETED, so a retry after a crash finishes the job.
+        deleted = [] if not host_path else await self._pool.fetch(
+            "SELECT c.uuid::text AS uuid, c.storage_path FROM checkpoints c"
+            " JOIN trials t ON t.id = c.trial_id"
+            " WHERE t.experiment_id = $1 AND c.state = 'DELETED'",
+            inp.experiment_id,
+        )
+        for row in deleted:
+            try:
+                await asyncio.to_thread(delete_checkpoint_files, row["storage_path"], host_path)
+            except UnsafeCheckpointPath as err:
+                activity.logger.error("checkpoint %s files kept: %s", row["uuid"], err)
         return best_trial_id
 
     def all(self) -> list[Callable[..., Any]]:

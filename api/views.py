@@ -363,7 +363,8 @@ def checkpoint_json(row: asyncpg.Record, searcher_metric: str | None = None) -> 
         "allocationId": row["allocation_id"],
         "reportTime": rfc3339(row["report_time"]),
         "resources": row["resources"] or {},
-        "metadata": row["metadata"] or {},
+        # Determined's checkpoints always carry their step here; `det model` tables read it.
+        "metadata": {"steps_completed": row["steps_completed"], **(row["metadata"] or {})},
         "state": state_name(row["state"]),
         "storagePath": row["storage_path"],
         "training": {

@@ -13,7 +13,18 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from cli import agent, checkpoint, cluster, experiment, image, scheduling, trial, user, workspace
+from cli import (
+    agent,
+    checkpoint,
+    cluster,
+    experiment,
+    image,
+    model,
+    scheduling,
+    trial,
+    user,
+    workspace,
+)
 from cli.client import CliError, resolve_master
 
 
@@ -80,6 +91,7 @@ app.add_typer(user.app, name="user")
 app.add_typer(workspace.workspace_app, name="workspace")
 app.add_typer(workspace.project_app, name="project")
 app.add_typer(workspace.template_app, name="template")
+app.add_typer(model.app, name="model")
 
 master_app = typer.Typer(help="Run the master.", no_args_is_help=True)
 app.add_typer(master_app, name="master")

@@ -25,7 +25,7 @@ MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css"}
 NO_CACHE = {"Cache-Control": "no-cache"}
 
 _HEADER = """<header class="top"><a class="brand" href="/">Epochal</a>
-<nav><a href="/">Experiments</a><a href="/cluster">Cluster</a></nav>
+<nav><a href="/">Experiments</a><a href="/models">Models</a><a href="/cluster">Cluster</a></nav>
 <span id="whoami"></span><a href="/login" id="logout">Log out</a></header>"""
 
 _LOGIN_FORM = """<form id="login-form" class="login" autocomplete="on">
@@ -77,6 +77,16 @@ async def experiment_page(experiment_id: int) -> HTMLResponse:
 @router.get("/trials/{trial_id}", response_class=HTMLResponse)
 async def trial_page(trial_id: int) -> HTMLResponse:
     return _app_page(f"Trial {trial_id}", "trial.js", trial_id)
+
+
+@router.get("/models", response_class=HTMLResponse)
+async def models_page() -> HTMLResponse:
+    return _app_page("Models", "models.js")
+
+
+@router.get("/models/{model_id}", response_class=HTMLResponse)
+async def model_page(model_id: int) -> HTMLResponse:
+    return _app_page(f"Model {model_id}", "model.js", model_id)
 
 
 @router.get("/cluster", response_class=HTMLResponse)

@@ -24,6 +24,7 @@ from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
+from api.routes import models
 from api.routes.agents import signal_pool
 from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
@@ -499,12 +500,18 @@ async def unarchive_experiment(
 async def delete_experiment(experiment_id: int, request: Request, pool: Pool) -> dict[str, Any]:
     """Delete an ended experiment: its checkpoint directories (only inside the storage's
     host_path, as the retention GC deletes them), then its rows (trials, metrics, logs and
-    checkpoints go with it)."""
+    checkpoints go with it). One with checkpoints registered as model versions is refused, as
+    in Determined."""
     await auth.require_owner(request, experiment_id, "delete")
     row = await _experiment_row(pool, experiment_id)
     if row["state"] not in views.TERMINAL_STATES:
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: kill or cancel it"
                        " and wait for it to end before deleting it")
+    registered = await models.registered_versions(pool, experiment_id)
+    if registered:
+        raise ApiError(409, f"experiment {experiment_id} has checkpoints registered as model"
+                            f" versions ({', '.join(registered[:10])}): delete those versions"
+                            " first")
     host_path = (row["config"].get("checkpoint_storage") or {}).get("host_path") or ""
     paths = await pool.fetch(
         "SELECT c.storage_path FROM checkpoints c JOIN trials t ON t.id = c.trial_id"

@@ -343,12 +343,18 @@ for _kind, _table in (("workspace", "workspaces"), ("project", "projects")):
 
 
 async def _delete(pool: Pool, kind: str, row: Any) -> dict[str, Any]:
-    """Experiments are never deleted along: a workspace or project that holds any is refused
-    (move or delete them first)."""
+    """Experiments and models are never deleted along: a workspace or project that holds any is
+    refused (move or delete them first)."""
     _mutable(kind, row)
     if row["num_experiments"]:
         raise ApiError(409, f"{kind} {row['name']!r} holds {row['num_experiments']}"
                        " experiments: move or delete them first")
+    if kind == "workspace":
+        holds = await pool.fetchval("SELECT count(*) FROM models WHERE workspace_id = $1",
+                                    row["id"])
+        if holds:
+            raise ApiError(409, f"workspace {row['name']!r} holds {holds} models in the model"
+                                " registry: move or delete them first")
     await pool.execute(f"DELETE FROM {kind}s WHERE id = $1", row["id"])
     return {"completed": True}
 

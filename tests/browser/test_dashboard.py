@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium against a live cluster running a real two-trial grid:
 log in, list, learning curves, trials table, hyperparameter scatter, pause and activate, a
-trial's live logs and checkpoints, the cluster page, and the experiment followed live to its end.
+trial's live logs and checkpoints, the cluster page, the experiment followed live to its end,
+and the model registry's pages.
 
 Tests run in file order on one experiment (pause/activate before it completes). A screenshot
 of every page goes to test-artifacts/screenshots/.
@@ -221,6 +222,39 @@ def test_experiment_page_follows_the_experiment_to_its_end(
     row = page.locator(f"tr.experiment-row[data-id='{experiment_id}']")
     expect(row.locator(".state")).to_have_text("COMPLETED")
     expect(row).to_contain_text("validation_loss")
+    page.close()
+
+
+def test_models_page_creates_a_model_and_registers_a_checkpoint(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    trials = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"]
+    checkpoints = api_get(cluster, f"/api/v1/trials/{trials[0]['id']}/checkpoints")["checkpoints"]
+    uuid = next(c["uuid"] for c in checkpoints if c["state"] == "STATE_COMPLETED")
+    page = logged_in.new_page()
+    page.goto("/models")
+    page.fill("#model-name", "browser-model")
+    page.fill("#model-description", "made in the dashboard")
+    page.click("#create-model button[type=submit]")
+    expect(page).to_have_url(re.compile(r"/models/\d+$"))
+    expect(page.locator("#model-header h1")).to_have_text("Model browser-model")
+
+    page.fill("#checkpoint-uuid", "not-a-uuid")
+    page.click("#register-version button[type=submit]")
+    expect(page.locator("#register-version .error")).to_contain_text("checkpointUuid")
+    page.fill("#checkpoint-uuid", uuid)
+    page.fill("#version-comment", "from the browser")
+    page.click("#register-version button[type=submit]")
+    row = page.locator("tr.version-row[data-version='1']")
+    expect(row).to_contain_text(uuid)
+    expect(row).to_contain_text("from the browser")
+    expect(row.locator(f"a[href='/trials/{trials[0]['id']}']")).to_be_visible()
+    screenshot(page, "model")
+
+    page.goto("/models")
+    listed = page.locator("tr.model-row", has_text="browser-model")
+    expect(listed).to_contain_text("made in the dashboard")
+    expect(listed.locator("td.num")).to_have_text("1")
     page.close()
 
 

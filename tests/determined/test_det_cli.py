@@ -616,3 +616,52 @@ def test_epochal_cli_workspaces_templates_scheduling_and_fork(
     assert listed[child.group(1)][4] == "COMPLETED"
     cluster.run("template", "remove", "epochal-tpl")
     assert "epochal-tpl" not in cluster.run("template", "list").stdout
+
+
+def test_model_registry_with_det_and_epochal(
+    det: Det, cluster: Cluster, finished: Finished
+) -> None:
+    """`det model create/list/describe/register-version/list-versions/delete` with Determined's
+    columns, `epochal model ...` over the same registry, and a registered checkpoint keeping its
+    experiment from deletion."""
+    checkpoints = det.rows("experiment", "list-checkpoints", str(finished.experiment_id))
+    (uuid,) = [r[4] for r in checkpoints if r[2] == "COMPLETED"]
+    created = det.run("model", "create", "det-digits", "--description", "digits classifier")
+    assert header(created.stdout) == ["ID", "Name", "Description", "Workspace ID",
+                                      "Creation Time", "Last Updated Time", "Metadata"]
+    assert table_rows(created.stdout)[0][1:4] == ["det-digits", "digits classifier", "1"]
+    twice = det.run("model", "create", "det-digits", check=False)
+    assert twice.returncode != 0 and "already exists" in twice.stdout + twice.stderr
+    assert "Traceback" not in twice.stderr
+    listed = det.run("model", "list").stdout
+    assert header(listed) == ["ID", "Name", "Workspace ID", "Creation Time",
+                              "Last Updated Time", "Metadata"]
+    assert "det-digits" in [r[1] for r in table_rows(listed)]
+
+    registered = det.run("model", "register-version", "det-digits", uuid).stdout
+    versions = registered.split("\n\n")[-1]
+    assert header(versions) == ["Version #", "Trial ID", "Batch #", "Checkpoint UUID",
+                                "Validation Metrics", "Metadata"]
+    assert table_rows(versions)[0][:4] == ["1", str(finished.trial_id), "300", uuid]
+    assert table_rows(det.run("model", "list-versions", "det-digits").stdout.split("\n\n")[-1])[
+        0][:4] == ["1", str(finished.trial_id), "300", uuid]
+    described = det.run("model", "describe", "det-digits").stdout
+    assert table_rows(described.split("\n\n")[-1])[0][3] == uuid
+
+    # The same registry through `epochal`.
+    assert "det-digits" in cluster.run("model", "list").stdout
+    again = cluster.json("model", "register-version", "det-digits", uuid, "--comment", "twice")
+    assert (again["version"], again["comment"]) == (2, "twice")
+    shown = cluster.json("model", "describe", "det-digits")
+    assert [v["version"] for v in shown["modelVersions"]] == [1, 2]
+    assert shown["modelVersions"][0]["checkpoint"]["uuid"] == uuid
+    cluster.run("model", "delete-version", "det-digits", "2")
+
+    kept = det.run("experiment", "delete", "--yes", str(finished.experiment_id), check=False)
+    assert kept.returncode != 0 and "det-digits:1" in kept.stdout + kept.stderr
+    assert "Traceback" not in kept.stderr
+    det.run("workspace", "create", "det-models")
+    det.run("model", "move", "det-digits", "-w", "det-models")
+    assert [r[1] for r in det.rows("model", "list", "-w", "det-models")] == ["det-digits"]
+    det.run("model", "delete", "det-digits")
+    assert "det-digits" not in [r[1] for r in det.rows("model", "list")]

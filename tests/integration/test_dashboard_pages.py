@@ -10,7 +10,8 @@ from tests.master_fixtures import LiveMaster
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PAGES = {"/login": "login.js", "/": "experiments.js", "/experiments/7": "experiment.js",
-         "/trials/9": "trial.js", "/cluster": "cluster.js"}
+         "/trials/9": "trial.js", "/cluster": "cluster.js", "/models": "models.js",
+         "/models/3": "model.js"}
 
 
 async def test_pages_load_without_a_token_and_name_their_script(live_master: LiveMaster) -> None:

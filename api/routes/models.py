@@ -1,0 +1,496 @@
+"""The model registry (`det model ...`): named models whose numbered versions are checkpoints.
+
+Determined's routes and shapes (v1Model, v1ModelVersion). A model is named in paths by its name
+or, when the path segment is all digits, by its id (names may not be all digits, as in
+Determined). Registering a checkpoint keeps it: checkpoint GC skips it and its experiment cannot
+be deleted while a version points at it (activities/experiment_store.py, api/routes/experiments.py).
+Anyone logged in reads and creates models; only a model's owner or an admin changes or deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid as uuidlib
+from typing import Annotated, Any
+
+import asyncpg
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+
+from api import auth, views
+from api.deps import Pool
+from api.errors import ApiError, not_found
+from workflows.expconf import MAX_CONFIG_DEPTH
+
+router = APIRouter(prefix="/api/v1", tags=["models"])
+
+NAME_MAX = 255
+TEXT_MAX = 65_536  # description, notes, comment
+LABELS_MAX = 100
+METADATA_MAX_BYTES = 65_536
+PAGE_MAX = 1_000
+
+_MODEL_SELECT = """
+SELECT m.*, coalesce((SELECT id FROM users WHERE username = m.owner), 0) AS user_id,
+       (SELECT count(*) FROM model_versions v WHERE v.model_id = m.id) AS num_versions
+FROM models m
+"""
+_MODEL_SORTS = {
+    "SORT_BY_UNSPECIFIED": "m.updated_at", "SORT_BY_NAME": "m.name",
+    "SORT_BY_DESCRIPTION": "m.description", "SORT_BY_CREATION_TIME": "m.created_at",
+    "SORT_BY_LAST_UPDATED_TIME": "m.updated_at", "SORT_BY_NUM_VERSIONS": "num_versions",
+    "SORT_BY_WORKSPACE": "m.workspace_id",
+}
+_VERSION_SORTS = {"SORT_BY_UNSPECIFIED": "version", "SORT_BY_VERSION": "version",
+                  "SORT_BY_CREATION_TIME": "created_at"}
+
+
+# -- shapes ----------------------------------------------------------------------------------
+
+def model_json(row: asyncpg.Record) -> dict[str, Any]:
+    """Determined's v1Model."""
+    return {
+        "id": row["id"], "name": row["name"], "description": row["description"],
+        "notes": row["notes"], "metadata": row["metadata"], "labels": list(row["labels"]),
+        "creationTime": views.rfc3339(row["created_at"]),
+        "lastUpdatedTime": views.rfc3339(row["updated_at"]),
+        "numVersions": row["num_versions"], "username": row["owner"], "userId": row["user_id"],
+        "archived": row["archived"], "workspaceId": row["workspace_id"],
+    }
+
+
+def version_json(row: asyncpg.Record, model: dict[str, Any],
+                 checkpoint: dict[str, Any]) -> dict[str, Any]:
+    """Determined's v1ModelVersion."""
+    return {
+        "id": row["id"], "version": row["version"], "model": model, "checkpoint": checkpoint,
+        "name": row["name"], "comment": row["comment"], "notes": row["notes"],
+        "metadata": row["metadata"], "labels": list(row["labels"]),
+        "creationTime": views.rfc3339(row["created_at"]),
+        "lastUpdatedTime": views.rfc3339(row["updated_at"]),
+        "username": row["owner"], "userId": row["user_id"],
+    }
+
+
+async def _versions_json(conn: asyncpg.Pool | asyncpg.Connection, model: asyncpg.Record,
+                         rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
+    """Each version with its model and its checkpoint (one query for all the checkpoints)."""
+    found = await conn.fetch(views.CHECKPOINT_SELECT + " WHERE c.uuid = ANY($1::uuid[])",
+                             [r["checkpoint_uuid"] for r in rows])
+    checkpoints = {r["uuid"]: views.checkpoint_json(r, r["searcher_metric"]) for r in found}
+    shown = model_json(model)
+    return [version_json(r, shown, checkpoints[str(r["checkpoint_uuid"])]) for r in rows]
+
+
+# -- lookups and checks ----------------------------------------------------------------------
+
+async def fetch_model(conn: asyncpg.Pool | asyncpg.Connection, identifier: str,
+                      *, lock: bool = False) -> asyncpg.Record:
+    """A model by name, or by id when `identifier` is all digits (Determined's rule)."""
+    column = "m.id = $1::text::int" if identifier.isdigit() else "m.name = $1"
+    row = await conn.fetchrow(f"{_MODEL_SELECT} WHERE {column}{' FOR UPDATE OF m' if lock else ''}",
+                              identifier)
+    if row is None:
+        raise not_found("model", repr(identifier))
+    return row
+
+
+async def _fetch_version_row(conn: asyncpg.Pool | asyncpg.Connection, model: asyncpg.Record,
+                             number: int) -> asyncpg.Record:
+    row = await conn.fetchrow(
+        "SELECT v.*, coalesce((SELECT id FROM users WHERE username = v.owner), 0) AS user_id"
+        " FROM model_versions v WHERE v.model_id = $1 AND v.version = $2", model["id"], number)
+    if row is None:
+        raise not_found(f"version {number} of model", repr(model["name"]))
+    return row
+
+
+def _may_change(request: Request, model: asyncpg.Record, action: str) -> str:
+    """The caller's name, if they own the model or are an admin."""
+    principal = auth.require_user(auth.current(request), action)
+    if not principal.admin and principal.username != model["owner"]:
+        raise ApiError(403, f"user {principal.username} may not {action} model"
+                            f" {model['name']!r}, which belongs to {model['owner']}")
+    return str(principal.username)
+
+
+def _check_name(name: str | None) -> str:
+    """Determined's rules: not blank, no double spaces or slashes, not all digits."""
+    name = name or ""
+    problem = ("must not be blank" if not name.strip() else
+               f"at most {NAME_MAX} characters" if len(name) > NAME_MAX else
+               "must not contain two spaces in a row" if "  " in name else
+               "must not contain slashes" if "/" in name or "\\" in name else
+               "must not be only digits (those name models by id)" if name.isdigit() else
+               "must not contain control characters" if re.search(r"[\x00-\x1f\x7f]", name)
+               else None)
+    if problem:
+        raise ApiError(400, "bad model name", [f"name: {problem}, got {name[:80]!r}"])
+    return name
+
+
+def _check_text(field: str, value: str | None) -> str | None:
+    if value is not None and (len(value) > TEXT_MAX or "\x00" in value):
+        raise ApiError(400, f"bad {field}",
+                       [f"{field}: at most {TEXT_MAX} characters, without NUL characters"])
+    return value
+
+
+def _check_labels(labels: list[str] | None) -> list[str] | None:
+    if labels is None:
+        return None
+    if len(labels) > LABELS_MAX:
+        raise ApiError(400, "too many labels", [f"labels: at most {LABELS_MAX}, got {len(labels)}"])
+    for label in labels:
+        if not label or len(label) > NAME_MAX or "\x00" in label:
+            raise ApiError(400, "bad label",
+                           [f"labels: each 1 to {NAME_MAX} characters, got {label[:80]!r}"])
+    return list(dict.fromkeys(labels))
+
+
+def _depth(value: Any) -> int:
+    """How deeply `value` nests, without recursion (metadata comes from users)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        children = item.values() if isinstance(item, dict) else item if isinstance(
+            item, list) else ()
+        stack.extend((child, level + 1) for child in children)
+    return deepest
+
+
+def _check_metadata(metadata: Any) -> dict[str, Any] | None:
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise ApiError(400, "bad metadata",
+                       [f"metadata: a mapping expected, got {type(metadata).__name__}"])
+    if _depth(metadata) > MAX_CONFIG_DEPTH:
+        raise ApiError(400, "bad metadata",
+                       [f"metadata: nested deeper than {MAX_CONFIG_DEPTH} levels"])
+    text = json.dumps(metadata)
+    if len(text) > METADATA_MAX_BYTES or "\\u0000" in text:
+        raise ApiError(400, "bad metadata", [f"metadata: at most {METADATA_MAX_BYTES} bytes of"
+                                             f" JSON without NUL characters, got {len(text)}"])
+    return metadata
+
+
+async def _workspace_id(conn: asyncpg.Pool | asyncpg.Connection, workspace_id: int | None,
+                        workspace_name: str | None) -> int | None:
+    """The workspace a request names by id or by name; None when it names none."""
+    if workspace_id:
+        if await conn.fetchval("SELECT 1 FROM workspaces WHERE id = $1", workspace_id) is None:
+            raise ApiError(400, f"workspace {workspace_id} not found",
+                           [f"workspaceId: no workspace has id {workspace_id}"])
+        return workspace_id
+    if workspace_name:
+        found = await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace_name)
+        if found is None:
+            raise ApiError(400, f"workspace {workspace_name!r} not found",
+                           [f"workspaceName: no workspace is named {workspace_name!r}"])
+        return int(found)
+    return None
+
+
+def _order(order_by: str) -> str:
+    return "DESC" if order_by == "ORDER_BY_DESC" else "ASC"
+
+
+def _page_size(limit: int) -> int:
+    """A page's size: what the client asks (0 is "all"), at most PAGE_MAX."""
+    return min(limit or PAGE_MAX, PAGE_MAX)
+
+
+# -- models ----------------------------------------------------------------------------------
+
+class ModelBody(BaseModel):
+    """Determined's v1PostModelRequest and v1PatchModel (every field optional in a patch)."""
+
+    name: str | None = None
+    description: str | None = None
+    notes: str | None = None
+    metadata: Any = None
+    labels: list[str] | None = None
+    workspaceId: int | None = None
+    workspaceName: str | None = None
+
+
+@router.get("/models")
+async def list_models(
+    pool: Pool,
+    name: str | None = None,
+    description: str | None = None,
+    id: int | None = None,  # noqa: A002 (Determined's name)
+    archived: bool | None = None,
+    labels: Annotated[list[str] | None, Query()] = None,
+    users: Annotated[list[str] | None, Query()] = None,
+    userIds: Annotated[list[int] | None, Query()] = None,  # noqa: N803 (Determined's names)
+    workspaceIds: Annotated[list[int] | None, Query()] = None,  # noqa: N803
+    workspaceNames: Annotated[list[str] | None, Query()] = None,  # noqa: N803
+    sortBy: str = "SORT_BY_UNSPECIFIED",  # noqa: N803
+    orderBy: str = "ORDER_BY_UNSPECIFIED",  # noqa: N803
+    offset: int = Query(0, ge=0),
+    limit: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's GetModels; `name` and `description` match case-insensitive substrings, and
+    a page holds at most 1,000 models (the client pages on `endIndex` and `total`)."""
+    sort = _MODEL_SORTS.get(sortBy)
+    if sort is None:
+        raise ApiError(400, "bad sortBy", [f"sortBy: one of {', '.join(_MODEL_SORTS)}"])
+    where = (
+        " WHERE ($1::text IS NULL OR strpos(lower(m.name), lower($1)) > 0)"
+        " AND ($2::text IS NULL OR strpos(lower(m.description), lower($2)) > 0)"
+        " AND ($3::int IS NULL OR m.id = $3) AND ($4::bool IS NULL OR m.archived = $4)"
+        " AND ($5::text[] IS NULL OR m.labels @> $5)"
+        " AND ($6::text[] IS NULL OR m.owner = ANY($6)"
+        "      OR m.owner IN (SELECT username FROM users WHERE id = ANY($7)))"
+        " AND ($8::int[] IS NULL OR m.workspace_id = ANY($8)"
+        "      OR m.workspace_id IN (SELECT id FROM workspaces WHERE name = ANY($9)))"
+    )
+    people = users or ([] if userIds else None)
+    places = workspaceIds or ([] if workspaceNames else None)
+    args = (name or None, description or None, id, archived, labels or None, people,
+            userIds or [], places, workspaceNames or [])
+    total = await pool.fetchval("SELECT count(*) FROM models m" + where, *args)
+    shown = _page_size(limit)
+    rows = await pool.fetch(
+        f"{_MODEL_SELECT}{where} ORDER BY {sort} {_order(orderBy)}, m.id"
+        f" LIMIT {shown} OFFSET $10", *args, offset)
+    return {"models": [model_json(r) for r in rows],
+            "pagination": views.pagination(offset, shown, len(rows), total)}
+
+
+@router.get("/model/labels")
+async def model_labels(pool: Pool, workspaceId: int | None = None) -> dict[str, Any]:  # noqa: N803
+    """Determined's GetModelLabels: every label in use, most used first."""
+    rows = await pool.fetch(
+        "SELECT label FROM models, unnest(labels) AS label"
+        " WHERE $1::int IS NULL OR workspace_id = $1"
+        " GROUP BY label ORDER BY count(*) DESC, label LIMIT 10000", workspaceId)
+    return {"labels": [r["label"] for r in rows]}
+
+
+@router.post("/models")
+async def create_model(body: ModelBody, request: Request, pool: Pool) -> dict[str, Any]:
+    principal = auth.require_user(auth.current(request), "create models")
+    name = _check_name(body.name)
+    workspace = await _workspace_id(pool, body.workspaceId, body.workspaceName)
+    try:
+        row = await pool.fetchrow(
+            "INSERT INTO models (name, description, notes, metadata, labels, owner, workspace_id)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
+            name, _check_text("description", body.description) or "",
+            _check_text("notes", body.notes) or "", _check_metadata(body.metadata) or {},
+            _check_labels(body.labels) or [], principal.username,
+            workspace or views.DEFAULT_PROJECT_ID)
+    except asyncpg.UniqueViolationError:
+        raise ApiError(409, f"a model named {name!r} already exists",
+                       ["name: model names are unique (case-sensitive)"]) from None
+    return {"model": model_json(await fetch_model(pool, str(row["id"])))}
+
+
+@router.get("/models/{model_name}")
+async def get_model(model_name: str, pool: Pool) -> dict[str, Any]:
+    return {"model": model_json(await fetch_model(pool, model_name))}
+
+
+@router.patch("/models/{model_name}")
+async def patch_model(
+    model_name: str, body: ModelBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Determined's PatchModel: the fields the body has replace the model's."""
+    model = await fetch_model(pool, model_name)
+    _may_change(request, model, "change")
+    name = _check_name(body.name) if body.name is not None else None
+    workspace = await _workspace_id(pool, body.workspaceId, body.workspaceName)
+    try:
+        await pool.execute(
+            "UPDATE models SET name = coalesce($2, name),"
+            " description = coalesce($3, description), notes = coalesce($4, notes),"
+            " metadata = coalesce($5, metadata), labels = coalesce($6, labels),"
+            " workspace_id = coalesce($7, workspace_id), updated_at = now() WHERE id = $1",
+            model["id"], name, _check_text("description", body.description),
+            _check_text("notes", body.notes), _check_metadata(body.metadata),
+            _check_labels(body.labels), workspace)
+    except asyncpg.UniqueViolationError:
+        raise ApiError(409, f"a model named {name!r} already exists",
+                       ["name: model names are unique (case-sensitive)"]) from None
+    return {"model": model_json(await fetch_model(pool, str(model["id"])))}
+
+
+class MoveModelBody(BaseModel):
+    destinationWorkspaceId: int
+    modelName: str | None = None
+
+
+@router.post("/models/{model_name}/move")
+async def move_model(
+    model_name: str, body: MoveModelBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    model = await fetch_model(pool, model_name)
+    _may_change(request, model, "move")
+    workspace = await _workspace_id(pool, body.destinationWorkspaceId, None)
+    await pool.execute("UPDATE models SET workspace_id = $2, updated_at = now() WHERE id = $1",
+                       model["id"], workspace)
+    return {}
+
+
+def _archive_route(archived: bool) -> None:
+    verb = "archive" if archived else "unarchive"
+
+    async def archive(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
+        model = await fetch_model(pool, model_name)
+        _may_change(request, model, verb)
+        await pool.execute("UPDATE models SET archived = $2, updated_at = now() WHERE id = $1",
+                           model["id"], archived)
+        return {}
+
+    archive.__name__ = f"{verb}_model"
+    router.post(f"/models/{{model_name}}/{verb}", summary=f"{verb.capitalize()} a model")(archive)
+
+
+_archive_route(True)
+_archive_route(False)
+
+
+@router.delete("/models/{model_name}")
+async def delete_model(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
+    """Delete a model and its versions; their checkpoints stay (GC may take them afterwards)."""
+    model = await fetch_model(pool, model_name)
+    _may_change(request, model, "delete")
+    await pool.execute("DELETE FROM models WHERE id = $1", model["id"])
+    return {}
+
+
+# -- versions --------------------------------------------------------------------------------
+
+class VersionBody(BaseModel):
+    """Determined's v1PostModelVersionRequest and v1PatchModelVersion."""
+
+    checkpointUuid: str | None = None
+    modelName: str | None = None
+    name: str | None = None
+    comment: str | None = None
+    notes: str | None = None
+    metadata: Any = None
+    labels: list[str] | None = None
+
+
+@router.get("/models/{model_name}/versions")
+async def list_versions(
+    model_name: str,
+    pool: Pool,
+    sortBy: str = "SORT_BY_UNSPECIFIED",  # noqa: N803 (Determined's names)
+    orderBy: str = "ORDER_BY_UNSPECIFIED",  # noqa: N803
+    offset: int = Query(0, ge=0),
+    limit: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    sort = _VERSION_SORTS.get(sortBy)
+    if sort is None:
+        raise ApiError(400, "bad sortBy", [f"sortBy: one of {', '.join(_VERSION_SORTS)}"])
+    model = await fetch_model(pool, model_name)
+    shown = _page_size(limit)
+    rows = await pool.fetch(
+        "SELECT v.*, coalesce((SELECT id FROM users WHERE username = v.owner), 0) AS user_id"
+        f" FROM model_versions v WHERE v.model_id = $1 ORDER BY {sort} {_order(orderBy)}, v.id"
+        f" LIMIT {shown} OFFSET $2", model["id"], offset)
+    return {"model": model_json(model),
+            "modelVersions": await _versions_json(pool, model, rows),
+            "pagination": views.pagination(offset, shown, len(rows), model["num_versions"])}
+
+
+@router.post("/models/{model_name}/versions")
+async def register_version(
+    model_name: str, body: VersionBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Register a COMPLETED checkpoint as the model's next version.
+
+    The checkpoint's row is locked while the version is written, and checkpoint GC marks rows
+    DELETED under the same lock before it removes files: either the GC sees this version and
+    keeps the checkpoint, or this sees the checkpoint DELETED and refuses.
+    """
+    try:
+        checkpoint = uuidlib.UUID(body.checkpointUuid or "")
+    except ValueError:
+        raise ApiError(400, "bad checkpointUuid", [
+            f"checkpointUuid: a checkpoint's UUID expected, got {body.checkpointUuid!r}"]) from None
+    async with pool.acquire() as conn, conn.transaction():
+        model = await fetch_model(conn, model_name, lock=True)
+        owner = _may_change(request, model, "register versions of")
+        if model["archived"]:
+            raise ApiError(409, f"model {model['name']!r} is archived: unarchive it to register"
+                                " new versions")
+        state = await conn.fetchval(
+            "SELECT state FROM checkpoints WHERE uuid = $1 FOR SHARE", checkpoint)
+        if state is None:
+            raise not_found("checkpoint", checkpoint)
+        if state != "COMPLETED":
+            raise ApiError(409, f"checkpoint {checkpoint} is {state}: only a COMPLETED"
+                                " checkpoint can be a model version")
+        row = await conn.fetchrow(
+            "INSERT INTO model_versions (model_id, version, checkpoint_uuid, name, comment, notes,"
+            " metadata, labels, owner) VALUES ($1, (SELECT coalesce(max(version), 0) + 1 FROM"
+            " model_versions WHERE model_id = $1), $2, $3, $4, $5, $6, $7, $8) RETURNING version",
+            model["id"], checkpoint, _check_text("name", body.name) or "",
+            _check_text("comment", body.comment) or "", _check_text("notes", body.notes) or "",
+            _check_metadata(body.metadata) or {}, _check_labels(body.labels) or [], owner)
+        await conn.execute("UPDATE models SET updated_at = now() WHERE id = $1", model["id"])
+    return await get_version(str(model["id"]), row["version"], pool)
+
+
+@router.get("/models/{model_name}/versions/{version}")
+async def get_version(model_name: str, version: int, pool: Pool) -> dict[str, Any]:
+    model = await fetch_model(pool, model_name)
+    row = await _fetch_version_row(pool, model, version)
+    return {"modelVersion": (await _versions_json(pool, model, [row]))[0]}
+
+
+@router.patch("/models/{model_name}/versions/{version}")
+async def patch_version(
+    model_name: str, version: int, body: VersionBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Determined's PatchModelVersion: name, comment, notes, labels, metadata (the checkpoint
+    of a version never changes: register a new version instead)."""
+    model = await fetch_model(pool, model_name)
+    _may_change(request, model, "change versions of")
+    row = await _fetch_version_row(pool, model, version)
+    await pool.execute(
+        "UPDATE model_versions SET name = coalesce($2, name), comment = coalesce($3, comment),"
+        " notes = coalesce($4, notes), metadata = coalesce($5, metadata),"
+        " labels = coalesce($6, labels), updated_at = now() WHERE id = $1",
+        row["id"], _check_text("name", body.name), _check_text("comment", body.comment),
+        _check_text("notes", body.notes), _check_metadata(body.metadata),
+        _check_labels(body.labels))
+    return await get_version(str(model["id"]), version, pool)
+
+
+@router.delete("/models/{model_name}/versions/{version}")
+async def delete_version(
+    model_name: str, version: int, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Delete one version; its checkpoint stays (its experiment's GC already ran)."""
+    model = await fetch_model(pool, model_name)
+    _may_change(request, model, "delete versions of")
+    row = await _fetch_version_row(pool, model, version)
+    await pool.execute("DELETE FROM model_versions WHERE id = $1", row["id"])
+    return {}
+
+
+@router.get("/models/{model_name}/versions/{version}/metrics", include_in_schema=False)
+async def version_metrics(model_name: str, version: int) -> dict[str, Any]:
+    """Determined's inference metrics per model version come from `det.experimental`'s
+    batch-inference tracking, which Epochal does not keep (out of the schema: not served)."""
+    raise ApiError(501, "metrics of model versions (batch-inference tracking) are not served"
+                        " by Epochal")
+
+
+async def registered_versions(conn: asyncpg.Pool | asyncpg.Connection,
+                              experiment_id: int) -> list[str]:
+    """`model:version` for each version registered from the experiment's checkpoints."""
+    rows = await conn.fetch(
+        "SELECT m.name, v.version FROM model_versions v JOIN models m ON m.id = v.model_id"
+        " JOIN checkpoints c ON c.uuid = v.checkpoint_uuid JOIN trials t ON t.id = c.trial_id"
+        " WHERE t.experiment_id = $1 ORDER BY m.name, v.version", experiment_id)
+    return [f"{r['name']}:{r['version']}" for r in rows]
