@@ -130,6 +130,11 @@ def _check_name(name: str | None) -> str:
     return name
 
 
+def _name_taken(name: str | None) -> ApiError:
+    return ApiError(409, f"a model named {name!r} already exists",
+                    ["name: model names are unique (case-sensitive)"])
+
+
 def _check_text(field: str, value: str | None) -> str | None:
     if value is not None and (len(value) > TEXT_MAX or "\x00" in value):
         raise ApiError(400, f"bad {field}",
@@ -286,8 +291,7 @@ async def create_model(body: ModelBody, request: Request, pool: Pool) -> dict[st
             _check_labels(body.labels) or [], principal.username,
             workspace or views.DEFAULT_PROJECT_ID)
     except asyncpg.UniqueViolationError:
-        raise ApiError(409, f"a model named {name!r} already exists",
-                       ["name: model names are unique (case-sensitive)"]) from None
+        raise _name_taken(name) from None
     return {"model": model_json(await fetch_model(pool, str(row["id"])))}
 
 
@@ -315,8 +319,7 @@ async def patch_model(
             _check_text("notes", body.notes), _check_metadata(body.metadata),
             _check_labels(body.labels), workspace)
     except asyncpg.UniqueViolationError:
-        raise ApiError(409, f"a model named {name!r} already exists",
-                       ["name: model names are unique (case-sensitive)"]) from None
+        raise _name_taken(name) from None
     return {"model": model_json(await fetch_model(pool, str(model["id"])))}
 
 
