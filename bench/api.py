@@ -60,6 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from activities.database import apply_migrations, create_pool  # noqa: E402
+from bench.smoke import add_smoke_option, parse_args  # noqa: E402
 from deploy import processes  # noqa: E402
 from deploy.postgres import EmbeddedPostgres  # noqa: E402
 from deploy.temporal_server import TemporalDevServer  # noqa: E402
@@ -351,8 +352,9 @@ def run(args: argparse.Namespace) -> None:
                                         seeded["experiments"][0])
                 if mlflow_bin is None:
                     seconds = epochal.measure(args.steps)
-                    print(f"ingestion epochal: {args.steps / seconds:,.0f} rows/s "
-                          f"({args.steps:,} rows in {seconds:.2f} s); MLflow skipped")
+                    print(f"{reads_summary(reads)}; ingestion epochal "
+                          f"{args.steps / seconds:,.0f} rows/s ({args.steps:,} rows in "
+                          f"{seconds:.2f} s); MLflow skipped")
                     return
                 with mlflow_server(args.mlflow_backend, root, pg, mlflow_bin) as mlflow_url:
                     epochal_seconds, mlflow_seconds = ingest_in_rounds(
@@ -367,12 +369,15 @@ def run(args: argparse.Namespace) -> None:
     print(f"ingestion mlflow {mlflow_version(mlflow_bin)} (log_batch, {args.mlflow_backend}): "
           f"{args.steps:,} rows in {mlflow_seconds:.2f} s = {mlflow_rate:,.0f} rows/s "
           f"({mlflow_rate * values:,.0f} values/s)")
-    worst = max(reads.values(), key=lambda r: r[1])
-    worst_name = next(n for n, r in reads.items() if r == worst)
-    print(f"reads p99 <= {worst[1]:.1f} ms (worst: {worst_name}; "
-          + ", ".join(f"{n} {p99:.1f} ms" for n, (_, p99) in reads.items())
-          + f"); ingestion {epochal_rate:,.0f} rows/s vs MLflow {mlflow_rate:,.0f} rows/s "
-          f"= {epochal_rate / mlflow_rate:.1f}x")
+    print(f"{reads_summary(reads)}; ingestion {epochal_rate:,.0f} rows/s vs MLflow "
+          f"{mlflow_rate:,.0f} rows/s = {epochal_rate / mlflow_rate:.1f}x")
+
+
+def reads_summary(reads: dict[str, tuple[float, float]]) -> str:
+    """The worst p99 of the reads, then each read's."""
+    worst_name, (_, worst) = max(reads.items(), key=lambda item: item[1][1])
+    return (f"reads p99 <= {worst:.1f} ms (worst: {worst_name}; "
+            + ", ".join(f"{n} {p99:.1f} ms" for n, (_, p99) in reads.items()) + ")")
 
 
 class EpochalIngest:
@@ -471,7 +476,9 @@ def main() -> None:
     parser.add_argument("--mlflow-backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--skip-mlflow", action="store_true",
                         help="measure Epochal only (no comparison; for quick iterations)")
-    run(parser.parse_args())
+    add_smoke_option(parser, experiments=2, trials=5, points=50, requests=20, steps=400,
+                     rounds=1, skip_mlflow=True)
+    run(parse_args(parser))
 
 
 if __name__ == "__main__":

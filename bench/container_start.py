@@ -37,6 +37,8 @@ sys.path.insert(0, str(REPO))
 
 from temporalio.client import Client  # noqa: E402
 
+from bench.login import admin_headers  # noqa: E402
+from bench.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from deploy import local_cluster, processes  # noqa: E402
 from deploy.processes import free_port  # noqa: E402
@@ -114,7 +116,8 @@ async def run_bench(settings: local_cluster.ClusterSettings, info: local_cluster
     files = package(DIGITS)
     temporal = await Client.connect(info.temporal_address)
     medians = {}
-    async with httpx.AsyncClient(base_url=info.api_url, timeout=60) as api:
+    headers = admin_headers(info.api_url, info.admin_password)
+    async with httpx.AsyncClient(base_url=info.api_url, timeout=60, headers=headers) as api:
         for runtime in runtimes:
             await asyncio.to_thread(restart_agent, settings, runtime)
             await measure(api, temporal, files, f"{runtime}-warm-up")
@@ -135,7 +138,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--runtimes", default="docker,process",
                         help="comma-separated runtimes to measure (default: %(default)s)")
-    args = parser.parse_args()
+    add_smoke_option(parser, runs=1)
+    args = parse_args(parser)
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     if "docker" in runtimes:
         import docker

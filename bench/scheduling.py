@@ -43,6 +43,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from activities.scheduler import SchedulerActivities  # noqa: E402
 from agent_worker.liveness import Liveness  # noqa: E402
+from bench.smoke import add_smoke_option, parse_args  # noqa: E402
 from deploy.processes import free_port  # noqa: E402
 from deploy.temporal_server import TemporalDevServer  # noqa: E402
 from workflows.allocation import Allocator, Resources  # noqa: E402
@@ -275,7 +276,8 @@ def main() -> None:
     p.add_argument("--arrival-rate", type=float, default=10.0,
                    help="trials per second in the steady free-slots phase")
     p.add_argument("--temporal", default=None, help="a running Temporal (default: start one)")
-    args = p.parse_args()
+    add_smoke_option(p, agents=4, trials=40, run_seconds=0.05, processes=1, arrival_rate=20.0)
+    args = parse_args(p)
     quiet()
     if args.temporal:
         print(asyncio.run(bench(args, args.temporal)))

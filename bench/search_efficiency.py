@@ -50,6 +50,7 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
+from bench.smoke import add_smoke_option, parse_args  # noqa: E402
 from workflows.expconf import validate_experiment_config  # noqa: E402
 from workflows.searchers import make_search  # noqa: E402
 from workflows.searchers.base import (  # noqa: E402
@@ -372,7 +373,8 @@ def main() -> None:
         help="every trial trains at the same pace (then trials reach each rung in creation "
         "order, and ASHA's decisions equal those of a sequential search)",
     )
-    args = parser.parse_args()
+    add_smoke_option(parser, seeds=2, max_trials=16, decision_trials=200)
+    args = parse_args(parser)
     pace = equal_pace if args.equal_speed else varied_pace
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     n = args.max_trials

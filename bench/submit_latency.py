@@ -25,6 +25,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.login import admin_headers, cli_headers  # noqa: E402
+from bench.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from deploy import local_cluster  # noqa: E402
 from deploy.processes import free_port  # noqa: E402
@@ -66,10 +68,10 @@ def measure(
         time.sleep(POLL)
 
 
-def run(master: str, runs: int, batches: int) -> None:
+def run(master: str, headers: dict[str, str], runs: int, batches: int) -> None:
     files = package(DIGITS)
     firsts, completions = [], []
-    with httpx.Client(base_url=master, timeout=60) as api:
+    with httpx.Client(base_url=master, timeout=60, headers=headers) as api:
         measure(api, files, batches, 0)  # warm-up: caches, connections, imports on disk
         for i in range(1, runs + 1):
             first, done = measure(api, files, batches, i)
@@ -88,9 +90,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--master", help="use this running master instead of a new cluster")
-    args = parser.parse_args()
+    add_smoke_option(parser, runs=1, batches=10)
+    args = parse_args(parser)
     if args.master:
-        run(args.master, args.runs, args.batches)
+        run(args.master, cli_headers(args.master), args.runs, args.batches)
         return
     with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
         Path(state).chmod(0o755)
@@ -104,7 +107,8 @@ def main() -> None:
         )
         info = local_cluster.up(settings)
         try:
-            run(info.api_url, args.runs, args.batches)
+            run(info.api_url, admin_headers(info.api_url, info.admin_password), args.runs,
+                args.batches)
         finally:
             local_cluster.down(settings)
 
