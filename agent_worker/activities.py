@@ -43,6 +43,8 @@ from workflows.tokens import mint_trial_token
 from workflows.types import RunTrialInput, RunTrialResult
 
 RUN_TRIAL = "run_trial"
+# A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
+LOG_SPOOL_BYTES = 512 << 20
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +65,7 @@ class AgentActivities:
         cluster_token: str | None = None,
         log_flush_interval: float = 0.5,
         log_close_timeout: float = 30.0,
+        log_spool_bytes: int = LOG_SPOOL_BYTES,
     ) -> None:
         self.agent_id = agent_id
         self.master_url = master_url.rstrip("/")
@@ -74,6 +77,7 @@ class AgentActivities:
         self.cluster_token = cluster_token
         self.log_flush_interval = log_flush_interval
         self.log_close_timeout = log_close_timeout
+        self.log_spool_bytes = log_spool_bytes
         self.model_defs = ModelDefinitions(http, self.master_url, work_dir)
 
     def run_dir(self, inp: RunTrialInput) -> Path:
@@ -106,7 +110,9 @@ class AgentActivities:
                               oom_killed=status.oom_killed, message=status.message)
 
     async def _run(self, launch: TrialLaunch, master_url: str) -> ExitStatus:
-        """Run the launch, shipping its output; the last lines are shipped even on cancel."""
+        """Run the launch, shipping its output. The run is not over before its output is
+        delivered, however long the master is away (heartbeating meanwhile); on a cancel or a
+        shutdown the last lines are still shipped, for at most `log_close_timeout`."""
         inp = launch.input
         shipper = LogShipper(
             self.http, master_url,
@@ -114,12 +120,17 @@ class AgentActivities:
             allocation_id=allocation_id(inp.experiment_id, inp.trial_id, inp.run_id),
             agent_id=self.agent_id,
             flush_interval=self.log_flush_interval,
+            max_spool_bytes=self.log_spool_bytes,
+            spool_dir=self.work_dir / "log-spool",
         )
         shipper.start()
         try:
-            return await self.runtime.run(launch, shipper, activity.heartbeat)
-        finally:
+            status = await self.runtime.run(launch, shipper, activity.heartbeat)
+            await shipper.close(None, heartbeat=activity.heartbeat)
+        except BaseException:
             await uninterruptible(shipper.close(self.log_close_timeout))
+            raise
+        return status
 
     async def prepare(self, inp: RunTrialInput, master_url: str,
                       slot_ids: list[int]) -> TrialLaunch:

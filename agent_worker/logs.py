@@ -1,10 +1,11 @@
 """Shipping a trial's output to the master as task logs (`POST /api/v1/task/logs`).
 
 Lines are buffered and sent in batches every `flush_interval` seconds or every `batch_lines`
-lines, whichever comes first. A slow or absent master never blocks the trial: the buffer is
-bounded. Past the bound the head (the oldest lines, still waiting) is kept and so is a tail of
-the newest lines, where a traceback would be; the middle is dropped and counted, and a warning
-line in its place says how many lines are missing.
+lines, whichever comes first. A slow or absent master never blocks the trial: lines wait in
+memory (`max_buffered`), then in a spool file on local disk (`harness.spool`, up to
+`max_spool_bytes`). Past that bound the head (the oldest lines, still waiting) is kept and so is
+a tail of the newest lines, where a traceback would be; the middle is dropped and counted, and a
+warning line in its place says how many lines are missing.
 """
 
 from __future__ import annotations
@@ -12,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import itertools
 import logging
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 
 from agent_worker.runtime import LogSink
+from harness.spool import SpoolQueue
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class LogShipper:
         batch_lines: int = 200,
         max_post_lines: int = 1000,
         max_buffered: int = 100_000,
+        max_spool_bytes: int = 0,
+        spool_dir: Path | None = None,
     ) -> None:
         self._http = http
         self._url = f"{master_url.rstrip('/')}/api/v1/task/logs"
@@ -62,13 +67,15 @@ class LogShipper:
         self._batch_lines = batch_lines
         self._max_post_lines = max(max_post_lines, batch_lines)
         self._max_buffered = max_buffered
-        self._buffer: collections.deque[dict[str, Any]] = collections.deque()
+        self._buffer = SpoolQueue(memory_items=max(max_buffered, 2), max_bytes=max_spool_bytes,
+                                  directory=spool_dir, name=f"logs-{allocation_id}")
         # While the buffer is over its bound: the newest lines (the oldest of them give way).
         self._tail: collections.deque[dict[str, Any]] | None = None
         self._wake = asyncio.Event()
         self._closing = False
         self._task: asyncio.Task[None] | None = None
         self.dropped = 0
+        self.given_up = 0  # lines still waiting when a close with a timeout gave up
         self._unreported_drops = 0
         self.shipped = 0
 
@@ -79,13 +86,13 @@ class LogShipper:
     def add(self, stdtype: str, line: str) -> None:
         """Queue one line; never blocks."""
         entry = self._entry(stdtype, line)
-        if self._tail is None and len(self._buffer) < self._max_buffered:
-            self._buffer.append(entry)
+        if self._tail is None and self._buffer.put(entry):
+            pass
         else:
             if self._tail is None:
                 logger.warning("task %s: the master is not taking logs fast enough; keeping the "
                                "first %d and the last %d lines", self._ids["taskId"],
-                               len(self._buffer), self._max_buffered // 2)
+                               len(self._buffer), max(self._max_buffered // 2, 1))
                 self._tail = collections.deque(maxlen=max(self._max_buffered // 2, 1))
             if len(self._tail) == self._tail.maxlen:
                 self.dropped += 1
@@ -99,12 +106,13 @@ class LogShipper:
         if self._tail is None:
             return
         if self._unreported_drops:
-            self._buffer.append(self._entry(
+            self._buffer.put(self._entry(
                 "stderr",
                 f"[epochal agent] {self._unreported_drops} log lines were dropped here: the "
                 "master did not take them fast enough", level="LOG_LEVEL_WARNING"))
             self._unreported_drops = 0
-        self._buffer.extend(self._tail)
+        for entry in self._tail:  # the buffer is empty: they fit in memory
+            self._buffer.put(entry)
         self._tail = None
 
     def _entry(self, stdtype: str, line: str, level: str | None = None) -> dict[str, Any]:
@@ -115,19 +123,37 @@ class LogShipper:
     def pending(self) -> int:
         return len(self._buffer) + len(self._tail or ())
 
-    async def close(self, timeout: float = 30.0) -> None:
-        """Send what is left, giving up (and saying so) after `timeout` seconds."""
+    async def close(self, timeout: float | None = 30.0, *,
+                    heartbeat: Callable[[], None] | None = None) -> None:
+        """Send what is left. With a `timeout`, give up (and say so) after it; with None, wait
+        however long the master is away, calling `heartbeat` every few seconds and saying every
+        30 s how many lines wait. Called again after a cancelled call, it waits on."""
         self._closing = True
         self._wake.set()
         if self._task is None:
             self.start()
         assert self._task is not None
-        done, _ = await asyncio.wait({self._task}, timeout=timeout)
-        if not done:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            logger.warning("task %s: gave up shipping %d log lines to the master",
-                           self._ids["taskId"], self.pending)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        next_note = loop.time() + 30.0
+        while not self._task.done():
+            now = loop.time()
+            if deadline is not None and now >= deadline:
+                self._task.cancel()
+                await asyncio.gather(self._task, return_exceptions=True)
+                self.given_up = self.pending
+                logger.warning("task %s: gave up shipping %d log lines to the master",
+                               self._ids["taskId"], self.given_up)
+                break
+            wait = 5.0 if deadline is None else min(5.0, deadline - now)
+            await asyncio.wait({self._task}, timeout=wait)
+            if heartbeat is not None:
+                heartbeat()
+            if loop.time() >= next_note and not self._task.done():
+                logger.warning("task %s: %d log lines wait for the master; the run ends once "
+                               "they are delivered", self._ids["taskId"], self.pending)
+                next_note = loop.time() + 30.0
+        self._buffer.close()
 
     async def _run(self) -> None:
         failures = 0
@@ -142,11 +168,10 @@ class LogShipper:
                 if self._closing:
                     return
                 continue
-            batch = list(itertools.islice(self._buffer, self._max_post_lines))
+            batch = self._buffer.peek(self._max_post_lines)
             sent = await self._post(batch)
             if sent:
-                for _ in batch:
-                    self._buffer.popleft()
+                self._buffer.drop(len(batch))
                 if sent == "ok":
                     self.shipped += len(batch)
                 failures = 0

@@ -125,8 +125,10 @@ class CheckpointContext:
             },
             "storagePath": str(path),
         }
-        # The files stay if this fails: the master may have recorded the checkpoint already.
-        self._session.post("/api/v1/checkpoints", body=body)
+        # Waits for a master that is away (the report is what lets the trial resume from it);
+        # the files stay if the master refuses it.
+        self._session.deliver("/api/v1/checkpoints", body=body,
+                              what=f"checkpoint {storage_id}")
         logger.info("reported checkpoint %s at step %d", storage_id, meta["steps_completed"])
 
     def _check_open(self, what: str) -> None:

@@ -23,7 +23,8 @@ logger = logging.getLogger("harness.core")
 class Context:
     """The parts of the Core API, as a plain composition. Get one from ``init()``.
 
-    Threads start in ``__enter__``; ``__exit__`` flushes every metric (bounded) and stops them.
+    Threads start in ``__enter__``; ``__exit__`` delivers every metric (waiting for the master
+    however long it is away, unless ``close_timeout`` says otherwise) and stops them.
     """
 
     def __init__(
@@ -57,7 +58,7 @@ class Context:
         return self
 
     def close(self) -> None:
-        """Flush metrics (waiting a bounded time), stop the background threads.
+        """Deliver every metric (see ``init``'s ``close_timeout``), stop the background threads.
 
         Raises the master's refusal of a metric report, if there was one.
         """
@@ -99,7 +100,7 @@ def init(
     length_unit: LengthUnit = "batches",
     latest_checkpoint: str | None = None,
     trial_seed: int = 0,
-    close_timeout: float = 120.0,
+    close_timeout: float | None = None,
 ) -> Context:
     """Build the Core API context: ``with harness.core.init() as core: ...``.
 
@@ -110,8 +111,9 @@ def init(
     ``latest_checkpoint`` and ``trial_seed``.
 
     ``transport`` (e.g. ``httpx.MockTransport``) or a ready ``session`` replace the connection
-    to the master, for tests. ``close_timeout`` bounds how long leaving the block waits for the
-    master to accept the last metrics.
+    to the master, for tests. Leaving the block waits until the master has every metric, however
+    long it is away (the run is not over before); ``close_timeout`` (seconds) bounds that wait,
+    and metrics still undelivered then are lost, loudly.
     """
     if info is None:
         info = _info.from_environment()

@@ -164,6 +164,25 @@ class Session:
             f"{method} {path} to {self.master_url} failed after {attempts} attempt(s): {last}"
         )
 
+    def deliver(self, path: str, *, body: Any = None, what: str) -> Any:
+        """POST until the master takes it, however long it is away: connection errors and 5xx
+        are retried with the backoff and no limit (a warning each time says for how long); a
+        refusal (4xx) raises ``APIError``. For reports that must not be lost (checkpoints)."""
+        started = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                return self.request("POST", path, body=body, retries=0)
+            except MasterUnavailable as e:
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                logger.warning(
+                    "could not send %s for %.0fs (attempt %d, retrying in %.1fs; it is sent when"
+                    " the master is back): %s",
+                    what, time.monotonic() - started, attempt, delay, e,
+                )
+                self._sleep(delay)
+
     def close(self) -> None:
         self._client.close()
 

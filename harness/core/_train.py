@@ -3,7 +3,9 @@
 Reports are queued and a background sender posts them to ``POST /trials/{id}/metrics/batch``.
 The master keys a report by (trial, group, stepsCompleted), so a batch that is retried after a
 lost answer replaces what it stored instead of counting twice; the sender therefore retries
-every batch, unchanged, until it is delivered.
+every batch, unchanged, until it is delivered, however long the master is away. Reports wait in
+memory, then in a spool file on local disk (``harness.spool``), bounded by
+``EPOCHAL_SPOOL_MAX_BYTES``; past the bound reporting fails with ``SpoolFull``, naming it.
 """
 
 from __future__ import annotations
@@ -12,14 +14,15 @@ import enum
 import logging
 import math
 import numbers
+import os
 import threading
 import time
-from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
 from harness.core._info import TrialInfo
 from harness.core._session import APIError, MasterError, MasterUnavailable, Session
+from harness.spool import SpoolQueue
 
 logger = logging.getLogger("harness.core")
 
@@ -43,6 +46,26 @@ _REASON_ALIASES = {
 # Reports per request: MLflow's log_batch takes at most 1,000 values, i.e. 200 steps of 5 metrics;
 # Epochal's batches are as large, so a fast reporter pays one request per 200 reports.
 BATCH_SIZE = 200
+# Reports kept in memory while the master is away; later ones go to the spool file.
+MEMORY_REPORTS = 10_000
+SPOOL_MAX_BYTES_ENV = "EPOCHAL_SPOOL_MAX_BYTES"
+SPOOL_DIR_ENV = "EPOCHAL_SPOOL_DIR"
+DEFAULT_SPOOL_MAX_BYTES = 1 << 30
+
+
+class SpoolFull(MasterError):
+    """The master has been away so long that the reports waiting for it reached the spool's
+    bound; raised to the training code by the report that did not fit."""
+
+
+def spool_max_bytes() -> int:
+    """The spool's bound on disk: ``EPOCHAL_SPOOL_MAX_BYTES``, 1 GiB by default."""
+    text = os.environ.get(SPOOL_MAX_BYTES_ENV, "")
+    try:
+        return int(text) if text else DEFAULT_SPOOL_MAX_BYTES
+    except ValueError:
+        raise ValueError(
+            f"{SPOOL_MAX_BYTES_ENV} must be a whole number of bytes, got {text!r}") from None
 
 
 class _Sender:
@@ -55,7 +78,8 @@ class _Sender:
     from the queue only once the master accepted it; connection errors and 5xx are retried with
     the session's backoff for as long as it takes; a 4xx (or any other failure, which retrying
     would not cure) is kept as an error for the training thread and the batch is dropped.
-    Progress is coalesced: only the newest value is sent.
+    Progress is coalesced: only the newest value is sent. The queue spills to disk past
+    ``memory_reports`` (``harness.spool``).
     """
 
     def __init__(
@@ -65,13 +89,22 @@ class _Sender:
         *,
         interval: float = 0.5,
         batch_size: int = BATCH_SIZE,
+        memory_reports: int = MEMORY_REPORTS,
+        max_spool_bytes: int | None = None,
+        spool_dir: str | None = None,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._interval = interval
         self._batch_size = batch_size
         self._cond = threading.Condition()
-        self._pending: deque[dict[str, Any]] = deque()
+        self._pending = SpoolQueue(
+            memory_items=memory_reports,
+            max_bytes=spool_max_bytes() if max_spool_bytes is None else max_spool_bytes,
+            directory=spool_dir or os.environ.get(SPOOL_DIR_ENV) or None,
+            name=f"harness-trial-{trial_id}-metrics",
+        )
+        self._failing_since: float | None = None  # when delivery began to fail, if it does
         self._enqueued = 0  # reports ever queued
         self._done = 0  # reports delivered (or dropped after a 4xx)
         self._flush_to = 0  # send without waiting for the interval until _done reaches this
@@ -89,7 +122,13 @@ class _Sender:
 
     def put(self, report: dict[str, Any]) -> None:
         with self._cond:
-            self._pending.append(report)
+            if not self._pending.put(report):
+                away = time.monotonic() - (self._failing_since or time.monotonic())
+                raise SpoolFull(
+                    f"{len(self._pending)} metric reports are waiting for the master, which has"
+                    f" not accepted any for {away:.0f}s; the spool's bound of"
+                    f" {self._pending.max_bytes} bytes on disk ({SPOOL_MAX_BYTES_ENV}) is reached"
+                )
             self._enqueued += 1
             # Wake the sender for the first report waiting, or for a full batch.
             if len(self._pending) in (1, self._batch_size):
@@ -109,9 +148,10 @@ class _Sender:
         with self._cond:
             return self._enqueued - self._done
 
-    def flush(self, timeout: float, *, what: str = "metrics") -> bool:
-        """Send everything queued so far now; wait up to ``timeout`` s for it to be delivered."""
-        deadline = time.monotonic() + timeout
+    def flush(self, timeout: float | None, *, what: str = "metrics") -> bool:
+        """Send everything queued so far now; wait up to ``timeout`` s (None: for as long as it
+        takes) for it to be delivered."""
+        deadline = time.monotonic() + timeout if timeout is not None else math.inf
         next_log = time.monotonic() + 15.0
         with self._cond:
             target = self._enqueued
@@ -130,21 +170,24 @@ class _Sender:
                 self._cond.wait(min(deadline, next_log) - now)
             return self._done >= target
 
-    def close(self, timeout: float) -> bool:
-        """Deliver everything (metrics and the last progress) within ``timeout`` s, then stop."""
-        deadline = time.monotonic() + timeout
+    def close(self, timeout: float | None) -> bool:
+        """Deliver everything (metrics and the last progress) within ``timeout`` s (None: for
+        as long as the master takes to come back), then stop."""
+        deadline = time.monotonic() + timeout if timeout is not None else math.inf
         delivered = self.flush(timeout, what="the last metrics")
         with self._cond:
             self._stopping = True
             if not delivered:
                 self._abandoned = True
             self._cond.notify_all()
-        self._thread.join(max(0.1, deadline - time.monotonic()))
+        self._thread.join(max(0.1, min(deadline - time.monotonic(), 60.0)))
         if self._thread.is_alive():
             with self._cond:
                 self._abandoned = True
                 self._cond.notify_all()
             self._thread.join(1.0)
+        with self._cond:
+            self._pending.close()
         return delivered
 
     def _run(self) -> None:
@@ -165,7 +208,7 @@ class _Sender:
                     if self._stopping and not has_work:
                         return
                     self._cond.wait(self._interval - elapsed if has_work else None)
-                batch = [self._pending[i] for i in range(min(waiting, self._batch_size))]
+                batch = self._pending.peek(min(waiting, self._batch_size))
                 progress, self._progress = self._progress, None
                 self._last_send = time.monotonic()
             if batch and not self._deliver(batch):
@@ -180,6 +223,8 @@ class _Sender:
         while True:
             try:
                 self._session.post(path, body={"reports": batch}, retries=0)
+                with self._cond:
+                    self._failing_since = None
                 break
             except APIError as e:
                 logger.error("the master refused %d metric report(s): %s", len(batch), e)
@@ -189,6 +234,8 @@ class _Sender:
             except MasterUnavailable as e:
                 delay = self._session.backoff.delay(attempt)
                 attempt += 1
+                with self._cond:
+                    self._failing_since = self._failing_since or time.monotonic()
                 logger.warning(
                     "could not send %d metric report(s) (attempt %d, retrying in %.1fs): %s",
                     len(batch), attempt, delay, e,
@@ -202,8 +249,7 @@ class _Sender:
                     self._errors.append(MasterError(f"could not send metrics: {e!r}"))
                 break
         with self._cond:
-            for _ in batch:
-                self._pending.popleft()
+            self._pending.drop(len(batch))
             self._done += len(batch)
             self._cond.notify_all()
         return True
@@ -234,7 +280,7 @@ class TrainContext:
         interval: float = 0.5,
         batch_size: int = BATCH_SIZE,
         validation_timeout: float = 120.0,
-        close_timeout: float = 120.0,
+        close_timeout: float | None = None,
     ) -> None:
         self._info = info
         self._session = session
@@ -299,9 +345,9 @@ class TrainContext:
         if self._session is None or self._sender is None:
             return
         self._sender.flush(self._validation_timeout, what="metrics before the early exit")
-        self._session.post(
+        self._session.deliver(
             f"/api/v1/trials/{self._info.trial_id}/early_exit",
-            body={"earlyExit": {"reason": parsed.value}},
+            body={"earlyExit": {"reason": parsed.value}}, what="the early exit",
         )
 
     def _report(self, group: str, steps_completed: int, metrics: Mapping[str, Any]) -> None:
@@ -365,9 +411,9 @@ class TrainContext:
             return
         if not self._sender.close(self._close_timeout):
             logger.error(
-                "THE MASTER NEVER ACCEPTED %d METRIC REPORT(S) of trial %d within %.0fs; "
-                "they are lost",
-                self._sender.undelivered, self._info.trial_id, self._close_timeout,
+                "THE MASTER NEVER ACCEPTED %d METRIC REPORT(S) of trial %d within %.0fs "
+                "(close_timeout); they are lost",
+                self._sender.undelivered, self._info.trial_id, self._close_timeout or 0,
             )
         if raise_errors:
             self._raise_sender_error()

@@ -216,3 +216,56 @@ def test_a_higher_priority_experiment_submitted_later_runs_first(
         assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
     # One slot: `high` ran (and ended) before `low`, though it was submitted later.
     assert trials(cluster, high)[0]["endTime"] < trials(cluster, low)[0]["endTime"]
+
+
+AWAY_SCRIPT = '''
+import time
+import harness.core
+
+with harness.core.init() as core:
+    for step in range(1, 21):
+        core.train.report_training_metrics(step, {"loss": 1.0 / step})
+    core.train.report_validation_metrics(20, {"loss": 0.05})  # waits until they are stored
+    print("metrics delivered", flush=True)
+    time.sleep(4)  # the master is stopped meanwhile
+    for i in range(200):
+        print(f"closing line {i}", flush=True)
+'''
+
+
+def test_a_master_away_when_a_run_ends_loses_no_log_line(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The master is stopped while a trial prints its last lines and exits, and stays away for
+    40 s (longer than the agent once waited for a run's output): when it is back, every line is
+    there and the run ended without a restart; the run was not over before its output was."""
+    model = tmp_path / "away"
+    model.mkdir()
+    (model / "train.py").write_text(AWAY_SCRIPT)
+    config = tmp_path / "away.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "master-away", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss"}}))
+    experiment_id = created_id(cluster.run("experiment", "create", str(config),
+                                           str(model)).stdout)
+
+    def delivered() -> bool:
+        found = trials(cluster, experiment_id)
+        return bool(found) and "metrics delivered" in cluster.run(
+            "trial", "logs", str(found[0]["id"])).stdout
+
+    wait_for(delivered, timeout=90, what="the trial's metrics to be stored")
+    pid = read_pid(cluster.state_dir / "run" / "master.pid")
+    assert pid is not None
+    psutil.Process(pid).kill()
+    psutil.Process(pid).wait(10)
+    time.sleep(40)
+    cluster.run("cluster", "up")
+    assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
+    trial = trials(cluster, experiment_id)[0]
+    assert trial["restarts"] == 0
+    logs = cluster.run("trial", "logs", str(trial["id"])).stdout
+    closing = [line for line in logs.splitlines() if "closing line" in line]
+    assert len(closing) == 200, logs[-2000:]
+    assert [m["stepsCompleted"] for m in training_metrics(cluster, trial["id"])] == list(
+        range(1, 21))

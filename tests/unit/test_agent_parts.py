@@ -94,6 +94,32 @@ async def test_shipper_keeps_the_head_and_the_tail_beyond_its_bound(
     assert lines[11:] == [f"line {i}" for i in range(20, 25)] + ["after"]
 
 
+async def test_shipper_spools_to_disk_and_close_waits_for_the_master(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    """With a spool no line is dropped while the master is away, and a close without a
+    timeout returns only once every line is delivered, heartbeating meanwhile."""
+    master.fail_log_posts = 1_000_000
+    s = shipper(master.url, http, max_buffered=10, max_spool_bytes=1 << 20,
+                spool_dir=tmp_path / "spool")
+    s.start()
+    for i in range(500):
+        s.add("stdout", f"line {i}")
+    assert s.dropped == 0 and s.pending == 500
+    assert any((tmp_path / "spool").iterdir())
+    beats = 0
+
+    def heartbeat() -> None:
+        nonlocal beats
+        beats += 1
+        if beats == 2:
+            master.fail_log_posts = 0  # the master is back
+
+    await asyncio.wait_for(s.close(None, heartbeat=heartbeat), timeout=60)
+    assert master.log_lines() == [f"line {i}" for i in range(500)]
+    assert beats >= 2 and s.pending == 0
+    assert not any((tmp_path / "spool").iterdir())
+
+
 async def test_shipper_gives_up_at_close_when_the_master_is_away(
         http: httpx.AsyncClient) -> None:
     with socket.socket() as sock:
@@ -103,7 +129,7 @@ async def test_shipper_gives_up_at_close_when_the_master_is_away(
     s.start()
     s.add("stdout", "lost")
     await s.close(timeout=0.3)
-    assert s.pending == 1 and s.shipped == 0
+    assert s.given_up == 1 and s.shipped == 0
 
 
 async def test_pump_splits_lines_and_cuts_very_long_ones() -> None:

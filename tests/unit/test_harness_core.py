@@ -23,6 +23,7 @@ from harness.core import (
     TrialInfo,
 )
 from harness.core._session import Backoff, Session
+from harness.core._train import SpoolFull, _Sender
 
 FAST = Backoff(initial=0.001, maximum=0.01)
 
@@ -39,6 +40,7 @@ class FakeMaster:
         self.lose_answers = 0  # the next N batch posts are stored, then the answer is lost
         self.refuse_batches = False  # answer 400
         self.checkpoints: list[dict[str, Any]] = []
+        self.fail_checkpoints = 0  # the next N checkpoint reports find no master
         self.progress: list[float] = []
         self.early_exits: list[str] = []
         self.preempt = threading.Event()
@@ -62,6 +64,9 @@ class FakeMaster:
             return httpx.Response(200, json={})
         if path == "/api/v1/checkpoints":
             with self.lock:
+                if self.fail_checkpoints:
+                    self.fail_checkpoints -= 1
+                    raise httpx.ConnectError("connection refused", request=request)
                 self.checkpoints.append(body)
             return httpx.Response(200, json={})
         if path.endswith("/signals/preemption"):
@@ -126,7 +131,7 @@ def cluster_info(tmp_path, **changes: Any) -> TrialInfo:
 
 
 def make_core(
-    fake: FakeMaster, tmp_path, *, interval: float = 0.5, close_timeout: float = 10.0
+    fake: FakeMaster, tmp_path, *, interval: float = 0.5, close_timeout: float | None = 10.0
 ) -> Context:
     info = cluster_info(tmp_path)
     session = Session(info.master_url or "", transport=fake.transport, backoff=FAST)
@@ -259,6 +264,59 @@ def test_close_is_bounded_and_loud_when_the_master_never_answers(tmp_path, caplo
         core.train.report_training_metrics(1, {"loss": 1.0})
     assert time.monotonic() - start < 3.0
     assert "NEVER ACCEPTED 1 METRIC REPORT(S)" in caplog.text
+
+
+def test_a_master_away_past_every_retry_count_loses_no_report(tmp_path) -> None:
+    """Metrics, a checkpoint report and the last metrics wait for the master however many
+    attempts it takes (the session's retry count is 8)."""
+    fake = FakeMaster()
+    fake.fail_batches = 200
+    fake.fail_checkpoints = 50
+    with make_core(fake, tmp_path, interval=0.01, close_timeout=None) as core:
+        for step in range(1, 31):
+            core.train.report_training_metrics(step, {"loss": 1.0 / step})
+        with core.checkpoint.store_path({"steps_completed": 30}) as (path, _):
+            (path / "w.bin").write_bytes(b"w")
+        core.train.report_training_metrics(31, {"loss": 0.01})
+    assert fake.steps("training") == list(range(1, 32))
+    assert [c["metadata"]["steps_completed"] for c in fake.checkpoints] == [30]
+    assert fake.fail_batches == 0 and fake.fail_checkpoints == 0
+
+
+def test_reports_spill_to_disk_while_the_master_is_away_and_arrive_in_order(tmp_path) -> None:
+    fake = FakeMaster()
+    fake.fail_batches = 10**9
+    session = Session("http://master:8080", transport=fake.transport, backoff=FAST)
+    sender = _Sender(session, 7, interval=0.01, batch_size=10, memory_reports=20,
+                     spool_dir=str(tmp_path / "spool"))
+    sender.start()
+    for step in range(1, 501):
+        sender.put({"group": "training", "metrics": {"trialId": 7, "trialRunId": 1,
+                                                      "stepsCompleted": step, "metrics": {}}})
+    [spool_file] = (tmp_path / "spool").iterdir()
+    assert spool_file.stat().st_size > 0 and oct(spool_file.stat().st_mode & 0o777) == "0o600"
+    with fake.lock:
+        fake.fail_batches = 0  # the master is back
+    assert sender.close(None)
+    order = [r["metrics"]["stepsCompleted"] for batch in fake.batches for r in batch]
+    assert sorted(set(order)) == list(range(1, 501))
+    assert order[-10:] == list(range(491, 501))  # the oldest first, the newest last
+    assert not any((tmp_path / "spool").iterdir())  # the spool file is gone
+
+
+def test_reports_past_the_spools_bound_fail_naming_it(tmp_path) -> None:
+    fake = FakeMaster()
+    fake.fail_batches = 10**9
+    session = Session("http://master:8080", transport=fake.transport, backoff=FAST)
+    sender = _Sender(session, 7, interval=60, memory_reports=2, max_spool_bytes=1_000,
+                     spool_dir=str(tmp_path))
+    sender.start()
+    report = {"group": "training", "metrics": {"stepsCompleted": 1, "metrics": {"x": 1}}}
+    with pytest.raises(SpoolFull, match="EPOCHAL_SPOOL_MAX_BYTES") as caught:
+        for _ in range(1_000):
+            sender.put(report)
+    assert "bound of 1000 bytes" in str(caught.value)
+    sender.close(0.2)
 
 
 def test_a_refused_batch_surfaces_the_servers_message(tmp_path) -> None:
