@@ -4,9 +4,11 @@ The fuzzer gets a master of its own (a fresh database, its own Temporal namespac
 what it creates, registers, pauses or kills never reaches the test session's shared master. It
 runs as schemathesis' CLI in a subprocess, so this test's event loop keeps serving the master.
 
-Two passes: the admin's token for every operation but the three with which the fuzzer could lock
-itself out (logging out, deactivating or re-passwording its own user); then those three with an
-ordinary user's token, which may only change that user.
+Four passes (three tests), each with another caller's token: the admin's and an ordinary
+user's for every operation but the three with which the fuzzer could lock itself out (logging
+out, deactivating or re-passwording its own user); then those three with another ordinary user's
+token, which may only change that user; last a running trial's token (what a user's training
+code holds).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
@@ -35,6 +38,8 @@ from api.settings import Settings
 from deploy.master import build_worker
 from deploy.processes import free_port
 from tests.conftest import fresh_database
+from tests.integration.test_api import config_yaml, model_definition
+from workflows.tokens import mint_trial_token
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -54,6 +59,8 @@ SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 class FuzzMaster:
     url: str
     admin_token: str
+    cluster_token: str
+    pool: asyncpg.Pool
 
 
 async def _namespace(temporal_address: str) -> Client:
@@ -101,7 +108,8 @@ async def fuzz_master(
                                               json={"username": "admin", "password": PASSWORD})
                     login.raise_for_status()
                 try:
-                    yield FuzzMaster(settings.master_url, login.json()["token"])
+                    yield FuzzMaster(settings.master_url, login.json()["token"],
+                                     settings.cluster_token, pool)
                 finally:
                     server.should_exit = True
                     await task
@@ -123,6 +131,21 @@ async def _user_token(master: FuzzMaster) -> str:
                                   json={"username": name, "password": PASSWORD})
         login.raise_for_status()
         return str(login.json()["token"])
+
+
+async def _trial_token(master: FuzzMaster) -> str:
+    """The token of a running trial's run. The trial is a row of its own in an experiment whose
+    pool no agent serves, so no workflow ends that run while the fuzzer uses its token."""
+    admin = {"Authorization": f"Bearer {master.admin_token}"}
+    async with httpx.AsyncClient(base_url=master.url) as client:
+        created = await client.post("/api/v1/experiments", headers=admin, json={
+            "config": config_yaml(), "modelDefinition": model_definition({"train.py": b""})})
+        assert created.status_code == 200, created.text
+    trial_id = await master.pool.fetchval(
+        "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, run_id)"
+        " VALUES ($1, 1000, '{}', 1, 'RUNNING', 1) RETURNING id",
+        created.json()["experiment"]["id"])
+    return mint_trial_token(master.cluster_token, trial_id, 1)
 
 
 def _operation_filter(include: bool) -> list[str]:
@@ -170,8 +193,25 @@ async def test_no_operation_answers_5xx(fuzz_master: FuzzMaster, tmp_path: Path)
                           tmp_path / "admin.xml")
     assert _tested(summary) >= 40, summary
     user = await _user_token(fuzz_master)
-    summary = await _fuzz(fuzz_master, user, _operation_filter(True), tmp_path / "user.xml")
+    summary = await _fuzz(fuzz_master, user, _operation_filter(True), tmp_path / "self.xml")
     assert _tested(summary) == len(SELF_LOCKING), summary
+
+
+async def test_an_ordinary_users_calls_get_no_5xx(fuzz_master: FuzzMaster, tmp_path: Path) -> None:
+    user = await _user_token(fuzz_master)
+    summary = await _fuzz(fuzz_master, user, _operation_filter(False), tmp_path / "user.xml")
+    assert _tested(summary) >= 40, summary
+
+
+async def test_a_trial_tokens_calls_get_no_5xx(fuzz_master: FuzzMaster, tmp_path: Path) -> None:
+    """What a user's training code could send with the token it holds. The streams, followed
+    logs and the preemption long poll are left out: for a running trial they stay open until
+    the request times out, which would only spend the test's time."""
+    trial = await _trial_token(fuzz_master)
+    waiting = r"/stream$|/signals/preemption$|/(trials|experiments)/\{[a-z_]+\}/logs$"
+    summary = await _fuzz(fuzz_master, trial, ["--exclude-path-regex", waiting],
+                          tmp_path / "trial.xml")
+    assert _tested(summary) >= 40, summary
 
 
 async def test_values_the_database_cannot_hold_are_bad_requests(
