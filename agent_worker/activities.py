@@ -10,6 +10,7 @@ so the trial restarts elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -34,6 +35,7 @@ from agent_worker.determined_env import (
 )
 from agent_worker.logs import LogShipper
 from agent_worker.model_def import ModelDefinitions
+from agent_worker.private_files import make_private, write_private
 from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
 from agent_worker.slots import SlotPool
 from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
@@ -105,6 +107,8 @@ class AgentActivities:
             raise
         finally:
             self.slots.release(slot_ids)
+            # Its output is shipped by now; what it kept there (a token, data) goes.
+            await uninterruptible(asyncio.to_thread(remove_run_files, self.run_dir(inp)))
         activity.logger.info("trial %s run %s %s", inp.trial_id, inp.run_id, status.message)
         return RunTrialResult(exit_code=status.exit_code, agent_id=self.agent_id,
                               oom_killed=status.oom_killed, message=status.message)
@@ -137,7 +141,8 @@ class AgentActivities:
         """A fresh working directory with the model definition and trial_info.json in it, and
         beside it Determined's info files and clean copy of the model definition."""
         entrypoint = entrypoint_command(inp.config)
-        await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id)
+        owner = self.runtime.task_owner
+        await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(_fresh_dir, run_dir)
         await asyncio.to_thread(_fresh_dir, determined_info_dir(run_dir))
@@ -153,8 +158,7 @@ class AgentActivities:
         info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
                                 cluster_id=self.cluster_id, slot_ids=slot_ids)
         info_path = run_dir / TRIAL_INFO_FILE
-        await asyncio.to_thread(
-            info_path.write_text, json.dumps(info, indent=2) + "\n", "utf-8")
+        await asyncio.to_thread(write_private, info_path, json.dumps(info, indent=2) + "\n")
         env = trial_environment(inp.config, trial_info_path=str(info_path),
                                 master_url=master_url)
         # Determined's Core API reads its own variables and info files (determined_env.py).
@@ -162,6 +166,8 @@ class AgentActivities:
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
                                 username=username)
         env.update(determined_environment(info, username=username))
+        for directory in run_directories(run_dir):
+            await asyncio.to_thread(make_private, directory, owner)
         return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
                            slot_ids=slot_ids)
 
@@ -195,21 +201,58 @@ def entrypoint_command(config: dict[str, Any]) -> str:
         f"strings), got {entrypoint!r}", type="ConfigError", non_retryable=True)
 
 
-def check_storage_writable(config: dict[str, Any], agent_id: str) -> None:
+def check_storage_writable(config: dict[str, Any], agent_id: str,
+                           owner: tuple[int, int] | None = None) -> None:
     """Fail the run at once, naming the directory, when its shared_fs checkpoint storage cannot
-    be written here: otherwise the trial would train until its first checkpoint and crash."""
+    be written here (by `owner`, the task user, when given): otherwise the trial would train
+    until its first checkpoint and crash. A directory made here is given to `owner`."""
     directory = shared_fs_directory(config.get("checkpoint_storage"))
     if directory is None:
         return
     try:
+        made = not os.path.isdir(directory)
         os.makedirs(directory, exist_ok=True)
         with tempfile.TemporaryFile(dir=directory):
             pass
+        if owner is not None and made:
+            os.chown(directory, *owner)
     except OSError as err:
         raise ApplicationError(
             f"the checkpoint storage {directory} is not writable on agent {agent_id}: "
             f"{err.strerror or err}", type="CheckpointStorageError", non_retryable=True,
         ) from err
+    if owner is not None and not writable_by(os.stat(directory), *owner):
+        raise ApplicationError(
+            f"the checkpoint storage {directory} is not writable on agent {agent_id} by the "
+            f"task user (uid {owner[0]}) trials run as: give that user write access to it "
+            "(chown, or a group it is in), or name another host_path",
+            type="CheckpointStorageError", non_retryable=True)
+
+
+def writable_by(st: os.stat_result, uid: int, gid: int) -> bool:
+    """Whether uid:gid (no supplementary groups: the sandbox drops them) may create files in
+    a directory with this owner and mode."""
+    if st.st_uid == uid:
+        return st.st_mode & 0o300 == 0o300
+    if st.st_gid == gid:
+        return st.st_mode & 0o030 == 0o030
+    return st.st_mode & 0o003 == 0o003
+
+
+def run_directories(run_dir: Path) -> list[Path]:
+    """A run's working directory and, beside it, its Determined info and model copy."""
+    return [run_dir, determined_info_dir(run_dir), determined_model_dir(run_dir)]
+
+
+def remove_run_files(run_dir: Path) -> None:
+    """Remove what a run had on disk (and its trial's directory once it is empty)."""
+    for path in [*run_directories(run_dir), run_dir.with_name(run_dir.name + ".sandbox.json")]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        run_dir.parent.rmdir()
 
 
 def _fresh_dir(path: Path) -> None:

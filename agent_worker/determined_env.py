@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from agent_worker.private_files import write_private
 from workflows.expconf import LENGTH_UNITS, shared_fs_directory, with_determined_defaults
 
 DETERMINED_INFO_DIR = "/run/determined/info"
@@ -140,10 +141,8 @@ def determined_info_files(info: Mapping[str, Any], *, username: str) -> dict[str
 
 
 def write_determined_info(directory: Path, info: Mapping[str, Any], *, username: str) -> None:
-    """Write the info files into `directory` (created; readable by any uid in the task)."""
+    """Write the info files into `directory` (created). They hold the run's token: the agent
+    makes them private to the trial's user (agent_worker/activities.py)."""
     directory.mkdir(parents=True, exist_ok=True)
-    directory.chmod(0o755)
     for name, content in determined_info_files(info, username=username).items():
-        path = directory / name
-        path.write_text(json.dumps(content) + "\n", "utf-8")
-        path.chmod(0o644)
+        write_private(directory / name, json.dumps(content) + "\n")

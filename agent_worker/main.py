@@ -2,7 +2,8 @@
 
     python -m agent_worker --master URL --temporal ADDRESS [--namespace default] --pool default \
         [--slots N] --work-dir DIR [--agent-id ID] [--runtime process|docker|auto] \
-        [--image-pull missing|always|never]
+        [--image-pull missing|always|never] [--task-env DIR] [--task-user NAME] \
+        [--hide-from-trials DIR ...]
 
 It registers with the master (which tells the pool's scheduler, `ResourcePoolWorkflow`), then
 polls only its own task queue `agent.<agentId>`: the runs the scheduler placed on it
@@ -38,8 +39,10 @@ from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration
 from agent_worker.run_cgroups import RunCgroups
 from agent_worker.runtime import Runtime
+from agent_worker.sandbox import TASK_USER_ENV, TaskUser, TaskUserError, task_user_for_agent
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
+from agent_worker.trial_firewall import TrialFirewall
 from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
 logger = logging.getLogger("agent_worker")
@@ -68,6 +71,14 @@ class AgentConfig:
     cluster_token: str | None = None
     # Process runtime: the user's Python environment trials run in (agent_worker/task_env.py).
     task_env: TaskEnvironment | None = None
+    # Process runtime: the user trials run as, sandboxed (agent_worker/sandbox.py); None: the
+    # agent's own, unsandboxed. The command line's default is `nobody` for a root agent.
+    task_user: TaskUser | None = None
+    # Process runtime, with a task user: directories trials must not see, besides the work dir
+    # and the agent user's home (the local cluster's state directory, say).
+    hidden_from_trials: tuple[Path, ...] = ()
+    # With a task user: host:port addresses trials may not connect to, besides Temporal's.
+    closed_to_trials: tuple[str, ...] = ()
 
 
 def parser() -> argparse.ArgumentParser:
@@ -102,6 +113,17 @@ def parser() -> argparse.ArgumentParser:
                    help="process runtime: the Python environment (a virtualenv or conda prefix) "
                         "trials run in, its bin first on PATH (default: $EPOCHAL_TASK_ENV, else "
                         "the agent's own)")
+    p.add_argument("--task-user", default=os.environ.get(TASK_USER_ENV) or None,
+                   help="process runtime: the unprivileged user trials run as, each sandboxed "
+                        "(default: $EPOCHAL_TASK_USER, else 'nobody' when the agent is root, "
+                        "else the agent's own user; 'root' runs trials unsandboxed)")
+    p.add_argument("--hide-from-trials", type=Path, action="append", default=[],
+                   metavar="DIR",
+                   help="process runtime with a task user: a directory trials must not see "
+                        "(repeatable; the work dir and the agent user's home always are)")
+    p.add_argument("--close-to-trials", action="append", default=[], metavar="HOST:PORT",
+                   help="process runtime with a task user: an address trials may not connect "
+                        "to (repeatable; Temporal's always is)")
     p.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
     return p
 
@@ -123,18 +145,28 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
             task_env = TaskEnvironment.open(args.task_env)
         except TaskEnvError as err:
             p.error(str(err))
+    task_user = None
+    if args.runtime != "docker":
+        try:
+            task_user = task_user_for_agent(args.task_user)
+        except TaskUserError as err:
+            p.error(str(err))
+    work_dir = args.work_dir.expanduser().resolve()
     config = AgentConfig(
         master_url=args.master.rstrip("/"),
         temporal_address=args.temporal,
         namespace=args.namespace,
         resource_pool=args.pool,
         slots=args.slots,
-        work_dir=args.work_dir.expanduser().resolve(),
+        work_dir=work_dir,
         agent_id=agent_id,
         runtime=args.runtime,
         image_pull=args.image_pull,
         cluster_token=os.environ.get(CLUSTER_TOKEN_ENV) or None,
         task_env=task_env,
+        task_user=task_user,
+        hidden_from_trials=tuple(d.expanduser().resolve() for d in args.hide_from_trials),
+        closed_to_trials=tuple(args.close_to_trials),
     )
     return config, args.log_level
 
@@ -158,11 +190,20 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
     if choice != "process":
         raise ValueError(f"unknown runtime {choice!r}; use one of {', '.join(RUNTIMES)}")
     cgroups = RunCgroups.for_agent(config.agent_id, config.work_dir)
+    if config.task_user is not None:
+        logger.info("trials run as %s (uid %d), each in a sandbox of its own",
+                    config.task_user.name, config.task_user.uid)
+    elif os.geteuid() == 0:
+        logger.warning("trials run as root, unsandboxed: any trial can read this host's "
+                       "secrets (the cluster token among them); see docs/SECURITY.md")
+    hidden = (config.work_dir, *config.hidden_from_trials)
     if config.task_env is None:
-        return ProcessRuntime(cgroups=cgroups)
+        return ProcessRuntime(cgroups=cgroups, task_user=config.task_user,
+                              hidden_from_trials=hidden)
     logger.info("trials run in %s", config.task_env.describe())
     return ProcessRuntime(task_env=config.task_env, cgroups=cgroups,
-                          harness_path=HarnessPath.prepare(config.work_dir))
+                          harness_path=HarnessPath.prepare(config.work_dir),
+                          task_user=config.task_user, hidden_from_trials=hidden)
 
 
 async def connect_temporal(address: str, namespace: str) -> Client:
@@ -227,6 +268,7 @@ class Agent:
         """Run until `stop()`; 0 after a requested stop, 1 if a Temporal worker failed."""
         cfg = self.config
         cfg.work_dir.mkdir(parents=True, exist_ok=True)
+        cfg.work_dir.chmod(0o700)  # runs, logs waiting for the master: the agent's alone
         headers = {"Authorization": f"Bearer {cfg.cluster_token}"} if cfg.cluster_token else {}
         if not cfg.cluster_token:
             logger.warning("%s is not set: the master will refuse this agent", CLUSTER_TOKEN_ENV)
@@ -239,6 +281,9 @@ class Agent:
             if not await self._unless_stopped(self._register(registration)):
                 return 0
             await self.runtime.startup()
+            firewall = self.trial_firewall()
+            if firewall is not None:
+                await asyncio.to_thread(firewall.install)
             heartbeat = asyncio.create_task(self._heartbeat(registration))
             try:
                 client = self._client or await self._unless_stopped(
@@ -254,6 +299,17 @@ class Agent:
             finally:
                 heartbeat.cancel()
                 await asyncio.gather(heartbeat, return_exceptions=True)
+                if firewall is not None:
+                    await asyncio.to_thread(firewall.remove)
+
+    def trial_firewall(self) -> TrialFirewall | None:
+        """Rules keeping sandboxed trials from Temporal (agent_worker/trial_firewall.py)."""
+        runtime = self.runtime
+        if not isinstance(runtime, ProcessRuntime) or runtime.task_user is None:
+            return None
+        return TrialFirewall(runtime.task_user.uid, [self.config.temporal_address,
+                                                     *self.config.closed_to_trials],
+                             self.config.agent_id)
 
     async def _heartbeat(self, registration: Registration) -> None:
         """Registration heartbeat; a new boot id when the pool stopped watching this agent."""
@@ -349,4 +405,8 @@ def main(argv: list[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return asyncio.run(run_agent(config))
+    try:
+        return asyncio.run(run_agent(config))
+    except TaskUserError as err:
+        logger.error("%s", err)
+        return 2

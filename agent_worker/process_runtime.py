@@ -11,6 +11,10 @@ Determined's client reads its info files, and its trial APIs the clean model cop
 paths (agent_worker/determined_env.py); where the agent may make mount namespaces (root), each
 trial gets one in which its own are bind-mounted there (the model copy read-only), so
 concurrent trials never see each other's.
+
+With a task user (a root agent's default, agent_worker/sandbox.py), each run is sandboxed: it
+runs as that user, in namespaces of its own that hide the agent's and the cluster's secrets and
+every other run.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from collections import deque
@@ -40,7 +45,9 @@ from agent_worker.determined_env import (
 from agent_worker.logs import pump_lines
 from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
+from agent_worker.sandbox import ROOT_ENVIRONMENT, SandboxPlan, TaskUser, TaskUserError
 from agent_worker.task_env import HarnessPath, TaskEnvironment
+from workflows.expconf import shared_fs_directory
 
 logger = logging.getLogger(__name__)
 
@@ -153,6 +160,17 @@ def can_make_mount_namespaces() -> bool:
     return done.returncode == 0
 
 
+def closed_ancestor(path: Path) -> Path | None:
+    """The outermost directory on the way to `path` (not itself) that others may not enter."""
+    for directory in reversed(path.parents):
+        try:
+            if not directory.stat().st_mode & stat.S_IXOTH:
+                return directory
+        except OSError:
+            return None
+    return None
+
+
 class ProcessRuntime(Runtime):
     def __init__(
         self,
@@ -164,6 +182,8 @@ class ProcessRuntime(Runtime):
         task_env: TaskEnvironment | None = None,
         harness_path: HarnessPath | None = None,
         cgroups: RunCgroups | None = None,
+        task_user: TaskUser | None = None,
+        hidden_from_trials: tuple[Path, ...] = (),
     ) -> None:
         self.kill_grace_seconds = (
             kill_grace_from_env() if kill_grace_seconds is None else kill_grace_seconds)
@@ -178,6 +198,13 @@ class ProcessRuntime(Runtime):
                                else python_bin_dir or Path(sys.executable).parent)
         self.output_drain_timeout = output_drain_timeout
         self.private_mounts = can_make_mount_namespaces()
+        self.task_user = task_user
+        self.hidden_from_trials = hidden_from_trials
+        if task_user is not None and not self.private_mounts:
+            raise TaskUserError(
+                f"cannot run trials as {task_user.name}: the agent cannot make mount "
+                "namespaces here (it needs root with CAP_SYS_ADMIN); run it as root, or with "
+                "--task-user root where trials may see the agent's secrets")
         if self.private_mounts:
             os.makedirs(DETERMINED_INFO_DIR, exist_ok=True)
             os.makedirs(DETERMINED_MODEL_DIR, exist_ok=True)
@@ -185,6 +212,12 @@ class ProcessRuntime(Runtime):
             logger.warning("cannot make mount namespaces (not root?): Determined's code run "
                            "by the process runtime will not find %s nor %s",
                            DETERMINED_INFO_DIR, DETERMINED_MODEL_DIR)
+
+    @property
+    def task_owner(self) -> tuple[int, int] | None:
+        if self.task_user is None:
+            return None
+        return self.task_user.uid, self.task_user.gid
 
     async def startup(self) -> None:
         """Kill what runs of this agent's previous start left (after a crash)."""
@@ -194,6 +227,44 @@ class ProcessRuntime(Runtime):
         if self.task_env is not None:
             return self.task_env.describe()
         return f"the agent's own environment (python3 = {self.python_bin_dir / 'python3'})"
+
+    def sandbox_plan(self, launch: TrialLaunch) -> SandboxPlan:
+        """What the sandbox hides and keeps for this run (agent_worker/sandbox.py)."""
+        assert self.task_user is not None
+        hide = list(self.hidden_from_trials)
+        if Path.home() != Path("/"):
+            hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
+        storage = shared_fs_directory(launch.input.config.get("checkpoint_storage"))
+        keep = [launch.run_dir, *self._python_paths(),
+                *([Path(storage)] if storage else [])]
+        # A directory others may not enter (/root, a 0700 temp dir) would stop the task user on
+        # its way to what it keeps: it is hidden too, and what is kept bound back into it.
+        hide.extend(closed for path in keep if (closed := closed_ancestor(path)) is not None)
+        return SandboxPlan(
+            command=launch.entrypoint, cwd=str(launch.run_dir),
+            env=self.environment(launch), uid=self.task_user.uid, gid=self.task_user.gid,
+            binds=[(str(source), target, read_only) for source, target, read_only in (
+                (determined_info_dir(launch.run_dir), DETERMINED_INFO_DIR, False),
+                (determined_model_dir(launch.run_dir), DETERMINED_MODEL_DIR, True),
+            ) if source.is_dir()],
+            hide=[str(p) for p in hide], keep=[str(p) for p in keep])
+
+    def _python_paths(self) -> list[Path]:
+        """What running the trial's Python and importing the harness needs: the environment,
+        the interpreter it was made from, and the harness (with its fallback packages)."""
+        import harness
+
+        prefix = self.python_bin_dir.parent
+        paths = [prefix, Path(sys.prefix), Path(sys.base_prefix).resolve(),
+                 Path(harness.__file__).resolve().parent]
+        python = prefix / "bin" / "python3"
+        if python.exists():
+            paths.append(python.resolve().parent.parent)
+        if self.harness_path is not None:
+            for directory in (self.harness_path.path, self.harness_path.fallback):
+                paths.append(directory)
+                paths.extend(entry.resolve() for entry in directory.iterdir())
+        return paths
 
     def command(self, launch: TrialLaunch, cgroup: Path | None = None) -> list[str]:
         """The argv that runs the entrypoint: in `cgroup` when given, in a mount namespace of
@@ -216,6 +287,10 @@ class ProcessRuntime(Runtime):
         With a task environment, PYTHONPATH holds the run directory and the harness alone, and
         the variables activating it are set."""
         env = agent_variables_for_trials(os.environ)
+        if self.task_user is not None:
+            # Its own home: the run directory, private to it and removed after the run.
+            env.update(HOME=str(launch.run_dir), USER=self.task_user.name,
+                       LOGNAME=self.task_user.name)
         env.update(launch.env)
         env["PATH"] = _prepend(str(self.python_bin_dir), env.get("PATH"))
         if self.task_env is None or self.harness_path is None:
@@ -247,11 +322,20 @@ class ProcessRuntime(Runtime):
         self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None],
         cgroup: Path | None,
     ) -> ExitStatus:
+        if self.task_user is not None:
+            plan_file = launch.run_dir.with_name(launch.run_dir.name + ".sandbox.json")
+            plan = self.sandbox_plan(launch)
+            await asyncio.to_thread(plan.write, plan_file)
+            argv, env = plan.argv(plan_file), dict(ROOT_ENVIRONMENT)
+            if cgroup is not None:
+                argv = ["/bin/sh", "-c", JOIN_THEN_RUN, "epochal-join", str(cgroup), *argv]
+        else:
+            argv, env = self.command(launch, cgroup), self.environment(launch)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *self.command(launch, cgroup),
+                *argv,
                 cwd=launch.run_dir,
-                env=self.environment(launch),
+                env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

@@ -39,6 +39,11 @@ class ExitStatus:
 
 
 class Runtime(ABC):
+    @property
+    def task_owner(self) -> tuple[int, int] | None:
+        """The uid and gid trials run as when not the agent's: a run's files are given to it."""
+        return None
+
     async def startup(self) -> None:
         """Called once when the agent starts, before it takes runs: clean up what a previous,
         crashed run of the same agent left (the Docker runtime's containers)."""

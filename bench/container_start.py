@@ -13,7 +13,7 @@ slot), then for each runtime restarts the local agent with it and submits the di
 one-trial experiment several times (after one warm-up run). The Docker runtime needs an engine
 and the task image (`epochal image build`; a local image, nothing is pulled).
 
-    .venv/bin/python bench/container_start.py [--runs 5] [--runtimes docker,process]
+    .venv/bin/python bench/container_start.py [--runs 5] [--runtimes docker,process,process-root]
 
 Prints each run, then the medians; the last line is the one-line summary.
 """
@@ -105,9 +105,15 @@ async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str
     return (first - started).total_seconds()
 
 
+# What each runtime named on the command line is: (--runtime, --task-user). `process` is what
+# `cluster up` runs (sandboxed as `nobody` when root); `process-root` the same, unsandboxed.
+RUNTIMES = {"docker": ("docker", None), "process": ("process", None),
+            "process-root": ("process", "root")}
+
+
 def restart_agent(settings: local_cluster.ClusterSettings, runtime: str) -> None:
     processes.stop_pid_file(settings.pid_file("agent"), settings.stop_grace)
-    settings.agent_runtime = runtime
+    settings.agent_runtime, settings.agent_task_user = RUNTIMES[runtime]
     local_cluster.up(settings, parts=["agent"])
 
 
@@ -137,10 +143,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--runtimes", default="docker,process",
-                        help="comma-separated runtimes to measure (default: %(default)s)")
+                        help="comma-separated runtimes to measure, of "
+                             f"{', '.join(RUNTIMES)} (default: %(default)s)")
     add_smoke_option(parser, runs=1)
     args = parse_args(parser)
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
+    unknown = [r for r in runtimes if r not in RUNTIMES]
+    if unknown:
+        parser.error(f"unknown runtimes {unknown}; choose from {', '.join(RUNTIMES)}")
     if "docker" in runtimes:
         import docker
 
@@ -154,7 +164,7 @@ def main() -> None:
         settings = local_cluster.ClusterSettings(
             state_dir=Path(state), api_port=free_port(), temporal_port=free_port(),
             postgres_port=free_port(), agent_slots=1, headless_temporal=True,
-            agent_runtime=runtimes[0])
+            agent_runtime=RUNTIMES[runtimes[0]][0])
         info = local_cluster.up(settings)
         try:
             medians = asyncio.run(run_bench(settings, info, runtimes, args.runs))

@@ -96,6 +96,9 @@ def agent_argv(
     runtime: str | None = None,
     image_pull: str | None = None,
     task_env: Path | None = None,
+    task_user: str | None = None,
+    hidden_from_trials: list[Path] | None = None,
+    closed_to_trials: list[str] | None = None,
 ) -> list[str]:
     argv = ["--master", master, "--temporal", temporal, "--pool", pool]
     if slots is not None:
@@ -110,6 +113,12 @@ def agent_argv(
         argv += ["--image-pull", image_pull]
     if task_env is not None:
         argv += ["--task-env", str(task_env)]
+    if task_user is not None:
+        argv += ["--task-user", task_user]
+    for directory in hidden_from_trials or []:
+        argv += ["--hide-from-trials", str(directory)]
+    for address in closed_to_trials or []:
+        argv += ["--close-to-trials", address]
     return argv
 
 
@@ -168,6 +177,25 @@ def run(
                      "trials run in; its bin comes first on PATH, so `python3` is the user's "
                      "(default: the agent's own)."),
     ] = None,
+    task_user: Annotated[
+        str | None,
+        typer.Option("--task-user", envvar="EPOCHAL_TASK_USER",
+                     help="Process runtime: the unprivileged user trials run as, each "
+                     "sandboxed (default: 'nobody' when the agent is root, else the agent's "
+                     "own user; 'root' runs trials unsandboxed)."),
+    ] = None,
+    hide_from_trials: Annotated[
+        list[Path] | None,
+        typer.Option("--hide-from-trials", help="Process runtime with a task user: a "
+                     "directory trials must not see (repeatable; the work dir and the agent "
+                     "user's home always are)."),
+    ] = None,
+    close_to_trials: Annotated[
+        list[str] | None,
+        typer.Option("--close-to-trials", metavar="HOST:PORT", help="Process runtime with a "
+                     "task user: an address trials may not connect to (repeatable; Temporal's "
+                     "always is)."),
+    ] = None,
 ) -> None:
     for name, value, allowed in (("--runtime", runtime, ("process", "docker", "auto")),
                                  ("--image-pull", image_pull, ("missing", "always", "never"))):
@@ -184,5 +212,8 @@ def run(
         runtime,
         image_pull,
         task_env,
+        task_user,
+        hide_from_trials,
+        close_to_trials,
     )
     run_agent(argv)

@@ -11,6 +11,7 @@ import typer
 
 from cli import render
 from cli.client import CliError
+from deploy.postgres import without_password
 
 app = typer.Typer(
     help="Start, stop and inspect the local cluster (PostgreSQL, Temporal, master, one agent).",
@@ -58,12 +59,15 @@ def _run(action: Any, *args: Any, **kwargs: Any) -> Any:
 SECRET_FIELDS = frozenset({"admin_password", "cluster_token"})
 
 
+
 def _plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return _plain(asdict(value))
     if isinstance(value, dict):
         # Secrets stay in STATE/secrets.json; status output may end up in logs.
-        return {k: _plain(v) for k, v in value.items() if k not in SECRET_FIELDS}
+        # The database's password stays in STATE/postgres.password.
+        return {k: without_password(v) if k == "db_url" else _plain(v)
+                for k, v in value.items() if k not in SECRET_FIELDS}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     if isinstance(value, Path):
@@ -95,6 +99,13 @@ def up(
                      "(env EPOCHAL_TASK_ENV; '' for the agent's own) [what the last `up` "
                      "used, else the agent's own]."),
     ] = None,
+    task_user: Annotated[
+        str | None,
+        typer.Option("--task-user", envvar="EPOCHAL_TASK_USER", show_envvar=False,
+                     help="Process runtime: the unprivileged user the local agent runs "
+                     "trials as, each sandboxed; 'root' runs them unsandboxed [what the last "
+                     "`up` used, else 'nobody' as root, else your own user]."),
+    ] = None,
 ) -> None:
     if runtime is not None and runtime not in ("process", "docker", "auto"):
         raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
@@ -118,6 +129,7 @@ def up(
         agent_slots=slots,
         agent_runtime=runtime,
         agent_task_env=task_env,
+        agent_task_user=task_user,
     )
 
     def report(message: str) -> None:

@@ -25,8 +25,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from agent_worker.sandbox import TaskUser, TaskUserError, task_user_for_agent
 from deploy import processes, temporal_server
-from deploy.postgres import EmbeddedPostgres, database_url
+from deploy.postgres import EmbeddedPostgres, database_url, without_password
 from deploy.processes import ClusterError, failure
 from deploy.temporal_server import TemporalDevServer
 
@@ -57,6 +58,7 @@ class ClusterSettings:
     agent_slots: int = field(default_factory=lambda: os.cpu_count() or 1)
     agent_runtime: str = "process"  # the local agent's --runtime: process | docker | auto
     agent_task_env: str | None = None  # the local agent's --task-env (process runtime)
+    agent_task_user: str | None = None  # the local agent's --task-user (None: its default)
     headless_temporal: bool = False
     # An external PostgreSQL / Temporal to use instead of starting our own.
     external_db_url: str | None = field(
@@ -122,7 +124,8 @@ def cluster_info(settings: ClusterSettings) -> ClusterInfo:
         dashboard_url=f"{api_url}/",
         temporal_address=s.external_temporal_address or f"{HOST}:{s.temporal_port}",
         temporal_ui_url=ui,
-        db_url=s.external_db_url or database_url(s.postgres_port, DATABASE, HOST),
+        db_url=s.external_db_url or database_url(s.postgres_port, DATABASE, HOST,
+                                                 _postgres(s).password()),
         state_dir=s.state_dir,
         **_secrets(s),
     )
@@ -152,7 +155,8 @@ def _secrets(s: ClusterSettings) -> dict[str, str]:
 SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
 SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
-                "headless_temporal", "agent_runtime", "agent_task_env")
+                "headless_temporal", "agent_runtime", "agent_task_env",
+                "agent_task_user")
 
 
 def load_settings(state_dir: Path | None = None, **overrides: object) -> ClusterSettings:
@@ -192,11 +196,15 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     say = report or (lambda _msg: None)
     for sub in ("logs", "run", "checkpoints", "agent"):
         (s.state_dir / sub).mkdir(parents=True, exist_ok=True)
+    task_user = _task_user(s)
+    if task_user is not None:
+        # Trials write their checkpoints here as the agent's task user.
+        os.chown(s.state_dir / "checkpoints", task_user.uid, task_user.gid)
     _save_settings(s)
     info = cluster_info(s)
 
     if "postgres" in wanted and not s.external_db_url:
-        say(f"postgres: {info.db_url}")
+        say(f"postgres: {without_password(info.db_url)}")
         _up_postgres(s)
     if "temporal" in wanted and not s.external_temporal_address:
         say(f"temporal: {info.temporal_address}")
@@ -208,7 +216,8 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
                     check=lambda: _master_answers(info.api_url))
     if "agent" in wanted:
         say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime"
-            + (f", task environment {s.agent_task_env}" if s.agent_task_env else ""))
+            + (f", task environment {s.agent_task_env}" if s.agent_task_env else "")
+            + (f", trials run as {task_user.name}" if task_user else ""))
         _up_process(s, "agent", _agent_command(s, info), env=_agent_env(info), port=None,
                     check=lambda: _agent_answers(info))
     return info
@@ -286,7 +295,21 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
             "--temporal", info.temporal_address, "--pool", "default",
             "--slots", str(s.agent_slots), "--work-dir", str(s.state_dir / "agent"),
             "--agent-id", AGENT_ID, "--runtime", s.agent_runtime,
-            *(["--task-env", s.agent_task_env] if s.agent_task_env else [])]
+            # Secrets, the database's files and the logs live there.
+            "--hide-from-trials", str(s.state_dir),
+            *([] if s.headless_temporal else ["--close-to-trials", f"{HOST}:{s.temporal_ui_port}"]),
+            *(["--task-env", s.agent_task_env] if s.agent_task_env else []),
+            *(["--task-user", s.agent_task_user] if s.agent_task_user else [])]
+
+
+def _task_user(s: ClusterSettings) -> TaskUser | None:
+    """The user the local agent will run trials as (agent_worker/sandbox.py)."""
+    if s.agent_runtime == "docker":
+        return None
+    try:
+        return task_user_for_agent(s.agent_task_user)
+    except TaskUserError as err:
+        raise ClusterError(f"agent: {err}") from None
 
 
 def _get_json(url: str, token: str | None = None) -> dict[str, Any] | None:

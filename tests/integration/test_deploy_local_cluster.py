@@ -12,6 +12,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from deploy import local_cluster
 from deploy.local_cluster import ClusterSettings
+from deploy.postgres import without_password
 from deploy.processes import ClusterError, free_port
 
 SERVERS = ("postgres", "temporal")
@@ -36,7 +37,9 @@ async def test_up_down_up_keeps_data(settings: ClusterSettings) -> None:
     steps: list[str] = []
     info = local_cluster.up(settings, parts=SERVERS, report=steps.append)
     assert [step.split(":")[0] for step in steps] == ["postgres", "temporal"]
-    assert info.db_url == f"postgresql://postgres@127.0.0.1:{settings.postgres_port}/epochal"
+    assert without_password(info.db_url) == (
+        f"postgresql://postgres:***@127.0.0.1:{settings.postgres_port}/epochal")
+    assert "***" in "".join(steps) and info.db_url not in "".join(steps)  # shown, not its password
     assert info.temporal_address == f"127.0.0.1:{settings.temporal_port}"
     assert info.temporal_ui_url is None
 

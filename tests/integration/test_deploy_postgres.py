@@ -26,7 +26,7 @@ async def test_data_survives_a_restart(server: EmbeddedPostgres) -> None:
     assert server.is_running() and server.answers()
     assert server.port() == port
     url = server.ensure_database("epochal")
-    assert url == f"postgresql://postgres@127.0.0.1:{port}/epochal"
+    assert url == f"postgresql://postgres:{server.password()}@127.0.0.1:{port}/epochal"
     assert server.ensure_database("epochal") == url  # already there: no error
 
     conn = await asyncpg.connect(url)
@@ -47,6 +47,40 @@ async def test_data_survives_a_restart(server: EmbeddedPostgres) -> None:
         assert await conn.fetchval("SELECT note FROM kept WHERE id = 1") == "still here"
     finally:
         await conn.close()
+
+
+async def test_tcp_clients_need_the_password(server: EmbeddedPostgres) -> None:
+    port = free_port()
+    server.start(port)
+    url = server.ensure_database("epochal")
+    assert server.password_file.stat().st_mode & 0o777 == 0o600
+    for login in ("postgres", "postgres:wrong"):
+        with pytest.raises(asyncpg.InvalidPasswordError):
+            await asyncpg.connect(f"postgresql://{login}@127.0.0.1:{port}/epochal")
+    conn = await asyncpg.connect(url)
+    try:
+        assert await conn.fetchval("SHOW password_encryption") == "scram-sha-256"
+        assert await conn.fetchval("SHOW listen_addresses") == "127.0.0.1"
+    finally:
+        await conn.close()
+
+
+async def test_a_server_started_before_passwords_gets_one(server: EmbeddedPostgres) -> None:
+    """A data directory from before (pg_hba.conf `trust`, no password), its server running:
+    the next `start` sets the password and the rules without a restart, losing nothing."""
+    port = free_port()
+    server.start(port)
+    (server.data_dir / "pg_hba.conf").write_text("local all all trust\n"
+                                                 "host all all 127.0.0.1/32 trust\n")
+    server._psql("SELECT pg_reload_conf()", "reload")
+    open_url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    conn = await asyncpg.connect(open_url)
+    await conn.close()
+    pid = server.pid()
+    server.start(port)
+    assert server.pid() == pid
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(open_url)
 
 
 def test_start_twice_leaves_the_server_alone(server: EmbeddedPostgres) -> None:

@@ -42,7 +42,8 @@ print("INFO: inside", flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 with open(os.environ["EPOCHAL_TRIAL_INFO"]) as f:
     info = json.load(f)
-with open("seen.json", "w") as f:
+# Into the checkpoint storage: the run's own directory is removed when it ends.
+with open(os.path.join(info["checkpoint_storage"]["host_path"], "seen.json"), "w") as f:
     json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "info": info,
                "python": sys.version_info[:2],
                "ckpt_dir": os.path.isdir(info["checkpoint_storage"]["host_path"]),
@@ -116,7 +117,8 @@ async def test_trial_runs_in_a_container(master: FakeMaster, http: httpx.AsyncCl
     assert heartbeats
     assert master.log_lines("stdout") == ["INFO: inside"]
     assert master.log_lines("stderr") == ["to stderr"]
-    seen = json.loads((tmp_path / "trials" / "7" / "run-1" / "seen.json").read_text())
+    seen = json.loads((tmp_path / "ckpts" / "seen.json").read_text())
+    assert not (tmp_path / "trials" / "7").exists()
     assert seen["cwd"] == CONTAINER_WORKDIR
     assert seen["env"]["EPOCHAL_TRIAL_INFO"] == CONTAINER_TRIAL_INFO
     assert seen["env"]["EPOCHAL_MASTER"] == master.url

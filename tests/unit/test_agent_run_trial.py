@@ -36,19 +36,25 @@ CONFIG: dict[str, Any] = {
     "resources": {"resource_pool": "default"},
 }
 
+# What the run saw goes to $SEEN_DIR (its own directory is removed when it ends).
 TRAIN_PY = """
-import json, os, sys
+import json, os, stat, sys
 print("INFO: starting", flush=True)
 for i in range(450):
     print(f"line {i}")
 print("oops", file=sys.stderr)
-with open("seen.json", "w") as f:
+info = os.environ["EPOCHAL_TRIAL_INFO"]
+with open(os.path.join(os.environ.get("SEEN_DIR", "."), "seen.json"), "w") as f:
     json.dump({
         "env": {k: os.environ.get(k) for k in (
             "EPOCHAL_TRIAL_INFO", "EPOCHAL_MASTER", "PYTHONUNBUFFERED", "MY_VAR", "MY_NUM",
             "PATH", "PYTHONPATH")},
         "executable": sys.executable,
         "cwd": os.getcwd(),
+        "helper": open("pkg/helper.py").read() if os.path.exists("pkg") else None,
+        "info": json.load(open(info)),
+        "modes": {"info": stat.S_IMODE(os.stat(info).st_mode),
+                  "run_dir": stat.S_IMODE(os.stat(".").st_mode)},
     }, f)
 sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """
@@ -96,18 +102,25 @@ async def test_run_trial_ships_logs_and_writes_trial_info(
         master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
     exp = next(_experiment_ids)
     master.model_defs[exp] = make_tgz({"train.py": TRAIN_PY, "pkg/helper.py": "X = 1\n"})
-    acts = make_activities(master, http, tmp_path)
+    work_dir, seen_dir = tmp_path / "work", tmp_path / "seen"
+    seen_dir.mkdir()
+    acts = make_activities(master, http, work_dir)
     env = ActivityEnvironment()
     heartbeats: list[tuple[Any, ...]] = []
     env.on_heartbeat = lambda *details: heartbeats.append(details)
+    config = with_env({"SEEN_DIR": str(seen_dir)})
 
-    result = await env.run(acts.run_trial, trial_input(exp))
+    result = await env.run(acts.run_trial, trial_input(exp, config))
 
     assert result == RunTrialResult(exit_code=0, agent_id="agent-1",
                                     message="exited with code 0")
     assert heartbeats
-    run_dir = tmp_path / "trials" / "7" / "run-2"
-    assert (run_dir / "pkg" / "helper.py").read_text() == "X = 1\n"
+    run_dir = work_dir / "trials" / "7" / "run-2"
+    seen = json.loads((seen_dir / "seen.json").read_text())
+    assert seen["helper"] == "X = 1\n"
+    # Its token was in files only it could read, and they are gone with the run.
+    assert seen["modes"] == {"info": 0o600, "run_dir": 0o700}
+    assert not (work_dir / "trials" / "7").exists()
 
     # Logs: every line, in order, with the contract's fields.
     stdout = master.log_lines("stdout")
@@ -119,17 +132,14 @@ async def test_run_trial_ships_logs_and_writes_trial_info(
         "stdtype": "stdout", "level": "LOG_LEVEL_INFO"}
     assert first["timestamp"].endswith("Z")
 
-    info = json.loads((run_dir / "trial_info.json").read_text())
-    assert info == {
+    assert seen["info"] == {
         "master_url": master.url, "cluster_id": "test-cluster", "agent_id": "agent-1",
         "experiment_id": exp, "trial_id": 7, "trial_run_id": 2, "task_id": f"{exp}.7",
         "allocation_id": f"{exp}.7.2", "trial_seed": 42, "hparams": {"lr": 0.1},
-        "experiment_config": CONFIG, "latest_checkpoint": "ckpt-uuid", "steps_completed": 10,
+        "experiment_config": config, "latest_checkpoint": "ckpt-uuid", "steps_completed": 10,
         "max_length": {"batches": 100},
         "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/ckpts"},
         "slot_ids": [0], "session_token": None}
-
-    seen = json.loads((run_dir / "seen.json").read_text())
     assert seen["env"]["EPOCHAL_TRIAL_INFO"] == str(run_dir / "trial_info.json")
     assert seen["env"]["EPOCHAL_MASTER"] == master.url
     assert seen["env"]["PYTHONUNBUFFERED"] == "1"
@@ -162,15 +172,17 @@ async def test_exit_codes_and_signals(master: FakeMaster, http: httpx.AsyncClien
 async def test_run_dir_is_fresh_for_each_attempt(master: FakeMaster, http: httpx.AsyncClient,
                                                  tmp_path: Path) -> None:
     exp = next(_experiment_ids)
-    master.model_defs[exp] = make_tgz({"train.py": "open('leftover', 'w').write('x')\n"})
+    # What an earlier attempt (of an agent that crashed) left is not seen by the next.
+    master.model_defs[exp] = make_tgz({"train.py": "import os; assert not os.path.exists('stale')\n"
+                                                   "open('leftover', 'w').write('x')\n"})
     acts = make_activities(master, http, tmp_path)
     inp = trial_input(exp, {**CONFIG, "entrypoint": ["python3", "train.py"]})
-    await ActivityEnvironment().run(acts.run_trial, inp)
     run_dir = tmp_path / "trials" / "7" / "run-2"
+    run_dir.mkdir(parents=True)
     (run_dir / "stale").write_text("from an earlier attempt")
-    await ActivityEnvironment().run(acts.run_trial, inp)
-    assert not (run_dir / "stale").exists()
-    assert (run_dir / "leftover").exists()
+    result = await ActivityEnvironment().run(acts.run_trial, inp)
+    assert result.exit_code == 0, master.log_lines()
+    assert not run_dir.exists()
 
 
 def _dead(pid: int) -> bool:
@@ -327,7 +339,8 @@ async def test_trials_run_concurrently(master: FakeMaster, http: httpx.AsyncClie
     exp = next(_experiment_ids)
     # Each run waits (bounded) for the other to have started: only concurrent runs finish fast.
     master.model_defs[exp] = make_tgz({"train.py": """
-import os, sys, time
+import json, os, sys, time
+print("slot", json.load(open(os.environ["EPOCHAL_TRIAL_INFO"]))["slot_ids"][0])
 open(f"../../started-{os.environ['TRIAL']}", "w").close()
 other = "1" if os.environ["TRIAL"] == "2" else "2"
 deadline = time.time() + 10
@@ -342,6 +355,5 @@ while not os.path.exists(f"../../started-{other}"):
                                   trial_input(exp, with_env({"TRIAL": t}), trial_id=t))
         for t in (1, 2)))
     assert [r.exit_code for r in results] == [0, 0]
-    trial_infos = [json.loads((tmp_path / "trials" / str(t) / "run-2" / "trial_info.json")
-                              .read_text()) for t in (1, 2)]
-    assert sorted(i["slot_ids"][0] for i in trial_infos) == [0, 1]
+    slots = [line.split()[1] for line in master.log_lines("stdout") if line.startswith("slot")]
+    assert sorted(slots) == ["0", "1"]

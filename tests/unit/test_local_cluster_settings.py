@@ -8,6 +8,7 @@ import pytest
 
 from deploy import local_cluster
 from deploy.local_cluster import ClusterSettings, cluster_info
+from deploy.postgres import without_password
 
 
 @pytest.fixture(autouse=True)
@@ -30,7 +31,13 @@ def test_defaults(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     assert info.dashboard_url == "http://127.0.0.1:8080/"
     assert info.temporal_address == "127.0.0.1:7233"
     assert info.temporal_ui_url == "http://127.0.0.1:8233"
-    assert info.db_url == "postgresql://postgres@127.0.0.1:54329/epochal"
+    # The database asks for a password, made once and readable by the cluster's user alone.
+    password_file = s.state_dir / "postgres.password"
+    password = password_file.read_text().strip()
+    assert len(password) >= 24 and password_file.stat().st_mode & 0o777 == 0o600
+    assert info.db_url == f"postgresql://postgres:{password}@127.0.0.1:54329/epochal"
+    assert cluster_info(s).db_url == info.db_url
+    assert without_password(info.db_url) == "postgresql://postgres:***@127.0.0.1:54329/epochal"
 
 
 def test_state_dir_from_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -62,7 +69,8 @@ def test_master_gets_its_environment(tmp_path: Path) -> None:
     s = ClusterSettings(state_dir=tmp_path, api_port=18080, postgres_port=15432)
     info = cluster_info(s)
     env = local_cluster._master_env(s, info)
-    assert env["EPOCHAL_DB_URL"] == "postgresql://postgres@127.0.0.1:15432/epochal"
+    assert without_password(env["EPOCHAL_DB_URL"]) == (
+        "postgresql://postgres:***@127.0.0.1:15432/epochal")
     assert env["EPOCHAL_TEMPORAL_ADDRESS"] == "127.0.0.1:7233"
     assert env["EPOCHAL_API_HOST"] == "127.0.0.1"
     assert env["EPOCHAL_API_PORT"] == "18080"

@@ -31,7 +31,10 @@ from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 VALIDATION_PERIOD = 5
-STEP_SECONDS = 0.05
+# A stop reaches the trainer a few tenths of a second after the validation that decided it
+# (longer on a loaded 2-core machine): a trial stopped at the first rung has the six validations
+# after it, 0.6 s, to see it before it would train to the end.
+STEP_SECONDS = 0.1
 LRS = [0.8, 0.1, 0.6, 0.3, 0.7, 0.2, 0.5, 0.4]
 
 

@@ -1,0 +1,208 @@
+"""The process runtime's sandbox (agent_worker/sandbox.py): as whom a trial runs, what it sees
+of the host, and how it is stopped. Real namespaces: these need root, as the CI has."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pwd
+import stat
+import sys
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from temporalio.exceptions import ApplicationError
+
+from agent_worker.activities import check_storage_writable, writable_by
+from agent_worker.private_files import make_private
+from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespaces, closed_ancestor
+from agent_worker.runtime import TrialLaunch
+from agent_worker.sandbox import TaskUser, TaskUserError, outermost, task_user_for_agent
+from workflows.types import RunTrialInput
+
+needs_root = pytest.mark.skipif(not can_make_mount_namespaces(),
+                                reason="sandboxes need root with mount namespaces")
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def add(self, stdtype: str, line: str) -> None:
+        self.lines.append(line)
+
+
+def test_the_task_user_is_nobody_for_a_root_agent_and_named_errors_say_what_to_do() -> None:
+    nobody = pwd.getpwnam("nobody")
+    assert task_user_for_agent(None, euid=0) == TaskUser("nobody", nobody.pw_uid, nobody.pw_gid)
+    assert task_user_for_agent("root", euid=0) is None  # asked for: unsandboxed
+    assert task_user_for_agent(None, euid=1000) is None  # cannot switch: runs as itself
+    with pytest.raises(TaskUserError, match=r"'nobody'.* needs root.* uid 1000"):
+        task_user_for_agent("nobody", euid=1000)
+    with pytest.raises(TaskUserError, match=r"'no-such-user-here': no such user.*useradd"):
+        task_user_for_agent("no-such-user-here", euid=0)
+
+
+def test_hidden_and_kept_paths() -> None:
+    assert outermost(["/a/b", "/a", "/c/d", "/c/dd", "relative", ""]) == ["/a", "/c/d", "/c/dd"]
+
+
+def test_the_first_closed_directory_on_the_way_is_found(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"
+    inner = closed / "open" / "target"
+    inner.mkdir(parents=True)
+    for directory in (tmp_path, closed.parent):
+        directory.chmod(0o755)
+    closed.chmod(0o700)
+    (closed / "open").chmod(0o755)
+    found = closed_ancestor(inner)
+    assert found is not None and found in (closed, *closed.parents)
+    assert closed_ancestor(Path("/usr/bin/env")) is None
+
+
+def test_storage_must_be_writable_by_the_task_user(tmp_path: Path) -> None:
+    nobody = task_user_for_agent(None, euid=0)
+    assert nobody is not None
+    owner = (nobody.uid, nobody.gid)
+    st = os.stat(tmp_path)
+    assert writable_by(os.stat_result((0o40777, *st[1:])), *owner)
+    assert not writable_by(os.stat_result((0o40755, *st[1:])), *owner)
+    if os.geteuid() != 0:
+        return
+    made = tmp_path / "made-here"  # a directory the agent makes is given to the task user
+    check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
+                                                   "host_path": str(made)}}, "a1", owner)
+    assert (made.stat().st_uid, made.stat().st_gid) == owner
+    roots = tmp_path / "roots"
+    roots.mkdir(mode=0o755)
+    with pytest.raises(ApplicationError, match=rf"{roots} is not writable on agent a1 by the "
+                                               rf"task user \(uid {nobody.uid}\)"):
+        check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
+                                                       "host_path": str(roots)}}, "a1", owner)
+
+
+def _launch(run_dir: Path, entrypoint: str, config: dict[str, Any] | None = None,
+            **env: str) -> TrialLaunch:
+    inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config=config or {},
+                        trial_seed=0, latest_checkpoint=None, steps_completed=0)
+    return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
+
+
+@pytest.fixture
+def layout(tmp_path: Path) -> dict[str, Path]:
+    """An agent's work dir with this run's directory, another run's, and a secret beside."""
+    work = tmp_path / "work"
+    run, other = work / "trials" / "2" / "run-1", work / "trials" / "3" / "run-1"
+    for directory in (run, other):
+        directory.mkdir(parents=True)
+    (other / "trial_info.json").write_text('{"session_token": "the other run\'s"}')
+    (work / "secrets.json").write_text("agent secret")
+    storage = tmp_path / "storage"
+    storage.mkdir()
+    return {"work": work, "run": run, "other": other, "storage": storage}
+
+
+@needs_root
+async def test_a_sandboxed_run_sees_its_own_things_and_nothing_else(
+        layout: dict[str, Path]) -> None:
+    nobody = task_user_for_agent(None, euid=0)
+    assert nobody is not None
+    os.chown(layout["storage"], nobody.uid, nobody.gid)
+    make_private(layout["run"], (nobody.uid, nobody.gid))
+    runtime = ProcessRuntime(task_user=nobody, hidden_from_trials=(layout["work"],),
+                             heartbeat_interval=0.1)
+    probe = layout["run"] / "probe.py"
+    probe.write_text("""
+import json, os, sys, harness
+def read(path):
+    try:
+        return open(path).read()
+    except OSError as err:
+        return type(err).__name__
+storage = os.environ["STORAGE"]
+open(os.path.join(storage, "written"), "w").write("x")
+print(json.dumps({
+    "uid": os.getuid(), "groups": os.getgroups(), "home": os.environ["HOME"],
+    "cwd": os.getcwd(), "token": os.environ["TOKEN"],
+    "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "agent_environ": read(f"/proc/{os.environ['AGENT_PID']}/environ"),
+    "work": sorted(os.listdir(os.environ["WORK"])),
+    "secret": read(os.path.join(os.environ["WORK"], "secrets.json")),
+    "other": read(os.environ["OTHER"]),
+    "no_new_privs": [l for l in open("/proc/self/status") if l.startswith("NoNewPrivs")],
+}))
+""")
+    os.chown(probe, nobody.uid, nobody.gid)
+    config = {"checkpoint_storage": {"type": "shared_fs", "host_path": str(layout["storage"])}}
+    logs = Lines()
+    launch = _launch(layout["run"], "python3 probe.py", config, TOKEN="run-token",
+                     STORAGE=str(layout["storage"]), AGENT_PID=str(os.getpid()),
+                     WORK=str(layout["work"]), OTHER=str(layout["other"] / "trial_info.json"))
+
+    task = asyncio.create_task(runtime.run(launch, logs, lambda: None))
+    # While it runs, no process on the host shows its token on a command line.
+    while not task.done():
+        for proc in psutil.process_iter(["cmdline"]):
+            assert "run-token" not in " ".join(proc.info["cmdline"] or [])
+        await asyncio.sleep(0.02)
+    status = await task
+    assert status.exit_code == 0, logs.lines
+    seen = json.loads(logs.lines[-1])
+    assert seen["uid"] == nobody.uid and seen["groups"] in ([], [nobody.gid])
+    assert seen["home"] == seen["cwd"] == str(layout["run"]) and seen["token"] == "run-token"
+    assert len(seen["processes"]) <= 3 and 1 in seen["processes"]
+    assert seen["agent_environ"] == "FileNotFoundError"
+    assert seen["work"] == ["trials"]  # the work dir is empty but for the way to its run
+    assert seen["secret"] == seen["other"] == "FileNotFoundError"
+    assert seen["no_new_privs"] == ["NoNewPrivs:\t1\n"]
+    assert (layout["storage"] / "written").stat().st_uid == nobody.uid
+    assert not list(layout["run"].parent.glob("*.sandbox.json"))  # the plan is gone
+
+
+@needs_root
+async def test_a_sandboxed_run_is_stopped_gracefully_and_leaves_nothing(
+        layout: dict[str, Path]) -> None:
+    nobody = task_user_for_agent(None, euid=0)
+    assert nobody is not None
+    make_private(layout["run"], (nobody.uid, nobody.gid))
+    runtime = ProcessRuntime(task_user=nobody, hidden_from_trials=(layout["work"],),
+                             heartbeat_interval=0.1, kill_grace_seconds=5)
+    script = ("import signal, subprocess, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (print('stopping', flush=True),"
+              " sys.exit(0)))\n"
+              "subprocess.Popen(['setsid', 'sleep', '600'])\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(600)\n")
+    logs = Lines()
+    task = asyncio.create_task(runtime.run(
+        _launch(layout["run"], f"{sys.executable} -c \"$SCRIPT\"", SCRIPT=script),
+        logs, lambda: None))
+    for _ in range(200):
+        if "ready" in logs.lines:
+            break
+        await asyncio.sleep(0.05)
+    assert "ready" in logs.lines, logs.lines
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "stopping" in logs.lines  # SIGTERM reached the entrypoint, not a SIGKILL
+    left = [p for p in psutil.process_iter(["username", "status"])
+            if p.info["username"] == "nobody" and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert left == []  # the setsid sleeper died with the run's namespace
+
+
+def test_private_files_are_given_to_the_task_user(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    (run / "pkg").mkdir(parents=True)
+    (run / "pkg" / "code.py").write_text("x = 1\n")
+    (run / "train.sh").write_text("true\n")
+    (run / "train.sh").chmod(0o755)
+    (run / "link").symlink_to("/etc/hostname")
+    owner = (os.getuid(), os.getgid())
+    make_private(run, owner)
+    modes = {p.name: stat.S_IMODE(p.lstat().st_mode) for p in (run, *run.rglob("*"))
+             if not p.is_symlink()}
+    assert modes == {"run": 0o700, "pkg": 0o700, "code.py": 0o600, "train.sh": 0o700}
