@@ -182,6 +182,8 @@ class PatchUserRequest(BaseModel):
     admin: bool | None = None
     active: bool | None = None
     displayName: str | None = Field(None, max_length=256)
+    # Determined's per-user agent user (`det user link-with-agent-user`): refused, not ignored.
+    agentUserGroup: dict[str, Any] | None = None
 
 
 async def _set_password(
@@ -200,6 +202,9 @@ async def patch_user(
     user_id: int, body: PatchUserRequest, principal: CurrentPrincipal, pool: Pool
 ) -> dict[str, Any]:
     await _fetch_user(pool, user_id)
+    if body.agentUserGroup is not None:
+        raise ApiError(501, "linking a user with an agent user is not served: every agent runs "
+                       "all trials as its own task user (epochal agent run --task-user)")
     if body.admin is not None or body.active is not None:
         auth.require_admin(principal, "change a user's admin or active flag")
         if principal.user_id == user_id and (body.admin is False or body.active is False):

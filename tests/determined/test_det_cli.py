@@ -527,6 +527,9 @@ def test_workspaces_projects_and_templates(det: Det, tmp_path: Path) -> None:
     (("cmd", "run", "echo", "hi"), "commands are not served by Epochal (interactive tasks)"),
     (("shell", "start"), "shells are not served by Epochal (interactive tasks)"),
     (("tensorboard", "start", "1"), "TensorBoards are not served by Epochal"),
+    (("user", "link-with-agent-user", "admin", "--agent-uid", "1000", "--agent-gid", "1000",
+      "--agent-user", "me", "--agent-group", "me"),
+     "linking a user with an agent user is not served"),
 ])
 def test_features_epochal_does_not_serve_say_so(
     det: Det, command: tuple[str, ...], feature: str
