@@ -69,7 +69,9 @@ class CreateExperimentRequest(BaseModel):
 def normalized_config(text: str, checkpoint_dir: str,
                       storage_roots: Sequence[str] | None = None) -> dict[str, Any]:
     """Validate the YAML and fill in the master's default checkpoint storage; with
-    `storage_roots`, shared_fs storage must lie under one of them."""
+    `storage_roots`, shared_fs storage and the host side of `bind_mounts` must lie under one of
+    them (a task container runs as the agent's user: a mount of its home or the cluster's state
+    would hand the trial their secrets)."""
     default_storage = {"type": "shared_fs", "host_path": checkpoint_dir}
     try:
         config = parse_experiment_config(text, source="config", default_storage=default_storage)
@@ -83,6 +85,13 @@ def normalized_config(text: str, checkpoint_dir: str,
             f"checkpoint_storage.host_path: {directory} is outside the directories this cluster "
             f"keeps checkpoints in ({', '.join(storage_roots)}); an admin can allow more with "
             "EPOCHAL_STORAGE_ROOTS"])
+    for i, mount in enumerate(dumped.get("bind_mounts") or []):
+        host_path = mount.get("host_path")
+        if storage_roots is not None and host_path and not _under_any(host_path, storage_roots):
+            raise ApiError(400, "invalid experiment config", [
+                f"bind_mounts[{i}].host_path: {host_path} is outside the directories this "
+                f"cluster lets trials mount ({', '.join(storage_roots)}); an admin can allow "
+                "more with EPOCHAL_STORAGE_ROOTS"])
     return dumped
 
 

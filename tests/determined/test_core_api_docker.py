@@ -17,6 +17,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.determined.det_venv import VENV_DIR
 from tests.determined.test_core_api_e2e import EXAMPLE
 from tests.e2e.cluster import Cluster, created_id, docker_runtime_cluster
 
@@ -31,8 +32,13 @@ PYTORCH_TRIAL = Path(__file__).resolve().parent / "pytorch_trial"
 @pytest.fixture(scope="module")
 def docker_cluster(postgres_url: str, temporal_address: str,
                    task_image: str) -> Iterator[Cluster]:
-    with docker_runtime_cluster(postgres_url, temporal_address, "det-docker", 1) as cluster:
-        yield cluster
+    # The tests mount Determined's packages from the repository's .venv-det into the container;
+    # the master lets trials mount only what its roots allow.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EPOCHAL_STORAGE_ROOTS", f"/tmp:{VENV_DIR}")
+        with docker_runtime_cluster(postgres_url, temporal_address, "det-docker",
+                                    1) as cluster:
+            yield cluster
 
 
 def test_core_api_script_runs_in_a_task_container(docker_cluster: Cluster, det_venv: Path,

@@ -261,6 +261,18 @@ async def test_hostile_configs_are_refused_naming_the_bound(api: httpx.AsyncClie
         assert refused.status_code == 400, refused.text
         assert "is outside the directories this cluster keeps checkpoints in" in (
             refused.json()["details"][0])
+    for host_path in ("/root", "/", "/tmp/../etc"):
+        refused = await api.post("/api/v1/experiments", json={
+            "config": config_yaml(bind_mounts=[{"host_path": host_path, "container_path": "/x"}]),
+            "validateOnly": True})
+        assert refused.status_code == 400, refused.text
+        assert refused.json()["details"][0].startswith(
+            f"bind_mounts[0].host_path: {host_path} is outside the directories this cluster lets "
+            "trials mount (")
+    allowed = await api.post("/api/v1/experiments", json={
+        "config": config_yaml(bind_mounts=[{"host_path": "/tmp", "container_path": "/data"}]),
+        "validateOnly": True})
+    assert allowed.status_code == 200, allowed.text
 
 
 async def test_failed_logins_are_throttled_and_unknown_names_look_alike(
