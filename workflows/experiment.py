@@ -12,6 +12,7 @@ continue-as-new (carrying the search's snapshot and its own bookkeeping) while t
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -45,6 +46,9 @@ with workflow.unsafe.imports_passed_through():
     )
 
 GC_TIMEOUT = timedelta(minutes=10)
+# Pause, activate, cancel and kill write the experiment's state and signal its trials one
+# message at a time (before it, a quick pause-activate could store PAUSED last).
+SERIAL_MESSAGES_PATCH = "experiment-messages-in-order"
 
 
 def length_unit(searcher: JSON) -> str:
@@ -72,6 +76,7 @@ class ExperimentWorkflow:
         self._counts: dict[str, int] = c.get("counts", {})
         self._seen: dict[int, int] = {int(k): v for k, v in c.get("seen", {}).items()}
         self._events: list[tuple[str, Any]] = []
+        self._messages = asyncio.Lock()  # serialises the user's messages' side effects
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -304,37 +309,44 @@ class ExperimentWorkflow:
     def trial_closed(self, outcome: TrialOutcome) -> None:
         self._events.append(("closed", outcome))
 
+    async def _announce(self, state: str, signal: str) -> None:
+        """Store the experiment's new state and pass the message on to its trials, after the
+        messages before it (`SERIAL_MESSAGES_PATCH`)."""
+        if not workflow.patched(SERIAL_MESSAGES_PATCH):
+            await self._set_state(state)
+            await self._forward(signal)
+            return
+        async with self._messages:
+            await self._set_state(state)
+            await self._forward(signal)
+
     @workflow.signal
     async def pause(self) -> None:
         if self._stop is not None or self._paused:
             return
         self._paused = True
-        await self._set_state("PAUSED")
-        await self._forward("pause")
+        await self._announce("PAUSED", "pause")
 
     @workflow.signal
     async def activate(self) -> None:
         if self._stop is not None or not self._paused:
             return
         self._paused = False
-        await self._set_state("ACTIVE")
-        await self._forward("activate")
+        await self._announce("ACTIVE", "activate")
 
     @workflow.signal
     async def cancel(self) -> None:
         if self._stop is not None:
             return
         self._stop = "cancel"
-        await self._set_state("STOPPING_CANCELED")
-        await self._forward("cancel")
+        await self._announce("STOPPING_CANCELED", "cancel")
 
     @workflow.signal
     async def kill(self) -> None:
         if self._stop == "kill":
             return
         self._stop = "kill"
-        await self._set_state("STOPPING_KILLED")
-        await self._forward("kill")
+        await self._announce("STOPPING_KILLED", "kill")
 
     @workflow.query
     def describe(self) -> dict[str, object]:

@@ -22,11 +22,18 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
+from activities.experiment_store import ExperimentStore
 from agent_worker.liveness import Liveness
 from tests.workflows.pool_helpers import register
 from workflows.constants import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
 from workflows.expconf import validate_experiment_config
-from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
+from workflows.experiment import ExperimentWorkflow
+from workflows.types import (
+    ExperimentInput,
+    RecordExperimentStateInput,
+    RunTrialInput,
+    RunTrialResult,
+)
 
 HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 Script = Callable[[RunTrialInput, asyncpg.Pool], Awaitable[RunTrialResult]]
@@ -56,7 +63,8 @@ def make_config(pool_name: str, **searcher: Any) -> dict[str, Any]:
 
 
 async def start_experiment(
-    client: Client, pool: asyncpg.Pool, config: dict[str, Any]
+    client: Client, pool: asyncpg.Pool, config: dict[str, Any],
+    task_queue: str = MASTER_TASK_QUEUE,
 ) -> tuple[int, WorkflowHandle[Any, str]]:
     experiment_id = await pool.fetchval(
         "INSERT INTO experiments (name, config, original_config, seed)"
@@ -68,7 +76,7 @@ async def start_experiment(
         "ExperimentWorkflow",
         ExperimentInput(experiment_id=experiment_id, config=config, seed=7),
         id=experiment_workflow_id(experiment_id),
-        task_queue=MASTER_TASK_QUEUE,
+        task_queue=task_queue,
         result_type=str,
     )
     return experiment_id, handle
@@ -147,9 +155,18 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 30) 
 async def run_with_agent(
     client: Client, pool: asyncpg.Pool, script: Script, **searcher: Any
 ) -> tuple[FakeAgent, str, WorkflowHandle[Any, str], int]:
+    agent, pool_name = await start_agent(client, pool, script)
+    experiment_id, handle = await start_experiment(client, pool,
+                                                   make_config(pool_name, **searcher))
+    return agent, pool_name, handle, experiment_id
+
+
+async def start_agent(
+    client: Client, pool: asyncpg.Pool, script: Script
+) -> tuple[FakeAgent, str]:
+    """A fake agent running `script`, registered with a new pool of 8 slots."""
     pool_name = f"test-{uuid.uuid4().hex[:8]}"
     agent = FakeAgent(pool, script)
-    config = make_config(pool_name, **searcher)
     # The agent polls its own queue; the pool's scheduler places runs there (8 slots).
     agent_id = f"{pool_name}-fake"
     fake_agent_liveness = Liveness(agent_id, beat=0.5)
@@ -162,9 +179,8 @@ async def run_with_agent(
     )
     worker_task = asyncio.create_task(worker.run())
     await register(client, pool_name, agent_id, 8)
-    experiment_id, handle = await start_experiment(client, pool, config)
     agent.worker_task = worker_task  # type: ignore[attr-defined]
-    return agent, pool_name, handle, experiment_id
+    return agent, pool_name
 
 
 async def stop_agent(agent: FakeAgent) -> None:
@@ -350,3 +366,45 @@ async def test_a_trial_that_never_reports_the_searcher_metric_completes_with_a_w
         )
     ]
     assert row["search_status"] == 'completed without reporting the searcher metric "loss"'
+
+
+async def test_a_quick_pause_and_activate_are_stored_in_the_order_they_came(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """Each message's state write waits for the one before: a slow write of PAUSED may not land
+    after the ACTIVE that followed it (the experiment would show PAUSED while it runs)."""
+    store = ExperimentStore(pool)
+    stored: list[str] = []
+
+    @activity.defn(name="record_experiment_state")
+    async def slow_pause(inp: RecordExperimentStateInput) -> None:
+        if inp.state == "PAUSED":
+            await asyncio.sleep(1.0)
+        await store.record_experiment_state(inp)
+        stored.append(inp.state)
+
+    queue = f"experiments-{uuid.uuid4().hex[:8]}"
+    activities = [a for a in store.all() if a.__name__ != "record_experiment_state"]
+    agent, pool_name = await start_agent(temporal_client, pool, hang)
+    config = make_config(pool_name, max_concurrent_trials=1)
+
+    async def both_stored() -> bool:
+        return len(stored) == 2
+
+    async with Worker(temporal_client, task_queue=queue, workflows=[ExperimentWorkflow],
+                      activities=[*activities, slow_pause]):
+        experiment_id, handle = await start_experiment(temporal_client, pool, config,
+                                                       task_queue=queue)
+        try:
+            await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 1))
+            await handle.signal("pause")
+            await handle.signal("activate")
+            await wait_until(both_stored)
+            assert stored == ["PAUSED", "ACTIVE"]
+            assert await pool.fetchval(
+                "SELECT state FROM experiments WHERE id = $1", experiment_id) == "ACTIVE"
+            await handle.signal("kill")
+            assert await asyncio.wait_for(handle.result(), 60) == "CANCELED"
+        finally:
+            await stop_agent(agent)
+
