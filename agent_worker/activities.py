@@ -39,12 +39,11 @@ from agent_worker.private_files import make_private, write_private
 from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
 from agent_worker.slots import SlotPool
 from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
-from workflows.constants import allocation_id, task_id
+from workflows.constants import RUN_TRIAL, allocation_id, task_id
 from workflows.expconf import shared_fs_directory
 from workflows.tokens import mint_trial_token
 from workflows.types import RunTrialInput, RunTrialResult
 
-RUN_TRIAL = "run_trial"
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
 

@@ -14,9 +14,9 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from workflows.constants import AGENT_LIVENESS
 from workflows.pool_types import AgentLivenessInput
 
-AGENT_LIVENESS = "agent_liveness"
 BEAT_SECONDS = 3.0
 PERIOD_SECONDS = 3600.0
 

@@ -7,6 +7,10 @@ MASTER_TASK_QUEUE = "epochal-master"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_RESOURCE_POOL = "default"
 
+# The agent's activities, scheduled by the trial and pool workflows on the agent's own queue.
+RUN_TRIAL = "run_trial"
+AGENT_LIVENESS = "agent_liveness"
+
 
 def pool_task_queue(pool: str) -> str:
     """Task queue every agent of a resource pool polls for trial runs."""

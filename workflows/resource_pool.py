@@ -33,7 +33,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.constants import agent_task_queue
+    from workflows.constants import AGENT_LIVENESS, agent_task_queue
     from workflows.pool_types import (
         AgentEnabled,
         AgentLivenessInput,
@@ -51,7 +51,6 @@ with workflow.unsafe.imports_passed_through():
         SlotRequest,
     )
 
-AGENT_LIVENESS = "agent_liveness"
 LIVENESS_HEARTBEAT_TIMEOUT = timedelta(seconds=15)  # twice that to pick it up, else lost
 LIVENESS_PERIOD = timedelta(hours=1)  # the activity ends and is renewed this often
 RELEASED_KEPT = 2000  # released allocation ids remembered for dedup

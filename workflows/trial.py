@@ -27,6 +27,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 with workflow.unsafe.imports_passed_through():
     from workflows.allocation import Allocator, Resources
     from workflows.constants import (
+        RUN_TRIAL,
         allocation_id,
         experiment_workflow_id,
         task_id,
@@ -215,7 +216,7 @@ class TrialWorkflow:
     ) -> tuple[str, str]:
         """One run on the allocated agent: ('completed'|'preempted'|'failed'|'fatal', detail)."""
         handle = workflow.start_activity(
-            "run_trial",
+            RUN_TRIAL,
             RunTrialInput(
                 experiment_id=inp.experiment_id,
                 trial_id=inp.trial_id,
