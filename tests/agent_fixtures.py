@@ -9,7 +9,7 @@ import httpx
 import pytest
 import pytest_asyncio
 
-from agent_worker.testing import FakeMaster
+from tests.fakes.agent_master import FakeMaster
 
 
 @pytest.fixture

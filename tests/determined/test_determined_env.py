@@ -27,7 +27,7 @@ from agent_worker.determined_env import (
 )
 from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespaces
 from agent_worker.slots import SlotPool, cpu_slots
-from agent_worker.testing import FakeMaster, make_tgz
+from tests.fakes.agent_master import FakeMaster, make_tgz
 from workflows.types import RunTrialInput
 
 CONFIG: dict[str, Any] = {

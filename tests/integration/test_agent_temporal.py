@@ -29,8 +29,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_worker.main import Agent, AgentConfig
 from agent_worker.process_runtime import ProcessRuntime
-from agent_worker.testing import FakeMaster, make_tgz
 from deploy.processes import free_port
+from tests.fakes.agent_master import FakeMaster, make_tgz
 from workflows.constants import agent_task_queue
 from workflows.types import RunTrialInput, RunTrialResult
 

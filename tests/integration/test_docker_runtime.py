@@ -29,7 +29,7 @@ from agent_worker.docker_runtime import (
     agent_containers,
 )
 from agent_worker.slots import SlotPool, cpu_slots
-from agent_worker.testing import FakeMaster, make_tgz
+from tests.fakes.agent_master import FakeMaster, make_tgz
 from workflows.types import RunTrialInput
 
 _experiment_ids = itertools.count(500)

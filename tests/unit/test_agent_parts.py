@@ -24,8 +24,8 @@ from agent_worker.process_runtime import (
 from agent_worker.registration import Registration
 from agent_worker.runtime import TrialLaunch
 from agent_worker.slots import SlotPool, cpu_slots, discover_slots
-from agent_worker.testing import FakeMaster
 from agent_worker.trial_info import trial_environment, user_environment
+from tests.fakes.agent_master import FakeMaster
 from workflows.types import RunTrialInput
 
 

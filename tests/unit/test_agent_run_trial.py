@@ -23,7 +23,7 @@ from temporalio.testing import ActivityEnvironment
 from agent_worker.activities import AgentActivities
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.slots import SlotPool, cpu_slots
-from agent_worker.testing import FakeMaster, make_tgz
+from tests.fakes.agent_master import FakeMaster, make_tgz
 from workflows.types import RunTrialInput, RunTrialResult
 
 _experiment_ids = itertools.count(100)

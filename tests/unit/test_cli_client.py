@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import cli.client
 from cli.client import resolve_master
 from cli.main import app
-from cli.testing import FakeMaster, error, unreachable
+from tests.fakes.cli_master import FakeMaster, error, unreachable
 
 
 def run(*args: str, env: dict[str, str | None] | None = None):

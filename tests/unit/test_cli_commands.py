@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import cli.agent
 import cli.client
 from cli.main import app
-from cli.testing import CHECKPOINTS, FakeMaster, experiment, log, ndjson, trial
+from tests.fakes.cli_master import CHECKPOINTS, FakeMaster, experiment, log, ndjson, trial
 
 
 @pytest.fixture

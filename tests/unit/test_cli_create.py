@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import cli.client
 from cli import model_dir
 from cli.main import app
-from cli.testing import FakeMaster
+from tests.fakes.cli_master import FakeMaster
 
 CONFIG = """\
 name: digits
@@ -210,7 +210,7 @@ def test_missing_model_dir(fake: FakeMaster, project) -> None:
 
 
 def test_server_refusal_is_printed_plainly(fake: FakeMaster, project) -> None:
-    from cli.testing import error
+    from tests.fakes.cli_master import error
 
     config, model = project
     fake.on(

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 import cli.client
 import cli.experiment
 from cli.main import app
-from cli.testing import (
+from tests.fakes.cli_master import (
     CHECKPOINTS,
     TRIALS,
     FakeMaster,
