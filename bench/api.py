@@ -34,7 +34,7 @@ The last line is the one-line summary.
 
     .venv/bin/python bench/api.py [--experiments 10] [--trials 100] [--points 1000] \
         [--requests 300] [--steps 20000] [--rounds 4] [--batch 100] \
-        [--mlflow-backend postgres|sqlite] [--skip-mlflow]
+        [--mlflow-backend postgres|sqlite] [--skip-mlflow] [--smoke]
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from activities.database import apply_migrations, create_pool  # noqa: E402
-from bench.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from deploy import processes  # noqa: E402
 from deploy.postgres import EmbeddedPostgres  # noqa: E402
 from deploy.temporal_server import TemporalDevServer  # noqa: E402

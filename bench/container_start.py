@@ -13,7 +13,8 @@ slot), then for each runtime restarts the local agent with it and submits the di
 one-trial experiment several times (after one warm-up run). The Docker runtime needs an engine
 and the task image (`epochal image build`; a local image, nothing is pulled).
 
-    .venv/bin/python bench/container_start.py [--runs 5] [--runtimes docker,process,process-root]
+    .venv/bin/python bench/container_start.py [--runs 5] \
+        [--runtimes docker,process,process-root] [--smoke]
 
 Prints each run, then the medians; the last line is the one-line summary.
 """
@@ -37,8 +38,8 @@ sys.path.insert(0, str(REPO))
 
 from temporalio.client import Client  # noqa: E402
 
-from bench.login import admin_headers  # noqa: E402
-from bench.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.login import admin_headers  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from deploy import local_cluster, processes  # noqa: E402
 from deploy.processes import free_port  # noqa: E402

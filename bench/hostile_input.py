@@ -12,7 +12,7 @@ For each: the answer's status and the time to it (p50, max). Meanwhile a reader 
 `GET /api/v1/experiments` on its own connection; its p99 during the attack is printed next to
 its p99 before. The master's resident memory (psutil) is read before and after.
 
-    .venv/bin/python bench/hostile_input.py [--repeats 20] [--reads 200]
+    .venv/bin/python bench/hostile_input.py [--repeats 20] [--reads 200] [--smoke]
 
 The last line is the one-line summary.
 """
@@ -34,8 +34,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.login import admin_headers  # noqa: E402
-from bench.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.login import admin_headers  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from deploy import local_cluster  # noqa: E402
 from deploy.processes import free_port, read_pid  # noqa: E402
 

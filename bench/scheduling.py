@@ -16,7 +16,7 @@ Measured:
 The last line is the one-line summary.
 
     .venv/bin/python bench/scheduling.py [--agents 50] [--slots 2] [--trials 1000] \
-        [--run-seconds 0.2] [--processes 4] [--arrival-rate 10] [--temporal HOST:PORT]
+        [--run-seconds 0.2] [--processes 4] [--arrival-rate 10] [--temporal HOST:PORT] [--smoke]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 
 from activities.scheduler import SchedulerActivities  # noqa: E402
 from agent_worker.liveness import Liveness  # noqa: E402
-from bench.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from deploy.processes import free_port  # noqa: E402
 from deploy.temporal_server import TemporalDevServer  # noqa: E402
 from workflows.allocation import Allocator, Resources  # noqa: E402

@@ -20,7 +20,8 @@ is the trial trained to full length with the best final reported value; its regr
 f(x) minus the optimum.
 
     .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python bench/search_efficiency.py [--seeds 30] [--max-trials 256] [--equal-speed]
+    .venv/bin/python bench/search_efficiency.py [--seeds 30] [--max-trials 256] [--equal-speed] \
+        [--smoke]
 
 Prints one row per method (compute, best true f(x), regret: mean [min, max] over seeds), then
 the goals: ASHA within 1% of random search's best using at most 1/3 of its compute; adaptive ASHA
@@ -50,7 +51,7 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
-from bench.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from workflows.expconf import validate_experiment_config  # noqa: E402
 from workflows.searchers import make_search  # noqa: E402
 from workflows.searchers.base import (  # noqa: E402

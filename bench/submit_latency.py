@@ -7,7 +7,7 @@ times. For each run it measures, from the moment the create request is sent:
   - completion:   until the API shows the experiment COMPLETED.
 Prints each run, then the medians; the last line is the one-line summary.
 
-    .venv/bin/python bench/submit_latency.py [--runs 5] [--batches 100] [--master URL]
+    .venv/bin/python bench/submit_latency.py [--runs 5] [--batches 100] [--master URL] [--smoke]
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.login import admin_headers, cli_headers  # noqa: E402
-from bench.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.login import admin_headers, cli_headers  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from deploy import local_cluster  # noqa: E402
 from deploy.processes import free_port  # noqa: E402

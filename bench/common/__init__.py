@@ -1,0 +1,1 @@
+"""What the benches share: `--smoke` sizes and logging in to a cluster. Not benches."""
