@@ -245,11 +245,8 @@ def run_directories(run_dir: Path) -> list[Path]:
 
 def remove_run_files(run_dir: Path) -> None:
     """Remove what a run had on disk (and its trial's directory once it is empty)."""
-    for path in [*run_directories(run_dir), run_dir.with_name(run_dir.name + ".sandbox.json")]:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    for path in run_directories(run_dir):
+        shutil.rmtree(path, ignore_errors=True)
     with contextlib.suppress(OSError):
         run_dir.parent.rmdir()
 

@@ -35,6 +35,7 @@ from pathlib import Path
 import psutil
 from temporalio.exceptions import ApplicationError
 
+import harness
 from agent_worker.aio import uninterruptible
 from agent_worker.determined_env import (
     DETERMINED_INFO_DIR,
@@ -160,6 +161,11 @@ def can_make_mount_namespaces() -> bool:
     return done.returncode == 0
 
 
+def _plan_file(launch: TrialLaunch) -> Path:
+    """Where a sandboxed run's plan waits for it: beside its run directory, root's alone."""
+    return launch.run_dir.with_name(launch.run_dir.name + ".sandbox.json")
+
+
 def closed_ancestor(path: Path) -> Path | None:
     """The outermost directory on the way to `path` (not itself) that others may not enter."""
     for directory in reversed(path.parents):
@@ -205,6 +211,8 @@ class ProcessRuntime(Runtime):
                 f"cannot run trials as {task_user.name}: the agent cannot make mount "
                 "namespaces here (it needs root with CAP_SYS_ADMIN); run it as root, or with "
                 "--task-user root where trials may see the agent's secrets")
+        # What every sandboxed run keeps of the agent's Python: the same for all its runs.
+        self.python_paths = self._python_paths() if task_user is not None else []
         if self.private_mounts:
             os.makedirs(DETERMINED_INFO_DIR, exist_ok=True)
             os.makedirs(DETERMINED_MODEL_DIR, exist_ok=True)
@@ -235,8 +243,7 @@ class ProcessRuntime(Runtime):
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
         storage = shared_fs_directory(launch.input.config.get("checkpoint_storage"))
-        keep = [launch.run_dir, *self._python_paths(),
-                *([Path(storage)] if storage else [])]
+        keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else [])]
         # A directory others may not enter (/root, a 0700 temp dir) would stop the task user on
         # its way to what it keeps: it is hidden too, and what is kept bound back into it.
         hide.extend(closed for path in keep if (closed := closed_ancestor(path)) is not None)
@@ -252,8 +259,6 @@ class ProcessRuntime(Runtime):
     def _python_paths(self) -> list[Path]:
         """What running the trial's Python and importing the harness needs: the environment,
         the interpreter it was made from, and the harness (with its fallback packages)."""
-        import harness
-
         prefix = self.python_bin_dir.parent
         paths = [prefix, Path(sys.prefix), Path(sys.base_prefix).resolve(),
                  Path(harness.__file__).resolve().parent]
@@ -266,12 +271,15 @@ class ProcessRuntime(Runtime):
                 paths.extend(entry.resolve() for entry in directory.iterdir())
         return paths
 
-    def command(self, launch: TrialLaunch, cgroup: Path | None = None) -> list[str]:
-        """The argv that runs the entrypoint: in `cgroup` when given, in a mount namespace of
-        its own when possible."""
+    def command(self, launch: TrialLaunch, cgroup: Path | None = None,
+                plan_file: Path | None = None) -> list[str]:
+        """The argv that runs the entrypoint: in `cgroup` when given; in the sandbox whose plan
+        is `plan_file`, else in a mount namespace of its own when possible."""
         info_dir = determined_info_dir(launch.run_dir)
         model_dir = determined_model_dir(launch.run_dir)
-        if not self.private_mounts or not info_dir.is_dir():
+        if plan_file is not None:
+            argv = SandboxPlan.argv(plan_file)
+        elif not self.private_mounts or not info_dir.is_dir():
             argv = ["/bin/sh", "-c", launch.entrypoint]
         else:
             argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
@@ -312,6 +320,8 @@ class ProcessRuntime(Runtime):
         try:
             return await self._run(launch, logs, heartbeat, cgroup)
         finally:
+            # The sandbox deletes its plan as it starts; not if it never did.
+            _plan_file(launch).unlink(missing_ok=True)
             # Whatever the run started and left behind, setsid grandchildren included.
             left = await uninterruptible(asyncio.to_thread(self.cgroups.kill, cgroup))
             if left:
@@ -323,12 +333,9 @@ class ProcessRuntime(Runtime):
         cgroup: Path | None,
     ) -> ExitStatus:
         if self.task_user is not None:
-            plan_file = launch.run_dir.with_name(launch.run_dir.name + ".sandbox.json")
-            plan = self.sandbox_plan(launch)
-            await asyncio.to_thread(plan.write, plan_file)
-            argv, env = plan.argv(plan_file), dict(ROOT_ENVIRONMENT)
-            if cgroup is not None:
-                argv = ["/bin/sh", "-c", JOIN_THEN_RUN, "epochal-join", str(cgroup), *argv]
+            plan_file = _plan_file(launch)
+            await asyncio.to_thread(self.sandbox_plan(launch).write, plan_file)
+            argv, env = self.command(launch, cgroup, plan_file), dict(ROOT_ENVIRONMENT)
         else:
             argv, env = self.command(launch, cgroup), self.environment(launch)
         try:

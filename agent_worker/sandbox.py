@@ -122,7 +122,8 @@ class SandboxPlan:
         data["binds"] = [tuple(b) for b in data["binds"]]
         return cls(**data)
 
-    def argv(self, plan_file: Path) -> list[str]:
+    @staticmethod
+    def argv(plan_file: Path) -> list[str]:
         """The command that runs this plan (as root, with `ROOT_ENVIRONMENT`): this file alone,
         isolated (-I) and without site packages (-S), so nothing of the trial's is imported."""
         return [sys.executable, "-I", "-S", __file__, str(plan_file)]

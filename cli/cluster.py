@@ -11,7 +11,6 @@ import typer
 
 from cli import render
 from cli.client import CliError
-from deploy.postgres import without_password
 
 app = typer.Typer(
     help="Start, stop and inspect the local cluster (PostgreSQL, Temporal, master, one agent).",
@@ -65,6 +64,8 @@ def _plain(value: Any) -> Any:
         return _plain(asdict(value))
     if isinstance(value, dict):
         # Secrets stay in STATE/secrets.json; status output may end up in logs.
+        from deploy.postgres import without_password
+
         # The database's password stays in STATE/postgres.password.
         return {k: without_password(v) if k == "db_url" else _plain(v)
                 for k, v in value.items() if k not in SECRET_FIELDS}

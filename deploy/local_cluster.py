@@ -20,16 +20,18 @@ import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 import httpx
 
-from agent_worker.sandbox import TaskUser, TaskUserError, task_user_for_agent
 from deploy import processes, temporal_server
 from deploy.postgres import EmbeddedPostgres, database_url, without_password
 from deploy.processes import ClusterError, failure
 from deploy.temporal_server import TemporalDevServer
+
+if TYPE_CHECKING:
+    from agent_worker.sandbox import TaskUser
 
 __all__ = [
     "PARTS", "ClusterError", "ClusterInfo", "ClusterSettings", "ClusterStatus", "PartStatus",
@@ -306,6 +308,9 @@ def _task_user(s: ClusterSettings) -> TaskUser | None:
     """The user the local agent will run trials as (agent_worker/sandbox.py)."""
     if s.agent_runtime == "docker":
         return None
+    # Here, not at the top: importing the agent's package costs `status` and `down` 0.4 s.
+    from agent_worker.sandbox import TaskUserError, task_user_for_agent
+
     try:
         return task_user_for_agent(s.agent_task_user)
     except TaskUserError as err:
