@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint docker browser down
+.PHONY: install demo test lint docker browser torch down
 
 install: $(STAMP)
 
@@ -25,8 +25,16 @@ demo: install
 
 # Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
 # starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
-test: lint docker browser
+test: lint docker browser torch
 	$(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+
+# PyTorch (CPU) for the distributed example's tests, apart from `install` so `make demo` stays
+# light.
+TORCH_STAMP := $(VENV)/.torch-installed
+torch: $(TORCH_STAMP)
+$(TORCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[torch]'
+	touch $(TORCH_STAMP)
 
 # The Docker runtime's tests need an engine and the task image: in CI (or as root) this installs
 # Debian's docker.io, starts dockerd if none answers and builds the image once (cached by content

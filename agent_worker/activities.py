@@ -1,4 +1,5 @@
-"""The agent's activities: `run_trial` runs one run of a trial on this agent.
+"""The agent's activities: `run_trial` runs one run of a trial on this agent (or this agent's
+part of a run on several), `reserve_ports` finds free ports for such a run's rendezvous.
 
 It prepares a fresh working directory (model definition, trial_info.json), hands the run to the
 agent's `Runtime`, ships its output as task logs and reports how it ended. Cancellation (a kill
@@ -17,6 +18,7 @@ import logging
 import os
 import shlex
 import shutil
+import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -36,16 +38,18 @@ from agent_worker.determined_env import (
 from agent_worker.logs import LogShipper
 from agent_worker.model_def import ModelDefinitions
 from agent_worker.private_files import make_private, write_private
-from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
-from agent_worker.slots import SlotPool
+from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch, run_tmp_dir
+from agent_worker.slots import SlotPool, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
-from workflows.constants import RUN_TRIAL, allocation_id, task_id
+from workflows.constants import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from workflows.expconf import shared_fs_directory
 from workflows.tokens import mint_trial_token
-from workflows.types import RunTrialInput, RunTrialResult
+from workflows.types import Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
+RENDEZVOUS_PORTS = 3  # torch's c10d, then two for the harnesses' own messages
+MAX_PORTS = 16  # what one reserve_ports call may ask for
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +71,7 @@ class AgentActivities:
         log_flush_interval: float = 0.5,
         log_close_timeout: float = 30.0,
         log_spool_bytes: int = LOG_SPOOL_BYTES,
+        address: str = "127.0.0.1",
     ) -> None:
         self.agent_id = agent_id
         self.master_url = master_url.rstrip("/")
@@ -79,6 +84,7 @@ class AgentActivities:
         self.log_flush_interval = log_flush_interval
         self.log_close_timeout = log_close_timeout
         self.log_spool_bytes = log_spool_bytes
+        self.address = address
         self.model_defs = ModelDefinitions(http, self.master_url, work_dir)
 
     def run_dir(self, inp: RunTrialInput) -> Path:
@@ -111,6 +117,12 @@ class AgentActivities:
         activity.logger.info("trial %s run %s %s", inp.trial_id, inp.run_id, status.message)
         return RunTrialResult(exit_code=status.exit_code, agent_id=self.agent_id,
                               oom_killed=status.oom_killed, message=status.message)
+
+    @activity.defn(name=RESERVE_PORTS)
+    async def reserve_ports(self, count: int) -> list[int]:
+        """`count` ports free on this host now, for the rendezvous of a run on several agents
+        of which this agent is the chief."""
+        return free_ports(max(1, min(int(count), MAX_PORTS)))
 
     async def _run(self, launch: TrialLaunch, master_url: str) -> ExitStatus:
         """Run the launch, shipping its output. The run is not over before its output is
@@ -146,6 +158,7 @@ class AgentActivities:
         await asyncio.to_thread(_fresh_dir, run_dir)
         await asyncio.to_thread(_fresh_dir, determined_info_dir(run_dir))
         await asyncio.to_thread(_fresh_dir, determined_model_dir(run_dir))
+        await asyncio.to_thread(_fresh_dir, run_tmp_dir(run_dir))
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
         await self.model_defs.extract_to(inp.experiment_id, determined_model_dir(run_dir))
         if inp.session_token is None and self.cluster_token:
@@ -154,12 +167,18 @@ class AgentActivities:
             inp = dataclasses.replace(
                 inp, session_token=mint_trial_token(self.cluster_token, inp.trial_id,
                                                     inp.run_id))
+        # One agent's run is its own rendezvous: this host, with ports free here.
+        rendezvous = inp.rendezvous or Rendezvous(
+            container_addrs=[self.address], container_rank=0,
+            container_slot_counts=[len(slot_ids)], ports=free_ports(RENDEZVOUS_PORTS))
         info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
-                                cluster_id=self.cluster_id, slot_ids=slot_ids)
+                                cluster_id=self.cluster_id, slot_ids=slot_ids,
+                                rendezvous=rendezvous)
         info_path = run_dir / TRIAL_INFO_FILE
         await asyncio.to_thread(write_private, info_path, json.dumps(info, indent=2) + "\n")
         env = trial_environment(inp.config, trial_info_path=str(info_path),
                                 master_url=master_url)
+        env.update(gpu_environment(self.slots.of(slot_ids)))  # this agent's part's GPUs
         # Determined's Core API reads its own variables and info files (determined_env.py).
         username = await self.experiment_owner(master_url, inp.session_token)
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
@@ -238,9 +257,23 @@ def writable_by(st: os.stat_result, uid: int, gid: int) -> bool:
     return st.st_mode & 0o003 == 0o003
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports no socket of this host is bound to now (held together, so they differ)."""
+    sockets = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in sockets:
+            sock.bind(("", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
 def run_directories(run_dir: Path) -> list[Path]:
-    """A run's working directory and, beside it, its Determined info and model copy."""
-    return [run_dir, determined_info_dir(run_dir), determined_model_dir(run_dir)]
+    """A run's working directory and, beside it, its Determined info and model copy and its
+    own /tmp."""
+    return [run_dir, determined_info_dir(run_dir), determined_model_dir(run_dir),
+            run_tmp_dir(run_dir)]
 
 
 def remove_run_files(run_dir: Path) -> None:

@@ -97,7 +97,23 @@ def determined_environment(info: Mapping[str, Any], *, username: str) -> dict[st
     }
     if info.get("latest_checkpoint"):
         env["DET_LATEST_CHECKPOINT"] = str(info["latest_checkpoint"])
+    # Determined's launchers and core.distributed take their ports from these variables
+    # (launch/torch_distributed.py, constants.py): free ones on the chief, so two trials on one
+    # host never meet on the defaults.
+    ports = list(_rendezvous(info)["ports"])
+    for name, port in zip(("C10D_PORT", "INTER_TRAIN_PROCESS_COMM_PORT_1",
+                           "INTER_TRAIN_PROCESS_COMM_PORT_2"), ports, strict=False):
+        env[name] = str(port)
     return env
+
+
+def _rendezvous(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's rendezvous (agent_worker/trial_info.py); a lone part when there is none."""
+    found = info.get("rendezvous")
+    if isinstance(found, Mapping):
+        return dict(found)
+    return {"container_addrs": ["127.0.0.1"], "container_rank": 0,
+            "container_slot_counts": [len(info.get("slot_ids") or [])], "ports": []}
 
 
 def determined_info_files(info: Mapping[str, Any], *, username: str) -> dict[str, Any]:
@@ -132,9 +148,8 @@ def determined_info_files(info: Mapping[str, Any], *, username: str) -> dict[str
             "inter_node_network_interface": None,
         },
         "rendezvous.json": {
-            "container_addrs": ["127.0.0.1"],
-            "container_rank": 0,
-            "container_slot_counts": [len(slot_ids)],
+            key: value for key, value in _rendezvous(info).items()
+            if key in ("container_addrs", "container_rank", "container_slot_counts")
         },
         "resources.json": {"gpu_uuids": list(info.get("gpu_uuids") or [])},
     }

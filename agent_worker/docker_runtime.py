@@ -42,7 +42,7 @@ from agent_worker.determined_env import (
 )
 from agent_worker.process_runtime import describe_exit, kill_grace_from_env
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
-from agent_worker.slots import TYPE_CUDA, Slot
+from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
 
 logger = logging.getLogger(__name__)
@@ -165,15 +165,6 @@ def gpu_device_requests(slots: Sequence[Slot]) -> list[docker.types.DeviceReques
         return []
     return [docker.types.DeviceRequest(driver="nvidia", device_ids=uuids,
                                        capabilities=[["gpu"]])]
-
-
-def gpu_environment(slots: Sequence[Slot]) -> dict[str, str]:
-    """CUDA_VISIBLE_DEVICES by UUID: the same GPUs, in the order of the trial's slot ids, no
-    matter how the container numbers them."""
-    uuids = [s.uuid for s in slots if s.type == TYPE_CUDA and s.uuid]
-    if not uuids:
-        return {}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(uuids), "NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}
 
 
 def shm_size_for(config: Mapping[str, Any]) -> int:

@@ -36,7 +36,7 @@ from temporalio.worker import Worker
 from agent_worker.activities import AgentActivities
 from agent_worker.liveness import Liveness
 from agent_worker.process_runtime import ProcessRuntime
-from agent_worker.registration import Registration
+from agent_worker.registration import Registration, route_address
 from agent_worker.run_cgroups import RunCgroups
 from agent_worker.runtime import Runtime
 from agent_worker.sandbox import TASK_USER_ENV, TaskUser, TaskUserError, task_user_for_agent
@@ -79,6 +79,9 @@ class AgentConfig:
     hidden_from_trials: tuple[Path, ...] = ()
     # With a task user: host:port addresses trials may not connect to, besides Temporal's.
     closed_to_trials: tuple[str, ...] = ()
+    # Where this agent's trials are reached by the other parts of a trial on several agents;
+    # empty: the address of the route to the master.
+    address: str = ""
 
 
 def parser() -> argparse.ArgumentParser:
@@ -124,6 +127,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--close-to-trials", action="append", default=[], metavar="HOST:PORT",
                    help="process runtime with a task user: an address trials may not connect "
                         "to (repeatable; Temporal's always is)")
+    p.add_argument("--advertise-address", default=os.environ.get("EPOCHAL_AGENT_ADDRESS", ""),
+                   metavar="ADDRESS",
+                   help="the address other agents reach this one's trials at, for trials on "
+                        "several agents (default: $EPOCHAL_AGENT_ADDRESS, else this host's "
+                        "address on its route to the master)")
     p.add_argument("--log-level", default="INFO", help="logging level (default: %(default)s)")
     return p
 
@@ -167,6 +175,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         task_user=task_user,
         hidden_from_trials=tuple(d.expanduser().resolve() for d in args.hide_from_trials),
         closed_to_trials=tuple(args.close_to_trials),
+        address=args.advertise_address.strip(),
     )
     return config, args.log_level
 
@@ -275,7 +284,8 @@ class Agent:
         async with httpx.AsyncClient(headers=headers) as http:
             registration = Registration(http, cfg.master_url, agent_id=cfg.agent_id,
                                         resource_pool=cfg.resource_pool, slots=self.slots,
-                                        boot_id=uuid.uuid4().hex)
+                                        boot_id=uuid.uuid4().hex,
+                                        address=cfg.address or route_address(cfg.master_url))
             logger.info("agent %s: %d slots, pool %r, master %s, work dir %s", cfg.agent_id,
                         len(self.slots), cfg.resource_pool, cfg.master_url, cfg.work_dir)
             if not await self._unless_stopped(self._register(registration)):
@@ -294,7 +304,8 @@ class Agent:
                 self.activities = AgentActivities(
                     agent_id=cfg.agent_id, master_url=cfg.master_url, work_dir=cfg.work_dir,
                     http=http, runtime=self.runtime, slots=SlotPool(self.slots),
-                    cluster_id=cluster_id, cluster_token=cfg.cluster_token)
+                    cluster_id=cluster_id, cluster_token=cfg.cluster_token,
+                    address=registration.address)
                 return await self._serve(client, self.activities)
             finally:
                 heartbeat.cancel()
@@ -336,7 +347,8 @@ class Agent:
             Worker(
                 client,
                 task_queue=agent_task_queue(cfg.agent_id),
-                activities=[activities.run_trial, self.liveness.agent_liveness],
+                activities=[activities.run_trial, activities.reserve_ports,
+                            self.liveness.agent_liveness],
                 # The scheduler decides how many runs come; room for liveness (two briefly,
                 # while the pool continues as new) and slot-less runs.
                 max_concurrent_activities=n + 4,

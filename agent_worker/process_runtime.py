@@ -254,7 +254,8 @@ class ProcessRuntime(Runtime):
                 (determined_info_dir(launch.run_dir), DETERMINED_INFO_DIR, False),
                 (determined_model_dir(launch.run_dir), DETERMINED_MODEL_DIR, True),
             ) if source.is_dir()],
-            hide=[str(p) for p in hide], keep=[str(p) for p in keep])
+            hide=[str(p) for p in hide], keep=[str(p) for p in keep],
+            tmp=str(launch.tmp_dir) if launch.tmp_dir.is_dir() else "")
 
     def _python_paths(self) -> list[Path]:
         """What running the trial's Python and importing the harness needs: the environment,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import time
 from importlib import metadata
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -31,6 +32,19 @@ def agent_version() -> str:
         return "0.1.0"
 
 
+def route_address(master_url: str) -> str:
+    """This host's address on its route to the master: where the agents of the master's network
+    reach this one's trials (`--advertise-address` overrides it). No packet is sent."""
+    host = urlsplit(master_url).hostname or "127.0.0.1"
+    try:
+        family, _, _, _, sockaddr = socket.getaddrinfo(host, 9, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.connect(sockaddr)
+            return str(probe.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
 class Registration:
     def __init__(
         self,
@@ -42,6 +56,7 @@ class Registration:
         slots: list[Slot],
         interval: float = HEARTBEAT_SECONDS,
         boot_id: str = "",
+        address: str = "",
     ) -> None:
         self._http = http
         self._master_url = master_url.rstrip("/")
@@ -50,6 +65,7 @@ class Registration:
         self.slots = slots
         self.interval = interval
         self.boot_id = boot_id  # new on every agent start: the master tells the pool once per boot
+        self.address = address
         self.registered = False
         self._failing_since: float | None = None
         self._last_failure_log = 0.0
@@ -64,6 +80,7 @@ class Registration:
             "slots": [slot.to_api() for slot in self.slots],
             "version": agent_version(),
             "bootId": self.boot_id,
+            "address": self.address,
         }
 
     async def register_once(self) -> bool:

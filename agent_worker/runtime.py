@@ -30,6 +30,15 @@ class TrialLaunch:
     env: dict[str, str]  # added to the runtime's own environment (EPOCHAL_*, the user's)
     slot_ids: list[int] = field(default_factory=list)
 
+    @property
+    def tmp_dir(self) -> Path:
+        """The run's own /tmp, beside its working directory (the sandbox binds it there)."""
+        return run_tmp_dir(self.run_dir)
+
+
+def run_tmp_dir(run_dir: Path) -> Path:
+    return run_dir.with_name(run_dir.name + ".tmp")
+
 
 @dataclass
 class ExitStatus:

@@ -10,6 +10,8 @@ environment) and gets:
   paths: its own run directory, its checkpoint storage, the Python it runs and the harness;
   Determined's info files and model copy are bound at `/run/determined/...` (the model
   read-only);
+- a /tmp of its own (a directory beside its run directory), so no trial sees another's
+  sockets and files there (Determined's launchers put theirs at fixed names);
 - a PID namespace with its own /proc, so it sees no process but its own: not the master's or the
   agent's environment, nor other trials' (which run as the same user);
 - the task user's uid and gid, no supplementary groups and `no_new_privs`, so no set-uid program
@@ -109,6 +111,7 @@ class SandboxPlan:
     binds: list[tuple[str, str, bool]] = field(default_factory=list)  # source, target, read-only
     hide: list[str] = field(default_factory=list)  # covered by an empty tmpfs
     keep: list[str] = field(default_factory=list)  # bound back where they were, when hidden
+    tmp: str = ""  # bound on /tmp (with what is kept under /tmp bound back); empty: host's
 
     def write(self, path: Path) -> None:
         # Imported here: this file also runs alone, without the package (see `argv`).
@@ -184,13 +187,19 @@ def _set_up_mounts(plan: SandboxPlan) -> None:
         except OSError as err:
             # Only Determined's code reads these; the trial may not need them.
             _say(f"cannot make {target} ({err}); Determined's code will not find it")
-    hidden = outermost(h for h in plan.hide if os.path.isdir(h))
+    hidden = outermost([*(h for h in plan.hide if os.path.isdir(h)),
+                        *(["/tmp"] if plan.tmp else [])])
     # Opened before they are covered, bound back from the open descriptors after.
     kept = {}
     for path in outermost(plan.keep):
         if os.path.exists(path) and any(_inside(path, h) for h in hidden):
             kept[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    own_tmp = os.open(plan.tmp, os.O_PATH | os.O_CLOEXEC) if plan.tmp else None
     for directory in hidden:
+        if directory == "/tmp" and own_tmp is not None:
+            _bind(f"/proc/self/fd/{own_tmp}", "/tmp", read_only=False)
+            os.close(own_tmp)
+            continue
         _mount("tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
     for path, fd in kept.items():
         if os.path.isdir(f"/proc/self/fd/{fd}"):

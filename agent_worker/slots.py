@@ -110,6 +110,15 @@ def discover_slots(cpu_count: int | None = None, *, nvml: ModuleType | None = No
     return cpu_slots(cpu_count)
 
 
+def gpu_environment(slots: list[Slot]) -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES by UUID for a run's slots: the same GPUs, in the order of its slot
+    ids, however a container numbers them; local rank N of a distributed run uses cuda:N."""
+    uuids = [s.uuid for s in slots if s.type == TYPE_CUDA and s.uuid]
+    if not uuids:
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(uuids), "NVIDIA_VISIBLE_DEVICES": ",".join(uuids)}
+
+
 class SlotPool:
     """Hands each run slot ids, least-used first.
 
@@ -123,6 +132,11 @@ class SlotPool:
             raise ValueError("a slot pool needs at least one slot")
         self.slots = list(slots)
         self._users: dict[int, int] = {s.id: 0 for s in slots}
+
+    def of(self, slot_ids: list[int]) -> list[Slot]:
+        """The slots with these ids, in that order."""
+        by_id = {s.id: s for s in self.slots}
+        return [by_id[sid] for sid in slot_ids if sid in by_id]
 
     def acquire(self, count: int = 1) -> list[int]:
         count = max(1, min(count, len(self.slots)))

@@ -6,10 +6,11 @@ See docs/CONTRACTS.md, "Trial info"; the harness reads both (harness/core/_info.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import Any
 
 from workflows.constants import allocation_id, task_id
-from workflows.types import RunTrialInput
+from workflows.types import Rendezvous, RunTrialInput
 
 TRIAL_INFO_FILE = "trial_info.json"
 TRIAL_INFO_ENV = "EPOCHAL_TRIAL_INFO"
@@ -23,6 +24,7 @@ def build_trial_info(
     agent_id: str,
     cluster_id: str | None,
     slot_ids: list[int],
+    rendezvous: Rendezvous,
 ) -> dict[str, Any]:
     config = inp.config
     searcher = config.get("searcher") or {}
@@ -45,6 +47,8 @@ def build_trial_info(
         "checkpoint_storage": config.get("checkpoint_storage"),
         "slot_ids": list(slot_ids),
         "session_token": inp.session_token,
+        # Every part of the run (one per agent), this one's rank, free ports on the chief.
+        "rendezvous": asdict(rendezvous),
     }
 
 

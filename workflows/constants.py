@@ -10,6 +10,7 @@ DEFAULT_RESOURCE_POOL = "default"
 # The agent's activities, scheduled by the trial and pool workflows on the agent's own queue.
 RUN_TRIAL = "run_trial"
 AGENT_LIVENESS = "agent_liveness"
+RESERVE_PORTS = "reserve_ports"  # free ports on the chief agent of a run on several agents
 
 
 def pool_task_queue(pool: str) -> str:

@@ -19,6 +19,7 @@ class AgentRegistration:
     slot_ids: list[int]
     boot_id: str  # new on every agent start; a stale `agent_lost` for an older boot is ignored
     enabled: bool = True
+    address: str = ""  # where the agent's trials are reached by their peers (rendezvous)
 
 
 @dataclass
@@ -74,7 +75,21 @@ class ReopenTrial:
 
 
 @dataclass
+class AllocationPart:
+    """One agent's share of an allocation: a trial on several agents runs one part on each."""
+
+    agent_id: str
+    task_queue: str
+    slot_ids: list[int]
+    address: str = ""
+
+
+@dataclass
 class Allocation:
+    """Slots granted to one run. `agent_id`, `task_queue` and `slot_ids` are the chief's part;
+    `parts` lists every agent's, the chief first (empty in allocations granted before trials
+    could span agents: then the chief's is the only part; see `allocation_parts`)."""
+
     allocation_id: str
     agent_id: str
     task_queue: str  # agent.<agentId>: where the run activity goes
@@ -86,6 +101,24 @@ class Allocation:
     workflow_id: str = ""
     requested_at: str = ""
     granted_at: str = ""
+    parts: list[AllocationPart] = field(default_factory=list)
+
+
+def allocation_parts(allocation: Allocation) -> list[AllocationPart]:
+    """Every agent's part of an allocation, the chief first."""
+    if allocation.parts:
+        return list(allocation.parts)
+    return [AllocationPart(agent_id=allocation.agent_id, task_queue=allocation.task_queue,
+                           slot_ids=list(allocation.slot_ids))]
+
+
+@dataclass
+class SlotWaiting:
+    """Signal `slots_waiting` to a trial: its request is larger than the pool as it is now, so
+    it waits (without holding up smaller requests) until agents join."""
+
+    allocation_id: str
+    message: str
 
 
 @dataclass
@@ -120,6 +153,7 @@ class AgentState:
     enabled: bool = True
     alive: bool = True
     lost_reason: str = ""
+    address: str = ""
 
 
 @dataclass
@@ -133,6 +167,7 @@ class PoolState:
     seq: int = 0
     generation: int = 0  # how many times the pool continued as new
     overrides: list[ExperimentResources] = field(default_factory=list)
+    told_waiting: list[str] = field(default_factory=list)  # requests told they wait for agents
 
 
 @dataclass

@@ -15,6 +15,13 @@ equal priority the one holding the fewest slots goes first (fair share), oldest 
 an experiment never holds more than its `resources.max_slots`. A request that does not fit
 blocks everything behind it (no backfilling), so a large request is never starved by small ones.
 
+A request goes to one agent when one has the slots (best fit), else to several whole idle agents
+of one size (Determined's rule: a trial on several agents uses all the slots of each, so
+`slots_per_trial` must be a multiple of that size). It is granted all at once or not at all, in
+one pass, so two large requests never hold parts of each other's slots. A request larger than the
+pool as it is now waits, told so (signal `slots_waiting`), without holding up the rest, until
+agents join; one that no agent size of the pool could ever make up is refused.
+
 Each live agent runs an `agent_liveness` activity on its own task queue that only heartbeats;
 when it stops (heartbeat timeout, never picked up, or the agent shutting down), the agent is lost
 and its slots are freed. Heartbeats cost no history. Before its history grows large the pool
@@ -41,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         AgentRegistration,
         AgentState,
         Allocation,
+        AllocationPart,
         ExperimentResources,
         PoolInput,
         PoolState,
@@ -49,6 +57,8 @@ with workflow.unsafe.imports_passed_through():
         SlotRelease,
         SlotReply,
         SlotRequest,
+        SlotWaiting,
+        allocation_parts,
     )
 
 LIVENESS_HEARTBEAT_TIMEOUT = timedelta(seconds=15)  # twice that to pick it up, else lost
@@ -57,6 +67,7 @@ RELEASED_KEPT = 2000  # released allocation ids remembered for dedup
 OVERRIDES_KEPT = 1000  # experiments whose resources were changed, newest kept
 EXPERIMENT_RESOURCES_PATCH = "pool-experiment-resources"
 REOPEN_TRIAL_PATCH = "pool-reopen-trial"
+MULTI_AGENT_PATCH = "pool-multi-agent"  # requests may span whole agents; too big ones wait
 TOO_BIG = "SlotRequestTooBig"
 
 
@@ -88,6 +99,7 @@ class ResourcePoolWorkflow:
         self._positions: dict[str, int] = {}  # queue places of the last pass's new requests
         self._watched: set[tuple[str, str]] = set()  # (agent, boot) with a liveness task
         self._notifying = 0  # grant and failure signals still being sent
+        self._told_waiting: set[str] = set(state.told_waiting)  # told they wait for agents
 
     # -- main loop -------------------------------------------------------------------------
 
@@ -130,6 +142,7 @@ class ResourcePoolWorkflow:
             seq=self._seq,
             generation=self._generation + 1,
             overrides=list(self._overrides.values()),
+            told_waiting=sorted(self._told_waiting & set(self._pending)),
         )
 
     # -- scheduling ------------------------------------------------------------------------
@@ -138,7 +151,8 @@ class ResourcePoolWorkflow:
         """Free slot ids of every agent that may take new work."""
         used: dict[str, set[int]] = {}
         for a in self._allocations.values():
-            used.setdefault(a.agent_id, set()).update(a.slot_ids)
+            for part in allocation_parts(a):
+                used.setdefault(part.agent_id, set()).update(part.slot_ids)
         return {
             agent.agent_id: [s for s in agent.slot_ids if s not in used.get(agent.agent_id, set())]
             for agent in self._agents.values()
@@ -151,16 +165,20 @@ class ResourcePoolWorkflow:
             used[a.experiment_id] += a.slots
         return used
 
-    def _ordered(self, free: dict[str, list[int]] | None) -> list[tuple[SlotRequest, str | None]]:
-        """Pending requests in the order they are served, with the agent each one gets.
+    def _ordered(
+        self, free: dict[str, list[int]] | None
+    ) -> list[tuple[SlotRequest, list[str] | None]]:
+        """Pending requests in the order they are served, with the agents each one gets (the
+        chief first).
 
-        With `free` (the free slots) it places requests until one does not fit; without, it
-        gives the queue order as if every request were granted (for `describe`). Per priority
-        level, a heap keyed by (slots the experiment holds, its oldest request) gives fair share
-        in O(n log experiments).
+        With `free` (the free slots) it places requests until one does not fit, passing over
+        those larger than the pool as it is now; without, it gives the queue order as if every
+        request were granted (for `describe`). Per priority level, a heap keyed by (slots the
+        experiment holds, its oldest request) gives fair share in O(n log experiments).
         """
         used = self._used_by_experiment()
-        out: list[tuple[SlotRequest, str | None]] = []
+        spans_agents = free is not None and workflow.patched(MULTI_AGENT_PATCH)
+        out: list[tuple[SlotRequest, list[str] | None]] = []
         levels: dict[int, dict[int, deque[SlotRequest]]] = {}
         for r in sorted(self._pending.values(), key=lambda r: r.seq):
             levels.setdefault(r.priority, {}).setdefault(r.experiment_id, deque()).append(r)
@@ -176,13 +194,22 @@ class ResourcePoolWorkflow:
                 if request.max_slots is not None and used[exp] + request.slots > request.max_slots:
                     capped.extend(queue)  # waits for its own experiment's slots to come back
                     continue
-                agent_id: str | None = None
+                agents: list[str] | None = None
                 if free is not None:
-                    agent_id = self._fit(request.slots, free)
-                    if agent_id is None:
+                    agents = self._place(request.slots, free, spans_agents)
+                    if agents is None and spans_agents and self._waits_for_agents(request):
+                        queue.popleft()  # larger than the pool: it must not hold up the rest
+                        if queue:
+                            heapq.heappush(heap, (self._share(used[exp], exp), queue[0].seq, exp))
+                        continue
+                    if agents is None:
                         return out  # it blocks everything behind it: no starvation
-                    free[agent_id] = free[agent_id][request.slots:]
-                out.append((request, agent_id))
+                    if len(agents) == 1:
+                        free[agents[0]] = free[agents[0]][request.slots:]
+                    else:
+                        for agent_id in agents:
+                            free[agent_id] = []
+                out.append((request, agents))
                 queue.popleft()
                 used[exp] += request.slots
                 if queue:
@@ -198,6 +225,48 @@ class ResourcePoolWorkflow:
             return used
         return used / override.weight
 
+    def _place(self, slots: int, free: dict[str, list[int]], spans_agents: bool
+               ) -> list[str] | None:
+        """The agents a request gets now: one, or several whole idle ones; None if it must wait."""
+        agent_id = self._fit(slots, free)
+        if agent_id is not None:
+            return [agent_id]
+        return self._fit_across(slots, free) if spans_agents else None
+
+    def _fit_across(self, slots: int, free: dict[str, list[int]]) -> list[str] | None:
+        """Whole idle agents of one size that together have exactly `slots` (the biggest size
+        that divides it, so the fewest agents); None if there are not enough of them."""
+        by_size: dict[int, list[str]] = {}
+        for agent_id, ids in free.items():
+            size = len(self._agents[agent_id].slot_ids)
+            if size and len(ids) == size and slots % size == 0:
+                by_size.setdefault(size, []).append(agent_id)
+        for size in sorted(by_size, reverse=True):
+            if len(by_size[size]) * size >= slots:
+                return sorted(by_size[size])[: slots // size]
+        return None
+
+    def _agent_sizes(self) -> Counter[int]:
+        """How many agents that take work the pool has, by slot count."""
+        return Counter(len(a.slot_ids) for a in self._agents.values()
+                       if a.alive and a.enabled and a.slot_ids)
+
+    def _waits_for_agents(self, request: SlotRequest) -> bool:
+        """Whether the request is larger than the pool as it is now (even idle), though agents
+        joining could make room for it. A pool with no agents yet waits for them anyway."""
+        sizes = self._agent_sizes()
+        if not sizes or any(size >= request.slots for size in sizes):
+            return False
+        return not any(request.slots % size == 0 and count * size >= request.slots
+                       for size, count in sizes.items())
+
+    def _waiting_message(self, request: SlotRequest) -> str:
+        sizes = self._agent_sizes()
+        have = ", ".join(f"{count} x {size}" for size, count in sorted(sizes.items()))
+        return (f"trial {request.trial_id} needs {request.slots} slots; resource pool "
+                f"{self._name!r} has agents of {have} slots, so it waits until more agents "
+                f"join (a trial on several agents uses all the slots of each)")
+
     @staticmethod
     def _fit(slots: int, free: dict[str, list[int]]) -> str | None:
         """Best fit: the agent with the fewest free slots that still has enough."""
@@ -212,14 +281,23 @@ class ResourcePoolWorkflow:
         free = self._free_slots()
         if self._pending and free:
             now = _iso(workflow.now())
-            for request, agent_id in self._ordered(free):
-                assert agent_id is not None
-                taken = self._take(agent_id, request.slots)
+            for request, agents in self._ordered(free):
+                assert agents
+                parts = [
+                    AllocationPart(
+                        agent_id=agent_id,
+                        task_queue=agent_task_queue(agent_id),
+                        slot_ids=self._take(agent_id, request.slots if len(agents) == 1
+                                            else len(self._agents[agent_id].slot_ids)),
+                        address=self._agents[agent_id].address,
+                    )
+                    for agent_id in agents
+                ]
                 allocation = Allocation(
                     allocation_id=request.allocation_id,
-                    agent_id=agent_id,
-                    task_queue=agent_task_queue(agent_id),
-                    slot_ids=taken,
+                    agent_id=parts[0].agent_id,
+                    task_queue=parts[0].task_queue,
+                    slot_ids=parts[0].slot_ids,
                     experiment_id=request.experiment_id,
                     trial_id=request.trial_id,
                     slots=request.slots,
@@ -227,19 +305,42 @@ class ResourcePoolWorkflow:
                     workflow_id=request.workflow_id,
                     requested_at=request.requested_at,
                     granted_at=now,
+                    parts=parts if len(parts) > 1 else [],
                 )
                 del self._pending[request.allocation_id]
+                self._told_waiting.discard(request.allocation_id)
                 self._allocations[request.allocation_id] = allocation
                 if request.allocation_id not in self._undecided:
                     self._send_grant(allocation)
+        if self._pending and workflow.patched(MULTI_AGENT_PATCH):
+            self._tell_waiting()
         if self._undecided:
             order = [r.allocation_id for r, _ in self._ordered(None)]
             self._positions = {key: i for i, key in enumerate(order) if key in self._undecided}
         self._undecided.clear()
 
+    def _tell_waiting(self) -> None:
+        """Tell each trial whose request is larger than the pool, once, that it waits."""
+        for request in sorted(self._pending.values(), key=lambda r: r.seq):
+            key = request.allocation_id
+            if key in self._told_waiting or not self._waits_for_agents(request):
+                continue
+            self._told_waiting.add(key)
+            self._notifying += 1
+            asyncio.create_task(self._send_waiting(request, self._waiting_message(request)))
+
+    async def _send_waiting(self, request: SlotRequest, message: str) -> None:
+        try:
+            await workflow.get_external_workflow_handle(request.workflow_id).signal(
+                "slots_waiting", SlotWaiting(request.allocation_id, message))
+        except Exception as err:  # the trial ended meanwhile
+            workflow.logger.warning("trial %s is gone (%s)", request.workflow_id, err)
+        finally:
+            self._notifying -= 1
+
     def _take(self, agent_id: str, slots: int) -> list[int]:
-        used = {s for a in self._allocations.values() if a.agent_id == agent_id
-                for s in a.slot_ids}
+        used = {s for a in self._allocations.values() for part in allocation_parts(a)
+                if part.agent_id == agent_id for s in part.slot_ids}
         return [s for s in self._agents[agent_id].slot_ids if s not in used][:slots]
 
     def _send_grant(self, allocation: Allocation) -> None:
@@ -320,10 +421,12 @@ class ResourcePoolWorkflow:
         agent = self._agents[lost.agent_id]
         agent.alive = False
         agent.lost_reason = lost.reason
-        freed = [a for a in self._allocations.values() if a.agent_id == lost.agent_id]
+        freed = [a for a in self._allocations.values()
+                 if any(part.agent_id == lost.agent_id for part in allocation_parts(a))]
         workflow.logger.warning("pool %s: agent %s lost (%s); freeing %d allocations",
                                 self._name, lost.agent_id, lost.reason, len(freed))
         # Its runs fail on their own (heartbeat timeout) and ask again; their slots are gone.
+        # A run on several agents fails whole: the trial stops its parts on the others.
         for a in freed:
             self._release(a.allocation_id)
         self._dirty = True
@@ -333,12 +436,13 @@ class ResourcePoolWorkflow:
         agent = self._agents.get(reg.agent_id)
         if agent is not None and agent.alive and agent.boot_id == reg.boot_id:
             agent.slot_ids = list(reg.slot_ids)
+            agent.address = reg.address or agent.address
             return
         if agent is not None and agent.alive:  # restarted: its old runs are gone
             self._lose(AgentLost(reg.agent_id, agent.boot_id, "restarted"))
         enabled = agent.enabled if agent is not None else reg.enabled
         agent = AgentState(agent_id=reg.agent_id, slot_ids=list(reg.slot_ids),
-                           boot_id=reg.boot_id, enabled=enabled)
+                           boot_id=reg.boot_id, enabled=enabled, address=reg.address)
         self._agents[reg.agent_id] = agent
         self._watch(agent)
         self._dirty = True
@@ -408,7 +512,7 @@ class ResourcePoolWorkflow:
             return
         if key in self._pending or key in self._released_set:
             return
-        error = self._never_fits(request)
+        error = self._never_fits(request, workflow.patched(MULTI_AGENT_PATCH))
         if error is not None:
             self._notifying += 1
             asyncio.create_task(self._send_failure(request, error))
@@ -435,12 +539,15 @@ class ResourcePoolWorkflow:
     def _validate_request(self, request: SlotRequest) -> None:
         if request.allocation_id in self._allocations or request.allocation_id in self._pending:
             return
-        error = self._never_fits(request)
+        # A validator may not call workflow.patched; a refused update leaves no history.
+        error = self._never_fits(request, spans_agents=True)
         if error is not None:
             raise ApplicationError(error, type=TOO_BIG, non_retryable=True)
 
-    def _never_fits(self, request: SlotRequest) -> str | None:
-        """Why no agent of the pool can ever hold the request, if none can."""
+    def _never_fits(self, request: SlotRequest, spans_agents: bool) -> str | None:
+        """Why the pool can never hold the request, if it cannot: more than the experiment's
+        max_slots, or more than the biggest agent and a multiple of no agent size the pool has
+        (a trial on several agents uses all the slots of each)."""
         override = self._overrides.get(request.experiment_id)
         max_slots = request.max_slots
         if override is not None and override.max_slots is not None:
@@ -449,11 +556,21 @@ class ResourcePoolWorkflow:
             return (f"trial {request.trial_id} needs {request.slots} slots but its experiment "
                     f"may use at most resources.max_slots={max_slots}")
         biggest = self._biggest_agent()
-        if biggest is not None and len(biggest.slot_ids) < request.slots:
+        if biggest is None or len(biggest.slot_ids) >= request.slots:
+            return None
+        if not spans_agents:
             return (f"trial {request.trial_id} needs {request.slots} slots but the biggest "
                     f"agent of resource pool {self._name!r} ({biggest.agent_id}) has "
                     f"{len(biggest.slot_ids)}")
-        return None
+        sizes = sorted({len(a.slot_ids) for a in self._agents.values() if a.alive and a.slot_ids})
+        if any(request.slots % size == 0 for size in sizes):
+            return None
+        return (f"trial {request.trial_id} needs {request.slots} slots: more than the biggest "
+                f"agent of resource pool {self._name!r} ({biggest.agent_id}) has "
+                f"({len(biggest.slot_ids)}), and a trial on several agents uses all the slots "
+                f"of each, but {request.slots} is a multiple of no agent size there "
+                f"({', '.join(map(str, sizes))}): set resources.slots_per_trial to a multiple "
+                "of one")
 
     @workflow.update
     def release_slots(self, release: SlotRelease) -> bool:
@@ -485,9 +602,10 @@ class ResourcePoolWorkflow:
     @workflow.query
     def describe(self) -> dict[str, object]:
         """Agents with their slots, running allocations, and the queue in the order served."""
-        by_agent: dict[str, list[Allocation]] = {}
+        by_agent: dict[str, list[tuple[Allocation, AllocationPart]]] = {}
         for a in self._allocations.values():
-            by_agent.setdefault(a.agent_id, []).append(a)
+            for part in allocation_parts(a):
+                by_agent.setdefault(part.agent_id, []).append((a, part))
         queue = [r for r, _ in self._ordered(None)]
         return {
             "name": self._name,
@@ -499,15 +617,17 @@ class ResourcePoolWorkflow:
                     "enabled": agent.enabled,
                     "alive": agent.alive,
                     "lostReason": agent.lost_reason,
+                    "address": agent.address,
                     "allocations": [
-                        {"allocationId": a.allocation_id, "slotIds": a.slot_ids,
+                        {"allocationId": a.allocation_id, "slotIds": part.slot_ids,
                          "experimentId": a.experiment_id, "trialId": a.trial_id}
-                        for a in by_agent.get(agent.agent_id, [])
+                        for a, part in by_agent.get(agent.agent_id, [])
                     ],
                 }
                 for agent in sorted(self._agents.values(), key=lambda a: a.agent_id)
             ],
             "allocations": [vars(a) for a in self._allocations.values()],
-            "queue": [vars(r) for r in queue],
+            "queue": [{**vars(r), "waiting": self._waiting_message(r)}
+                      if self._waits_for_agents(r) else vars(r) for r in queue],
             "experimentResources": [vars(o) for o in self._overrides.values()],
         }

@@ -7,6 +7,11 @@ the training code to checkpoint and stop (preemption, read by the harness throug
 cancels the activity at once, which kills the process group.
 A failed run restarts from the latest checkpoint with exponential backoff, up to `max_restarts`.
 
+A run granted several agents (`resources.slots_per_trial` larger than one agent) runs one
+`run_trial` activity per agent, each told the rendezvous (every agent's address, its rank, free
+ports on the chief, which the chief's `reserve_ports` activity finds). The run is one: when any
+part fails, ends or is lost, the others are cancelled, and the trial restarts all of them.
+
 The searcher steers a trial too: `stop_early` ends it like a cancel but as COMPLETED, and with
 classic ASHA each run trains only to the trial's current rung (`target`), after which the trial
 waits, holding no slots, until `continue_to` promotes it. At its end the trial tells its
@@ -18,6 +23,7 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 from functools import partial
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -27,16 +33,25 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 with workflow.unsafe.imports_passed_through():
     from workflows.allocation import Allocator, Resources
     from workflows.constants import (
+        RESERVE_PORTS,
         RUN_TRIAL,
         allocation_id,
         experiment_workflow_id,
         task_id,
     )
     from workflows.db_activities import db_activity
-    from workflows.pool_types import Allocation, SlotFailure, SlotRequest
+    from workflows.pool_types import (
+        Allocation,
+        AllocationPart,
+        SlotFailure,
+        SlotRequest,
+        SlotWaiting,
+        allocation_parts,
+    )
     from workflows.types import (
         CheckSearcherMetricInput,
         RecordTrialStateInput,
+        Rendezvous,
         RequestPreemptionInput,
         ResumePoint,
         RunTrialInput,
@@ -51,6 +66,8 @@ RUN_MAX_DURATION = timedelta(days=30)
 PREEMPTION_GRACE = timedelta(minutes=5)
 MAX_BACKOFF_SECONDS = 60
 RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the run by then
+RENDEZVOUS_PORTS = 3  # torch's c10d, then two for the harnesses' messages
+ACROSS_AGENTS_PATCH = "trial-runs-across-agents"
 
 
 def full_length(config: dict[str, object]) -> int:
@@ -81,9 +98,11 @@ class TrialWorkflow:
         self._agent_id: str | None = None
         self._allocator = Allocator()
         self._target: int | None = None  # the length this run trains to
+        self._inp: TrialInput | None = None
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
+        self._inp = inp
         self._paused = inp.start_paused
         self._target = inp.target
         max_restarts = int(inp.config.get("max_restarts", 5))
@@ -211,34 +230,44 @@ class TrialWorkflow:
             return None
         return allocation
 
-    async def _run_once(
-        self, inp: TrialInput, resume: ResumePoint, allocation: Allocation
-    ) -> tuple[str, str]:
-        """One run on the allocated agent: ('completed'|'preempted'|'failed'|'fatal', detail)."""
-        handle = workflow.start_activity(
+    def _run_input(self, inp: TrialInput, resume: ResumePoint, slot_ids: list[int],
+                   rendezvous: Rendezvous | None = None) -> RunTrialInput:
+        return RunTrialInput(
+            experiment_id=inp.experiment_id,
+            trial_id=inp.trial_id,
+            run_id=self._run_id,
+            hparams=inp.hparams,
+            config=inp.config,
+            trial_seed=inp.trial_seed,
+            latest_checkpoint=resume.latest_checkpoint,
+            steps_completed=resume.steps_completed,
+            slot_ids=slot_ids,
+            max_length=({inp.length_unit: self._target} if self._target is not None else None),
+            rendezvous=rendezvous,
+        )
+
+    def _start_run(self, task_queue: str, run: RunTrialInput) -> workflow.ActivityHandle[Any]:
+        return workflow.start_activity(
             RUN_TRIAL,
-            RunTrialInput(
-                experiment_id=inp.experiment_id,
-                trial_id=inp.trial_id,
-                run_id=self._run_id,
-                hparams=inp.hparams,
-                config=inp.config,
-                trial_seed=inp.trial_seed,
-                latest_checkpoint=resume.latest_checkpoint,
-                steps_completed=resume.steps_completed,
-                slot_ids=allocation.slot_ids,
-                max_length=(
-                    {inp.length_unit: self._target} if self._target is not None else None
-                ),
-            ),
+            run,
             result_type=RunTrialResult,
-            task_queue=allocation.task_queue,
+            task_queue=task_queue,
             schedule_to_start_timeout=RUN_PICKUP_TIMEOUT,
             start_to_close_timeout=RUN_MAX_DURATION,
             heartbeat_timeout=RUN_HEARTBEAT_TIMEOUT,
             retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
+
+    async def _run_once(
+        self, inp: TrialInput, resume: ResumePoint, allocation: Allocation
+    ) -> tuple[str, str]:
+        """One run on the allocated agent: ('completed'|'preempted'|'failed'|'fatal', detail)."""
+        parts = allocation_parts(allocation)
+        if len(parts) > 1 and workflow.patched(ACROSS_AGENTS_PATCH):
+            return await self._run_across(inp, resume, parts)
+        handle = self._start_run(allocation.task_queue,
+                                 self._run_input(inp, resume, allocation.slot_ids))
         preempted = False
         await workflow.wait_condition(lambda: handle.done() or self._kill or self._wants_preempt())
         if not handle.done() and self._kill:
@@ -266,6 +295,83 @@ class TrialWorkflow:
             return ("preempted" if preempted else "completed", "exit 0")
         detail = result.message or f"exit code {result.exit_code}"
         return ("preempted" if preempted and self._stopping_or_paused() else "failed", detail)
+
+    async def _run_across(
+        self, inp: TrialInput, resume: ResumePoint, parts: list[AllocationPart]
+    ) -> tuple[str, str]:
+        """One run on several agents, a part on each: it succeeds when every part exits 0 and
+        fails when any part fails, which cancels the others (their processes are killed)."""
+        try:
+            ports: list[int] = await workflow.execute_activity(
+                RESERVE_PORTS,
+                RENDEZVOUS_PORTS,
+                result_type=list[int],
+                task_queue=parts[0].task_queue,
+                schedule_to_start_timeout=RUN_PICKUP_TIMEOUT,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=RetryPolicy(maximum_attempts=2),
+            )
+        except ActivityError as err:
+            return ("failed", f"the chief agent {parts[0].agent_id}: {_run_failure(err)}")
+        addrs = [part.address or "127.0.0.1" for part in parts]
+        counts = [len(part.slot_ids) for part in parts]
+        handles = [
+            self._start_run(part.task_queue, self._run_input(
+                inp, resume, part.slot_ids,
+                Rendezvous(container_addrs=addrs, container_rank=rank,
+                           container_slot_counts=counts, ports=ports)))
+            for rank, part in enumerate(parts)
+        ]
+        first_failure: list[str] = []
+
+        def some_part_failed() -> bool:
+            for rank, handle in enumerate(handles):
+                detail = _part_failure(handle) if handle.done() else None
+                if detail is not None:
+                    first_failure.append(f"agent {parts[rank].agent_id} (node rank {rank}): "
+                                         f"{detail}")
+                    return True
+            return False
+
+        def all_done() -> bool:
+            return all(h.done() for h in handles)
+
+        preempted = False
+        await workflow.wait_condition(
+            lambda: all_done() or some_part_failed() or self._kill or self._wants_preempt())
+        if not all_done() and self._wants_preempt() and not self._kill and not first_failure:
+            preempted = True
+            await self._preempt(inp, True)
+            with contextlib.suppress(TimeoutError):
+                await workflow.wait_condition(
+                    lambda: all_done() or self._kill or some_part_failed(),
+                    timeout=PREEMPTION_GRACE)
+        for handle in handles:
+            if not handle.done():
+                handle.cancel()
+        results: list[RunTrialResult | None] = []
+        failures: list[tuple[int, ActivityError]] = []
+        for rank, handle in enumerate(handles):
+            try:
+                results.append(await handle)
+            except ActivityError as err:
+                results.append(None)
+                failures.append((rank, err))
+        if self._kill or (preempted and self._stopping_or_paused()):
+            return ("preempted", "stopped on every agent")
+        if first_failure:
+            return ("failed", first_failure[0])
+        for rank, error in failures:
+            detail = f"agent {parts[rank].agent_id} (node rank {rank}): {_run_failure(error)}"
+            cause = error.cause
+            fatal = isinstance(cause, ApplicationError) and cause.non_retryable
+            return ("fatal" if fatal else "failed", detail)
+        bad = [(rank, r) for rank, r in enumerate(results) if r is not None and r.exit_code]
+        if bad:
+            rank, result = bad[0]
+            return ("failed", f"agent {parts[rank].agent_id} (node rank {rank}): "
+                              f"{result.message or f'exit code {result.exit_code}'}")
+        return ("preempted" if preempted else "completed", "exit 0 on every agent")
 
     def _promoted_past(self, reached: int) -> bool:
         return (self._target or 0) > reached or self._stopping()
@@ -386,6 +492,12 @@ class TrialWorkflow:
         self._allocator.failed(failure)
 
     @workflow.signal
+    async def slots_waiting(self, waiting: SlotWaiting) -> None:
+        """The pool says the run's request is larger than the pool is now: say so in the logs."""
+        if self._inp is not None:
+            await self._log(self._inp, f"[epochal] {waiting.message}", level="WARNING")
+
+    @workflow.signal
     def pause(self) -> None:
         self._paused = True
 
@@ -411,6 +523,21 @@ class TrialWorkflow:
             "target": self._target,
             "stopped_early": self._stop_early,
         }
+
+
+def _part_failure(handle: workflow.ActivityHandle[Any]) -> str | None:
+    """Why a finished part of a run on several agents failed; None if it exited 0."""
+    if handle.cancelled():
+        return "cancelled"
+    err = handle.exception()
+    if isinstance(err, ActivityError):
+        return _run_failure(err)
+    if err is not None:
+        return str(err)
+    result = handle.result()
+    if isinstance(result, RunTrialResult) and result.exit_code != 0:
+        return result.message or f"exit code {result.exit_code}"
+    return None
 
 
 def _run_failure(err: ActivityError) -> str:

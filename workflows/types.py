@@ -141,6 +141,18 @@ class FinishExperimentInput:
 
 
 @dataclass
+class Rendezvous:
+    """How the parts of a run on several agents find each other (one part per agent)."""
+
+    container_addrs: list[str]  # every part's agent address, the chief's first
+    container_rank: int  # this part's index in container_addrs
+    container_slot_counts: list[int]
+    # Free ports on the chief: torch's rendezvous (c10d), then two for the harnesses' own
+    # messages (Determined's INTER_TRAIN_PROCESS_COMM_PORT_1 and _2).
+    ports: list[int]
+
+
+@dataclass
 class RunTrialInput:
     """Everything an agent needs to run one trial process (one run of a trial)."""
 
@@ -157,6 +169,7 @@ class RunTrialInput:
     # {unit: N} this run trains to; None: the searcher's max_length (none: the code decides).
     max_length: JSON | None = None
     slot_ids: list[int] | None = None  # the agent's slots the scheduler granted this run
+    rendezvous: Rendezvous | None = None  # a run on several agents; None: on one
 
 
 @dataclass

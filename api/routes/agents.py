@@ -44,7 +44,9 @@ class RegisterAgentRequest(BaseModel):
     resourcePool: str = "default"
     slots: list[Slot] = Field(default_factory=list)
     version: str | None = None
-    bootId: str = ""
+    bootId: str = Field("", max_length=200)
+    # Where the agent's trials reach each other (a trial on several agents), as they see it.
+    address: str = Field("", max_length=255, pattern=r"^[A-Za-z0-9.:\-\[\]%]*$")
 
 
 def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
@@ -97,6 +99,7 @@ async def register_agent(
                     slot_ids=_slot_ids(slots),
                     boot_id=body.bootId,
                     enabled=True if row is None else bool(row["enabled"]),
+                    address=body.address,
                 ),
             )
         except RPCError as err:

@@ -42,7 +42,7 @@ async def list_resource_pools(
     for name in names:
         view = await describe_pool(temporal, name) or {}
         agents = [a for a in view.get("agents", []) if a.get("alive")]
-        used = sum(len(a.get("slotIds", [])) for a in view.get("allocations", []))
+        used = sum(int(a.get("slots") or 0) for a in view.get("allocations", []))
         pools.append(_resource_pool_json(
             name, default=name == settings.resource_pools[0], agents=len(agents),
             slots=sum(len(a["slotIds"]) for a in agents), used=used))

@@ -20,6 +20,7 @@ The same script runs off-cluster: metrics are logged and checkpoints go to ``./c
 
 from harness.core._checkpoint import CheckpointContext
 from harness.core._context import Context, init
+from harness.core._distributed import DistributedContext, DistributedError
 from harness.core._info import TrialInfo
 from harness.core._preempt import PreemptContext
 from harness.core._session import APIError, MasterError, MasterUnavailable
@@ -29,6 +30,8 @@ __all__ = [
     "APIError",
     "CheckpointContext",
     "Context",
+    "DistributedContext",
+    "DistributedError",
     "EarlyExitReason",
     "MasterError",
     "MasterUnavailable",

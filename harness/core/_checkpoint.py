@@ -3,6 +3,9 @@
 A checkpoint is a directory ``host_path/<uuid>/``; the harness writes ``metadata.json`` into it
 and, on the cluster, registers it with ``POST /api/v1/checkpoints`` once the user's files are
 written. Off-cluster the same code stores into a local directory and only logs.
+
+In a trial of several processes the chief stores checkpoints alone, or, with ``shard=True``,
+every rank writes its part into the same directory and the chief reports the whole.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from harness.core._distributed import DistributedContext, single
 from harness.core._info import TrialInfo
 from harness.core._session import Session
 
@@ -30,7 +34,8 @@ METADATA_FILE = "metadata.json"
 class CheckpointContext:
     """Stores and restores checkpoint directories. Use it as ``core.checkpoint``."""
 
-    def __init__(self, info: TrialInfo, session: Session | None) -> None:
+    def __init__(self, info: TrialInfo, session: Session | None, *,
+                 distributed: DistributedContext | None = None) -> None:
         storage = info.checkpoint_storage
         if storage.get("type", "shared_fs") != "shared_fs":
             raise ValueError(
@@ -42,20 +47,36 @@ class CheckpointContext:
             raise ValueError("checkpoint_storage.host_path must be a non-empty path")
         self._info = info
         self._session = session
+        self._distributed = distributed or single()
         # Determined's optional `storage_path` is a directory under host_path (as the API records).
         self.base_path = pathlib.Path(host_path) / str(storage.get("storage_path") or "")
         self._closed = False
 
     @contextlib.contextmanager
-    def store_path(self, metadata: Mapping[str, Any]) -> Iterator[tuple[pathlib.Path, str]]:
+    def store_path(
+        self, metadata: Mapping[str, Any], *, shard: bool = False
+    ) -> Iterator[tuple[pathlib.Path, str]]:
         """Yield ``(path, storage_id)`` of a new empty directory to write a checkpoint into.
 
         ``metadata`` must hold ``steps_completed`` (an int >= 0): the master resumes trials from
         it. When the block ends the checkpoint is listed and reported; if the block raises, the
         directory is removed and nothing is reported.
+
+        In a trial of several processes only the chief calls it, unless ``shard=True``: then
+        every rank calls it at the same point, all get the same directory to write their own
+        files into, and the chief reports the checkpoint once every rank's block has ended.
         """
         self._check_open("store_path")
         meta = _check_metadata(metadata)
+        distributed = self._distributed.size > 1
+        if distributed and shard:
+            yield from self._store_sharded(meta)
+            return
+        if distributed and not self._distributed.is_chief:
+            raise RuntimeError(
+                f"store_path() called on rank {self._distributed.rank}: in a trial of several "
+                "processes only the chief (rank 0) stores checkpoints, unless every rank "
+                "calls store_path(metadata, shard=True)")
         storage_id = str(uuid.uuid4())
         path = self.base_path / storage_id
         path.mkdir(parents=True, exist_ok=False)
@@ -74,6 +95,34 @@ class CheckpointContext:
                 storage_id, meta["steps_completed"], path, len(resources),
                 sum(resources.values()),
             )
+            return
+        self._report(storage_id, path, resources, meta)
+
+    def _store_sharded(self, meta: dict[str, Any]) -> Iterator[tuple[pathlib.Path, str]]:
+        """store_path(shard=True): the chief names the directory, every rank writes into it."""
+        dist = self._distributed
+        storage_id: str = dist.broadcast(str(uuid.uuid4()) if dist.is_chief else None)
+        path = self.base_path / storage_id
+        path.mkdir(parents=True, exist_ok=True)
+        failed: str | None = None
+        try:
+            yield path, storage_id
+        except BaseException as err:
+            failed = f"rank {dist.rank}: {err!r}"
+            raise
+        finally:
+            failures = [f for f in dist.allgather(failed) if f is not None]
+            if failures and dist.is_chief:
+                shutil.rmtree(path, ignore_errors=True)
+        if failures:
+            raise RuntimeError(f"checkpoint {storage_id} was not stored: {'; '.join(failures)}")
+        if not dist.is_chief:
+            return
+        (path / METADATA_FILE).write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        resources = _list_files(path)
+        if self._session is None:
+            logger.info("stored sharded checkpoint %s at step %d in %s (%d files)",
+                        storage_id, meta["steps_completed"], path, len(resources))
             return
         self._report(storage_id, path, resources, meta)
 

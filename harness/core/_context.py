@@ -12,6 +12,7 @@ import httpx
 
 from harness.core import _info
 from harness.core._checkpoint import CheckpointContext
+from harness.core._distributed import DistributedContext, single
 from harness.core._info import LengthUnit, TrialInfo
 from harness.core._preempt import PreemptContext
 from harness.core._session import Session
@@ -34,6 +35,7 @@ class Context:
         train: TrainContext,
         checkpoint: CheckpointContext,
         preempt: PreemptContext,
+        distributed: DistributedContext | None = None,
         session: Session | None = None,
         owns_session: bool = True,
     ) -> None:
@@ -41,6 +43,7 @@ class Context:
         self.train = train
         self.checkpoint = checkpoint
         self.preempt = preempt
+        self.distributed = distributed or single()
         self._session = session
         self._owns_session = owns_session
         self._state = "new"
@@ -73,6 +76,7 @@ class Context:
         try:
             self.train._close(raise_errors=raise_errors)
         finally:
+            self.distributed.close()
             if self._session is not None and self._owns_session:
                 self._session.close()
 
@@ -101,6 +105,7 @@ def init(
     latest_checkpoint: str | None = None,
     trial_seed: int = 0,
     close_timeout: float | None = None,
+    distributed: DistributedContext | None = None,
 ) -> Context:
     """Build the Core API context: ``with harness.core.init() as core: ...``.
 
@@ -114,6 +119,11 @@ def init(
     to the master, for tests. Leaving the block waits until the master has every metric, however
     long it is away (the run is not over before); ``close_timeout`` (seconds) bounds that wait,
     and metrics still undelivered then are lost, loudly.
+
+    ``distributed`` places this process in a trial of several (see ``DistributedContext``); on
+    the cluster, a process started by ``harness.launch.torch_distributed`` gets its context
+    without asking. Only the chief (rank 0) reports metrics; a checkpoint is stored by the
+    chief, or by every rank with ``store_path(..., shard=True)``.
     """
     if info is None:
         info = _info.from_environment()
@@ -138,18 +148,30 @@ def init(
             train=TrainContext(info, None),
             checkpoint=CheckpointContext(info, None),
             preempt=PreemptContext(None, info.allocation_id),
+            distributed=distributed,
         )
 
     if hparams is not None or checkpoint_dir is not None or latest_checkpoint is not None:
         logger.debug("on the cluster: ignoring the off-cluster keywords given to init()")
     if session is not None and transport is not None:
         raise ValueError("pass transport= or session=, not both")
+    if distributed is None:
+        distributed = (DistributedContext.from_torch_distributed(info)
+                       if _info.torch_distributed_environment() is not None else single())
+    if not distributed.is_chief:  # only the chief talks to the master
+        return Context(
+            info=info,
+            train=TrainContext(info, None, quiet=True),
+            checkpoint=CheckpointContext(info, None, distributed=distributed),
+            preempt=PreemptContext(None, info.allocation_id, distributed=distributed),
+            distributed=distributed,
+        )
     owns_session = session is None
     if session is None:
         assert info.master_url is not None
         session = Session(info.master_url, token=info.session_token, transport=transport)
     try:
-        checkpoint = CheckpointContext(info, session)
+        checkpoint = CheckpointContext(info, session, distributed=distributed)
     except Exception:
         if owns_session:
             session.close()
@@ -158,7 +180,8 @@ def init(
         info=info,
         train=TrainContext(info, session, close_timeout=close_timeout),
         checkpoint=checkpoint,
-        preempt=PreemptContext(session, info.allocation_id),
+        preempt=PreemptContext(session, info.allocation_id, distributed=distributed),
+        distributed=distributed,
         session=session,
         owns_session=owns_session,
     )

@@ -50,6 +50,8 @@ class TrialInfo:
     session_token: str | None = None
     cluster_id: str | None = None
     slot_ids: tuple[int, ...] = field(default=())
+    # A run on several slots: every agent's address, this one's rank, free ports on the chief.
+    rendezvous: dict[str, Any] | None = None
 
     @property
     def on_cluster(self) -> bool:
@@ -103,6 +105,7 @@ class TrialInfo:
             session_token=_opt_str(data, "session_token"),
             cluster_id=_opt_str(data, "cluster_id"),
             slot_ids=tuple(slot_ids),
+            rendezvous=_dict(data, "rendezvous", default=None),
         )
 
     @classmethod
@@ -182,6 +185,26 @@ def from_environment(environ: Mapping[str, str] | None = None) -> TrialInfo | No
     if not path:
         return None
     return _load(path, env.get(MASTER_ENV) or None)
+
+
+def torch_distributed_environment(
+    environ: Mapping[str, str] | None = None,
+) -> dict[str, int] | None:
+    """The place torchrun gave this process (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+    GROUP_RANK), as DistributedContext's keywords; None when torchrun did not start it."""
+    env = os.environ if environ is None else environ
+    names = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+    if not all(env.get(n, "").isdigit() for n in names):
+        return None
+    size, local_size = int(env["WORLD_SIZE"]), max(1, int(env["LOCAL_WORLD_SIZE"]))
+    return {
+        "rank": int(env["RANK"]),
+        "size": size,
+        "local_rank": int(env["LOCAL_RANK"]),
+        "local_size": local_size,
+        "cross_rank": int(env.get("GROUP_RANK") or 0),
+        "cross_size": max(1, size // local_size),
+    }
 
 
 def _is_int(value: Any) -> bool:

@@ -11,6 +11,7 @@ import logging
 import threading
 import time
 
+from harness.core._distributed import DistributedContext, single
 from harness.core._session import Session
 
 logger = logging.getLogger("harness.core")
@@ -30,8 +31,10 @@ class PreemptContext:
         poll_timeout: int = 60,
         retry_delay: float = 5.0,
         min_poll_interval: float = 1.0,
+        distributed: DistributedContext | None = None,
     ) -> None:
         self._session = session
+        self._distributed = distributed or single()
         self._allocation_id = allocation_id
         self._poll_timeout = poll_timeout
         self._retry_delay = retry_delay
@@ -45,8 +48,17 @@ class PreemptContext:
     def should_preempt(self) -> bool:
         """True once the master asked this trial to stop; checkpoint and exit 0 then.
 
-        Never blocks on the network except to acknowledge, once, the first time it is True.
+        Never blocks on the network except to acknowledge, once, the first time it is True. In
+        a trial of several processes every rank must call it at the same points: the chief's
+        answer is given to all (so they stop at the same step).
         """
+        if self._distributed.size > 1:
+            answer: bool = self._distributed.broadcast(
+                self._chief_should_preempt() if self._distributed.is_chief else None)
+            return answer
+        return self._chief_should_preempt()
+
+    def _chief_should_preempt(self) -> bool:
         if not self._preempt:
             return False
         with self._ack_lock:

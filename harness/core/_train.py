@@ -281,9 +281,11 @@ class TrainContext:
         batch_size: int = BATCH_SIZE,
         validation_timeout: float = 120.0,
         close_timeout: float | None = None,
+        quiet: bool = False,
     ) -> None:
         self._info = info
         self._session = session
+        self._quiet = quiet  # a worker of a distributed trial: only the chief reports
         self._sender = (
             _Sender(session, info.trial_id, interval=interval, batch_size=batch_size)
             if session is not None
@@ -322,7 +324,8 @@ class TrainContext:
         ):
             raise ValueError(f"progress must be a number in [0, 1], got {fraction!r}")
         if self._sender is None:
-            logger.info("progress %.3f", float(fraction))
+            if not self._quiet:
+                logger.info("progress %.3f", float(fraction))
             return
         self._raise_sender_error()
         self._sender.put_progress(float(fraction))
@@ -369,7 +372,8 @@ class TrainContext:
                 )
             self._last_steps[group] = steps
         if self._sender is None:
-            logger.info("%s metrics at step %d: %s", group, steps, values)
+            if not self._quiet:
+                logger.info("%s metrics at step %d: %s", group, steps, values)
             return
         self._raise_sender_error()
         self._sender.put(

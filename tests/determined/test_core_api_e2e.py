@@ -20,11 +20,19 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.cluster import REPO, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.cluster import (
+    REPO,
+    Cluster,
+    SecondAgent,
+    created_id,
+    shared_servers_cluster,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 
 EXAMPLE = REPO / "examples" / "determined_core"
+TERMINAL = {"STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"}
 
 
 @pytest.fixture(scope="module")
@@ -237,3 +245,38 @@ def test_det_creates_a_config_without_max_length_that_completes_without_validati
     assert trial["searcherStatus"] == 'completed without reporting the searcher metric "x"'
     described = cluster.run("experiment", "describe", str(experiment_id)).stdout
     assert "completed without reporting the searcher metric" in described
+
+
+def test_determined_launcher_trains_one_trial_on_two_agents(
+    cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """Determined's own launcher and core.distributed, unchanged, across two agents."""
+    agent = SecondAgent(cluster, slots=2, extra_args=("--task-env", str(det_venv.parent)))
+    agent.start()
+    try:
+        config = {
+            "name": "det-distributed",
+            "entrypoint": "python3 -m determined.launch.torch_distributed python3 train.py",
+            "resources": {"slots_per_trial": 4},
+            "hyperparameters": {"steps": 20},
+            "searcher": {"name": "single", "metric": "validation_loss"},
+            "max_restarts": 0,
+        }
+        path = tmp_path / "distributed.yaml"
+        path.write_text(yaml.safe_dump(config))
+        model = Path(__file__).resolve().parent / "distributed_model"
+        experiment_id = created_id(cluster.run("experiment", "create", str(path),
+                                               str(model)).stdout)
+        wait_for(lambda: experiment_state(cluster, experiment_id) in TERMINAL, timeout=240,
+                 what="the experiment to end")
+        trial = trials_of(cluster, experiment_id)[0]
+        logs = logs_of(cluster, trial["id"])
+        assert experiment_state(cluster, experiment_id) == "STATE_COMPLETED", logs
+        assert {f"[rank={r}]" for r in range(4)} <= set(re.findall(r"\[rank=\d\]", logs))
+        assert "weights identical on 4 ranks" in logs
+        assert steps(cluster, trial["id"], "training") == [5, 10, 15, 20]
+        # The sharded checkpoint holds every rank's file.
+        checkpoints = get(cluster, f"/trials/{trial['id']}/checkpoints")["checkpoints"]
+        assert set(checkpoints[-1]["resources"]) >= {f"rank-{r}.pt" for r in range(4)}
+    finally:
+        agent.kill()

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -118,6 +119,40 @@ def docker_runtime_cluster(
                                 "--runtime", "docker") as cluster:
         assert cluster.up is not None and "docker runtime" in cluster.up.stderr
         yield cluster
+
+class SecondAgent:
+    """Another agent of a cluster, started here so that a test can kill it (kill -9)."""
+
+    def __init__(self, cluster: Cluster, agent_id: str = "agent-2", slots: int = 1,
+                 extra_args: tuple[str, ...] = ()) -> None:
+        self.cluster = cluster
+        self.agent_id = agent_id
+        self.slots = slots
+        self.extra_args = extra_args
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = open(self.cluster.state_dir / f"{self.agent_id}.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_worker", "--master", self.cluster.url,
+             "--temporal", self.cluster.env["EPOCHAL_TEMPORAL_ADDRESS"],
+             "--namespace", E2E_NAMESPACE, "--pool", "default", "--slots", str(self.slots),
+             "--work-dir", str(self.cluster.state_dir / self.agent_id),
+             "--agent-id", self.agent_id, *self.extra_args],
+            env=self.cluster.agent_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+        log.close()
+        wait_for(lambda: self.alive(), timeout=60, what=f"{self.agent_id} to register")
+
+    def alive(self) -> bool:
+        agents = self.cluster.json("agent", "list")["agents"]
+        return any(a["id"] == self.agent_id and a["alive"] for a in agents)
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+
 
 def created_id(output: str) -> int:
     match = re.search(r"Created experiment (\d+)", output)

@@ -6,10 +6,6 @@ started here, so tests can kill either.
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,11 +17,10 @@ import pytest
 import yaml
 
 from deploy.processes import read_pid
-from tests.conftest import E2E_NAMESPACE
 from tests.e2e.cluster import (
-    REPO,
     SLOW_MODEL,
     Cluster,
+    SecondAgent,
     created_id,
     shared_servers_cluster,
     wait_for,
@@ -38,35 +33,6 @@ pytestmark = pytest.mark.slow
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
     with shared_servers_cluster(postgres_url, temporal_address, "faults", "--slots", "1") as c:
         yield c
-
-
-class SecondAgent:
-    def __init__(self, cluster: Cluster, agent_id: str = "agent-2") -> None:
-        self.cluster = cluster
-        self.agent_id = agent_id
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        log = open(self.cluster.state_dir / f"{self.agent_id}.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_worker", "--master", self.cluster.url,
-             "--temporal", self.cluster.env["EPOCHAL_TEMPORAL_ADDRESS"],
-             "--namespace", E2E_NAMESPACE, "--pool", "default", "--slots", "1",
-             "--work-dir", str(self.cluster.state_dir / self.agent_id),
-             "--agent-id", self.agent_id],
-            env=self.cluster.agent_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
-        log.close()
-        wait_for(lambda: self.alive(), timeout=60, what=f"{self.agent_id} to register")
-
-    def alive(self) -> bool:
-        agents = self.cluster.json("agent", "list")["agents"]
-        return any(a["id"] == self.agent_id and a["alive"] for a in agents)
-
-    def kill(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(10)
 
 
 @pytest.fixture

@@ -132,6 +132,11 @@ async def test_run_trial_ships_logs_and_writes_trial_info(
         "stdtype": "stdout", "level": "LOG_LEVEL_INFO"}
     assert first["timestamp"].endswith("Z")
 
+    # A run on one agent is its own rendezvous: this host, three ports free on it.
+    rendezvous = seen["info"].pop("rendezvous")
+    assert {k: v for k, v in rendezvous.items() if k != "ports"} == {
+        "container_addrs": ["127.0.0.1"], "container_rank": 0, "container_slot_counts": [1]}
+    assert len(set(rendezvous["ports"])) == 3
     assert seen["info"] == {
         "master_url": master.url, "cluster_id": "test-cluster", "agent_id": "agent-1",
         "experiment_id": exp, "trial_id": 7, "trial_run_id": 2, "task_id": f"{exp}.7",
@@ -357,3 +362,55 @@ while not os.path.exists(f"../../started-{other}"):
     assert [r.exit_code for r in results] == [0, 0]
     slots = [line.split()[1] for line in master.log_lines("stdout") if line.startswith("slot")]
     assert sorted(slots) == ["0", "1"]
+
+
+# What a part of a distributed run is told (the GPU variables, Determined's ports, the torchrun
+# command Epochal's launcher would run), written to $SEEN_DIR.
+PART_PY = """
+import json, os, sys
+sys.argv = ["launcher", "python3", "train.py"]
+from harness.core import _info
+from harness.launch.torch_distributed import torchrun_command
+info = _info.from_environment()
+with open(os.path.join(os.environ["SEEN_DIR"], "part.json"), "w") as f:
+    json.dump({"env": {k: os.environ.get(k) for k in (
+        "CUDA_VISIBLE_DEVICES", "C10D_PORT", "INTER_TRAIN_PROCESS_COMM_PORT_1",
+        "INTER_TRAIN_PROCESS_COMM_PORT_2", "DET_SLOT_IDS")},
+        "torchrun": torchrun_command(info, [], ["python3", "train.py"])}, f)
+"""
+
+
+async def test_a_part_of_a_run_on_several_gpu_agents_gets_its_gpus_and_the_rendezvous(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    """The GPU path with a fake NVML (no NVIDIA GPU here): agent 2 of 2, slots 2 and 3."""
+    from agent_worker.slots import discover_slots
+    from tests.unit.test_scheduler_parts import fake_nvml
+    from workflows.types import Rendezvous
+
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": PART_PY})
+    seen_dir = tmp_path / "seen"
+    seen_dir.mkdir()
+    gpus = [(f"GPU-{i}", b"Fake A100", 80 << 30) for i in range(4)]
+    acts = AgentActivities(
+        agent_id="agent-2", master_url=master.url, work_dir=tmp_path / "work", http=http,
+        runtime=ProcessRuntime(heartbeat_interval=0.1),
+        slots=SlotPool(discover_slots(nvml=fake_nvml(gpus))), log_flush_interval=0.05)
+    rendezvous = Rendezvous(container_addrs=["10.0.0.1", "10.0.0.2"], container_rank=1,
+                            container_slot_counts=[2, 2], ports=[29500, 29501, 29502])
+    inp = trial_input(exp, with_env({"SEEN_DIR": str(seen_dir)}))
+    inp.slot_ids, inp.rendezvous = [2, 3], rendezvous
+
+    result = await ActivityEnvironment().run(acts.run_trial, inp)
+
+    assert result.exit_code == 0, master.log_lines("stderr")
+    seen = json.loads((seen_dir / "part.json").read_text())
+    assert seen["env"] == {
+        "CUDA_VISIBLE_DEVICES": "GPU-2,GPU-3", "C10D_PORT": "29500",
+        "INTER_TRAIN_PROCESS_COMM_PORT_1": "29501", "INTER_TRAIN_PROCESS_COMM_PORT_2": "29502",
+        "DET_SLOT_IDS": "[2, 3]"}
+    command = seen["torchrun"]
+    options = dict(zip(command[3:13:2], command[4:14:2], strict=True))
+    assert options == {"--nnodes": "2", "--nproc_per_node": "2", "--node_rank": "1",
+                       "--master_addr": "10.0.0.1", "--master_port": "29500"}
+    assert command[-2:] == ["python3", "train.py"]

@@ -212,17 +212,66 @@ async def _queue_is(pool: Pool, experiments: list[int]) -> bool:
     return [r["experiment_id"] for r in (await pool.describe())["queue"]] == experiments
 
 
-async def test_a_request_bigger_than_every_agent_fails_clearly(
+async def test_a_request_no_agent_size_can_make_up_fails_clearly(
     temporal_client: Client, rp: Pool
 ) -> None:
     await register(temporal_client, rp.name, rp.agent("small"), 2)
     await register(temporal_client, rp.name, rp.agent("big"), 4)
     with pytest.raises(WorkflowUpdateFailedError) as caught:
-        await rp.request(1, slots=8)
+        await rp.request(1, slots=7)  # more than any agent, and no size of 2 or 4 makes 7
     message = str(caught.value.cause)
-    assert "8 slots" in message and rp.name in message and rp.agent("big") in message
+    assert "7 slots" in message and rp.name in message and rp.agent("big") in message
+    assert "multiple" in message and "2, 4" in message
     # A request that fits the big agent only waits or runs; it never fails.
     assert (await rp.request(1, slots=4)).status == "granted"
+
+
+async def test_a_trial_larger_than_any_agent_gets_whole_agents_at_once(
+    temporal_client: Client, rp: Pool
+) -> None:
+    async with (fake_agent(temporal_client, rp.name, rp.agent("a1"), 2),
+                fake_agent(temporal_client, rp.name, rp.agent("a2"), 2),
+                fake_agent(temporal_client, rp.name, rp.agent("a3"), 2)):
+        small = await rp.request(1, slots=1)
+        assert small.status == "granted" and small.allocation is not None
+        big = await rp.request(2, slots=4)
+        # Two whole idle agents, the chief first; never a part of the busy one.
+        assert big.status == "granted" and big.allocation is not None
+        parts = big.allocation.parts
+        assert [len(p.slot_ids) for p in parts] == [2, 2]
+        assert small.allocation.agent_id not in {p.agent_id for p in parts}
+        assert big.allocation.agent_id == parts[0].agent_id
+        assert big.allocation.slot_ids == parts[0].slot_ids
+        # All or nothing: a second 4-slot trial waits for two whole agents, holding none.
+        second = await rp.request(3, slots=4)
+        assert second.status == "queued"
+        busy = {a["id"]: a["allocations"] for a in (await rp.describe())["agents"]}
+        assert all(len(allocs) == 1 for allocs in busy.values())
+        await rp.release(small.allocation.allocation_id)
+        assert await rp.is_waiting("3.3.1")  # one whole idle agent is not two
+        await rp.release(big.allocation.allocation_id)
+        got = await rp.granted("3.3.1")
+        assert sorted(len(p.slot_ids) for p in got.parts) == [2, 2]
+
+
+async def test_a_trial_larger_than_the_pool_waits_without_holding_up_others(
+    temporal_client: Client, rp: Pool
+) -> None:
+    async with (fake_agent(temporal_client, rp.name, rp.agent("a1"), 2),
+                fake_agent(temporal_client, rp.name, rp.agent("a2"), 2)):
+        big = await rp.request(1, slots=6)  # 3 agents of 2: the pool has 2
+        assert big.status == "queued"
+        queue = (await rp.describe())["queue"]
+        assert "needs 6 slots" in queue[0]["waiting"] and "2 x 2" in queue[0]["waiting"]
+        # Smaller requests behind it run meanwhile.
+        assert (await rp.request(2, slots=2)).status == "granted"
+        assert (await rp.request(3, slots=2)).status == "granted"
+        await rp.release("2.2.1")
+        await rp.release("3.3.1")
+        async with fake_agent(temporal_client, rp.name, rp.agent("a3"), 2):
+            got = await rp.granted("1.1.1")
+            assert sorted(p.agent_id for p in got.parts) == [
+                rp.agent("a1"), rp.agent("a2"), rp.agent("a3")]
 
 
 async def test_a_pool_without_agents_waits_for_one(temporal_client: Client, rp: Pool) -> None:
@@ -315,7 +364,7 @@ async def test_a_trial_too_big_for_the_pool_ends_in_error_naming_pool_and_agent(
     from tests.workflows.test_experiment_workflow import make_config, start_experiment
 
     config = make_config(rp.name)
-    config["resources"]["slots_per_trial"] = 16
+    config["resources"]["slots_per_trial"] = 12  # not a multiple of the agent's 8
     async with fake_agent(temporal_client, rp.name, rp.agent("small"), 8):
         experiment_id, handle = await start_experiment(temporal_client, pool, config)
         assert await asyncio.wait_for(handle.result(), 60) == "ERROR"
@@ -324,3 +373,24 @@ async def test_a_trial_too_big_for_the_pool_ends_in_error_naming_pool_and_agent(
         " WHERE t.experiment_id = $1", experiment_id)
     assert logs and all("cannot schedule the trial" in r["log"] and rp.name in r["log"]
                         and rp.agent("small") in r["log"] for r in logs)
+
+
+async def test_a_trial_larger_than_the_pool_says_in_its_logs_that_it_waits(
+    temporal_client: Client, rp: Pool, pool: asyncpg.Pool
+) -> None:
+    from tests.workflows.test_experiment_workflow import make_config, start_experiment
+
+    config = make_config(rp.name)
+    config["resources"]["slots_per_trial"] = 16  # two agents of 8; the pool has one
+    async with fake_agent(temporal_client, rp.name, rp.agent("one"), 8):
+        experiment_id, handle = await start_experiment(temporal_client, pool, config)
+
+        async def told() -> bool:
+            logs = await pool.fetch(
+                "SELECT l.log FROM task_logs l JOIN trials t ON t.id = l.trial_id"
+                " WHERE t.experiment_id = $1", experiment_id)
+            return any("needs 16 slots" in r["log"] and "1 x 8" in r["log"]
+                       and "waits until more agents join" in r["log"] for r in logs)
+
+        await eventually(told)
+        await handle.cancel()

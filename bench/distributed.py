@@ -1,0 +1,187 @@
+"""Distributed trials: start-up and DDP throughput of the torch digits example at 1, 2, 4 ranks.
+
+Starts a local cluster (own PostgreSQL and Temporal in a temporary state dir, free ports) whose
+agent has 2 slots, plus a second agent of 2 slots, so 4 ranks span both agents. For each rank
+count it submits examples/torch_digits (Epochal's torchrun launcher, `slots_per_trial: N`) and
+reads:
+
+- start-up: from "all slots granted" (the `slots_granted` signal in the trial workflow's
+  history, as the Temporal server stamped it) to "every rank in the first step" (the latest of
+  the ranks' "finished its first batch" log lines, stamped by their agents when read);
+- throughput: the chief's "trained batches ... in S s" line: batches/s and samples/s over all
+  ranks (the global batch is batch_size x ranks).
+
+torch (CPU) comes from the `torch` extra (make test installs it).
+
+    .venv/bin/python bench/distributed.py [--ranks 1,2,4] [--batches 300] [--runs 3] [--smoke]
+
+Prints each run, then the medians; the last line is the one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from temporalio.client import Client  # noqa: E402
+
+from bench.common.login import admin_headers  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
+from cli.model_dir import package  # noqa: E402
+from deploy import local_cluster  # noqa: E402
+from deploy.processes import free_port  # noqa: E402
+from workflows.constants import trial_workflow_id  # noqa: E402
+
+EXAMPLE = REPO / "examples" / "torch_digits"
+TERMINAL = ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED")
+FIRST_BATCH = re.compile(r"\[rank=(\d+)\].*finished its first batch")
+THROUGHPUT = re.compile(r"\[rank=0\].*in ([\d.]+) s: ([\d.]+) batches/s, (\d+) samples/s")
+
+
+def config(ranks: int, batches: int, run: str) -> str:
+    data = yaml.safe_load((EXAMPLE / "distributed.yaml").read_text())
+    data["name"] = f"bench-distributed-{run}"
+    data["resources"]["slots_per_trial"] = ranks
+    data["searcher"]["max_length"] = {"batches": batches}
+    return yaml.safe_dump(data)
+
+
+def _time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+async def granted_at(temporal: Client, experiment_id: int, trial_id: int) -> datetime:
+    """When the trial workflow received its slots (the `slots_granted` signal)."""
+    handle = temporal.get_workflow_handle(trial_workflow_id(experiment_id, trial_id))
+    async for event in handle.fetch_history_events():
+        attrs = event.workflow_execution_signaled_event_attributes
+        if event.HasField("workflow_execution_signaled_event_attributes") and (
+                attrs.signal_name == "slots_granted"):
+            return event.event_time.ToDatetime().astimezone()
+    raise SystemExit(f"trial {trial_id}: no slots_granted signal in its history")
+
+
+async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str, Any]],
+                  ranks: int, batches: int, run: str) -> tuple[float, float, float]:
+    """(start-up s, batches/s, samples/s) of one run of the example at `ranks`."""
+    body = {"config": config(ranks, batches, run), "modelDefinition": files}
+    response = await api.post("/api/v1/experiments", json=body)
+    response.raise_for_status()
+    experiment_id = response.json()["experiment"]["id"]
+    deadline = time.monotonic() + 600
+    while True:
+        state = (await api.get(f"/api/v1/experiments/{experiment_id}")).json()
+        if state["experiment"]["state"] in TERMINAL:
+            break
+        if time.monotonic() > deadline:
+            raise SystemExit(f"experiment {experiment_id} did not end in 600 s")
+        await asyncio.sleep(0.2)
+    trial = (await api.get(f"/api/v1/experiments/{experiment_id}/trials")).json()["trials"][0]
+    logs_text = (await api.get(f"/api/v1/trials/{trial['id']}/logs")).text
+    lines = [yaml.safe_load(line)["result"] for line in logs_text.splitlines() if line.strip()]
+    if state["experiment"]["state"] != "STATE_COMPLETED":
+        tail = "\n".join(line["log"] for line in lines[-30:])
+        raise SystemExit(f"experiment {experiment_id} ended {state['experiment']['state']}:\n"
+                         f"{tail}")
+    firsts = {int(m.group(1)): _time(line["timestamp"]) for line in lines
+              if (m := FIRST_BATCH.search(line["log"]))}
+    if sorted(firsts) != list(range(ranks)):
+        raise SystemExit(f"experiment {experiment_id}: first-batch lines of ranks "
+                         f"{sorted(firsts)}, expected 0-{ranks - 1}")
+    found = [m for line in lines if (m := THROUGHPUT.search(line["log"]))]
+    if not found:
+        raise SystemExit(f"experiment {experiment_id}: the chief printed no throughput")
+    granted = await granted_at(temporal, experiment_id, trial["id"])
+    startup = (max(firsts.values()) - granted).total_seconds()
+    return startup, float(found[0].group(2)), float(found[0].group(3))
+
+
+def start_second_agent(info: local_cluster.ClusterInfo, state: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "EPOCHAL_CLUSTER_TOKEN": info.cluster_token}
+    log = open(state / "agent-2.log", "ab")  # noqa: SIM115 (the child keeps it)
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent_worker", "--master", info.api_url, "--temporal",
+         info.temporal_address, "--slots", "2", "--work-dir", str(state / "agent-2"),
+         "--agent-id", "agent-2", "--hide-from-trials", str(state)],
+        env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+
+
+async def wait_for_agents(api: httpx.AsyncClient, count: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        agents = (await api.get("/api/v1/agents")).json()["agents"]
+        if sum(1 for a in agents if a.get("enabled", True)) >= count:
+            return
+        await asyncio.sleep(0.3)
+    raise SystemExit(f"fewer than {count} agents registered in 60 s")
+
+
+async def run_bench(info: local_cluster.ClusterInfo, rank_counts: list[int], batches: int,
+                    runs: int) -> dict[int, tuple[float, float, float]]:
+    files = package(EXAMPLE)
+    temporal = await Client.connect(info.temporal_address)
+    headers = admin_headers(info.api_url, info.admin_password)
+    medians: dict[int, tuple[float, float, float]] = {}
+    async with httpx.AsyncClient(base_url=info.api_url, timeout=60, headers=headers) as api:
+        await wait_for_agents(api, 2)
+        await measure(api, temporal, files, 1, 10, "warm-up")
+        for ranks in rank_counts:
+            results = []
+            for i in range(1, runs + 1):
+                result = await measure(api, temporal, files, ranks, batches, f"{ranks}-{i}")
+                results.append(result)
+                print(f"{ranks} ranks, run {i}: start-up {result[0]:.2f} s, "
+                      f"{result[1]:.1f} batches/s, {result[2]:.0f} samples/s", flush=True)
+            medians[ranks] = tuple(statistics.median(r[k] for r in results)  # type: ignore[assignment]
+                                   for k in range(3))
+    return medians
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--ranks", default="1,2,4", help="rank counts (default: %(default)s)")
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--runs", type=int, default=3)
+    add_smoke_option(parser, ranks="1,4", batches=20, runs=1)
+    args = parse_args(parser)
+    rank_counts = [int(r) for r in args.ranks.split(",") if r.strip()]
+    if any(r not in (1, 2, 4) for r in rank_counts):
+        parser.error("--ranks: 1, 2 or 4 (two agents of 2 slots)")
+    with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
+        Path(state).chmod(0o755)
+        settings = local_cluster.ClusterSettings(
+            state_dir=Path(state), api_port=free_port(), temporal_port=free_port(),
+            postgres_port=free_port(), agent_slots=2, headless_temporal=True)
+        info = local_cluster.up(settings)
+        second = start_second_agent(info, Path(state))
+        try:
+            medians = asyncio.run(run_bench(info, rank_counts, args.batches, args.runs))
+        finally:
+            second.terminate()
+            second.wait(30)
+            local_cluster.down(settings)
+    summary = ", ".join(f"{r} ranks {m[0]:.2f} s / {m[1]:.1f} batches/s / {m[2]:.0f} samples/s"
+                        for r, m in medians.items())
+    print(f"slots granted -> every rank in its first batch / DDP throughput (median of "
+          f"{args.runs}, torch digits, {args.batches} batches, 2 agents x 2 CPU slots): "
+          f"{summary}")
+
+
+if __name__ == "__main__":
+    main()
