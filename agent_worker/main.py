@@ -54,6 +54,7 @@ HEARTBEAT_THROTTLE_SECONDS = 2.0
 UNWATCHED_SECONDS = 60.0
 RUNTIMES = ("process", "docker", "auto")
 CLUSTER_TOKEN_ENV = "EPOCHAL_CLUSTER_TOKEN"
+SHARE_ENV = "EPOCHAL_SHARE_WITH_TRIALS"  # --share-with-trials, os.pathsep-separated
 
 
 @dataclass
@@ -77,6 +78,9 @@ class AgentConfig:
     # Process runtime, with a task user: directories trials must not see, besides the work dir
     # and the agent user's home (the local cluster's state directory, say).
     hidden_from_trials: tuple[Path, ...] = ()
+    # With a task user: directories trials see even where they would be hidden (under /tmp,
+    # which is each run's own, say): a shared Python environment, datasets.
+    shared_with_trials: tuple[Path, ...] = ()
     # With a task user: host:port addresses trials may not connect to, besides Temporal's.
     closed_to_trials: tuple[str, ...] = ()
     # Where this agent's trials are reached by the other parts of a trial on several agents;
@@ -124,6 +128,14 @@ def parser() -> argparse.ArgumentParser:
                    metavar="DIR",
                    help="process runtime with a task user: a directory trials must not see "
                         "(repeatable; the work dir and the agent user's home always are)")
+    p.add_argument("--share-with-trials", type=Path, action="append",
+                   default=[Path(d) for d in os.environ.get(SHARE_ENV, "").split(os.pathsep)
+                            if d],
+                   metavar="DIR",
+                   help="process runtime with a task user: a directory trials see even where it "
+                        "would be hidden (each run has its own /tmp, say): a shared Python "
+                        f"environment, datasets (repeatable; default: ${SHARE_ENV}, "
+                        "os.pathsep-separated)")
     p.add_argument("--close-to-trials", action="append", default=[], metavar="HOST:PORT",
                    help="process runtime with a task user: an address trials may not connect "
                         "to (repeatable; Temporal's always is)")
@@ -174,6 +186,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         task_env=task_env,
         task_user=task_user,
         hidden_from_trials=tuple(d.expanduser().resolve() for d in args.hide_from_trials),
+        shared_with_trials=tuple(d.expanduser().resolve() for d in args.share_with_trials),
         closed_to_trials=tuple(args.close_to_trials),
         address=args.advertise_address.strip(),
     )
@@ -208,11 +221,13 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
     hidden = (config.work_dir, *config.hidden_from_trials)
     if config.task_env is None:
         return ProcessRuntime(cgroups=cgroups, task_user=config.task_user,
-                              hidden_from_trials=hidden)
+                              hidden_from_trials=hidden,
+                              shared_with_trials=config.shared_with_trials)
     logger.info("trials run in %s", config.task_env.describe())
     return ProcessRuntime(task_env=config.task_env, cgroups=cgroups,
                           harness_path=HarnessPath.prepare(config.work_dir),
-                          task_user=config.task_user, hidden_from_trials=hidden)
+                          task_user=config.task_user, hidden_from_trials=hidden,
+                          shared_with_trials=config.shared_with_trials)
 
 
 async def connect_temporal(address: str, namespace: str) -> Client:

@@ -190,6 +190,7 @@ class ProcessRuntime(Runtime):
         cgroups: RunCgroups | None = None,
         task_user: TaskUser | None = None,
         hidden_from_trials: tuple[Path, ...] = (),
+        shared_with_trials: tuple[Path, ...] = (),
     ) -> None:
         self.kill_grace_seconds = (
             kill_grace_from_env() if kill_grace_seconds is None else kill_grace_seconds)
@@ -206,6 +207,7 @@ class ProcessRuntime(Runtime):
         self.private_mounts = can_make_mount_namespaces()
         self.task_user = task_user
         self.hidden_from_trials = hidden_from_trials
+        self.shared_with_trials = shared_with_trials
         if task_user is not None and not self.private_mounts:
             raise TaskUserError(
                 f"cannot run trials as {task_user.name}: the agent cannot make mount "
@@ -243,7 +245,8 @@ class ProcessRuntime(Runtime):
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
         storage = shared_fs_directory(launch.input.config.get("checkpoint_storage"))
-        keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else [])]
+        keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else []),
+                *self.shared_with_trials]
         # A directory others may not enter (/root, a 0700 temp dir) would stop the task user on
         # its way to what it keeps: it is hidden too, and what is kept bound back into it.
         hide.extend(closed for path in keep if (closed := closed_ancestor(path)) is not None)

@@ -72,3 +72,6 @@ def list_jobs(
             str(j.get("runningTrials")), str(j.get("queuedTrials")),
         )
     render.show(t)
+    for j in jobs:
+        if j.get("waiting"):
+            render.say(f"{j.get('jobId')} waits for agents: {j['waiting']}")

@@ -552,25 +552,32 @@ class ResourcePoolWorkflow:
         max_slots = request.max_slots
         if override is not None and override.max_slots is not None:
             max_slots = override.max_slots
+        who = f"trial {request.trial_id}" if request.trial_id else "each trial"
         if max_slots is not None and request.slots > max_slots:
-            return (f"trial {request.trial_id} needs {request.slots} slots but its experiment "
+            return (f"{who} needs {request.slots} slots but its experiment "
                     f"may use at most resources.max_slots={max_slots}")
         biggest = self._biggest_agent()
         if biggest is None or len(biggest.slot_ids) >= request.slots:
             return None
         if not spans_agents:
-            return (f"trial {request.trial_id} needs {request.slots} slots but the biggest "
+            return (f"{who} needs {request.slots} slots but the biggest "
                     f"agent of resource pool {self._name!r} ({biggest.agent_id}) has "
                     f"{len(biggest.slot_ids)}")
         sizes = sorted({len(a.slot_ids) for a in self._agents.values() if a.alive and a.slot_ids})
         if any(request.slots % size == 0 for size in sizes):
             return None
-        return (f"trial {request.trial_id} needs {request.slots} slots: more than the biggest "
+        return (f"{who} needs {request.slots} slots: more than the biggest "
                 f"agent of resource pool {self._name!r} ({biggest.agent_id}) has "
                 f"({len(biggest.slot_ids)}), and a trial on several agents uses all the slots "
                 f"of each, but {request.slots} is a multiple of no agent size there "
                 f"({', '.join(map(str, sizes))}): set resources.slots_per_trial to a multiple "
                 "of one")
+
+    @workflow.query
+    def check_request(self, request: SlotRequest) -> str | None:
+        """Why the pool could never hold such a request (None if it could): the API asks before
+        it stores an experiment, so a trial that can never run is refused at submission."""
+        return self._never_fits(request, spans_agents=True)
 
     @workflow.update
     def release_slots(self, release: SlotRelease) -> bool:

@@ -322,56 +322,48 @@ class TrialWorkflow:
                            container_slot_counts=counts, ports=ports)))
             for rank, part in enumerate(parts)
         ]
-        first_failure: list[str] = []
 
-        def some_part_failed() -> bool:
+        def failed_part() -> int | None:
+            """The first part (by rank) that ended without success."""
             for rank, handle in enumerate(handles):
-                detail = _part_failure(handle) if handle.done() else None
-                if detail is not None:
-                    first_failure.append(f"agent {parts[rank].agent_id} (node rank {rank}): "
-                                         f"{detail}")
-                    return True
-            return False
+                if handle.done() and _part_failure(handle) is not None:
+                    return rank
+            return None
 
         def all_done() -> bool:
             return all(h.done() for h in handles)
 
         preempted = False
         await workflow.wait_condition(
-            lambda: all_done() or some_part_failed() or self._kill or self._wants_preempt())
-        if not all_done() and self._wants_preempt() and not self._kill and not first_failure:
+            lambda: all_done() or failed_part() is not None or self._kill
+            or self._wants_preempt())
+        if (not all_done() and self._wants_preempt() and not self._kill
+                and failed_part() is None):
             preempted = True
             await self._preempt(inp, True)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: all_done() or self._kill or some_part_failed(),
+                    lambda: all_done() or self._kill or failed_part() is not None,
                     timeout=PREEMPTION_GRACE)
+        first = failed_part()  # the cause, before the others are cancelled
         for handle in handles:
             if not handle.done():
                 handle.cancel()
-        results: list[RunTrialResult | None] = []
-        failures: list[tuple[int, ActivityError]] = []
-        for rank, handle in enumerate(handles):
-            try:
-                results.append(await handle)
-            except ActivityError as err:
-                results.append(None)
-                failures.append((rank, err))
+        for handle in handles:
+            with contextlib.suppress(ActivityError):
+                await handle
         if self._kill or (preempted and self._stopping_or_paused()):
             return ("preempted", "stopped on every agent")
-        if first_failure:
-            return ("failed", first_failure[0])
-        for rank, error in failures:
-            detail = f"agent {parts[rank].agent_id} (node rank {rank}): {_run_failure(error)}"
-            cause = error.cause
-            fatal = isinstance(cause, ApplicationError) and cause.non_retryable
-            return ("fatal" if fatal else "failed", detail)
-        bad = [(rank, r) for rank, r in enumerate(results) if r is not None and r.exit_code]
-        if bad:
-            rank, result = bad[0]
-            return ("failed", f"agent {parts[rank].agent_id} (node rank {rank}): "
-                              f"{result.message or f'exit code {result.exit_code}'}")
-        return ("preempted" if preempted else "completed", "exit 0 on every agent")
+        first = first if first is not None else failed_part()
+        if first is None:
+            return ("preempted" if preempted else "completed", "exit 0 on every agent")
+        handle = handles[first]
+        error = handle.exception() if not handle.cancelled() else None
+        cause = error.cause if isinstance(error, ActivityError) else None
+        fatal = isinstance(cause, ApplicationError) and cause.non_retryable
+        detail = (f"agent {parts[first].agent_id} (node rank {first}): "
+                  f"{_part_failure(handle)}")
+        return ("fatal" if fatal else "failed", detail)
 
     def _promoted_past(self, reached: int) -> bool:
         return (self._target or 0) > reached or self._stopping()

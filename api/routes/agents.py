@@ -21,7 +21,7 @@ from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.views import rfc3339
 from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
-from workflows.pool_types import AgentEnabled, AgentRegistration, PoolInput
+from workflows.pool_types import AgentEnabled, AgentRegistration, PoolInput, SlotRequest
 
 router = APIRouter(tags=["agents"])
 
@@ -79,6 +79,21 @@ async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | No
     except Exception:  # not started yet, or busy: show what the database has
         return None
     return answer
+
+
+async def never_fits(temporal: Client, resources: dict[str, Any]) -> str | None:
+    """Why the config's resource pool could never hold one of its trials (the pool's
+    `check_request` query); None if it could, or if the pool does not answer (not started)."""
+    pool_name = str(resources.get("resource_pool") or "default")
+    request = SlotRequest(allocation_id="", workflow_id="", experiment_id=0, trial_id=0,
+                          slots=int(resources.get("slots_per_trial") or 0),
+                          max_slots=resources.get("max_slots"))
+    handle = temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
+    try:
+        answer = await asyncio.wait_for(handle.query("check_request", request), 2)
+    except Exception:  # not started yet, busy, or an older pool without the query
+        return None
+    return str(answer) if answer else None
 
 
 @router.put("/api/v1/agents/{agent_id}")
@@ -318,6 +333,8 @@ def _jobs_of(pool_name: str, view: dict[str, Any]) -> list[dict[str, Any]]:
         j = job(r["experiment_id"], r["priority"])
         j["requestedSlots"] += r["slots"]
         j["queuedTrials"] += 1
+        if r.get("waiting") and "waiting" not in j:  # larger than the pool as it is now
+            j["waiting"] = r["waiting"]
         if j["firstQueued"] is None:
             j["firstQueued"] = i
     ordered = sorted(by_exp.values(), key=lambda j: (

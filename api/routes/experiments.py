@@ -25,7 +25,7 @@ from api.errors import ApiError, not_found, require_choice
 from api.log_stream import stream_logs
 from api.model_definition import build_tarball
 from api.routes import models
-from api.routes.agents import signal_pool
+from api.routes.agents import never_fits, signal_pool
 from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
 from api.schemas import documented
@@ -143,6 +143,10 @@ async def create_experiment(
                         await template_config(pool, body.template)),
             sort_keys=False)
     config = await checked_config(config_text, settings)
+    too_big = await never_fits(temporal, config["resources"])
+    if too_big is not None:
+        raise ApiError(400, "invalid experiment config",
+                       [f"resources.slots_per_trial: {too_big}"])
     project_id = await resolve_project(pool, body.projectId, config)
     if body.validateOnly:
         # Determined answers a validation with a placeholder experiment (`det e create --test`).

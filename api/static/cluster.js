@@ -55,6 +55,7 @@ function renderQueue(jobs) {
       cell: (j) => `${j.allocatedSlots} / ${j.requestedSlots}` },
     { label: "Trials (running / queued)", class: "num",
       cell: (j) => `${j.runningTrials} / ${j.queuedTrials}` },
+    { label: "Waits for", cell: (j) => j.waiting || "" },
   ];
   replace(queueBox, el("h2", {}, `Job queue (${jobs.length})`), jobs.length
     ? table(columns, jobs, (j) => ({ class: "job-row" })) : message("Nothing is queued or running."));

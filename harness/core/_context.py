@@ -145,7 +145,7 @@ def init(
         )
         return Context(
             info=info,
-            train=TrainContext(info, None),
+            train=TrainContext(info, None, distributed=distributed),
             checkpoint=CheckpointContext(info, None),
             preempt=PreemptContext(None, info.allocation_id),
             distributed=distributed,
@@ -161,7 +161,7 @@ def init(
     if not distributed.is_chief:  # only the chief talks to the master
         return Context(
             info=info,
-            train=TrainContext(info, None, quiet=True),
+            train=TrainContext(info, None, quiet=True, distributed=distributed),
             checkpoint=CheckpointContext(info, None, distributed=distributed),
             preempt=PreemptContext(None, info.allocation_id, distributed=distributed),
             distributed=distributed,
@@ -178,7 +178,8 @@ def init(
         raise
     return Context(
         info=info,
-        train=TrainContext(info, session, close_timeout=close_timeout),
+        train=TrainContext(info, session, close_timeout=close_timeout,
+                           distributed=distributed),
         checkpoint=checkpoint,
         preempt=PreemptContext(session, info.allocation_id, distributed=distributed),
         distributed=distributed,

@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from harness.core._distributed import DistributedContext, single
 from harness.core._info import TrialInfo
 from harness.core._session import APIError, MasterError, MasterUnavailable, Session
 from harness.spool import SpoolQueue
@@ -282,10 +283,12 @@ class TrainContext:
         validation_timeout: float = 120.0,
         close_timeout: float | None = None,
         quiet: bool = False,
+        distributed: DistributedContext | None = None,
     ) -> None:
         self._info = info
         self._session = session
         self._quiet = quiet  # a worker of a distributed trial: only the chief reports
+        self._distributed = distributed or single()
         self._sender = (
             _Sender(session, info.trial_id, interval=interval, batch_size=batch_size)
             if session is not None
@@ -298,13 +301,19 @@ class TrainContext:
         self._early_exit: EarlyExitReason | None = None
         self._state = "new"
 
-    def report_training_metrics(self, steps_completed: int, metrics: Mapping[str, Any]) -> None:
-        """Queue training metrics at ``steps_completed``; they are sent in the background."""
-        self._report(TRAINING, steps_completed, metrics)
+    def report_training_metrics(self, steps_completed: int, metrics: Mapping[str, Any], *,
+                                gather: bool = False) -> None:
+        """Queue training metrics at ``steps_completed``; they are sent in the background.
 
-    def report_validation_metrics(self, steps_completed: int, metrics: Mapping[str, Any]) -> None:
-        """Send validation metrics now and wait until the master has them (the searcher does)."""
-        self._report(VALIDATION, steps_completed, metrics)
+        In a trial of several processes only the chief's are reported; with ``gather=True``
+        (called by every rank at the same step) each metric is the mean over the ranks."""
+        self._report(TRAINING, steps_completed, metrics, gather=gather)
+
+    def report_validation_metrics(self, steps_completed: int, metrics: Mapping[str, Any], *,
+                                  gather: bool = False) -> None:
+        """Send validation metrics now and wait until the master has them (the searcher does).
+        ``gather`` as for ``report_training_metrics``."""
+        self._report(VALIDATION, steps_completed, metrics, gather=gather)
         if self._sender is not None:
             if not self._sender.flush(self._validation_timeout, what="validation metrics"):
                 logger.error(
@@ -353,7 +362,8 @@ class TrainContext:
             body={"earlyExit": {"reason": parsed.value}}, what="the early exit",
         )
 
-    def _report(self, group: str, steps_completed: int, metrics: Mapping[str, Any]) -> None:
+    def _report(self, group: str, steps_completed: int, metrics: Mapping[str, Any], *,
+                gather: bool = False) -> None:
         name = f"report_{group}_metrics"
         self._check_started(name)
         if isinstance(steps_completed, bool) or not isinstance(steps_completed, numbers.Integral):
@@ -364,6 +374,11 @@ class TrainContext:
         if steps < 0:
             raise ValueError(f"{name}: steps_completed must be >= 0, got {steps}")
         values = _clean_metrics(name, metrics)
+        if gather and self._distributed.size > 1:
+            gathered = self._distributed.gather(values)
+            if gathered is None:
+                return  # a worker: the chief reports the mean
+            values = _mean_over_ranks(gathered)
         with self._lock:
             last = self._last_steps.get(group)
             if last is not None and steps < last:
@@ -434,6 +449,18 @@ def _parse_reason(reason: str | EarlyExitReason) -> EarlyExitReason:
                 return member
     allowed = ", ".join(repr(a) for a in _REASON_ALIASES)
     raise ValueError(f"early exit reason must be one of {allowed}; got {reason!r}")
+
+
+def _mean_over_ranks(
+    reports: list[dict[str, int | float | None]],
+) -> dict[str, int | float | None]:
+    """Each metric's mean over the ranks that reported a number for it (None if none did)."""
+    names = dict.fromkeys(name for report in reports for name in report)
+    means: dict[str, int | float | None] = {}
+    for name in names:
+        numbers_ = [v for report in reports if (v := report.get(name)) is not None]
+        means[name] = sum(numbers_) / len(numbers_) if numbers_ else None
+    return means
 
 
 def _clean_metrics(where: str, metrics: Mapping[str, Any]) -> dict[str, int | float | None]:

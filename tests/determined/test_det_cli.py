@@ -70,8 +70,12 @@ class Finished:
 
 
 @pytest.fixture(scope="module")
-def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    with shared_servers_cluster(postgres_url, temporal_address, "det-cli", "--slots", "2") as c:
+def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterator[Cluster]:
+    # Its trials run `.venv-det/bin/python` by path: it stays visible where the sandbox would
+    # hide it (under /tmp, which each run has of its own, when the repository is there).
+    share = {"EPOCHAL_SHARE_WITH_TRIALS": str(det_venv.parent.resolve())}
+    with shared_servers_cluster(postgres_url, temporal_address, "det-cli", "--slots", "2",
+                                env_extra=share) as c:
         yield c
 
 

@@ -82,9 +82,11 @@ class Cluster:
 
 @contextmanager
 def shared_servers_cluster(
-    postgres_url: str, temporal_address: str, name: str, *up_args: str
+    postgres_url: str, temporal_address: str, name: str, *up_args: str,
+    env_extra: dict[str, str] | None = None,
 ) -> Iterator[Cluster]:
-    """`epochal cluster up` (with `up_args`) on the session's servers; down and removed after."""
+    """`epochal cluster up` (with `up_args`, and `env_extra` in its environment) on the
+    session's servers; down and removed after."""
     start_clean(temporal_address)
     state_dir = Path(tempfile.mkdtemp(prefix=f"epochal-{name}-"))
     port = free_port()
@@ -98,6 +100,7 @@ def shared_servers_cluster(
             "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
             "EPOCHAL_KILL_GRACE_SECONDS": "3",
             "EPOCHAL_AUTH_FILE": str(state_dir / "auth.json"),
+            **(env_extra or {}),
         }
         cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
         try:

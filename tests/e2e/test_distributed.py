@@ -170,3 +170,30 @@ def test_pause_and_activate_resume_every_rank_from_one_checkpoint(
     assert sorted(r[0] for r in resumed) == ["0", "1", "2", "3"], text
     assert {r[2] for r in resumed} == {stopped[0][1]}
     assert "weights identical on 4 ranks" in text
+
+
+def test_a_trial_no_agents_can_make_up_is_refused_and_a_larger_one_waits_for_agents(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    second_agent(cluster)
+    three = tmp_path / "three.yaml"
+    data = yaml.safe_load(config(tmp_path, "ddp-3").read_text())
+    data["resources"]["slots_per_trial"] = 3
+    three.write_text(yaml.safe_dump(data))
+    answer = cluster.run("experiment", "create", str(three), str(TORCH_DIGITS), check=False)
+    said = answer.stdout + answer.stderr
+    assert answer.returncode != 0 and "resources.slots_per_trial" in said, said
+    assert "needs 3 slots" in said and "multiple of no agent size there (2)" in said, said
+
+    data["resources"]["slots_per_trial"] = 6  # three agents of 2: the pool has two
+    six = tmp_path / "six.yaml"
+    six.write_text(yaml.safe_dump(data))
+    experiment_id = create(cluster, six)
+    wait_for(lambda: "waits for agents" in cluster.run("job", "list").stdout, timeout=30,
+             what="the job queue to say the trial waits")
+    t = trial(cluster, experiment_id)
+    wait_for(lambda: any("needs 6 slots" in line["log"] and "2 x 2" in line["log"]
+                         for line in logs(cluster, t["id"])), timeout=30,
+             what="the trial's logs to say it waits")
+    cluster.run("experiment", "kill", str(experiment_id))
+    assert wait_done(cluster, experiment_id) == "STATE_CANCELED"

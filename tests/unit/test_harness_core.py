@@ -78,6 +78,8 @@ def test_public_names() -> None:
         "APIError",
         "CheckpointContext",
         "Context",
+        "DistributedContext",
+        "DistributedError",
         "EarlyExitReason",
         "MasterError",
         "MasterUnavailable",

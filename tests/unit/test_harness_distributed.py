@@ -124,3 +124,23 @@ def test_only_the_chief_stores_an_unsharded_checkpoint(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="only the chief"), \
             checkpoint.store_path({"steps_completed": 1}):
         pass
+
+
+def test_gathered_metrics_are_the_mean_over_the_ranks(caplog: pytest.LogCaptureFixture) -> None:
+    from harness.core._train import TrainContext
+
+    info = TrialInfo.off_cluster(hparams={}, max_length=10, length_unit="batches",
+                                 latest_checkpoint=None, trial_seed=0, checkpoint_dir="ck")
+
+    def body(d: DistributedContext) -> None:
+        train = TrainContext(info, None, quiet=not d.is_chief, distributed=d)
+        train._start()
+        metrics = {"loss": float(d.rank), **({"only_chief": 7} if d.is_chief else {})}
+        train.report_training_metrics(5, metrics, gather=True)
+        train.report_training_metrics(6, {"loss": 10.0 + d.rank})  # the chief's alone
+
+    with caplog.at_level("INFO", logger="harness.core"):
+        assert run_ranks(3, body) == [None, None, None]
+    reported = [r.getMessage() for r in caplog.records if "training metrics" in r.getMessage()]
+    assert reported == ["training metrics at step 5: {'loss': 1.0, 'only_chief': 7.0}",
+                        "training metrics at step 6: {'loss': 10.0}"]

@@ -224,6 +224,14 @@ async def test_a_request_no_agent_size_can_make_up_fails_clearly(
     assert "multiple" in message and "2, 4" in message
     # A request that fits the big agent only waits or runs; it never fails.
     assert (await rp.request(1, slots=4)).status == "granted"
+    # The API asks the same before it stores an experiment (query `check_request`).
+    def check(slots: int) -> SlotRequest:
+        return SlotRequest(allocation_id="", workflow_id="", experiment_id=0, trial_id=0,
+                           slots=slots)
+
+    said = await rp.handle.query("check_request", check(7))
+    assert "each trial needs 7 slots" in said and "multiple of no agent size" in said
+    assert await rp.handle.query("check_request", check(8)) is None  # it would wait, not fail
 
 
 async def test_a_trial_larger_than_any_agent_gets_whole_agents_at_once(
