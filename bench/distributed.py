@@ -188,7 +188,7 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2,4", help="rank counts (default: %(default)s)")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
-    add_smoke_option(parser, ranks="1,4", batches=20, runs=1)
+    add_smoke_option(parser, ranks="4", batches=20, runs=1)
     args = parse_args(parser)
     rank_counts = [int(r) for r in args.ranks.split(",") if r.strip()]
     if any(r not in (1, 2, 4) for r in rank_counts):

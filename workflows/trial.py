@@ -67,6 +67,10 @@ PREEMPTION_GRACE = timedelta(minutes=5)
 MAX_BACKOFF_SECONDS = 60
 RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the run by then
 RENDEZVOUS_PORTS = 3  # torch's c10d, then two for the harnesses' messages
+# How long a run on several agents waits for its other parts to confirm they stopped (a live
+# agent does within its kill grace, 10 s by default); a lost agent's part never confirms, and
+# waiting for its heartbeat timeout would only delay the restart.
+PARTS_STOP_WAIT = timedelta(seconds=15)
 ACROSS_AGENTS_PATCH = "trial-runs-across-agents"
 
 
@@ -349,16 +353,15 @@ class TrialWorkflow:
         for handle in handles:
             if not handle.done():
                 handle.cancel()
-        for handle in handles:
-            with contextlib.suppress(ActivityError):
-                await handle
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(all_done, timeout=PARTS_STOP_WAIT)
         if self._kill or (preempted and self._stopping_or_paused()):
             return ("preempted", "stopped on every agent")
         first = first if first is not None else failed_part()
         if first is None:
             return ("preempted" if preempted else "completed", "exit 0 on every agent")
         handle = handles[first]
-        error = handle.exception() if not handle.cancelled() else None
+        error = None if handle.cancelled() else handle.exception()
         cause = error.cause if isinstance(error, ActivityError) else None
         fatal = isinstance(cause, ApplicationError) and cause.non_retryable
         detail = (f"agent {parts[first].agent_id} (node rank {first}): "
@@ -521,7 +524,7 @@ def _part_failure(handle: workflow.ActivityHandle[Any]) -> str | None:
     """Why a finished part of a run on several agents failed; None if it exited 0."""
     if handle.cancelled():
         return "cancelled"
-    err = handle.exception()
+    err = handle.exception()  # (also marks it retrieved: a failed part is no stray error)
     if isinstance(err, ActivityError):
         return _run_failure(err)
     if err is not None:
