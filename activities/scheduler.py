@@ -17,7 +17,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from workflows.constants import resource_pool_workflow_id
+from common.temporal_names import resource_pool_workflow_id
 from workflows.pool_types import (
     PoolInput,
     ReleaseSlotsInput,

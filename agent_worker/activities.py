@@ -41,9 +41,9 @@ from agent_worker.private_files import make_private, write_private
 from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch, run_tmp_dir
 from agent_worker.slots import SlotPool, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
-from workflows.constants import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
+from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
+from common.tokens import mint_trial_token
 from workflows.expconf import shared_fs_directory
-from workflows.tokens import mint_trial_token
 from workflows.types import Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.

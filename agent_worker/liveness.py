@@ -14,7 +14,7 @@ import time
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from workflows.constants import AGENT_LIVENESS
+from common.temporal_names import AGENT_LIVENESS
 from workflows.pool_types import AgentLivenessInput
 
 BEAT_SECONDS = 3.0

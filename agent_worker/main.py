@@ -43,7 +43,7 @@ from agent_worker.sandbox import TASK_USER_ENV, TaskUser, TaskUserError, task_us
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.trial_firewall import TrialFirewall
-from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
+from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
 logger = logging.getLogger("agent_worker")
 
@@ -68,7 +68,7 @@ class AgentConfig:
     slots: int | None = None  # CPU slots; None: one per CPU
     runtime: str = "process"  # process | docker | auto (docker where an engine answers)
     image_pull: str = "missing"  # Docker runtime: missing | always | never
-    # Sent to the master on every call; trial tokens are signed with it (workflows/tokens.py).
+    # Sent to the master on every call; trial tokens are signed with it (common/tokens.py).
     cluster_token: str | None = None
     # Process runtime: the user's Python environment trials run in (agent_worker/task_env.py).
     task_env: TaskEnvironment | None = None

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from workflows.constants import allocation_id, task_id
+from common.temporal_names import allocation_id, task_id
 from workflows.types import Rendezvous, RunTrialInput
 
 TRIAL_INFO_FILE = "trial_info.json"

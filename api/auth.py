@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
 from api.settings import Settings
-from workflows.tokens import TrialRun, verify_trial_token
+from common.tokens import TrialRun, verify_trial_token
 
 # Determined's client-side salt (determined.common.api.authentication.PASSWORD_SALT): a password
 # hashed with it is what `det user login` sends, so the server stores the same form for everyone.

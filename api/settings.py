@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from workflows.constants import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
+from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
 
 
 def _default_checkpoint_dir() -> str:

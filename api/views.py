@@ -15,13 +15,13 @@ import asyncpg
 from fastapi import Query
 
 from api.errors import not_found
+from common.states import TERMINAL_STATES
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
 OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
 ListQuery = Annotated[list[str] | None, Query()]
 
-TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
 # Determined's "Uncategorized" workspace and project (migration 0007): where experiments go
 # unless told otherwise.
 DEFAULT_PROJECT_ID = 1

@@ -61,12 +61,12 @@ sys.path.insert(0, str(REPO))
 
 from activities.database import apply_migrations, create_pool  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
+from common.tokens import mint_trial_token  # noqa: E402
 from deploy import processes  # noqa: E402
 from deploy.postgres import EmbeddedPostgres  # noqa: E402
 from deploy.temporal_server import TemporalDevServer  # noqa: E402
 from harness import core  # noqa: E402
 from harness.core._info import TrialInfo  # noqa: E402
-from workflows.tokens import mint_trial_token  # noqa: E402
 
 MLFLOW_VENV = REPO / "bench" / ".mlflow-venv"
 MLFLOW_PACKAGES = ("mlflow", "psycopg2-binary")

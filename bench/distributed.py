@@ -47,9 +47,9 @@ from temporalio.client import Client  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common.temporal_names import trial_workflow_id  # noqa: E402
 from deploy import local_cluster  # noqa: E402
 from deploy.processes import free_port  # noqa: E402
-from workflows.constants import trial_workflow_id  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "torch_digits"
 TERMINAL = ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED")

@@ -44,14 +44,14 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 from activities.scheduler import SchedulerActivities  # noqa: E402
 from agent_worker.liveness import Liveness  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
-from deploy.processes import free_port  # noqa: E402
-from deploy.temporal_server import TemporalDevServer  # noqa: E402
-from workflows.allocation import Allocator, Resources  # noqa: E402
-from workflows.constants import (  # noqa: E402
+from common.temporal_names import (  # noqa: E402
     MASTER_TASK_QUEUE,
     agent_task_queue,
     resource_pool_workflow_id,
 )
+from deploy.processes import free_port  # noqa: E402
+from deploy.temporal_server import TemporalDevServer  # noqa: E402
+from workflows.allocation import Allocator, Resources  # noqa: E402
 from workflows.pool_types import (  # noqa: E402
     AgentRegistration,
     Allocation,

@@ -19,8 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-TERMINAL_STATES = frozenset({"COMPLETED", "CANCELED", "ERROR", "DELETED"})
-
+from common.states import TERMINAL_STATES
 
 # Width for output that goes to a file or a pipe: wide enough that rows are not wrapped for grep.
 PIPE_WIDTH = 400

@@ -27,7 +27,7 @@ from activities.scheduler import SchedulerActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
-from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from workflows.experiment import ExperimentWorkflow
 from workflows.pool_types import PoolInput
 from workflows.resource_pool import ResourcePoolWorkflow

@@ -17,7 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
+    from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
     from workflows.pool_types import (
         DEFAULT_PRIORITY,
         Allocation,

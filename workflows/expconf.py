@@ -39,7 +39,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from workflows.constants import DEFAULT_RESOURCE_POOL
+from common.temporal_names import DEFAULT_RESOURCE_POOL
 
 __all__ = [
     "MAX_CONFIG_BYTES",

@@ -20,7 +20,7 @@ from temporalio import workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.constants import MASTER_TASK_QUEUE, trial_workflow_id
+    from common.temporal_names import MASTER_TASK_QUEUE, trial_workflow_id
     from workflows.db_activities import db_activity
     from workflows.searchers import make_search, trial_seed
     from workflows.searchers.base import (

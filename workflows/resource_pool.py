@@ -40,7 +40,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.constants import AGENT_LIVENESS, agent_task_queue
+    from common.temporal_names import AGENT_LIVENESS, agent_task_queue
     from workflows.pool_types import (
         AgentEnabled,
         AgentLivenessInput,

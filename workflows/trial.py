@@ -31,14 +31,14 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.allocation import Allocator, Resources
-    from workflows.constants import (
+    from common.temporal_names import (
         RESERVE_PORTS,
         RUN_TRIAL,
         allocation_id,
         experiment_workflow_id,
         task_id,
     )
+    from workflows.allocation import Allocator, Resources
     from workflows.db_activities import db_activity
     from workflows.pool_types import (
         Allocation,

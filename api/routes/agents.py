@@ -20,7 +20,7 @@ from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.views import rfc3339
-from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from workflows.pool_types import AgentEnabled, AgentRegistration, PoolInput, SlotRequest
 
 router = APIRouter(tags=["agents"])

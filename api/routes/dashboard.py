@@ -14,6 +14,7 @@ from fastapi import APIRouter
 from fastapi.responses import FileResponse, HTMLResponse
 
 from api.errors import not_found
+from common.states import TERMINAL_STATES
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
@@ -45,7 +46,9 @@ def _page(title: str, script: str, body: str, *, page_id: int | None = None) -> 
         f"<title>{escape(title)} · Epochal</title>"
         "<link rel='stylesheet' href='/static/style.css'>"
         f"<script type='module' src='/static/{script}'></script></head>"
-        f"<body data-page='{script.removesuffix('.js')}'{data_id}>{body}</body></html>",
+        f"<body data-page='{script.removesuffix('.js')}'{data_id}"
+        # The pages' scripts learn the terminal states here, from their one home.
+        f" data-terminal-states='{','.join(sorted(TERMINAL_STATES))}'>{body}</body></html>",
         headers=NO_CACHE,
     )
 

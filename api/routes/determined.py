@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
-from workflows.constants import task_id
+from common.temporal_names import task_id
 
 router = APIRouter(prefix="/api/v1", tags=["determined"])
 

@@ -30,7 +30,8 @@ from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
 from api.schemas import documented
 from api.settings import Settings
-from workflows.constants import MASTER_TASK_QUEUE, experiment_workflow_id
+from common.states import TERMINAL_STATES
+from common.temporal_names import MASTER_TASK_QUEUE, experiment_workflow_id
 from workflows.expconf import (
     ConfigError,
     config_warnings,
@@ -243,7 +244,7 @@ async def continue_experiment(
     experiment_id = body.id
     await auth.require_owner(request, experiment_id, "continue")
     row = await _experiment_row(pool, experiment_id)
-    if row["state"] not in views.TERMINAL_STATES or row["state"] == "DELETED":
+    if row["state"] not in TERMINAL_STATES or row["state"] == "DELETED":
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
                        " experiment can be continued")
     if len(row["trial_ids"]) != 1:
@@ -347,7 +348,7 @@ async def get_experiment(experiment_id: int, pool: Pool) -> dict[str, Any]:
 
 async def _signal(temporal: Temporal, pool: Pool, experiment_id: int, signal: str) -> None:
     row = await _experiment_row(pool, experiment_id)
-    if row["state"] in views.TERMINAL_STATES:
+    if row["state"] in TERMINAL_STATES:
         raise ApiError(
             409, f"experiment {experiment_id} is {row['state']}: it can no longer {signal}"
         )
@@ -450,7 +451,7 @@ async def change_experiment_resources(
         config["resources"] = {**config["resources"], **changes}
         await conn.execute("UPDATE experiments SET config = $2 WHERE id = $1",
                            experiment_id, config)
-    if row["state"] in views.TERMINAL_STATES:
+    if row["state"] in TERMINAL_STATES:
         return
     change = ExperimentResources(experiment_id=experiment_id, priority=patch.priority,
                                  max_slots=patch.maxSlots, weight=patch.weight)
@@ -487,7 +488,7 @@ async def _set_archived(request: Request, pool: Pool, experiment_id: int, archiv
     action = "archive" if archived else "unarchive"
     await auth.require_owner(request, experiment_id, action)
     row = await _experiment_row(pool, experiment_id)
-    if row["state"] not in views.TERMINAL_STATES:
+    if row["state"] not in TERMINAL_STATES:
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
                        f" experiment can be {action}d")
     await pool.execute("UPDATE experiments SET archived = $2 WHERE id = $1", experiment_id,
@@ -517,7 +518,7 @@ async def delete_experiment(experiment_id: int, request: Request, pool: Pool) ->
     in Determined."""
     await auth.require_owner(request, experiment_id, "delete")
     row = await _experiment_row(pool, experiment_id)
-    if row["state"] not in views.TERMINAL_STATES:
+    if row["state"] not in TERMINAL_STATES:
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: kill or cancel it"
                        " and wait for it to end before deleting it")
     registered = await models.registered_versions(pool, experiment_id)
@@ -632,7 +633,7 @@ async def experiment_logs(
 
     async def is_done() -> bool:
         state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
-        return state in views.TERMINAL_STATES
+        return state in TERMINAL_STATES
 
     lines = stream_logs(
         pool,

@@ -20,6 +20,7 @@ from api import views
 from api.deps import Pool
 from api.errors import not_found
 from api.log_stream import log_records
+from common.states import TERMINAL_STATES
 
 router = APIRouter(prefix="/api/v1", tags=["streams"])
 
@@ -46,7 +47,7 @@ async def stream_trial_logs(
 
     async def is_done() -> bool:
         state = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
-        return state in views.TERMINAL_STATES
+        return state in TERMINAL_STATES
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         logs = log_records(
@@ -93,7 +94,7 @@ async def stream_experiment(experiment_id: int, pool: Pool) -> EventSourceRespon
             if fingerprint != sent:
                 sent = fingerprint
                 yield ServerSentEvent(data=json.dumps(summary), event="experiment")
-            if summary["experiment"]["state"].removeprefix("STATE_") in views.TERMINAL_STATES:
+            if summary["experiment"]["state"].removeprefix("STATE_") in TERMINAL_STATES:
                 break
             await asyncio.sleep(STATE_POLL_SECONDS)
         yield _end()

@@ -19,7 +19,8 @@ from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import log_records
 from api.schemas import documented
-from workflows.constants import experiment_workflow_id, trial_workflow_id
+from common.states import TERMINAL_STATES
+from common.temporal_names import experiment_workflow_id, trial_workflow_id
 from workflows.types import ValidationReport
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
@@ -222,7 +223,7 @@ async def kill_trial(
     if row is None:
         raise not_found("trial", trial_id)
     await auth.require_owner(request, row["experiment_id"], "kill trials of")
-    if row["state"] in views.TERMINAL_STATES:
+    if row["state"] in TERMINAL_STATES:
         raise ApiError(409, f"trial {trial_id} is {row['state']}: it can no longer be killed")
     handle = temporal.get_workflow_handle(trial_workflow_id(row["experiment_id"], trial_id))
     try:
@@ -358,7 +359,7 @@ async def trial_logs(
     )
 
     async def is_done() -> bool:
-        return await views.require_trial(pool, trial_id) in views.TERMINAL_STATES
+        return await views.require_trial(pool, trial_id) in TERMINAL_STATES
 
     async def lines() -> AsyncIterator[bytes]:
         if orderBy == "ORDER_BY_DESC":

@@ -6,7 +6,7 @@ import { CurvePanel } from "/static/curves.js";
 import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
   from "/static/dom.js";
 
-const TERMINAL = ["COMPLETED", "CANCELED", "ERROR", "DELETED"];
+const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
 const MAX_LOG_LINES = 5000;
 
 const trialId = Number(document.body.dataset.id);

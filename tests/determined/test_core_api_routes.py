@@ -18,9 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
+from common.tokens import mint_trial_token
 from tests.integration.test_api import create, wait_for_trials
 from tests.master_fixtures import CLUSTER_TOKEN, LiveMaster
-from workflows.tokens import mint_trial_token
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

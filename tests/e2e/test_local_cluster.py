@@ -19,7 +19,7 @@ import psutil
 import pytest
 import yaml
 
-from api.views import TERMINAL_STATES
+from common.states import TERMINAL_STATES
 from deploy.processes import free_port
 from tests.e2e.cluster import (
     DIGITS,

@@ -29,9 +29,9 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_worker.main import Agent, AgentConfig
 from agent_worker.process_runtime import ProcessRuntime
+from common.temporal_names import agent_task_queue
 from deploy.processes import free_port
 from tests.fakes.agent_master import FakeMaster, make_tgz
-from workflows.constants import agent_task_queue
 from workflows.types import RunTrialInput, RunTrialResult
 
 SLEEPER_PY = """

@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
+from common.temporal_names import resource_pool_workflow_id
 from tests.master_fixtures import LiveMaster
-from workflows.constants import resource_pool_workflow_id
 from workflows.pool_types import SlotReply, SlotRequest
 
 

@@ -12,9 +12,9 @@ import pytest
 import pytest_asyncio
 
 from api.auth import DETERMINED_PASSWORD_SALT
+from common.tokens import mint_trial_token
 from tests.integration.test_api import create, serve_pool, wait_for_trials
 from tests.master_fixtures import ADMIN_PASSWORD, LiveMaster
-from workflows.tokens import mint_trial_token
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

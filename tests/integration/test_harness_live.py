@@ -15,11 +15,11 @@ from typing import Any
 import httpx
 import pytest
 
+from common.tokens import mint_trial_token
 from harness import core
 from harness.core import TrialInfo
 from tests.integration.test_api import create, wait_for_trials
 from tests.master_fixtures import LiveMaster
-from workflows.tokens import mint_trial_token
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -9,9 +9,9 @@ import pytest
 from pydantic import BaseModel
 
 from api import schemas
+from common.tokens import mint_trial_token
 from tests.integration.test_api import create, wait_for_trials
 from tests.master_fixtures import ADMIN_PASSWORD, LiveMaster
-from workflows.tokens import mint_trial_token
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

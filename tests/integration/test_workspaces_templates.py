@@ -13,8 +13,8 @@ import pytest
 import yaml
 from temporalio.client import Client
 
+from common.temporal_names import resource_pool_workflow_id
 from tests.integration.test_api import config_yaml, model_definition, serve_pool
-from workflows.constants import resource_pool_workflow_id
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -14,7 +14,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from agent_worker.liveness import Liveness
-from workflows.constants import MASTER_TASK_QUEUE, agent_task_queue, resource_pool_workflow_id
+from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, resource_pool_workflow_id
 from workflows.pool_types import AgentRegistration, Allocation, PoolInput
 
 

@@ -26,8 +26,8 @@ from temporalio.client import (
 )
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
-from workflows.constants import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from workflows.pool_types import (
     AgentEnabled,
     AgentLost,
