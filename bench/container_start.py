@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import statistics
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -38,12 +37,12 @@ sys.path.insert(0, str(REPO))
 
 from temporalio.client import Client  # noqa: E402
 
+from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from common.temporal_names import trial_workflow_id  # noqa: E402
 from deploy import local_cluster, processes  # noqa: E402
-from deploy.processes import free_port  # noqa: E402
 
 DIGITS = REPO / "examples" / "digits"
 POLL = 0.02
@@ -160,17 +159,9 @@ def main() -> None:
         tag = task_image_tag()
         if not image_exists(docker.from_env(), tag):
             raise SystemExit(f"the task image {tag} is not built; run `epochal image build`")
-    with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
-        Path(state).chmod(0o755)
-        settings = local_cluster.ClusterSettings(
-            state_dir=Path(state), api_port=free_port(), temporal_port=free_port(),
-            postgres_port=free_port(), agent_slots=1, headless_temporal=True,
-            agent_runtime=RUNTIMES[runtimes[0]][0])
-        info = local_cluster.up(settings)
-        try:
-            medians = asyncio.run(run_bench(settings, info, runtimes, args.runs))
-        finally:
-            local_cluster.down(settings)
+    with bench_cluster(agent_slots=1, agent_runtime=RUNTIMES[runtimes[0]][0]) as (settings,
+                                                                                  info):
+        medians = asyncio.run(run_bench(settings, info, runtimes, args.runs))
     summary = ", ".join(f"{r} {m:.2f} s" for r, m in medians.items())
     print(f"trial allocated -> first training metric (median of {args.runs}, local image, "
           f"digits, 1 slot): {summary}")

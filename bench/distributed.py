@@ -30,7 +30,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -44,12 +43,12 @@ sys.path.insert(0, str(REPO))
 
 from temporalio.client import Client  # noqa: E402
 
+from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from common.temporal_names import trial_workflow_id  # noqa: E402
 from deploy import local_cluster  # noqa: E402
-from deploy.processes import free_port  # noqa: E402
 
 EXAMPLE = REPO / "examples" / "torch_digits"
 TERMINAL = ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED")
@@ -193,19 +192,13 @@ def main() -> None:
     rank_counts = [int(r) for r in args.ranks.split(",") if r.strip()]
     if any(r not in (1, 2, 4) for r in rank_counts):
         parser.error("--ranks: 1, 2 or 4 (two agents of 2 slots)")
-    with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
-        Path(state).chmod(0o755)
-        settings = local_cluster.ClusterSettings(
-            state_dir=Path(state), api_port=free_port(), temporal_port=free_port(),
-            postgres_port=free_port(), agent_slots=2, headless_temporal=True)
-        info = local_cluster.up(settings)
-        second = start_second_agent(info, Path(state))
+    with bench_cluster(agent_slots=2) as (settings, info):
+        second = start_second_agent(info, settings.state_dir)
         try:
             medians = asyncio.run(run_bench(info, rank_counts, args.batches, args.runs))
         finally:
             second.terminate()
             second.wait(30)
-            local_cluster.down(settings)
     summary = ", ".join(f"{r} ranks {m[0]:.2f} s / {m[1]:.2f} s / {m[2]:.1f} batches/s / "
                         f"{m[3]:.0f} samples/s" for r, m in medians.items())
     print(f"slots granted -> every part started / every rank in its first batch, DDP "

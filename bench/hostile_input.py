@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,10 +33,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
-from deploy import local_cluster  # noqa: E402
-from deploy.processes import free_port, read_pid  # noqa: E402
+from deploy.processes import read_pid  # noqa: E402
 
 BASE = {"name": "hostile", "entrypoint": "python3 train.py",
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}
@@ -121,27 +120,19 @@ def attack(url: str, headers: dict[str, str], repeats: int) -> dict[str, tuple[i
 
 
 def run(args: argparse.Namespace) -> None:
-    with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
-        Path(state).chmod(0o755)
-        settings = local_cluster.ClusterSettings(
-            state_dir=Path(state), api_port=free_port(), temporal_port=free_port(),
-            postgres_port=free_port(), agent_slots=1, headless_temporal=True)
-        info = local_cluster.up(settings)
-        try:
-            headers = admin_headers(info.api_url, info.admin_password)
-            pid = read_pid(settings.pid_file("master"))
-            assert pid is not None
-            master = psutil.Process(pid)
-            idle = quiet_p99(info.api_url, headers, args.reads)
-            rss_before = master.memory_info().rss
-            reader = Reader(info.api_url, headers)
-            reader.start()
-            results = attack(info.api_url, headers, args.repeats)
-            reader.stop.set()
-            reader.join(60)
-            rss_after = master.memory_info().rss
-        finally:
-            local_cluster.down(settings)
+    with bench_cluster(agent_slots=1) as (settings, info):
+        headers = admin_headers(info.api_url, info.admin_password)
+        pid = read_pid(settings.pid_file("master"))
+        assert pid is not None
+        master = psutil.Process(pid)
+        idle = quiet_p99(info.api_url, headers, args.reads)
+        rss_before = master.memory_info().rss
+        reader = Reader(info.api_url, headers)
+        reader.start()
+        results = attack(info.api_url, headers, args.repeats)
+        reader.stop.set()
+        reader.join(60)
+        rss_after = master.memory_info().rss
     busy = percentile(reader.spans, 99)
     grown = (rss_after - rss_before) / 2**20
     print(f"reads during the attack: {len(reader.spans)}, p99 {busy:.1f} ms "

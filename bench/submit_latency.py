@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -25,11 +24,10 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers, cli_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
-from deploy import local_cluster  # noqa: E402
-from deploy.processes import free_port  # noqa: E402
 
 DIGITS = REPO / "examples" / "digits"
 POLL = 0.01
@@ -95,22 +93,9 @@ def main() -> None:
     if args.master:
         run(args.master, cli_headers(args.master), args.runs, args.batches)
         return
-    with tempfile.TemporaryDirectory(prefix="epochal-bench-") as state:
-        Path(state).chmod(0o755)
-        settings = local_cluster.ClusterSettings(
-            state_dir=Path(state),
-            api_port=free_port(),
-            temporal_port=free_port(),
-            postgres_port=free_port(),
-            agent_slots=1,
-            headless_temporal=True,
-        )
-        info = local_cluster.up(settings)
-        try:
-            run(info.api_url, admin_headers(info.api_url, info.admin_password), args.runs,
-                args.batches)
-        finally:
-            local_cluster.down(settings)
+    with bench_cluster(agent_slots=1) as (_, info):
+        run(info.api_url, admin_headers(info.api_url, info.admin_password), args.runs,
+            args.batches)
 
 
 if __name__ == "__main__":
