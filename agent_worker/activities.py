@@ -44,11 +44,10 @@ from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_env
 from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from common.tokens import mint_trial_token
 from workflows.expconf import shared_fs_directory
-from workflows.types import Rendezvous, RunTrialInput, RunTrialResult
+from workflows.types import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
-RENDEZVOUS_PORTS = 3  # torch's c10d, then two for the harnesses' own messages
 MAX_PORTS = 16  # what one reserve_ports call may ask for
 
 logger = logging.getLogger(__name__)

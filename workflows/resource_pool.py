@@ -178,6 +178,7 @@ class ResourcePoolWorkflow:
         """
         used = self._used_by_experiment()
         spans_agents = free is not None and workflow.patched(MULTI_AGENT_PATCH)
+        sizes = self._agent_sizes()
         out: list[tuple[SlotRequest, list[str] | None]] = []
         levels: dict[int, dict[int, deque[SlotRequest]]] = {}
         for r in sorted(self._pending.values(), key=lambda r: r.seq):
@@ -197,7 +198,8 @@ class ResourcePoolWorkflow:
                 agents: list[str] | None = None
                 if free is not None:
                     agents = self._place(request.slots, free, spans_agents)
-                    if agents is None and spans_agents and self._waits_for_agents(request):
+                    if agents is None and spans_agents and self._waits_for_agents(request,
+                                                                                  sizes):
                         queue.popleft()  # larger than the pool: it must not hold up the rest
                         if queue:
                             heapq.heappush(heap, (self._share(used[exp], exp), queue[0].seq, exp))
@@ -251,17 +253,16 @@ class ResourcePoolWorkflow:
         return Counter(len(a.slot_ids) for a in self._agents.values()
                        if a.alive and a.enabled and a.slot_ids)
 
-    def _waits_for_agents(self, request: SlotRequest) -> bool:
-        """Whether the request is larger than the pool as it is now (even idle), though agents
-        joining could make room for it. A pool with no agents yet waits for them anyway."""
-        sizes = self._agent_sizes()
+    def _waits_for_agents(self, request: SlotRequest, sizes: Counter[int]) -> bool:
+        """Whether the request is larger than the pool as it is now (`sizes`: its agents by
+        slot count; even idle), though agents joining could make room for it. A pool with no
+        agents yet waits for them anyway."""
         if not sizes or any(size >= request.slots for size in sizes):
             return False
         return not any(request.slots % size == 0 and count * size >= request.slots
                        for size, count in sizes.items())
 
-    def _waiting_message(self, request: SlotRequest) -> str:
-        sizes = self._agent_sizes()
+    def _waiting_message(self, request: SlotRequest, sizes: Counter[int]) -> str:
         have = ", ".join(f"{count} x {size}" for size, count in sorted(sizes.items()))
         return (f"trial {request.trial_id} needs {request.slots} slots; resource pool "
                 f"{self._name!r} has agents of {have} slots, so it waits until more agents "
@@ -321,22 +322,14 @@ class ResourcePoolWorkflow:
 
     def _tell_waiting(self) -> None:
         """Tell each trial whose request is larger than the pool, once, that it waits."""
-        for request in sorted(self._pending.values(), key=lambda r: r.seq):
+        sizes = self._agent_sizes()
+        for request in self._pending.values():  # in arrival order
             key = request.allocation_id
-            if key in self._told_waiting or not self._waits_for_agents(request):
+            if key in self._told_waiting or not self._waits_for_agents(request, sizes):
                 continue
             self._told_waiting.add(key)
-            self._notifying += 1
-            asyncio.create_task(self._send_waiting(request, self._waiting_message(request)))
-
-    async def _send_waiting(self, request: SlotRequest, message: str) -> None:
-        try:
-            await workflow.get_external_workflow_handle(request.workflow_id).signal(
-                "slots_waiting", SlotWaiting(request.allocation_id, message))
-        except Exception as err:  # the trial ended meanwhile
-            workflow.logger.warning("trial %s is gone (%s)", request.workflow_id, err)
-        finally:
-            self._notifying -= 1
+            self._tell_trial(request, "slots_waiting",
+                             SlotWaiting(key, self._waiting_message(request, sizes)))
 
     def _take(self, agent_id: str, slots: int) -> list[int]:
         used = {s for a in self._allocations.values() for part in allocation_parts(a)
@@ -347,14 +340,21 @@ class ResourcePoolWorkflow:
         self._notifying += 1
         asyncio.create_task(self._notify(allocation))
 
-    async def _send_failure(self, request: SlotRequest, message: str) -> None:
-        try:
-            await workflow.get_external_workflow_handle(request.workflow_id).signal(
-                "slots_failed", SlotFailure(request.allocation_id, message))
-        except Exception as err:  # the trial ended meanwhile
-            workflow.logger.warning("trial %s is gone (%s)", request.workflow_id, err)
-        finally:
-            self._notifying -= 1
+    def _tell_trial(self, request: SlotRequest, signal: str, message: object) -> None:
+        """Signal the trial behind a request (`slots_failed`, `slots_waiting`) in the
+        background; a trial that ended meanwhile is only logged."""
+        self._notifying += 1
+
+        async def send() -> None:
+            try:
+                await workflow.get_external_workflow_handle(request.workflow_id).signal(
+                    signal, message)
+            except Exception as err:  # the trial ended meanwhile
+                workflow.logger.warning("trial %s is gone (%s)", request.workflow_id, err)
+            finally:
+                self._notifying -= 1
+
+        asyncio.create_task(send())
 
     async def _notify(self, allocation: Allocation) -> None:
         """Tell a waiting trial its slots are granted; if it is gone, take them back."""
@@ -514,8 +514,7 @@ class ResourcePoolWorkflow:
             return
         error = self._never_fits(request, workflow.patched(MULTI_AGENT_PATCH))
         if error is not None:
-            self._notifying += 1
-            asyncio.create_task(self._send_failure(request, error))
+            self._tell_trial(request, "slots_failed", SlotFailure(key, error))
             return
         self._enqueue(request)
 
@@ -614,6 +613,7 @@ class ResourcePoolWorkflow:
             for part in allocation_parts(a):
                 by_agent.setdefault(part.agent_id, []).append((a, part))
         queue = [r for r, _ in self._ordered(None)]
+        sizes = self._agent_sizes()
         return {
             "name": self._name,
             "generation": self._generation,
@@ -634,7 +634,7 @@ class ResourcePoolWorkflow:
                 for agent in sorted(self._agents.values(), key=lambda a: a.agent_id)
             ],
             "allocations": [vars(a) for a in self._allocations.values()],
-            "queue": [{**vars(r), "waiting": self._waiting_message(r)}
-                      if self._waits_for_agents(r) else vars(r) for r in queue],
+            "queue": [{**vars(r), "waiting": self._waiting_message(r, sizes)}
+                      if self._waits_for_agents(r, sizes) else vars(r) for r in queue],
             "experimentResources": [vars(o) for o in self._overrides.values()],
         }

@@ -49,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
         allocation_parts,
     )
     from workflows.types import (
+        RENDEZVOUS_PORTS,
         CheckSearcherMetricInput,
         RecordTrialStateInput,
         Rendezvous,
@@ -66,7 +67,6 @@ RUN_MAX_DURATION = timedelta(days=30)
 PREEMPTION_GRACE = timedelta(minutes=5)
 MAX_BACKOFF_SECONDS = 60
 RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the run by then
-RENDEZVOUS_PORTS = 3  # torch's c10d, then two for the harnesses' messages
 # How long a run on several agents waits for its other parts to confirm they stopped (a live
 # agent does within its kill grace, 10 s by default); a lost agent's part never confirms, and
 # waiting for its heartbeat timeout would only delay the restart.

@@ -140,6 +140,9 @@ class FinishExperimentInput:
     state: str
 
 
+RENDEZVOUS_PORTS = 3  # free ports a run's chief offers: torch's c10d, then the harnesses' two
+
+
 @dataclass
 class Rendezvous:
     """How the parts of a run on several agents find each other (one part per agent)."""
