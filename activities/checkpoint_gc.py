@@ -7,9 +7,7 @@ Determined's policy: per trial keep the `save_trial_latest` newest and the `save
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
-from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -52,29 +50,3 @@ def checkpoints_to_keep(checkpoints: list[StoredCheckpoint], policy: RetentionPo
     best_overall = _best_first(checkpoints, policy.smaller_is_better)
     keep.update(c.uuid for c in best_overall[: policy.save_experiment_best])
     return keep
-
-
-class UnsafeCheckpointPath(ValueError):
-    """A checkpoint's recorded path does not lie inside its storage: it is never deleted."""
-
-
-def checkpoint_dir_inside(storage_path: str, host_path: str) -> Path:
-    """The checkpoint's directory, if it lies strictly inside the storage's `host_path`.
-
-    Paths come from the database (reported by training code), so anything else (empty,
-    relative, the storage root itself, outside it, or escaping it through a symlink) is refused.
-    """
-    if not storage_path or not host_path:
-        raise UnsafeCheckpointPath(f"empty path {storage_path!r} or storage root {host_path!r}")
-    path, root = Path(storage_path), Path(host_path)
-    if not path.is_absolute() or not root.is_absolute():
-        raise UnsafeCheckpointPath(f"checkpoint path {storage_path!r} is not absolute")
-    resolved, resolved_root = path.resolve(), root.resolve()
-    if resolved_root not in resolved.parents:
-        raise UnsafeCheckpointPath(f"checkpoint path {storage_path!r} is not inside {host_path!r}")
-    return resolved
-
-
-def delete_checkpoint_files(storage_path: str, host_path: str) -> None:
-    """Remove one checkpoint's directory inside `host_path`; one already gone is no error."""
-    shutil.rmtree(checkpoint_dir_inside(storage_path, host_path), ignore_errors=True)

@@ -14,14 +14,8 @@ from typing import Any
 import asyncpg
 from temporalio import activity
 
-from activities.checkpoint_gc import (
-    RetentionPolicy,
-    StoredCheckpoint,
-    UnsafeCheckpointPath,
-    checkpoint_dir_inside,
-    checkpoints_to_keep,
-    delete_checkpoint_files,
-)
+from activities.checkpoint_gc import RetentionPolicy, StoredCheckpoint, checkpoints_to_keep
+from common.checkpoint_storage import CheckpointFiles, StorageError, UnsafeCheckpointPath
 from workflows.types import (
     CheckSearcherMetricInput,
     CreateTrialInput,
@@ -45,10 +39,13 @@ def _searcher_value(metrics: dict[str, object] | None, name: str) -> float | Non
 
 
 class ExperimentStore:
-    """Activities bound to the master's connection pool."""
+    """Activities bound to the master's connection pool (and the cluster's default checkpoint
+    storage, whose keys delete its checkpoints)."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool,
+                 cluster_storage: dict[str, Any] | None = None) -> None:
         self._pool = pool
+        self._cluster_storage = cluster_storage
 
     @activity.defn(name="create_trial")
     async def create_trial(self, inp: CreateTrialInput) -> int:
@@ -224,13 +221,20 @@ class ExperimentStore:
             for r in rows
         ]
         keep = checkpoints_to_keep(stored, policy)
-        host_path = storage.get("host_path", "")
+        try:
+            files: CheckpointFiles | None = CheckpointFiles.of(config, self._cluster_storage)
+        except StorageError as err:
+            activity.logger.error("experiment %d: checkpoint files kept: %s",
+                                  inp.experiment_id, err)
+            files = None
         candidates = []
         for row in rows:
             if row["uuid"] in keep:
                 continue
             try:
-                checkpoint_dir_inside(row["storage_path"], host_path)
+                if files is None:
+                    raise UnsafeCheckpointPath("the storage cannot be reached")
+                files.uuid_and_directory(row["storage_path"])
             except UnsafeCheckpointPath as err:
                 activity.logger.error("checkpoint %s kept: %s", row["uuid"], err)
                 continue
@@ -258,16 +262,17 @@ class ExperimentStore:
                 best_trial_id,
             )
         # Files go after the rows say DELETED, so a retry after a crash finishes the job.
-        deleted = [] if not host_path else await self._pool.fetch(
+        deleted = [] if files is None else await self._pool.fetch(
             "SELECT c.uuid::text AS uuid, c.storage_path FROM checkpoints c"
             " JOIN trials t ON t.id = c.trial_id"
             " WHERE t.experiment_id = $1 AND c.state = 'DELETED'",
             inp.experiment_id,
         )
         for row in deleted:
+            assert files is not None
             try:
-                await asyncio.to_thread(delete_checkpoint_files, row["storage_path"], host_path)
-            except UnsafeCheckpointPath as err:
+                await asyncio.to_thread(files.delete, row["storage_path"])
+            except (UnsafeCheckpointPath, StorageError) as err:
                 activity.logger.error("checkpoint %s files kept: %s", row["uuid"], err)
         return best_trial_id
 

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,17 +39,30 @@ from agent_worker.determined_env import (
 from agent_worker.logs import LogShipper
 from agent_worker.model_def import ModelDefinitions
 from agent_worker.private_files import make_private, write_private
-from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch, run_tmp_dir
+from agent_worker.runtime import (
+    ExitStatus,
+    Runtime,
+    TrialLaunch,
+    checkpoint_cache_dir,
+    run_tmp_dir,
+)
 from agent_worker.slots import SlotPool, gpu_environment
-from agent_worker.trial_info import TRIAL_INFO_FILE, build_trial_info, trial_environment
+from agent_worker.trial_info import (
+    CHECKPOINT_CACHE_ENV,
+    TRIAL_INFO_FILE,
+    build_trial_info,
+    trial_environment,
+)
+from common.checkpoint_storage import shared_fs_directory
 from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from common.tokens import mint_trial_token
-from workflows.expconf import shared_fs_directory
 from workflows.types import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
 MAX_PORTS = 16  # what one reserve_ports call may ask for
+# A trial's S3 checkpoint cache goes once no run of it on this agent used it for this long.
+CHECKPOINT_CACHE_AGE = 24 * 3600.0
 
 logger = logging.getLogger(__name__)
 
@@ -183,10 +197,16 @@ class AgentActivities:
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
                                 username=username)
         env.update(determined_environment(info, username=username))
+        launch = TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
+                             slot_ids=slot_ids)
+        if launch.checkpoint_cache is not None:
+            await asyncio.to_thread(prune_checkpoint_caches, self.work_dir / "trials")
+            await asyncio.to_thread(launch.checkpoint_cache.mkdir, exist_ok=True)
+            await asyncio.to_thread(make_private, launch.checkpoint_cache, owner)
+            env[CHECKPOINT_CACHE_ENV] = str(launch.checkpoint_cache)
         for directory in run_directories(run_dir):
             await asyncio.to_thread(make_private, directory, owner)
-        return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
-                           slot_ids=slot_ids)
+        return launch
 
     async def experiment_owner(self, master_url: str, token: str | None) -> str:
         """The experiment owner's username (Determined's DET_USER): `GET /me` with the trial's
@@ -273,6 +293,20 @@ def run_directories(run_dir: Path) -> list[Path]:
     own /tmp."""
     return [run_dir, determined_info_dir(run_dir), determined_model_dir(run_dir),
             run_tmp_dir(run_dir)]
+
+
+def prune_checkpoint_caches(trials_dir: Path, max_age: float = CHECKPOINT_CACHE_AGE) -> None:
+    """Remove trials' S3 checkpoint caches no run has used for `max_age` seconds (the harness
+    touches what it stores or restores), and the trial directories they leave empty."""
+    now = time.time()
+    for cache in trials_dir.glob(f"*/{checkpoint_cache_dir(Path('run')).name}"):
+        with contextlib.suppress(OSError):
+            newest = max([cache.stat().st_mtime,
+                          *(entry.stat().st_mtime for entry in cache.iterdir())])
+            if now - newest > max_age:
+                shutil.rmtree(cache, ignore_errors=True)
+                with contextlib.suppress(OSError):
+                    cache.parent.rmdir()
 
 
 def remove_run_files(run_dir: Path) -> None:

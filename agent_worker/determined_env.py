@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_worker.private_files import write_private
-from workflows.expconf import LENGTH_UNITS, shared_fs_directory, with_determined_defaults
+from common.checkpoint_storage import shared_fs_directory
+from workflows.expconf import LENGTH_UNITS, with_determined_defaults
 
 DETERMINED_INFO_DIR = "/run/determined/info"
 # Where Determined keeps a clean copy of the model definition: PyTorchTrial, DeepSpeedTrial and

@@ -274,6 +274,9 @@ def container_spec(
         os.makedirs(host_path, exist_ok=True)
         mounts.append(docker.types.Mount(target=str(host_path), source=str(host_path),
                                          type="bind"))
+    if launch.checkpoint_cache is not None:  # S3 checkpoints: only the trial's cache
+        mounts.append(docker.types.Mount(target=str(launch.checkpoint_cache),
+                                         source=str(launch.checkpoint_cache), type="bind"))
     mounts.extend(user_mounts(config))
     force_pull = force_pull or bool((config.get("environment") or {}).get("force_pull_image"))
     return ContainerSpec(

@@ -48,7 +48,7 @@ from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups
 from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
 from agent_worker.sandbox import ROOT_ENVIRONMENT, SandboxPlan, TaskUser, TaskUserError
 from agent_worker.task_env import HarnessPath, TaskEnvironment
-from workflows.expconf import shared_fs_directory
+from common.checkpoint_storage import shared_fs_directory
 
 logger = logging.getLogger(__name__)
 
@@ -245,8 +245,9 @@ class ProcessRuntime(Runtime):
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
         storage = shared_fs_directory(launch.input.config.get("checkpoint_storage"))
+        cache = launch.checkpoint_cache
         keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else []),
-                *self.shared_with_trials]
+                *([cache] if cache else []), *self.shared_with_trials]
         # A directory others may not enter (/root, a 0700 temp dir) would stop the task user on
         # its way to what it keeps: it is hidden too, and what is kept bound back into it.
         hide.extend(closed for path in keep if (closed := closed_ancestor(path)) is not None)

@@ -36,8 +36,20 @@ class TrialLaunch:
         return run_tmp_dir(self.run_dir)
 
 
+    @property
+    def checkpoint_cache(self) -> Path | None:
+        """The trial's S3 checkpoint cache on this agent (kept across its runs), if it uses S3."""
+        storage = self.input.config.get("checkpoint_storage") or {}
+        return checkpoint_cache_dir(self.run_dir) if storage.get("type") == "s3" else None
+
+
 def run_tmp_dir(run_dir: Path) -> Path:
     return run_dir.with_name(run_dir.name + ".tmp")
+
+
+def checkpoint_cache_dir(run_dir: Path) -> Path:
+    """Beside the trial's runs: the trial's alone, as its runs' directories are."""
+    return run_dir.parent / "checkpoint-cache"
 
 
 @dataclass

@@ -15,6 +15,8 @@ from workflows.types import Rendezvous, RunTrialInput
 TRIAL_INFO_FILE = "trial_info.json"
 TRIAL_INFO_ENV = "EPOCHAL_TRIAL_INFO"
 MASTER_ENV = "EPOCHAL_MASTER"
+# The trial's own S3 checkpoint cache on this agent (harness/core/_checkpoint.py).
+CHECKPOINT_CACHE_ENV = "EPOCHAL_CHECKPOINT_CACHE"
 
 
 def build_trial_info(

@@ -59,6 +59,8 @@ BODY_SCOPED_WRITES = frozenset(
         ("POST", "/api/v1/task/logs"),
         ("POST", "/api/v1/runs/start"),  # Determined's RunPrepareForReporting (body: runId)
         ("PATCH", "/api/v1/checkpoints"),  # Determined's checkpoint.delete() (body: uuids)
+        ("POST", "/api/v1/checkpoints/{checkpoint_uuid}/upload"),  # body: taskId
+        ("POST", "/api/v1/checkpoints/{checkpoint_uuid}/upload/complete"),  # body: taskId
     }
 )
 AGENT_WRITES = frozenset({("PUT", "/api/v1/agents/{agent_id}")})
@@ -389,3 +391,21 @@ async def require_trial_write(request: Request, trial_id: int) -> None:
         raise ApiError(
             403, f"user {principal.username} may not write reports of trial {trial_id}"
         )
+
+
+async def require_files_read(request: Request, trial_id: int) -> None:
+    """A checkpoint's files are its owner's: they, admins, agents and the trials of the same
+    owner's experiments (a trial that starts from another experiment's checkpoint) read them."""
+    principal = current(request)
+    if principal.kind == "agent" or (principal.kind == "user" and principal.admin):
+        return
+    pool = request.app.state.pool
+    owner = await pool.fetchval(
+        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE t.id = $1", trial_id)
+    reader = principal.username if principal.kind == "user" else await pool.fetchval(
+        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE t.id = $1", principal.trial_id)
+    if owner is not None and owner != reader:
+        raise ApiError(403, f"{principal.describe()} may not read the files of trial "
+                       f"{trial_id}'s checkpoints, which belong to {owner}")

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from common.checkpoint_storage import public_storage
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
 
 
@@ -44,9 +47,19 @@ class Settings:
     # Where shared_fs checkpoint storage may be (besides checkpoint_dir): trials write there
     # as the agent's user, and checkpoint GC deletes there.
     storage_roots: tuple[str, ...] = DEFAULT_STORAGE_ROOTS
+    # The cluster's default checkpoint storage when it is not shared_fs at checkpoint_dir:
+    # `{"type": "s3", "bucket", "endpoint_url", "prefix", "access_key", "secret_key"}`. Its keys
+    # are the cluster's: experiments get the storage without them (common/checkpoint_storage.py).
+    checkpoint_storage: dict[str, Any] | None = None
 
     def allowed_storage_roots(self) -> tuple[str, ...]:
         return (self.checkpoint_dir, *self.storage_roots)
+
+    def default_storage(self) -> dict[str, Any]:
+        """What an experiment without `checkpoint_storage` gets (no secret keys)."""
+        if self.checkpoint_storage:
+            return public_storage(self.checkpoint_storage)
+        return {"type": "shared_fs", "host_path": self.checkpoint_dir}
 
     @property
     def master_url(self) -> str:
@@ -69,7 +82,22 @@ class Settings:
             admin_password=env.get("EPOCHAL_ADMIN_PASSWORD") or None,
             session_ttl=timedelta(hours=float(env.get("EPOCHAL_SESSION_TTL_HOURS", 24 * 7))),
             storage_roots=parse_roots(env.get("EPOCHAL_STORAGE_ROOTS")) or base.storage_roots,
+            checkpoint_storage=parse_storage(env.get("EPOCHAL_CHECKPOINT_STORAGE")),
         )
+
+
+def parse_storage(text: str | None) -> dict[str, Any] | None:
+    """EPOCHAL_CHECKPOINT_STORAGE: the cluster's default storage as a JSON object, S3 only."""
+    if not text:
+        return None
+    try:
+        storage = json.loads(text)
+    except ValueError as err:
+        raise ValueError(f"EPOCHAL_CHECKPOINT_STORAGE: expected a JSON object: {err}") from None
+    if not isinstance(storage, dict) or storage.get("type") != "s3" or not storage.get("bucket"):
+        raise ValueError('EPOCHAL_CHECKPOINT_STORAGE: expected {"type": "s3", "bucket": ..., '
+                         '"endpoint_url": ..., "access_key": ..., "secret_key": ...}')
+    return storage
 
 
 def parse_roots(text: str | None) -> tuple[str, ...]:

@@ -7,6 +7,7 @@ the dashboard and Determined's client all see the same shape.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
@@ -194,6 +195,24 @@ JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_i
 """
 
 
+REDACTED = "********"
+_SECRET_LINE = re.compile(r"(?m)^(\s*secret_key\s*:\s*)\S.*$")
+
+
+def shown_config(config: JSON) -> JSON:
+    """An experiment config as the API shows it: S3 `secret_key` hidden (a user's storage keys
+    are theirs alone; trials get the stored config, not this)."""
+    storage = config.get("checkpoint_storage")
+    if not isinstance(storage, dict) or not storage.get("secret_key"):
+        return config
+    return {**config, "checkpoint_storage": {**storage, "secret_key": REDACTED}}
+
+
+def shown_yaml(text: str | None) -> str | None:
+    """The submitted YAML with any `secret_key:` value hidden."""
+    return _SECRET_LINE.sub(rf"\g<1>{REDACTED}", text) if text else text
+
+
 def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JSON:
     config = row["config"]
     searcher = config["searcher"]
@@ -225,8 +244,8 @@ def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JS
         "username": row["owner"],
         "resourcePool": config["resources"]["resource_pool"],
         "displayName": row["owner"],
-        "config": config,
-        "originalConfig": row["original_config"],
+        "config": shown_config(config),
+        "originalConfig": shown_yaml(row["original_config"]),
         "hyperparameters": config.get("hyperparameters") or {},
         "jobId": job_id(row["id"]),
         "projectId": row["project_id"],
@@ -255,8 +274,8 @@ def unsaved_experiment_json(config: JSON, original_config: str, owner: str) -> J
         "numTrials": 0,
         "archived": False,
         "username": owner,
-        "config": config,
-        "originalConfig": original_config,
+        "config": shown_config(config),
+        "originalConfig": shown_yaml(original_config),
         "jobId": "",
         "projectId": DEFAULT_PROJECT_ID,
         "projectOwnerId": 1,
@@ -370,7 +389,8 @@ def checkpoint_json(row: asyncpg.Record, searcher_metric: str | None = None) -> 
         "training": {
             "trialId": row["trial_id"],
             "experimentId": row["experiment_id"],
-            "experimentConfig": row.get("experiment_config", None),
+            "experimentConfig": shown_config(row["experiment_config"])
+            if row.get("experiment_config", None) else None,
             "hparams": row["hparams"],
             "validationMetrics": {"avgMetrics": validation} if validation else None,
             "searcherMetric": _metric_value(validation, searcher_metric)

@@ -13,6 +13,7 @@ Tests replace `transport_factory` to run the commands against an `httpx.MockTran
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -219,6 +220,27 @@ class Client:
             if not page or not isinstance(total, int) or offset >= total:
                 break
         return {key: items, "pagination": {"offset": 0, "limit": len(items), "total": len(items)}}
+
+    @contextlib.contextmanager
+    def stream_bytes(self, path: str) -> Iterator[Iterator[bytes]]:
+        """The body of a large answer (a checkpoint's tar), as it arrives."""
+        import httpx
+
+        try:
+            with self._http.stream(
+                "GET", path, timeout=httpx.Timeout(None, connect=10.0)
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error_from_response(response)
+                yield response.iter_bytes(1024 * 1024)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise MasterUnreachable(self.master_url, _reason(exc)) from None
+        except httpx.TransportError as exc:
+            raise ConnectionLost(
+                f"lost the connection to the master at {self.master_url} while downloading: "
+                f"{_reason(exc)}"
+            ) from None
 
     def stream_ndjson(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
         """Yield each JSON line of a streamed answer (no read timeout: followed logs can be quiet

@@ -55,7 +55,7 @@ def _run(action: Any, *args: Any, **kwargs: Any) -> Any:
         raise CliError(str(exc)) from None
 
 
-SECRET_FIELDS = frozenset({"admin_password", "cluster_token"})
+SECRET_FIELDS = frozenset({"admin_password", "cluster_token", "s3_access_key", "s3_secret_key"})
 
 
 
@@ -107,6 +107,15 @@ def up(
                      "trials as, each sandboxed; 'root' runs them unsandboxed [what the last "
                      "`up` used, else 'nobody' as root, else your own user]."),
     ] = None,
+    s3: Annotated[
+        bool | None,
+        typer.Option("--s3/--no-s3", help="Run a local S3 server (SeaweedFS) and keep "
+                     "checkpoints there by default, so agents on other machines share them "
+                     "[what the last `up` used, else no]."),
+    ] = None,
+    s3_port: Annotated[int | None, typer.Option(help="The local S3 server's port [8333]; "
+                                                "SeaweedFS uses the 9 ports after it too.")]
+    = None,
 ) -> None:
     if runtime is not None and runtime not in ("process", "docker", "auto"):
         raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
@@ -131,6 +140,8 @@ def up(
         agent_runtime=runtime,
         agent_task_env=task_env,
         agent_task_user=task_user,
+        s3=s3,
+        s3_port=s3_port,
     )
 
     def report(message: str) -> None:
@@ -155,6 +166,8 @@ def up(
         ("Log in as", f"admin / {info.admin_password}  (kept in {info.state_dir}/secrets.json)"),
         ("Temporal", info.temporal_address),
         ("Temporal UI", info.temporal_ui_url or "-"),
+        ("Checkpoints", f"s3://{local_cluster.S3_BUCKET} at {info.s3_endpoint}"
+         if info.s3_endpoint else str(info.state_dir / "checkpoints")),
         ("State", str(info.state_dir)),
     ]
     render.show(render.fields(rows))

@@ -7,7 +7,8 @@ log in STATE/logs/<part>.log and its pid in STATE/run/<part>.pid. `down` stops t
 all data, so the next `up` finds experiments, workflows and checkpoints where they were.
 
 With env EPOCHAL_DB_URL / EPOCHAL_TEMPORAL_ADDRESS set, the cluster uses that PostgreSQL /
-Temporal instead of starting its own.
+Temporal instead of starting its own. With `s3` set (`epochal cluster up --s3`) it also runs a
+local S3 server (SeaweedFS) and makes it the default checkpoint storage.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import httpx
 from deploy import processes, temporal_server
 from deploy.postgres import EmbeddedPostgres, database_url, without_password
 from deploy.processes import ClusterError, failure
+from deploy.s3_server import SeaweedFSServer
 from deploy.temporal_server import TemporalDevServer
 
 if TYPE_CHECKING:
@@ -38,7 +40,8 @@ __all__ = [
     "cluster_info", "default_state_dir", "down", "load_settings", "status", "up",
 ]
 
-PARTS = ("postgres", "temporal", "master", "agent")
+PARTS = ("postgres", "temporal", "s3", "master", "agent")
+S3_BUCKET = "checkpoints"
 HOST = "127.0.0.1"
 AGENT_ID = "local-agent"
 DATABASE = "epochal"
@@ -62,6 +65,9 @@ class ClusterSettings:
     agent_task_env: str | None = None  # the local agent's --task-env (process runtime)
     agent_task_user: str | None = None  # the local agent's --task-user (None: its default)
     headless_temporal: bool = False
+    # A local S3 server as the default checkpoint storage (instead of STATE/checkpoints).
+    s3: bool = False
+    s3_port: int = 8333
     # An external PostgreSQL / Temporal to use instead of starting our own.
     external_db_url: str | None = field(
         default_factory=lambda: os.environ.get("EPOCHAL_DB_URL") or None)
@@ -92,6 +98,9 @@ class ClusterInfo:
     state_dir: Path
     admin_password: str = ""
     cluster_token: str = ""
+    s3_endpoint: str | None = None
+    s3_access_key: str = ""
+    s3_secret_key: str = ""
 
 
 @dataclass
@@ -129,6 +138,7 @@ def cluster_info(settings: ClusterSettings) -> ClusterInfo:
         db_url=s.external_db_url or database_url(s.postgres_port, DATABASE, HOST,
                                                  _postgres(s).password()),
         state_dir=s.state_dir,
+        s3_endpoint=f"http://{HOST}:{s.s3_port}" if s.s3 else None,
         **_secrets(s),
     )
 
@@ -137,19 +147,24 @@ SECRETS_FILE = "secrets.json"
 
 
 def _secrets(s: ClusterSettings) -> dict[str, str]:
-    """The admin's first password and the agents' cluster token, made once (mode 0600)."""
+    """The admin's first password, the agents' cluster token and the local S3 server's keys,
+    made once (mode 0600); a file from before the S3 keys gets them added."""
     path = s.state_dir / SECRETS_FILE
+    made = {"admin_password": secrets.token_urlsafe(12),
+            "cluster_token": secrets.token_urlsafe(32),
+            "s3_access_key": secrets.token_hex(10).upper(),
+            "s3_secret_key": secrets.token_urlsafe(30)}
     if not path.exists():
         s.state_dir.mkdir(parents=True, exist_ok=True)
-        made = {"admin_password": secrets.token_urlsafe(12),
-                "cluster_token": secrets.token_urlsafe(32)}
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(made, f, indent=2)
     try:
         data = json.loads(path.read_text())
-        return {"admin_password": str(data["admin_password"]),
-                "cluster_token": str(data["cluster_token"])}
+        if not all(key in data for key in made):
+            data = {**made, **data}
+            path.write_text(json.dumps(data, indent=2))
+        return {key: str(data[key]) for key in made}
     except (OSError, ValueError, KeyError) as err:
         raise ClusterError(f"cannot read the cluster secrets {path}: {err}") from err
 
@@ -158,7 +173,7 @@ SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
 SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
                 "headless_temporal", "agent_runtime", "agent_task_env",
-                "agent_task_user")
+                "agent_task_user", "s3", "s3_port")
 
 
 def load_settings(state_dir: Path | None = None, **overrides: object) -> ClusterSettings:
@@ -212,6 +227,10 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
         say(f"temporal: {info.temporal_address}")
         _temporal(s).start(s.temporal_port, ui_port=s.temporal_ui_port,
                            headless=s.headless_temporal, ip=HOST, timeout=s.start_timeout)
+    if "s3" in wanted and s.s3:
+        say(f"s3: {info.s3_endpoint}, bucket {S3_BUCKET!r} (the default checkpoint storage)")
+        _s3(s).start(s.s3_port, access_key=info.s3_access_key, secret_key=info.s3_secret_key,
+                     bucket=S3_BUCKET, ip=HOST, timeout=s.start_timeout)
     if "master" in wanted:
         say(f"master: {info.api_url}")
         _up_process(s, "master", _master_command(), env=_master_env(s, info), port=s.api_port,
@@ -232,6 +251,11 @@ def _postgres(s: ClusterSettings) -> EmbeddedPostgres:
 def _temporal(s: ClusterSettings) -> TemporalDevServer:
     return TemporalDevServer(s.state_dir / "temporal.db", log_file=s.log_file("temporal"),
                              pid_file=s.pid_file("temporal"))
+
+
+def _s3(s: ClusterSettings) -> SeaweedFSServer:
+    return SeaweedFSServer(s.state_dir / "s3", log_file=s.log_file("s3"),
+                           pid_file=s.pid_file("s3"))
 
 
 def _up_postgres(s: ClusterSettings) -> None:
@@ -275,7 +299,11 @@ def _master_command() -> list[str]:
 
 
 def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
+    storage = {} if info.s3_endpoint is None else {"EPOCHAL_CHECKPOINT_STORAGE": json.dumps({
+        "type": "s3", "bucket": S3_BUCKET, "endpoint_url": info.s3_endpoint,
+        "access_key": info.s3_access_key, "secret_key": info.s3_secret_key})}
     return {
+        **storage,
         **_base_env(),
         "EPOCHAL_DB_URL": info.db_url,
         "EPOCHAL_TEMPORAL_ADDRESS": info.temporal_address,
@@ -344,7 +372,8 @@ def _agent_answers(info: ClusterInfo, agent_id: str = AGENT_ID) -> bool:
 
 
 def down(settings: ClusterSettings | None = None) -> list[str]:
-    """Stop agent, master, Temporal and PostgreSQL (in that order); data is kept.
+    """Stop agent, master, the S3 server, Temporal and PostgreSQL (in that order); data is
+    kept.
 
     Returns the names of the parts that were running.
     """
@@ -353,6 +382,8 @@ def down(settings: ClusterSettings | None = None) -> list[str]:
     for part in ("agent", "master"):
         if processes.stop_pid_file(s.pid_file(part), s.stop_grace):
             stopped.append(part)
+    if _s3(s).stop():
+        stopped.append("s3")
     if _temporal(s).stop(s.stop_grace):
         stopped.append("temporal")
     if _postgres(s).stop():
@@ -369,6 +400,11 @@ def status(settings: ClusterSettings | None = None) -> ClusterStatus:
     s = settings or ClusterSettings()
     info = cluster_info(s)
     parts = [_postgres_status(s, info), _temporal_status(s, info)]
+    if info.s3_endpoint is not None:
+        pid = _s3(s).pid()
+        parts.append(PartStatus("s3", pid, pid is not None,
+                                processes.tcp_answers(HOST, s.s3_port), info.s3_endpoint,
+                                s.log_file("s3")))
     answering = {"master": _master_answers(info.api_url), "agent": _agent_answers(info)}
     for part, address in (("master", info.api_url), ("agent", f"{AGENT_ID} via {info.api_url}")):
         pid = processes.read_pid(s.pid_file(part))

@@ -51,14 +51,16 @@ async def _retry(what: str, connect: Callable[[], Awaitable[T]]) -> T:
     raise AssertionError("unreachable")
 
 
-def build_worker(client: Client, pool: asyncpg.Pool, **options: Any) -> Worker:
+def build_worker(client: Client, pool: asyncpg.Pool, *,
+                 cluster_storage: dict[str, Any] | None = None, **options: Any) -> Worker:
     """The master's worker; tests pass Worker options (e.g. `max_cached_workflows=0`, which
     replays every workflow task from history, as a restarted worker does)."""
     return Worker(
         client,
         task_queue=MASTER_TASK_QUEUE,
         workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow],
-        activities=[*ExperimentStore(pool).all(), *SchedulerActivities(client).all()],
+        activities=[*ExperimentStore(pool, cluster_storage).all(),
+                    *SchedulerActivities(client).all()],
         **options,
     )
 
@@ -103,7 +105,7 @@ async def serve(settings: Settings) -> None:
                 timeout_graceful_shutdown=2,
             )
         )
-        worker = build_worker(client, pool)
+        worker = build_worker(client, pool, cluster_storage=settings.checkpoint_storage)
         async with worker:
             log.info("master serving on %s", settings.master_url)
             await server.serve()

@@ -14,7 +14,6 @@ This module is imported inside Temporal workflows, so it stays pure: pydantic, s
 import difflib
 import json
 import math
-import posixpath
 import re
 import shlex
 from collections.abc import Iterator, Mapping
@@ -615,16 +614,6 @@ class ResourcesConfig(_Model):
         return DEFAULT_RESOURCE_POOL if value == "" else value
 
 
-def shared_fs_directory(storage: Mapping[str, Any] | None) -> str | None:
-    """The directory shared_fs checkpoints live in: `host_path`, or `host_path/storage_path`
-    (None for other storage). The harness, the API and Determined's client all use it."""
-    if not storage or storage.get("type") != "shared_fs" or not storage.get("host_path"):
-        return None
-    host_path = str(storage["host_path"])
-    sub = storage.get("storage_path")
-    return posixpath.normpath(posixpath.join(host_path, str(sub))) if sub else host_path
-
-
 class SharedFSConfig(_Model):
     """Checkpoints in ``host_path/<uuid>/`` (or ``host_path/storage_path/<uuid>/``)."""
 
@@ -642,10 +631,8 @@ class SharedFSConfig(_Model):
 
 
 class S3Config(_Model):
-    """Checkpoints in ``s3://bucket/prefix/<uuid>/``, written by Determined's Core API itself.
-
-    Epochal's own harness and its checkpoint GC handle shared_fs only (``config_warnings``).
-    """
+    """Checkpoints in ``s3://bucket/prefix/<uuid>/``: Epochal's harness uploads them through
+    URLs the master presigns, Determined's Core API with boto3 (common/checkpoint_storage.py)."""
 
     type: Literal["s3"] = "s3"
     bucket: str = Field(min_length=1)
@@ -984,14 +971,6 @@ def config_warnings(config: ExperimentConfig) -> list[str]:
                         walk(item, (*path, name, i))
 
     walk(config, ())
-    if isinstance(config.checkpoint_storage, S3Config):
-        found.append(
-            _join(
-                ("checkpoint_storage", "type"),
-                'Determined\'s Core API writes "s3" checkpoints itself; Epochal\'s own harness '
-                "needs shared_fs, and Epochal's checkpoint GC leaves S3 checkpoints in place",
-            )
-        )
     return found
 
 

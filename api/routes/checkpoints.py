@@ -1,21 +1,37 @@
-"""Checkpoints: the harness reports each one it stores; anyone can look one up."""
+"""Checkpoints: the harness reports each one it stores; anyone can look one up; the owner's
+trials upload and download S3 checkpoints through URLs presigned here, and the owner downloads
+any checkpoint as a tar stream."""
 
 from __future__ import annotations
 
-import os
+import asyncio
+import tarfile
+import time
 import uuid as uuidlib
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 from fastapi import APIRouter, Request
+from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from api import auth, schemas, views
-from api.deps import Pool
+from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
 from api.routes.tasks import trial_of_task
 from api.schemas import documented
-from workflows.expconf import shared_fs_directory
+from api.settings import Settings
+from common.checkpoint_storage import (
+    MAX_FILES,
+    MAX_PARTS,
+    CheckpointFiles,
+    S3Store,
+    StorageError,
+    UnsafeCheckpointPath,
+    storage_path,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 
@@ -38,19 +54,42 @@ class ReportCheckpointRequest(BaseModel):
     training: CheckpointTraining | None = None
 
 
-def storage_path(config: dict[str, Any], uuid: str) -> str:
-    """Where a checkpoint lives: shared_fs `host_path[/storage_path]/<uuid>`, as both Epochal's
-    harness and Determined's client (seeing it as `directory` storage) write it; S3 a URL."""
-    storage = config.get("checkpoint_storage") or {}
-    if storage.get("type") == "s3":  # as Determined's S3StorageManager names its objects
-        prefix = str(storage.get("prefix") or "").strip("/")
-        return f"s3://{storage['bucket']}/{prefix + '/' if prefix else ''}{uuid}"
-    return os.path.join(shared_fs_directory(storage) or "", uuid)
+async def _files_of(config: dict[str, Any], settings: Settings) -> CheckpointFiles:
+    try:
+        return CheckpointFiles.of(config, settings.checkpoint_storage)
+    except StorageError as err:
+        raise ApiError(400, str(err)) from None
+
+
+async def _s3_of(config: dict[str, Any], settings: Settings, uuid: str) -> S3Store:
+    files = await _files_of(config, settings)
+    if files.s3 is None:
+        raise ApiError(400, f"checkpoint {uuid}: the experiment's checkpoint_storage is "
+                       f"{files.storage.get('type')!r}, not s3: its files are read and written "
+                       "in place")
+    return files.s3
+
+
+async def _check_stored(files: CheckpointFiles, uuid: str, resources: dict[str, int]) -> None:
+    """An S3 checkpoint is recorded COMPLETED only when every file reported is stored, whole."""
+    if files.s3 is None:
+        return
+    try:
+        stored = await asyncio.to_thread(files.s3.listing, uuid)
+    except StorageError as err:
+        raise ApiError(400, f"checkpoint {uuid} not recorded: {err}") from None
+    for path, size in resources.items():
+        if path.endswith("/"):
+            continue  # Determined lists directories too
+        if stored.get(path) != size:
+            found = "missing" if path not in stored else f"{stored[path]} bytes"
+            raise ApiError(400, f"checkpoint {uuid} not recorded: {path} is {found} in "
+                           f"{files.s3.location.url(uuid)}, expected {size} bytes")
 
 
 @router.post("/checkpoints")
 async def report_checkpoint(
-    body: ReportCheckpointRequest, request: Request, pool: Pool
+    body: ReportCheckpointRequest, request: Request, pool: Pool, settings: AppSettings
 ) -> dict[str, Any]:
     trial_id = trial_of_task(body.taskId, "taskId")
     await auth.require_trial_write(request, trial_id)
@@ -67,6 +106,8 @@ async def report_checkpoint(
     if config is None:
         raise not_found("trial", trial_id)
     uuid = str(body.uuid)
+    if body.state.removeprefix("STATE_") == "COMPLETED":
+        await _check_stored(await _files_of(config, settings), uuid, body.resources)
     await pool.execute(
         "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
         " metadata, resources, storage_path, state, report_time)"
@@ -81,7 +122,7 @@ async def report_checkpoint(
         steps,
         body.metadata,
         body.resources,
-        storage_path(config, uuid),
+        storage_path(config.get("checkpoint_storage") or {}, uuid),
         body.state.removeprefix("STATE_"),
         body.reportTime,
     )
@@ -137,3 +178,149 @@ async def get_checkpoint(checkpoint_uuid: uuidlib.UUID, pool: Pool) -> dict[str,
     if row is None:
         raise not_found("checkpoint", checkpoint_uuid)
     return {"checkpoint": views.checkpoint_json(row, row["searcher_metric"])}
+
+
+# -- S3 checkpoints' files: presigned for the harness -----------------------------------------
+
+class StartUploadRequest(BaseModel):
+    taskId: str
+    files: dict[str, int] = Field(max_length=MAX_FILES,
+                                  description="Each file's path inside the checkpoint: its size")
+
+
+class CompletedFile(BaseModel):
+    path: str
+    uploadId: str
+    etags: list[str] = Field(max_length=MAX_PARTS, description="Each part's ETag, in order")
+
+
+class CompleteUploadRequest(BaseModel):
+    taskId: str
+    files: list[CompletedFile] = Field(max_length=MAX_FILES)
+
+
+async def _writable_checkpoint(
+    pool: asyncpg.Pool, request: Request, checkpoint_uuid: uuidlib.UUID, task_id: str
+) -> tuple[int, dict[str, Any]]:
+    """The trial (and its experiment's config) a trial may upload checkpoint files for: its
+    own, and only a checkpoint not yet recorded (files of a recorded one never change)."""
+    trial_id = trial_of_task(task_id, "taskId")
+    await auth.require_trial_write(request, trial_id)
+    config = await pool.fetchval(
+        "SELECT e.config FROM trials t JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE t.id = $1", trial_id)
+    if config is None:
+        raise not_found("trial", trial_id)
+    if await pool.fetchval("SELECT 1 FROM checkpoints WHERE uuid = $1", checkpoint_uuid):
+        raise ApiError(409, f"checkpoint {checkpoint_uuid} is already recorded: a new "
+                       "checkpoint needs a new uuid")
+    return trial_id, config
+
+
+@router.post("/checkpoints/{checkpoint_uuid}/upload")
+async def start_checkpoint_upload(
+    checkpoint_uuid: uuidlib.UUID, body: StartUploadRequest, request: Request, pool: Pool,
+    settings: AppSettings,
+) -> dict[str, Any]:
+    """Presigned PUTs for the files of a checkpoint the harness is storing in S3 (a large file:
+    one per part, completed with `.../upload/complete`)."""
+    _, config = await _writable_checkpoint(pool, request, checkpoint_uuid, body.taskId)
+    uuid = str(checkpoint_uuid)
+    s3 = await _s3_of(config, settings, uuid)
+    try:
+        plan = await asyncio.to_thread(s3.upload_plan, uuid, body.files)
+    except ValueError as err:
+        raise ApiError(400, f"files: {err}") from None
+    except StorageError as err:
+        raise ApiError(400, f"checkpoint {uuid}: {err}") from None
+    return {"files": plan}
+
+
+@router.post("/checkpoints/{checkpoint_uuid}/upload/complete")
+async def complete_checkpoint_upload(
+    checkpoint_uuid: uuidlib.UUID, body: CompleteUploadRequest, request: Request, pool: Pool,
+    settings: AppSettings,
+) -> dict[str, Any]:
+    _, config = await _writable_checkpoint(pool, request, checkpoint_uuid, body.taskId)
+    uuid = str(checkpoint_uuid)
+    s3 = await _s3_of(config, settings, uuid)
+    for done in body.files:
+        try:
+            await asyncio.to_thread(s3.complete_upload, uuid, done.path, done.uploadId,
+                                    done.etags)
+        except ValueError as err:
+            raise ApiError(400, f"files: {err}") from None
+        except StorageError as err:
+            raise ApiError(400, f"checkpoint {uuid}: {err}") from None
+    return {}
+
+
+async def _readable_checkpoint(
+    pool: asyncpg.Pool, request: Request, checkpoint_uuid: uuidlib.UUID, settings: Settings
+) -> tuple[CheckpointFiles, str]:
+    row = await pool.fetchrow(
+        "SELECT c.trial_id, c.storage_path, c.state, e.config FROM checkpoints c"
+        " JOIN trials t ON t.id = c.trial_id JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE c.uuid = $1", checkpoint_uuid)
+    if row is None:
+        raise not_found("checkpoint", checkpoint_uuid)
+    await auth.require_files_read(request, row["trial_id"])
+    if row["state"] != "COMPLETED":
+        raise ApiError(409, f"checkpoint {checkpoint_uuid} is {row['state']}: its files are "
+                       "gone or incomplete")
+    return await _files_of(row["config"], settings), row["storage_path"]
+
+
+@router.get("/checkpoints/{checkpoint_uuid}/files")
+async def checkpoint_files(
+    checkpoint_uuid: uuidlib.UUID, request: Request, pool: Pool, settings: AppSettings
+) -> dict[str, Any]:
+    """Presigned GETs of an S3 checkpoint's files (what the harness's restore_path fetches)."""
+    files, path = await _readable_checkpoint(pool, request, checkpoint_uuid, settings)
+    uuid = str(checkpoint_uuid)
+    if files.s3 is None:
+        raise ApiError(400, f"checkpoint {uuid} is on shared_fs at {path}: read it there, or "
+                       f"download it from /api/v1/checkpoints/{uuid}/download")
+    try:
+        return {"files": await asyncio.to_thread(files.s3.download_plan, uuid)}
+    except StorageError as err:
+        raise ApiError(400, f"checkpoint {uuid}: {err}") from None
+
+
+@router.get("/checkpoints/{checkpoint_uuid}/download", response_class=StreamingResponse)
+async def download_checkpoint(
+    checkpoint_uuid: uuidlib.UUID, request: Request, pool: Pool, settings: AppSettings
+) -> StreamingResponse:
+    """The checkpoint's files as one tar stream, from either storage (`epochal checkpoint
+    download`, the dashboard)."""
+    files, path = await _readable_checkpoint(pool, request, checkpoint_uuid, settings)
+    try:
+        listing = await asyncio.to_thread(files.listing, path)
+    except (StorageError, UnsafeCheckpointPath) as err:
+        raise ApiError(400, f"checkpoint {checkpoint_uuid}: {err}") from None
+    except FileNotFoundError:
+        raise ApiError(404, f"checkpoint {checkpoint_uuid}: {path} is not on the master's "
+                       "host") from None
+    return StreamingResponse(
+        _tar_stream(files, path, listing), media_type="application/x-tar",
+        headers={"Content-Disposition": f'attachment; filename="{checkpoint_uuid}.tar"'})
+
+
+def _tar_stream(files: CheckpointFiles, path: str, listing: dict[str, int]) -> Iterator[bytes]:
+    """A tar archive of `listing`, written as its files are read (no temporary copy)."""
+    for name, size in listing.items():
+        info = tarfile.TarInfo(name)
+        info.size, info.mode, info.mtime = size, 0o644, int(time.time())
+        yield info.tobuf(format=tarfile.PAX_FORMAT)
+        sent = 0
+        for chunk in files.read(path, name):
+            chunk = chunk[: size - sent]
+            sent += len(chunk)
+            yield chunk
+            if sent >= size:
+                break
+        if sent < size:  # the file shrank while read: pad, so the archive stays readable
+            yield bytes(size - sent)
+        if size % tarfile.BLOCKSIZE:
+            yield bytes(tarfile.BLOCKSIZE - size % tarfile.BLOCKSIZE)
+    yield bytes(2 * tarfile.BLOCKSIZE)

@@ -18,7 +18,6 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.checkpoint_gc import UnsafeCheckpointPath, delete_checkpoint_files
 from api import auth, schemas, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
@@ -30,6 +29,12 @@ from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
 from api.schemas import documented
 from api.settings import Settings
+from common.checkpoint_storage import (
+    CheckpointFiles,
+    StorageError,
+    UnsafeCheckpointPath,
+    shared_fs_directory,
+)
 from common.states import TERMINAL_STATES
 from common.temporal_names import MASTER_TASK_QUEUE, experiment_workflow_id
 from workflows.expconf import (
@@ -37,7 +42,6 @@ from workflows.expconf import (
     config_warnings,
     load_config_yaml,
     parse_experiment_config,
-    shared_fs_directory,
     validate_experiment_config,
 )
 from workflows.pool_types import ExperimentResources, ReopenTrial
@@ -67,13 +71,14 @@ class CreateExperimentRequest(BaseModel):
     unmanaged: bool = False
 
 
-def normalized_config(text: str, checkpoint_dir: str,
-                      storage_roots: Sequence[str] | None = None) -> dict[str, Any]:
+def normalized_config(text: str, default_storage: dict[str, Any],
+                      storage_roots: Sequence[str] | None = None,
+                      cluster_storage: dict[str, Any] | None = None) -> dict[str, Any]:
     """Validate the YAML and fill in the master's default checkpoint storage; with
     `storage_roots`, shared_fs storage and the host side of `bind_mounts` must lie under one of
     them (a task container runs as the agent's user: a mount of its home or the cluster's state
-    would hand the trial their secrets)."""
-    default_storage = {"type": "shared_fs", "host_path": checkpoint_dir}
+    would hand the trial their secrets). S3 storage needs credentials the master may use to
+    restore and delete its checkpoints."""
     try:
         config = parse_experiment_config(text, source="config", default_storage=default_storage)
     except ConfigError as err:
@@ -86,6 +91,10 @@ def normalized_config(text: str, checkpoint_dir: str,
             f"checkpoint_storage.host_path: {directory} is outside the directories this cluster "
             f"keeps checkpoints in ({', '.join(storage_roots)}); an admin can allow more with "
             "EPOCHAL_STORAGE_ROOTS"])
+    try:
+        CheckpointFiles.of(dumped, cluster_storage)
+    except StorageError as err:
+        raise ApiError(400, "invalid experiment config", [str(err)]) from None
     for i, mount in enumerate(dumped.get("bind_mounts") or []):
         host_path = mount.get("host_path")
         if storage_roots is not None and host_path and not _under_any(host_path, storage_roots):
@@ -104,8 +113,8 @@ def _under_any(directory: str, roots: Sequence[str]) -> bool:
 
 async def checked_config(text: str, settings: Settings) -> dict[str, Any]:
     """`normalized_config` for this master, off the event loop: it keeps answering meanwhile."""
-    return await asyncio.to_thread(normalized_config, text, settings.checkpoint_dir,
-                                   settings.allowed_storage_roots())
+    return await asyncio.to_thread(normalized_config, text, settings.default_storage(),
+                                   settings.allowed_storage_roots(), settings.checkpoint_storage)
 
 
 async def _start_experiment(
@@ -153,7 +162,7 @@ async def create_experiment(
         # Determined answers a validation with a placeholder experiment (`det e create --test`).
         return {
             "experiment": views.unsaved_experiment_json(config, body.config, owner or ""),
-            "config": config,
+            "config": views.shown_config(config),
             "warnings": [],
             "configWarnings": config_warnings(validate_experiment_config(config)),
         }
@@ -208,7 +217,7 @@ async def create_experiment(
     warnings = config_warnings(validate_experiment_config(config))
     return {
         "experiment": views.experiment_json(row, []),
-        "config": config,
+        "config": views.shown_config(config),
         "warnings": [],
         "configWarnings": warnings,
     }
@@ -343,7 +352,8 @@ async def _experiment_row(pool: Pool, experiment_id: int) -> Any:
 async def get_experiment(experiment_id: int, pool: Pool) -> dict[str, Any]:
     row = await _experiment_row(pool, experiment_id)
     trials = await views.fetch_trials(pool, experiment_id)
-    return {"experiment": views.experiment_json(row, trials), "config": row["config"]}
+    return {"experiment": views.experiment_json(row, trials),
+            "config": views.shown_config(row["config"])}
 
 
 async def _signal(temporal: Temporal, pool: Pool, experiment_id: int, signal: str) -> None:
@@ -511,11 +521,12 @@ async def unarchive_experiment(
 
 
 @router.delete("/experiments/{experiment_id}")
-async def delete_experiment(experiment_id: int, request: Request, pool: Pool) -> dict[str, Any]:
-    """Delete an ended experiment: its checkpoint directories (only inside the storage's
-    host_path, as the retention GC deletes them), then its rows (trials, metrics, logs and
-    checkpoints go with it). One with checkpoints registered as model versions is refused, as
-    in Determined."""
+async def delete_experiment(experiment_id: int, request: Request, pool: Pool,
+                            settings: AppSettings) -> dict[str, Any]:
+    """Delete an ended experiment: its checkpoints' files (only inside its storage, as the
+    retention GC deletes them), then its rows (trials, metrics, logs and checkpoints go with
+    it). One with checkpoints registered as model versions is refused, as in Determined; one
+    whose storage cannot be reached is refused and kept whole."""
     await auth.require_owner(request, experiment_id, "delete")
     row = await _experiment_row(pool, experiment_id)
     if row["state"] not in TERMINAL_STATES:
@@ -526,21 +537,24 @@ async def delete_experiment(experiment_id: int, request: Request, pool: Pool) ->
         raise ApiError(409, f"experiment {experiment_id} has checkpoints registered as model"
                             f" versions ({', '.join(registered[:10])}): delete those versions"
                             " first")
-    host_path = (row["config"].get("checkpoint_storage") or {}).get("host_path") or ""
     paths = await pool.fetch(
         "SELECT c.storage_path FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
         " WHERE t.experiment_id = $1 AND c.state <> 'DELETED'",
         experiment_id,
     )
-    await asyncio.to_thread(_delete_checkpoint_dirs, [p["storage_path"] for p in paths], host_path)
+    try:
+        files = CheckpointFiles.of(row["config"], settings.checkpoint_storage)
+        await asyncio.to_thread(_delete_checkpoints, files, [p["storage_path"] for p in paths])
+    except StorageError as err:
+        raise ApiError(502, f"experiment {experiment_id} is kept: {err}") from None
     await pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)
     return {}
 
 
-def _delete_checkpoint_dirs(paths: list[str], host_path: str) -> None:
+def _delete_checkpoints(files: CheckpointFiles, paths: list[str]) -> None:
     for path in paths:
         try:
-            delete_checkpoint_files(path, host_path)
+            files.delete(path)
         except UnsafeCheckpointPath:
             continue  # a path outside the storage is never deleted; its row goes anyway
 

@@ -45,6 +45,10 @@ function renderCheckpoints(checkpoints) {
     { label: "Searcher metric", class: "num", cell: (c) => fmtNumber(c.training.searcherMetric) },
     { label: "Size", class: "num",
       cell: (c) => fmtBytes(Object.values(c.resources || {}).reduce((a, b) => a + b, 0)) },
+    // The master streams the files as a tar, from shared_fs or S3 alike.
+    { label: "Files", cell: (c) => c.state === "STATE_COMPLETED"
+      ? el("a", { href: `/api/v1/checkpoints/${c.uuid}/download`, download: `${c.uuid}.tar`,
+        class: "download" }, "download") : "" },
   ];
   replace(checkpointBox, el("h2", {}, `Checkpoints (${checkpoints.length})`),
     checkpoints.length ? table(columns, checkpoints, (c) => ({ class: "checkpoint-row" }))

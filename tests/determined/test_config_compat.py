@@ -123,7 +123,7 @@ def test_configs_without_determined_fields_dump_as_before() -> None:
     assert config_warnings(plain) == []
 
 
-def test_s3_storage_is_accepted_with_a_warning() -> None:
+def test_s3_storage_is_accepted_as_is() -> None:
     config = parse_experiment_config(
         "entrypoint: python3 train.py\n"
         "searcher: {name: single, metric: loss, max_length: {batches: 5}}\n"
@@ -131,8 +131,7 @@ def test_s3_storage_is_accepted_with_a_warning() -> None:
         " endpoint_url: 'http://127.0.0.1:8333', access_key: k, secret_key: s}\n"
     )
     assert config.model_dump(mode="json")["checkpoint_storage"]["bucket"] == "ckpts"
-    [warning] = config_warnings(config)
-    assert warning.startswith("checkpoint_storage.type:") and "S3" in warning
+    assert config_warnings(config) == []
 
 
 @pytest.mark.parametrize(

@@ -202,6 +202,9 @@ class FakeInfo:
     state_dir: Path = Path("/state")
     admin_password: str = "first-password"
     cluster_token: str = "cluster-secret"
+    s3_endpoint: str | None = None
+    s3_access_key: str = "s3-key"
+    s3_secret_key: str = "s3-secret"
 
 
 @dataclass
@@ -280,6 +283,25 @@ def test_cluster_up_passes_only_given_options_and_prints_addresses(cluster, tmp_
     assert cluster["login"] == ("http://127.0.0.1:8080", "admin", "first-password")
     assert "admin / first-password" in result.stdout
     assert "cluster-secret" not in result.stdout
+    assert s.s3 is False and "/state/checkpoints" in result.stdout
+
+
+def test_cluster_up_with_s3_names_the_checkpoint_bucket_and_hides_its_keys(
+    cluster, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from deploy import local_cluster
+
+    def up(settings, report=None):
+        cluster["up"] = settings
+        return FakeInfo(s3_endpoint="http://127.0.0.1:18333")
+
+    monkeypatch.setattr(local_cluster, "up", up)
+    result = run("cluster", "up", "--state-dir", str(tmp_path), "--s3", "--s3-port", "18333")
+
+    assert result.exit_code == 0, result.output
+    assert (cluster["up"].s3, cluster["up"].s3_port) == (True, 18333)
+    assert "s3://checkpoints at http://127.0.0.1:18333" in result.stdout
+    assert "s3-secret" not in result.stdout and "s3-key" not in result.stdout
 
 
 def test_cluster_up_failure_is_a_plain_error(

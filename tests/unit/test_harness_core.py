@@ -375,8 +375,8 @@ def test_restore_path_errors(tmp_path) -> None:
 
 
 def test_unsupported_storage_is_refused(tmp_path) -> None:
-    info = cluster_info(tmp_path, checkpoint_storage={"type": "s3", "bucket": "b"})
-    with pytest.raises(ValueError, match="only shared_fs"):
+    info = cluster_info(tmp_path, checkpoint_storage={"type": "gcs", "bucket": "b"})
+    with pytest.raises(ValueError, match="use shared_fs or s3"):
         harness.core.init(info=info, transport=FakeMaster().transport)
 
 
