@@ -186,6 +186,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def free_port_block(count: int, host: str = "127.0.0.1") -> int:
+    """A port with the `count - 1` ports after it free too (SeaweedFS's servers use a block)."""
+    for _ in range(50):
+        port = free_port(host)
+        if port + count < 65535 and not any(
+                port_in_use(p, host) for p in range(port, port + count)):
+            return port
+    raise ClusterError(f"no block of {count} free ports on {host}")
+
+
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     """True if something already listens on host:port (connections in TIME_WAIT do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

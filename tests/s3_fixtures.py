@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from minio import Minio
 
-from deploy.processes import free_port, port_in_use
+from deploy.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK, SeaweedFSServer
 from tests.conftest import scratch_dir
 
@@ -46,23 +46,13 @@ class S3Server:
                 for o in self.client.list_objects(bucket, recursive=True)}
 
 
-def free_port_block() -> int:
-    """A port with the PORT_BLOCK - 1 ports after it free too."""
-    for _ in range(50):
-        port = free_port()
-        if port + PORT_BLOCK < 65535 and not any(
-                port_in_use(p) for p in range(port, port + PORT_BLOCK)):
-            return port
-    raise RuntimeError("no block of free ports for the S3 server")
-
-
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:
     with scratch_dir("epochal-test-s3-") as root:
         server = SeaweedFSServer(root / "data", log_file=root / "s3.log",
                                  pid_file=root / "s3.pid")
         try:
-            endpoint = server.start(free_port_block(), access_key=ACCESS_KEY,
+            endpoint = server.start(free_port_block(PORT_BLOCK), access_key=ACCESS_KEY,
                                     secret_key=SECRET_KEY, bucket="session")
             yield S3Server(endpoint)
         finally:

@@ -28,6 +28,7 @@ from tests.e2e.cluster import (
     shared_servers_cluster,
     wait_for,
 )
+from tests.s3_fixtures import S3Server
 
 pytestmark = pytest.mark.slow
 
@@ -141,6 +142,41 @@ def test_pause_preempts_and_activate_resumes_from_the_checkpoint(
     assert validated == list(range(50, 1501, 50))  # no gap and no step trained twice
     [trial] = trials_of(cluster, experiment_id)
     assert trial["state"] == "STATE_COMPLETED" and trial["restarts"] == 0
+
+
+def test_s3_checkpoints_of_determineds_client_are_restored_and_collected(
+    cluster: Cluster, tmp_path: Path, s3_server: S3Server
+) -> None:
+    """Determined's Core API writes S3 checkpoints itself (boto3, the config's keys): Epochal
+    records them once they are in the bucket, the script resumes from one after a pause
+    (Determined's own download), and the experiment's end leaves the kept ones alone."""
+    bucket = s3_server.bucket()
+    config_path, config = det_config(tmp_path, max_batches=600, validation_period=50,
+                                     seconds_per_batch=0.01)
+    config["checkpoint_storage"] = s3_server.storage(bucket, prefix="det-runs")
+    config_path.write_text(yaml.safe_dump(config))
+    experiment_id = created_id(
+        cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
+    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
+    wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
+             "a first checkpoint")
+    cluster.run("experiment", "pause", str(experiment_id))
+    wait_for(lambda: trials_of(cluster, experiment_id)[0]["state"] == "STATE_PAUSED", 120,
+             "the trial to stop for the pause")
+    resume_uuid = trials_of(cluster, experiment_id)[0]["latestCheckpointUuid"]
+    cluster.run("experiment", "activate", str(experiment_id))
+    wait_for(lambda: experiment_state(cluster, experiment_id) == "STATE_COMPLETED", 240,
+             "the experiment to complete after activate")
+
+    assert f"resumed from checkpoint {resume_uuid}" in logs_of(cluster, trial_id)
+    checkpoints = get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"]
+    kept = [c for c in checkpoints if c["state"] == "STATE_COMPLETED"]
+    assert kept and len(kept) < len(checkpoints)
+    assert all(c["storagePath"] == f"s3://{bucket}/det-runs/{c['uuid']}" for c in checkpoints)
+    expected = {f"det-runs/{c['uuid']}/{name}": size for c in kept
+                for name, size in c["resources"].items() if not name.endswith("/")}
+    wait_for(lambda: s3_server.objects(bucket) == expected, 30,
+             "the bucket to hold exactly the kept checkpoints")
 
 
 def test_cancel_stops_the_script_through_should_preempt(cluster: Cluster, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from deploy.local_cluster import AGENT_ID
 from deploy.processes import read_pid
 from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster, wait_for
 from tests.e2e.test_local_cluster import long_single_config, trial_of
+from tests.s3_fixtures import S3Server
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +50,31 @@ def test_grid_search_runs_in_containers(docker_cluster: Cluster,
     assert all(Path(c["storagePath"]).is_dir() for c in checkpoints
                if c["state"] == "STATE_COMPLETED")
     assert agent_containers(docker_client, AGENT_ID) == []
+
+
+def test_s3_checkpoints_from_a_container(docker_cluster: Cluster, s3_server: S3Server,
+                                         tmp_path: Path) -> None:
+    """A container reaches S3 through the master's presigned URLs: no storage is mounted, only
+    the trial's checkpoint cache."""
+    bucket = s3_server.bucket()
+    config = yaml.safe_load((DIGITS / "single.yaml").read_text())
+    config["checkpoint_storage"] = s3_server.storage(bucket)
+    path = tmp_path / "s3.yaml"
+    path.write_text(yaml.safe_dump(config))
+    result = docker_cluster.run("experiment", "create", str(path), str(DIGITS), "--follow",
+                                timeout=300)
+    experiment_id = created_id(result.stdout)
+    [trial] = docker_cluster.json("experiment", "describe", str(experiment_id))["trials"]
+    assert trial["state"] == "STATE_COMPLETED"
+    checkpoints = docker_cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
+    kept = [c for c in checkpoints if c["state"] == "STATE_COMPLETED"]
+    assert kept and all(c["storagePath"].startswith(f"s3://{bucket}/") for c in checkpoints)
+    wait_for(lambda: s3_server.objects(bucket) == {
+        f"{c['uuid']}/{name}": size for c in kept for name, size in c["resources"].items()},
+        timeout=30, what="the bucket to hold exactly the kept checkpoints")
+    assert not any((docker_cluster.state_dir / "checkpoints").glob(f"{kept[0]['uuid']}*"))
+    cache = docker_cluster.state_dir / "agent" / "trials" / str(trial["id"]) / "checkpoint-cache"
+    assert (cache / trial["latestCheckpointUuid"]).is_dir()
 
 
 def test_killed_agent_leaves_no_container_after_restart(

@@ -13,16 +13,17 @@ import pytest
 from minio import Minio
 
 from deploy.local_cluster import S3_BUCKET
+from deploy.processes import free_port_block
+from deploy.s3_server import PORT_BLOCK
 from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster, wait_for
 from tests.e2e.test_faults import create, slow_config, state, trials, wait_done
-from tests.s3_fixtures import free_port_block
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    port = free_port_block()
+    port = free_port_block(PORT_BLOCK)
     with shared_servers_cluster(postgres_url, temporal_address, "s3", "--slots", "1", "--s3",
                                 "--s3-port", str(port)) as c:
         c.s3_port = port  # type: ignore[attr-defined]
