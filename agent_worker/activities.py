@@ -47,6 +47,7 @@ from agent_worker.runtime import (
     run_tmp_dir,
 )
 from agent_worker.slots import SlotPool, gpu_environment
+from agent_worker.system_metrics import report_system_metrics
 from agent_worker.trial_info import (
     CHECKPOINT_CACHE_ENV,
     TRIAL_INFO_FILE,
@@ -56,11 +57,14 @@ from agent_worker.trial_info import (
 from common.checkpoint_storage import shared_fs_directory
 from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from common.tokens import mint_trial_token
+from workflows.expconf import profiling_enabled
 from workflows.types import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
 MAX_PORTS = 16  # what one reserve_ports call may ask for
+# How often a run with `profiling: {enabled: true}` is sampled (agent_worker/system_metrics.py).
+SYSTEM_METRICS_INTERVAL = 5.0
 # A trial's S3 checkpoint cache goes once no run of it on this agent used it for this long.
 CHECKPOINT_CACHE_AGE = 24 * 3600.0
 
@@ -85,6 +89,7 @@ class AgentActivities:
         log_close_timeout: float = 30.0,
         log_spool_bytes: int = LOG_SPOOL_BYTES,
         address: str = "127.0.0.1",
+        system_metrics_interval: float = SYSTEM_METRICS_INTERVAL,
     ) -> None:
         self.agent_id = agent_id
         self.master_url = master_url.rstrip("/")
@@ -98,6 +103,7 @@ class AgentActivities:
         self.log_close_timeout = log_close_timeout
         self.log_spool_bytes = log_spool_bytes
         self.address = address
+        self.system_metrics_interval = system_metrics_interval
         self.model_defs = ModelDefinitions(http, self.master_url, work_dir)
 
     def run_dir(self, inp: RunTrialInput) -> Path:
@@ -152,12 +158,19 @@ class AgentActivities:
             spool_dir=self.work_dir / "log-spool",
         )
         shipper.start()
+        sampler = asyncio.create_task(report_system_metrics(
+            self.http, master_url, launch, self.slots.of(launch.slot_ids),
+            self.system_metrics_interval)) if profiling_enabled(inp.config) else None
         try:
             status = await self.runtime.run(launch, shipper, activity.heartbeat)
             await shipper.close(None, heartbeat=activity.heartbeat)
         except BaseException:
             await uninterruptible(shipper.close(self.log_close_timeout))
             raise
+        finally:
+            if sampler is not None:
+                sampler.cancel()
+                await asyncio.gather(sampler, return_exceptions=True)
         return status
 
     async def prepare(self, inp: RunTrialInput, master_url: str,

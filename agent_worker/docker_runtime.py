@@ -407,6 +407,7 @@ class DockerRuntime(Runtime):
         readers: list[asyncio.Future[None]] = []
         try:
             await asyncio.to_thread(container.start)
+            launch.root_pid = (await asyncio.to_thread(_state, container)).get("Pid") or None
             logger.info("trial %s run %s: started container %s (%s) from %s", inp.trial_id,
                         inp.run_id, spec.name, container.short_id, spec.image)
             for stdtype in ("stdout", "stderr"):

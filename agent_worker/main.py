@@ -33,7 +33,7 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_worker.activities import AgentActivities
+from agent_worker.activities import SYSTEM_METRICS_INTERVAL, AgentActivities
 from agent_worker.liveness import Liveness
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration, route_address
@@ -86,6 +86,8 @@ class AgentConfig:
     # Where this agent's trials are reached by the other parts of a trial on several agents;
     # empty: the address of the route to the master.
     address: str = ""
+    # Seconds between system-metric samples of a run that asks for them (`profiling`).
+    system_metrics_interval: float = SYSTEM_METRICS_INTERVAL
 
 
 def parser() -> argparse.ArgumentParser:
@@ -105,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
                    help="resource pool to join (default: %(default)s)")
     p.add_argument("--slots", type=int, default=None,
                    help="number of CPU slots to offer (default: one per CPU)")
+    p.add_argument("--system-metrics-interval", type=float, default=SYSTEM_METRICS_INTERVAL,
+                   metavar="SECONDS",
+                   help="how often the system metrics of a trial whose config says "
+                        "`profiling: {enabled: true}` are sampled (default: %(default)s)")
     p.add_argument("--work-dir", type=Path, default=Path("~/.epochal/agent"),
                    help="where trials run and model definitions are cached "
                         "(default: %(default)s)")
@@ -151,6 +157,9 @@ def parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     p = parser()
     args = p.parse_args(argv)
+    if args.system_metrics_interval <= 0:
+        p.error(f"--system-metrics-interval must be more than 0, got "
+                f"{args.system_metrics_interval}")
     if args.slots is not None and args.slots < 1:
         p.error(f"--slots must be at least 1, got {args.slots}")
     agent_id = args.agent_id or socket.gethostname()
@@ -189,6 +198,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         shared_with_trials=tuple(d.expanduser().resolve() for d in args.share_with_trials),
         closed_to_trials=tuple(args.close_to_trials),
         address=args.advertise_address.strip(),
+        system_metrics_interval=args.system_metrics_interval,
     )
     return config, args.log_level
 
@@ -320,7 +330,8 @@ class Agent:
                     agent_id=cfg.agent_id, master_url=cfg.master_url, work_dir=cfg.work_dir,
                     http=http, runtime=self.runtime, slots=SlotPool(self.slots),
                     cluster_id=cluster_id, cluster_token=cfg.cluster_token,
-                    address=registration.address)
+                    address=registration.address,
+                    system_metrics_interval=cfg.system_metrics_interval)
                 return await self._serve(client, self.activities)
             finally:
                 heartbeat.cancel()

@@ -357,7 +357,7 @@ class ProcessRuntime(Runtime):
             raise ApplicationError(f"cannot start the entrypoint {launch.entrypoint!r}: {err}",
                                    type="EntrypointError", non_retryable=True) from err
         assert proc.stdout is not None and proc.stderr is not None
-        pgid = proc.pid  # a new session's leader leads its process group
+        pgid = launch.root_pid = proc.pid  # a new session's leader leads its process group
         logger.info("trial %s run %s: started process group %s: %s", launch.input.trial_id,
                     launch.input.run_id, pgid, launch.entrypoint)
         stderr_tail = _TailingSink(logs)

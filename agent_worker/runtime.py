@@ -29,6 +29,9 @@ class TrialLaunch:
     entrypoint: str  # a shell command line
     env: dict[str, str]  # added to the runtime's own environment (EPOCHAL_*, the user's)
     slot_ids: list[int] = field(default_factory=list)
+    # The run's first process on this host, once the runtime started it (system metrics
+    # sample it and what it starts).
+    root_pid: int | None = None
 
     @property
     def tmp_dir(self) -> Path:

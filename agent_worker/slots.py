@@ -62,7 +62,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _load_nvml() -> ModuleType | None:
+def load_nvml() -> ModuleType | None:
     try:
         import pynvml  # type: ignore[import-not-found, unused-ignore]
     except ImportError:
@@ -73,7 +73,7 @@ def _load_nvml() -> ModuleType | None:
 
 def gpu_slots(nvml: ModuleType | None = None) -> list[Slot]:
     """One TYPE_CUDA slot per NVIDIA GPU that NVML reports; [] without pynvml or a driver."""
-    nvml = nvml or _load_nvml()
+    nvml = nvml or load_nvml()
     if nvml is None:
         return []
     try:

@@ -343,3 +343,23 @@ def checkpoints_table(checkpoints: Sequence[Mapping[str, Any]], metric: str | No
             number(training.get("searcherMetric")),
         )
     return t
+
+
+def system_metrics_table(samples: Sequence[Mapping[str, Any]]) -> Table:
+    """The agent's samples of a trial (metric group `system`), oldest first: time, CPU, memory,
+    disk and network rates, and each GPU's utilization and memory."""
+    gpus = sorted({name.split("_")[0] for s in samples for name in s["metrics"]
+                   if name.startswith("gpu") and name.endswith("_util_percent")})
+    t = table("Time", "CPU %", "Memory", "Disk read/s", "Disk write/s", "Net in/s",
+              "Net out/s", *(f"{g} %" for g in gpus), *(f"{g} memory" for g in gpus))
+    for sample in samples:
+        values = sample["metrics"]
+        t.add_row(
+            when(sample.get("reportTime")), number(values.get("cpu_util_percent")),
+            size(values.get("memory_rss_bytes")), size(values.get("disk_read_bytes_per_s")),
+            size(values.get("disk_write_bytes_per_s")),
+            size(values.get("host_net_recv_bytes_per_s")),
+            size(values.get("host_net_sent_bytes_per_s")),
+            *(number(values.get(f"{g}_util_percent")) for g in gpus),
+            *(size(values.get(f"{g}_memory_used_bytes")) for g in gpus))
+    return t

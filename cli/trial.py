@@ -53,15 +53,24 @@ def trial_fields(trial: dict[str, Any], metric: str | None) -> list[tuple[str, A
     return rows
 
 
+SYSTEM_ROWS = 20  # samples `describe --system` shows, spread over the run
+
+
 @app.command("describe", help="Show a trial: state, hyperparameters, metrics, checkpoints.")
 def describe(
     ctx: typer.Context,
     trial_id: IdArg,
     as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
+    system: Annotated[bool, typer.Option(
+        "--system", help="Also show the agent's system metrics of the trial (CPU, memory, "
+        "disk, network, GPUs), sampled when its config says `profiling: {enabled: true}`.")]
+    = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
         trial = client.get(f"/trials/{trial_id}")["trial"]
         checkpoints = client.get(f"/trials/{trial_id}/checkpoints").get("checkpoints") or []
+        samples = client.get(f"/trials/{trial_id}/metrics", {
+            "group": "system", "maxDatapoints": SYSTEM_ROWS})["metrics"] if system else None
         metric: str | None = None
         experiment_id = trial.get("experimentId")
         if experiment_id is not None and not as_json:
@@ -71,7 +80,8 @@ def describe(
             except ApiError:
                 metric = None
     if as_json:
-        render.print_json({"trial": trial, "checkpoints": checkpoints})
+        render.print_json({"trial": trial, "checkpoints": checkpoints,
+                           **({"system": samples} if samples is not None else {})})
         return
     render.show(render.fields(trial_fields(trial, metric)))
     render.say()
@@ -79,6 +89,13 @@ def describe(
         render.show(render.checkpoints_table(checkpoints, metric))
     else:
         render.say("No checkpoints.")
+    if samples is not None:
+        render.say()
+        if samples:
+            render.show(render.system_metrics_table(samples))
+        else:
+            render.say("No system metrics: the agent samples them when the experiment's config "
+                       "says `profiling: {enabled: true}`.")
 
 
 @app.command("logs", help="Print a trial's logs.")

@@ -301,6 +301,34 @@ PlainData = Annotated[Any, AfterValidator(_check_plain_data)]
 NotActedOn = Annotated[Any, AfterValidator(_check_plain_data), _NOT_ACTED_ON]
 
 
+def _check_profiling(value: Any) -> Any:
+    """Determined's `profiling` section: `enabled` turns the agent's system metrics on;
+    `begin_on_batch`, `end_after_batch` and `sync_timings` are for Determined's own loops."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise _fail(((), "expected a mapping such as {enabled: true}"))
+    if not isinstance(value.get("enabled", False), bool):
+        raise _fail((("enabled",), "expected true or false"))
+    for name in ("begin_on_batch", "end_after_batch"):
+        given = value.get(name)
+        if given is not None and (isinstance(given, bool) or not isinstance(given, int)
+                                  or given < 0):
+            raise _fail(((name,), "expected a whole number >= 0"))
+    return value
+
+
+Profiling = Annotated[Any, AfterValidator(_check_plain_data), AfterValidator(_check_profiling),
+                    _DUMPED_WHEN_GIVEN]
+
+
+def profiling_enabled(config: Mapping[str, Any]) -> bool:
+    """Whether a (normalized) config asks the agent for system metrics, as Determined's
+    `profiling.enabled` asks its profiler (off unless given)."""
+    profiling = config.get("profiling")
+    return isinstance(profiling, Mapping) and profiling.get("enabled") is True
+
+
 class ConstHyperparameter(_Model):
     type: Literal["const"] = "const"
     val: PlainData
@@ -830,7 +858,7 @@ class ExperimentConfig(_Model):
     checkpoint_policy: Annotated[
         Literal["best", "all", "none"] | None, _NOT_ACTED_ON
     ] = None
-    profiling: NotActedOn = None
+    profiling: Profiling = None
     optimizations: NotActedOn = None
     debug: NotActedOn = None
     tensorboard_storage: NotActedOn = None
@@ -937,7 +965,7 @@ def _asks_for_something(value: Any) -> bool:
 # (PyTorchTrial, TFKerasTrial and DeepSpeedTrial read them from the config they are given).
 _READ_BY_DETERMINED_TRAINING_LOOPS = frozenset({
     ("records_per_epoch",), ("scheduling_unit",), ("perform_initial_validation",),
-    ("checkpoint_policy",), ("optimizations",), ("profiling",),
+    ("checkpoint_policy",), ("optimizations",),
 })
 
 

@@ -19,6 +19,7 @@ from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import log_records
 from api.schemas import documented
+from common import metric_groups
 from common.states import TERMINAL_STATES
 from common.temporal_names import experiment_workflow_id, trial_workflow_id
 from workflows.types import ValidationReport
@@ -115,11 +116,14 @@ async def store_reports(
             [r[3] for r in latest],
             [r[4] for r in latest],
         )
-        await conn.execute(
-            "UPDATE trials SET steps_completed = GREATEST(steps_completed, $2) WHERE id = $1",
-            trial_id,
-            max(r[3] for r in rows),
-        )
+        steps = [r[3] for r in rows if r[2] != metric_groups.SYSTEM]  # those count time
+        if steps:
+            await conn.execute(
+                "UPDATE trials SET steps_completed = GREATEST(steps_completed, $2)"
+                " WHERE id = $1",
+                trial_id,
+                max(steps),
+            )
     if validations:
         await notify_searcher(pool, temporal, trial_id, validations)
     return len(rows)

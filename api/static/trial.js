@@ -2,6 +2,7 @@
 // (GET /api/v1/trials/{id}/logs/stream; without the stream, the lines so far).
 
 import { api, every, follow, startPage, token } from "/static/api.js";
+import { color, lineChart } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
   from "/static/dom.js";
@@ -15,6 +16,13 @@ const header = el("div", { id: "trial-header" });
 const status = el("div", { class: "status" });
 const curveBox = el("section", { id: "curves", class: "panel" });
 const checkpointBox = el("section", { id: "checkpoints", class: "panel" });
+// The agent's samples (`profiling: {enabled: true}`): metric group "system", keyed by time.
+const systemBox = el("section", { id: "system", class: "panel", hidden: true });
+const systemSelect = el("select", { class: "metric-select", "aria-label": "system metric",
+  onchange: () => drawSystem() });
+const systemChart = el("div", { class: "chart-box" });
+const systemLatest = el("p", { class: "summary" });
+let systemReports = [];
 const logBox = el("pre", { id: "logs", class: "logs", "data-lines": "0" });
 const followBox = el("input", { type: "checkbox", id: "follow-logs", checked: true });
 let curves = null;
@@ -55,6 +63,36 @@ function renderCheckpoints(checkpoints) {
       : el("p", { class: "muted" }, "none yet"));
 }
 
+function systemValue(name, value) {
+  if (name.endsWith("_bytes")) return fmtBytes(value);
+  if (name.endsWith("_bytes_per_s")) return `${fmtBytes(value)}/s`;
+  if (name.endsWith("_percent")) return `${fmtNumber(value)}%`;
+  return fmtNumber(value);
+}
+
+function drawSystem() {
+  const names = [...new Set(systemReports.flatMap((r) => Object.keys(r.metrics)))].sort();
+  const metric = names.includes(systemSelect.value) ? systemSelect.value : "cpu_util_percent";
+  replace(systemSelect, names.map((n) => el("option", { value: n, selected: n === metric }, n)));
+  const start = systemReports.length ? systemReports[0].stepsCompleted : 0;
+  const points = systemReports.filter((r) => typeof r.metrics[metric] === "number")
+    .map((r) => [(r.stepsCompleted - start) / 1000, r.metrics[metric]]);
+  systemBox.dataset.metric = metric;
+  replace(systemChart, lineChart([{ name: metric, color: color(0), points }],
+    { xLabel: "seconds", yLabel: metric }));
+  const last = systemReports[systemReports.length - 1];
+  replace(systemLatest, last ? `latest (${fmtTime(last.reportTime)}): ` + Object.entries(
+    last.metrics).map(([k, v]) => `${k} ${systemValue(k, v)}`).join(" · ") : "");
+}
+
+async function renderSystem() {
+  const { metrics } = await api(
+    `/api/v1/trials/${trialId}/metrics?group=system&maxDatapoints=500`);
+  systemReports = metrics;
+  systemBox.hidden = !metrics.length;
+  if (metrics.length) drawSystem();
+}
+
 function addLog(log) {
   const stick = followBox.checked;
   const line = el("span", { class: `log-line ${log.stdtype === "stderr" ? "stderr" : ""}` },
@@ -86,6 +124,7 @@ async function refresh(expHolder) {
   }
   renderHeader(trial, expHolder.exp);
   main.dataset.state = shortState(trial.state);
+  await renderSystem();
   const stamp = `${trial.totalBatchesProcessed}:${trial.latestCheckpointUuid}:${trial.state}`;
   if (stamp !== lastStamp) {
     lastStamp = stamp;
@@ -99,7 +138,11 @@ async function refresh(expHolder) {
 
 async function start() {
   if (!(await startPage())) return;
-  replace(main, header, status, el("h2", {}, "Learning curves"), curveBox, checkpointBox,
+  replace(systemBox, el("h2", {}, "System metrics"),
+    el("div", { class: "controls" }, el("label", {}, "metric ", systemSelect)), systemChart,
+    systemLatest);
+  replace(main, header, status, el("h2", {}, "Learning curves"), curveBox, systemBox,
+    checkpointBox,
     el("section", { class: "panel" }, el("h2", {}, "Logs ",
       el("label", { class: "follow" }, followBox, " follow")), logBox));
   const holder = { exp: null };

@@ -87,9 +87,10 @@ def test_a_determined_config_is_accepted_and_each_unused_field_named() -> None:
     warned = {line.split(":")[0] for line in config_warnings(config)}
     assert warned == {
         "records_per_epoch", "scheduling_unit",
-        "perform_initial_validation", "checkpoint_policy", "profiling", "optimizations",
+        "perform_initial_validation", "checkpoint_policy", "optimizations",
         "bind_mounts[0].propagation", "environment.add_capabilities", "resources.agent_label",
-    }  # `debug: false` switches nothing on, so it earns no warning; workspace/project file it
+    }  # `debug: false` switches nothing on, so it earns no warning; workspace/project file it;
+    # `profiling` is acted on (the agent's system metrics)
     assert all("does not act on it" in line for line in config_warnings(config))
     # ... saying which of them Determined's own training loops in the trial still read.
     by_field = {line.split(":")[0]: line for line in config_warnings(config)}

@@ -35,6 +35,7 @@ class FakeMaster:
         self.model_def_requests: list[int] = []
         self.logs: list[dict[str, Any]] = []
         self.log_posts = 0
+        self.metric_posts: list[tuple[int, dict[str, Any], str]] = []  # trial, body, auth
         self.fail_log_posts = 0  # answer this many log posts with 503 first
         self.registrations: list[tuple[str, dict[str, Any]]] = []
         self.fail_registrations = 0
@@ -106,6 +107,13 @@ class FakeMaster:
                     self._send(404, {"message": "not found"})
 
             def do_POST(self) -> None:
+                m = re.fullmatch(r"/api/v1/trials/(\d+)/metrics", self.path)
+                if m:
+                    with master.lock:
+                        master.metric_posts.append((int(m.group(1)), self._body(),
+                                                    self.headers.get("Authorization", "")))
+                    self._send(200, {})
+                    return
                 if self.path != "/api/v1/task/logs":
                     self._send(404, {"message": "not found"})
                     return

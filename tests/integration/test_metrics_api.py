@@ -10,6 +10,7 @@ import asyncio
 import json
 import math
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,35 @@ async def test_unknown_trials_and_bad_parameters(
         body = answer.json()
         named = any(d.startswith((f"{field}:", f"{field}.")) for d in body["details"])
         assert named, (params, body)
+
+
+async def test_system_samples_are_kept_apart_from_the_trials_progress(
+    api: httpx.AsyncClient, live_master: LiveMaster, tmp_path: Path
+) -> None:
+    """The agent keys its samples by time (ms since the epoch): they must not move the trial's
+    batch count; `epochal trial describe --system` shows them."""
+    trial_id = await make_trial(live_master)
+    await report(api, trial_id, "training", {s: curve(s) for s in (10, 20)})
+    now_ms = 1_795_000_000_000
+    await report(api, trial_id, "system", {
+        now_ms + i * 5000: {"cpu_util_percent": 50.0 + i, "memory_rss_bytes": 3 << 30,
+                            "disk_read_bytes_per_s": 0.0, "disk_write_bytes_per_s": 1 << 20,
+                            "host_net_recv_bytes_per_s": 2048.0,
+                            "host_net_sent_bytes_per_s": 1024.0,
+                            "gpu0_util_percent": 97.0, "gpu0_memory_used_bytes": 20 << 30}
+        for i in range(3)})
+    trial = (await api.get(f"/api/v1/trials/{trial_id}")).json()["trial"]
+    assert trial["totalBatchesProcessed"] == 20
+    samples = (await api.get(f"/api/v1/trials/{trial_id}/metrics",
+                             params={"group": "system"})).json()["metrics"]
+    assert [s["stepsCompleted"] for s in samples] == [now_ms, now_ms + 5000, now_ms + 10000]
+
+    env = {"EPOCHAL_MASTER": live_master.url, "EPOCHAL_TOKEN": live_master.admin_token,
+           "EPOCHAL_AUTH_FILE": str(tmp_path / "auth.json"), "PATH": "/usr/bin:/bin",
+           "COLUMNS": "200"}
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-m", "cli.main", "trial", "describe", str(trial_id),
+                         "--system"],
+        capture_output=True, text=True, timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert "gpu0 %" in done.stdout and "3.0 GiB" in done.stdout and "52" in done.stdout

@@ -414,3 +414,38 @@ async def test_a_part_of_a_run_on_several_gpu_agents_gets_its_gpus_and_the_rende
     assert options == {"--nnodes": "2", "--nproc_per_node": "2", "--node_rank": "1",
                        "--master_addr": "10.0.0.1", "--master_port": "29500"}
     assert command[-2:] == ["python3", "train.py"]
+
+
+BUSY_PY = """
+import time
+end = time.monotonic() + 1.5
+while time.monotonic() < end:
+    sum(range(10000))
+"""
+
+
+async def test_profiling_enabled_runs_are_sampled_by_the_agent(
+        master: FakeMaster, http: httpx.AsyncClient, tmp_path: Path) -> None:
+    exp = next(_experiment_ids)
+    master.model_defs[exp] = make_tgz({"train.py": BUSY_PY})
+    acts = make_activities(master, http, tmp_path / "work")
+    acts.system_metrics_interval = 0.2
+    inp = trial_input(exp, {**CONFIG, "profiling": {"enabled": True}})
+    inp.session_token = "ept.run-token"
+
+    result = await ActivityEnvironment().run(acts.run_trial, inp)
+
+    assert result.exit_code == 0
+    posts = list(master.metric_posts)
+    assert len(posts) >= 3
+    assert all(trial == 7 and auth == "Bearer ept.run-token" for trial, _, auth in posts)
+    bodies = [body for _, body, _ in posts]
+    assert {b["group"] for b in bodies} == {"system"}
+    keys = [b["metrics"]["stepsCompleted"] for b in bodies]
+    assert keys == sorted(keys) and abs(keys[-1] / 1000 - time.time()) < 30  # ms since epoch
+    busiest = max(b["metrics"]["metrics"]["avgMetrics"]["cpu_util_percent"] for b in bodies)
+    assert busiest > 30
+
+    master.metric_posts.clear()  # without `profiling: {enabled: true}`: nothing
+    result = await ActivityEnvironment().run(acts.run_trial, trial_input(exp, run_id=3))
+    assert result.exit_code == 0 and master.metric_posts == []

@@ -38,7 +38,10 @@ def fake_nvml(gpus: list[tuple[str, bytes, int]], *, broken: bool = False) -> An
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetUUID=lambda h: gpus[h][0],
         nvmlDeviceGetName=lambda h: gpus[h][1],
-        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=gpus[h][2], used=0, free=0),
+        nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=gpus[h][2],
+                                                           used=gpus[h][2] // 4, free=0),
+        nvmlDeviceGetHandleByUUID=lambda uuid: [g[0] for g in gpus].index(uuid),
+        nvmlDeviceGetUtilizationRates=lambda h: SimpleNamespace(gpu=10 * (h + 1), memory=0),
     )
 
 
