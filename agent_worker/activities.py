@@ -54,6 +54,7 @@ from agent_worker.trial_info import (
     build_trial_info,
     trial_environment,
 )
+from common import tracing
 from common.checkpoint_storage import shared_fs_directory
 from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from common.tokens import mint_trial_token
@@ -119,6 +120,7 @@ class AgentActivities:
             launch = await self.prepare(inp, master_url, slot_ids)
             activity.logger.info("running trial %s run %s in %s on slots %s", inp.trial_id,
                                  inp.run_id, launch.run_dir, slot_ids)
+            tracing.count("epochal.trial.runs", agent=self.agent_id)
             status = await self._run(launch, master_url)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
@@ -205,6 +207,9 @@ class AgentActivities:
         env = trial_environment(inp.config, trial_info_path=str(info_path),
                                 master_url=master_url)
         env.update(gpu_environment(self.slots.of(slot_ids)))  # this agent's part's GPUs
+        traceparent = tracing.traceparent()  # run_trial's span: the harness's reports continue it
+        if traceparent:
+            env[tracing.TRACEPARENT_ENV] = traceparent
         # Determined's Core API reads its own variables and info files (determined_env.py).
         username = await self.experiment_owner(master_url, inp.session_token)
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,

@@ -43,6 +43,7 @@ from agent_worker.sandbox import TASK_USER_ENV, TaskUser, TaskUserError, task_us
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.trial_firewall import TrialFirewall
+from common import tracing
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
 logger = logging.getLogger("agent_worker")
@@ -246,7 +247,8 @@ async def connect_temporal(address: str, namespace: str) -> Client:
     attempt = 0
     while True:
         try:
-            return await Client.connect(address, namespace=namespace)
+            return await Client.connect(address, namespace=namespace,
+                                        interceptors=tracing.temporal_interceptors())
         except Exception as err:  # the bridge raises RuntimeError; be broad, keep waiting
             attempt += 1
             if attempt == 1 or attempt % 12 == 0:
@@ -443,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=log_level.upper(),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    tracing.setup("epochal-agent")
     try:
         return asyncio.run(run_agent(config))
     except TaskUserError as err:

@@ -30,17 +30,25 @@ before each side's first round), so that the shared machine's changing load fall
     --mlflow-backend sqlite); the client, `MlflowClient.log_batch` with B steps x 5 metrics per
     call, runs in MLflow's own virtualenv (bench/.mlflow-venv, made on first use) in a subprocess.
   Rows are steps (one Epochal report, five MLflow metric rows); values are metric values.
+
+The cost of tracing on ingestion: a second master on the same database with OpenTelemetry on
+(OTEL_EXPORTER_OTLP_ENDPOINT: an OTLP/HTTP sink in this process that takes and drops what it
+is sent; the harness sends one `traceparent` throughout, as a trial run's reports do), the two
+alternating in rounds as above; the figure is how much lower the traced master's ingestion rate
+is. Reports are sampled per trace (common/tracing.py: the first 10, then one a second); with
+OTEL_TRACES_SAMPLER=always_on in this bench's environment every report is traced.
 The last line is the one-line summary.
 
     .venv/bin/python bench/api.py [--experiments 10] [--trials 100] [--points 1000] \
         [--requests 300] [--steps 20000] [--rounds 4] [--batch 100] \
-        [--mlflow-backend postgres|sqlite] [--skip-mlflow] [--smoke]
+        [--mlflow-backend postgres|sqlite] [--skip-mlflow] [--skip-tracing] [--smoke]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -48,9 +56,11 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -350,11 +360,13 @@ def run(args: argparse.Namespace) -> None:
                 reads = measure_reads(master, headers, seeded, args.requests)
                 epochal = EpochalIngest(master, cluster_token, headers, db_url,
                                         seeded["experiments"][0])
+                cost = "" if args.skip_tracing else "; tracing " + tracing_cost(
+                    args, epochal, env, root)
                 if mlflow_bin is None:
                     seconds = epochal.measure(args.steps)
                     print(f"{reads_summary(reads)}; ingestion epochal "
                           f"{args.steps / seconds:,.0f} rows/s ({args.steps:,} rows in "
-                          f"{seconds:.2f} s); MLflow skipped")
+                          f"{seconds:.2f} s); MLflow skipped{cost}")
                     return
                 with mlflow_server(args.mlflow_backend, root, pg, mlflow_bin) as mlflow_url:
                     epochal_seconds, mlflow_seconds = ingest_in_rounds(
@@ -370,7 +382,74 @@ def run(args: argparse.Namespace) -> None:
           f"{args.steps:,} rows in {mlflow_seconds:.2f} s = {mlflow_rate:,.0f} rows/s "
           f"({mlflow_rate * values:,.0f} values/s)")
     print(f"{reads_summary(reads)}; ingestion {epochal_rate:,.0f} rows/s vs MLflow "
-          f"{mlflow_rate:,.0f} rows/s = {epochal_rate / mlflow_rate:.1f}x")
+          f"{mlflow_rate:,.0f} rows/s = {epochal_rate / mlflow_rate:.1f}x{cost}")
+
+
+def tracing_cost(args: argparse.Namespace, main: EpochalIngest, env: dict[str, str],
+                 root: Path) -> str:
+    """Ingestion through two fresh masters on the same database, one with tracing on, in
+    alternating rounds; prints both rates and returns the summary's phrase (the traced master's
+    shortfall). Both fresh, so neither has the main master's warm connections (an A/A run of
+    the main master against a fresh one differs by ~10% on a 2-core machine)."""
+    sink = ThreadingHTTPServer(("127.0.0.1", 0), _OtlpSink)
+    threading.Thread(target=sink.serve_forever, daemon=True).start()
+    plain_port, traced_port = processes.free_port(), processes.free_port()
+    untraced = {k: v for k, v in env.items() if not k.startswith("OTEL_")}
+    traced_env = {**untraced, "EPOCHAL_API_PORT": str(traced_port),
+                  "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{sink.server_address[1]}"}
+    if env.get("OTEL_TRACES_SAMPLER"):
+        traced_env["OTEL_TRACES_SAMPLER"] = env["OTEL_TRACES_SAMPLER"]
+    masters = {"plain": (plain_port, {**untraced, "EPOCHAL_API_PORT": str(plain_port)}),
+               "traced": (traced_port, traced_env)}
+    try:
+        with contextlib.ExitStack() as stack:
+            ingest = {}
+            for name, (port, master_env) in masters.items():
+                url = f"http://127.0.0.1:{port}"
+                stack.enter_context(serving(
+                    [sys.executable, "-m", "deploy.master"], name=f"{name} master",
+                    url=f"{url}/api/v1/master", log_file=root / f"{name}-master.log",
+                    env=master_env))
+                ingest[name] = EpochalIngest(url, main.cluster_token, main.headers,
+                                             main.db_url, main.experiment_id)
+            per_round = args.steps // args.rounds
+            totals = {"plain": 0.0, "traced": 0.0}
+            # One trial run's trace for all the rounds, as one long run reports.
+            os.environ["TRACEPARENT"] = f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+            try:
+                for index in range(args.rounds + 1):
+                    # Which goes first alternates, so a drift in the machine's load evens out.
+                    for name in ("plain", "traced") if index % 2 else ("traced", "plain"):
+                        seconds = ingest[name].measure(per_round, warm_up=index == 0)
+                        if index:
+                            totals[name] += seconds
+            finally:
+                del os.environ["TRACEPARENT"]
+    finally:
+        sink.shutdown()
+    plain_rate = per_round * args.rounds / totals["plain"]
+    traced_rate = per_round * args.rounds / totals["traced"]
+    cost = 1 - traced_rate / plain_rate
+    print(f"tracing: fresh plain master {plain_rate:,.0f} rows/s, fresh traced master (OTLP "
+          f"exporter) {traced_rate:,.0f} rows/s, {_OtlpSink.requests} OTLP requests: cost "
+          f"{cost:+.1%}", flush=True)
+    return f"cost {cost * 100:+.1f}% of ingestion rows/s"
+
+
+class _OtlpSink(BaseHTTPRequestHandler):
+    """Takes OTLP/HTTP exports and drops them (the exporter's work is what is measured)."""
+
+    requests = 0
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).requests += 1
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
 
 def reads_summary(reads: dict[str, tuple[float, float]]) -> str:
@@ -476,6 +555,8 @@ def main() -> None:
     parser.add_argument("--mlflow-backend", choices=("postgres", "sqlite"), default="postgres")
     parser.add_argument("--skip-mlflow", action="store_true",
                         help="measure Epochal only (no comparison; for quick iterations)")
+    parser.add_argument("--skip-tracing", action="store_true",
+                        help="do not measure the cost of tracing (a second, traced master)")
     add_smoke_option(parser, experiments=2, trials=5, points=50, requests=20, steps=400,
                      rounds=1, skip_mlflow=True)
     run(parse_args(parser))

@@ -19,6 +19,8 @@ import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from common import tracing
+
 if TYPE_CHECKING:
     import httpx
 
@@ -165,8 +167,9 @@ class Client:
     def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         import httpx
 
+        tracing.inject(headers := dict(kwargs.pop("headers", None) or {}))
         try:
-            response = self._http.request(method, path, **kwargs)
+            response = self._http.request(method, path, headers=headers, **kwargs)
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise MasterUnreachable(self.master_url, _reason(exc)) from None
         except httpx.TimeoutException:
@@ -227,8 +230,10 @@ class Client:
         import httpx
 
         try:
+            headers: dict[str, str] = {}
+            tracing.inject(headers)
             with self._http.stream(
-                "GET", path, timeout=httpx.Timeout(None, connect=10.0)
+                "GET", path, timeout=httpx.Timeout(None, connect=10.0), headers=headers
             ) as response:
                 if response.status_code >= 400:
                     response.read()
@@ -248,8 +253,11 @@ class Client:
         import httpx
 
         try:
+            headers: dict[str, str] = {}
+            tracing.inject(headers)
             with self._http.stream(
-                "GET", path, params=params, timeout=httpx.Timeout(None, connect=10.0)
+                "GET", path, params=params, timeout=httpx.Timeout(None, connect=10.0),
+                headers=headers,
             ) as response:
                 if response.status_code >= 400:
                     response.read()

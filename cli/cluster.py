@@ -116,6 +116,12 @@ def up(
     s3_port: Annotated[int | None, typer.Option(help="The local S3 server's port [8333]; "
                                                 "SeaweedFS uses the 9 ports after it too.")]
     = None,
+    traces: Annotated[
+        bool | None,
+        typer.Option("--traces/--no-traces", help="Keep the master's and the agent's traces "
+                     "(OpenTelemetry) in STATE/traces.jsonl; set EPOCHAL_TRACES_FILE to that "
+                     "file for the CLI's own [what the last `up` used, else no]."),
+    ] = None,
 ) -> None:
     if runtime is not None and runtime not in ("process", "docker", "auto"):
         raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
@@ -142,6 +148,7 @@ def up(
         agent_task_user=task_user,
         s3=s3,
         s3_port=s3_port,
+        traces=traces,
     )
 
     def report(message: str) -> None:
@@ -169,6 +176,7 @@ def up(
         ("Checkpoints", f"s3://{local_cluster.S3_BUCKET} at {info.s3_endpoint}"
          if info.s3_endpoint else str(info.state_dir / "checkpoints")),
         ("State", str(info.state_dir)),
+        *([("Traces", str(s.traces_file))] if s.traces else []),
     ]
     render.show(render.fields(rows))
     if info.api_url != "http://127.0.0.1:8080":

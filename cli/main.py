@@ -26,6 +26,7 @@ from cli import (
     workspace,
 )
 from cli.client import CliError, resolve_master
+from common import tracing
 
 
 class _Root(TyperGroup):
@@ -77,6 +78,10 @@ def root(
     ] = None,
 ) -> None:
     ctx.obj = {"master": resolve_master(master)}
+    if tracing.wanted() and tracing.setup("epochal-cli"):
+        # One span per command: its requests' spans on the master join its trace.
+        words = [w for w in sys.argv[1:] if not w.startswith("-")][:2]
+        ctx.with_resource(tracing.span(" ".join(["epochal", *words])))
 
 
 app.add_typer(experiment.app, name="experiment")

@@ -68,6 +68,8 @@ class ClusterSettings:
     # A local S3 server as the default checkpoint storage (instead of STATE/checkpoints).
     s3: bool = False
     s3_port: int = 8333
+    # The master's and the agent's traces as JSON lines in STATE/traces.jsonl (common/tracing.py).
+    traces: bool = False
     # An external PostgreSQL / Temporal to use instead of starting our own.
     external_db_url: str | None = field(
         default_factory=lambda: os.environ.get("EPOCHAL_DB_URL") or None)
@@ -84,6 +86,10 @@ class ClusterSettings:
 
     def pid_file(self, part: str) -> Path:
         return self.state_dir / "run" / f"{part}.pid"
+
+    @property
+    def traces_file(self) -> Path:
+        return self.state_dir / "traces.jsonl"
 
 
 @dataclass
@@ -173,7 +179,7 @@ SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
 SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
                 "headless_temporal", "agent_runtime", "agent_task_env",
-                "agent_task_user", "s3", "s3_port")
+                "agent_task_user", "s3", "s3_port", "traces")
 
 
 def load_settings(state_dir: Path | None = None, **overrides: object) -> ClusterSettings:
@@ -239,7 +245,7 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
         say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime"
             + (f", task environment {s.agent_task_env}" if s.agent_task_env else "")
             + (f", trials run as {task_user.name}" if task_user else ""))
-        _up_process(s, "agent", _agent_command(s, info), env=_agent_env(info), port=None,
+        _up_process(s, "agent", _agent_command(s, info), env=_agent_env(s, info), port=None,
                     check=lambda: _agent_answers(info))
     return info
 
@@ -290,8 +296,9 @@ def _cluster_id(s: ClusterSettings) -> str:
     return path.read_text().strip()
 
 
-def _base_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _base_env(s: ClusterSettings) -> dict[str, str]:
+    traces = {"EPOCHAL_TRACES_FILE": str(s.traces_file)} if s.traces else {}
+    return {**os.environ, "PYTHONUNBUFFERED": "1", **traces}
 
 
 def _master_command() -> list[str]:
@@ -304,7 +311,7 @@ def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
         "access_key": info.s3_access_key, "secret_key": info.s3_secret_key})}
     return {
         **storage,
-        **_base_env(),
+        **_base_env(s),
         "EPOCHAL_DB_URL": info.db_url,
         "EPOCHAL_TEMPORAL_ADDRESS": info.temporal_address,
         "EPOCHAL_API_HOST": HOST,
@@ -316,8 +323,8 @@ def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
     }
 
 
-def _agent_env(info: ClusterInfo) -> dict[str, str]:
-    return {**_base_env(), "EPOCHAL_CLUSTER_TOKEN": info.cluster_token}
+def _agent_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
+    return {**_base_env(s), "EPOCHAL_CLUSTER_TOKEN": info.cluster_token}
 
 
 def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:

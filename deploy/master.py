@@ -27,6 +27,7 @@ from activities.scheduler import SchedulerActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
+from common import tracing
 from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from workflows.experiment import ExperimentWorkflow
 from workflows.pool_types import PoolInput
@@ -77,6 +78,36 @@ async def start_resource_pools(client: Client, names: tuple[str, ...]) -> None:
         )
 
 
+POOL_GAUGE_INTERVAL = 10.0
+
+
+async def report_pool_gauges(client: Client, pools: tuple[str, ...]) -> None:
+    """With tracing on: each pool's queue length and slots used and offered, as OpenTelemetry
+    gauges (`epochal.pool.queue_length`, `epochal.pool.slots_used`, `epochal.pool.slots`),
+    read from the pool workflows every POOL_GAUGE_INTERVAL seconds."""
+    while True:
+        queued: dict[tuple[tuple[str, str], ...], float] = {}
+        used: dict[tuple[tuple[str, str], ...], float] = {}
+        offered: dict[tuple[tuple[str, str], ...], float] = {}
+        for name in pools:
+            try:
+                state = await client.get_workflow_handle(resource_pool_workflow_id(name)).query(
+                    "describe")
+            except Exception as err:  # a pool not started yet, Temporal away: next time
+                log.debug("pool %s: no gauges this time: %s", name, err)
+                continue
+            key = (("pool", name),)
+            queued[key] = float(len(state["queue"]))
+            used[key] = float(sum(len(a["slotIds"]) for agent in state["agents"]
+                                  for a in agent["allocations"]))
+            offered[key] = float(sum(len(agent["slotIds"]) for agent in state["agents"]
+                                     if agent["alive"] and agent["enabled"]))
+        tracing.gauge("epochal.pool.queue_length", queued)
+        tracing.gauge("epochal.pool.slots_used", used)
+        tracing.gauge("epochal.pool.slots", offered)
+        await asyncio.sleep(POOL_GAUGE_INTERVAL)
+
+
 async def serve(settings: Settings) -> None:
     pool = await _retry("PostgreSQL", lambda: create_pool(settings.db_url))
     try:
@@ -91,11 +122,13 @@ async def serve(settings: Settings) -> None:
         client = await _retry(
             "Temporal",
             lambda: Client.connect(
-                settings.temporal_address, namespace=settings.temporal_namespace
+                settings.temporal_address, namespace=settings.temporal_namespace,
+                interceptors=tracing.temporal_interceptors(),
             ),
         )
         await _retry("Temporal", lambda: start_resource_pools(client, settings.resource_pools))
         app = create_app(settings, pool, client)
+        tracing.instrument_api(app)
         server = uvicorn.Server(
             uvicorn.Config(
                 app,
@@ -106,9 +139,15 @@ async def serve(settings: Settings) -> None:
             )
         )
         worker = build_worker(client, pool, cluster_storage=settings.checkpoint_storage)
-        async with worker:
-            log.info("master serving on %s", settings.master_url)
-            await server.serve()
+        gauges = (asyncio.create_task(report_pool_gauges(client, settings.resource_pools))
+                  if tracing.enabled() else None)
+        try:
+            async with worker:
+                log.info("master serving on %s", settings.master_url)
+                await server.serve()
+        finally:
+            if gauges is not None:
+                gauges.cancel()
     finally:
         await pool.close()
 
@@ -117,6 +156,8 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    if tracing.setup("epochal-master"):
+        log.info("tracing on (OpenTelemetry, configured by OTEL_* variables)")
     asyncio.run(serve(Settings.from_env()))
 
 

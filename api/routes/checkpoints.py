@@ -23,6 +23,7 @@ from api.errors import ApiError, not_found
 from api.routes.tasks import trial_of_task
 from api.schemas import documented
 from api.settings import Settings
+from common import tracing
 from common.checkpoint_storage import (
     MAX_FILES,
     MAX_PARTS,
@@ -52,6 +53,10 @@ class ReportCheckpointRequest(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     state: str = "STATE_COMPLETED"
     training: CheckpointTraining | None = None
+
+
+def files_storage_type(config: dict[str, Any]) -> str:
+    return str((config.get("checkpoint_storage") or {}).get("type") or "shared_fs")
 
 
 async def _files_of(config: dict[str, Any], settings: Settings) -> CheckpointFiles:
@@ -126,6 +131,7 @@ async def report_checkpoint(
         body.state.removeprefix("STATE_"),
         body.reportTime,
     )
+    tracing.count("epochal.checkpoints", storage=str(files_storage_type(config)))
     return {}
 
 

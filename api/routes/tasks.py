@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from api import auth
 from api.deps import Pool
 from api.errors import ApiError, not_found
+from common import tracing
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
@@ -98,9 +99,10 @@ async def allocation_preemption_signal(
     trial_id, run_id, _ = await _allocation_trial(pool, allocation_id)
     deadline = asyncio.get_running_loop().time() + timeoutSeconds
     while True:
-        row = await pool.fetchrow(
-            "SELECT preempt_requested, run_id FROM trials WHERE id = $1", trial_id
-        )
+        with tracing.untraced():  # one span for the poll, not one per look
+            row = await pool.fetchrow(
+                "SELECT preempt_requested, run_id FROM trials WHERE id = $1", trial_id
+            )
         # An allocation older than the trial's current run is stale: it should stop.
         if row["preempt_requested"] or row["run_id"] != run_id:
             return {"preempt": True}

@@ -19,7 +19,7 @@ from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import log_records
 from api.schemas import documented
-from common import metric_groups
+from common import metric_groups, tracing
 from common.states import TERMINAL_STATES
 from common.temporal_names import experiment_workflow_id, trial_workflow_id
 from workflows.types import ValidationReport
@@ -124,6 +124,9 @@ async def store_reports(
                 trial_id,
                 max(steps),
             )
+    for group in {r[2] for r in rows}:
+        tracing.count("epochal.metric.reports", sum(1 for r in rows if r[2] == group),
+                      group=group)
     if validations:
         await notify_searcher(pool, temporal, trial_id, validations)
     return len(rows)

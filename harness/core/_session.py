@@ -15,7 +15,9 @@ makes is safe to repeat (metrics are keyed by step, checkpoints by uuid, the res
 from __future__ import annotations
 
 import logging
+import os
 import random
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from typing import Any
 import httpx
 
 logger = logging.getLogger("harness.core")
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 # httpx logs every request at INFO; in a training script's logs (shipped to the master) that is
 # one line per metric batch and preemption poll. The harness reports its own failures instead.
 logging.getLogger("httpx").setLevel(logging.WARNING)
@@ -89,6 +92,11 @@ class Session:
         if retries < 0:
             raise ValueError(f"retries must be >= 0, got {retries}")
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # The agent's run_trial span (W3C trace context): the master's spans of these reports
+        # join the trial's trace. Only a well-formed value is passed on.
+        parent = os.environ.get("TRACEPARENT", "")
+        if _TRACEPARENT.fullmatch(parent):
+            headers["traceparent"] = parent
         self.master_url = master_url.rstrip("/")
         self.retries = retries
         self.backoff = backoff or Backoff()
