@@ -225,36 +225,15 @@ class Client:
         return {key: items, "pagination": {"offset": 0, "limit": len(items), "total": len(items)}}
 
     @contextlib.contextmanager
-    def stream_bytes(self, path: str) -> Iterator[Iterator[bytes]]:
-        """The body of a large answer (a checkpoint's tar), as it arrives."""
+    def _stream(self, path: str, params: dict[str, Any] | None = None
+                ) -> Iterator[httpx.Response]:
+        """A GET whose answer is read as it arrives (no read timeout: followed logs can be
+        quiet for as long as training is); errors as the CLI's own."""
         import httpx
 
+        headers: dict[str, str] = {}
+        tracing.inject(headers)
         try:
-            headers: dict[str, str] = {}
-            tracing.inject(headers)
-            with self._http.stream(
-                "GET", path, timeout=httpx.Timeout(None, connect=10.0), headers=headers
-            ) as response:
-                if response.status_code >= 400:
-                    response.read()
-                    raise _error_from_response(response)
-                yield response.iter_bytes(1024 * 1024)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-            raise MasterUnreachable(self.master_url, _reason(exc)) from None
-        except httpx.TransportError as exc:
-            raise ConnectionLost(
-                f"lost the connection to the master at {self.master_url} while downloading: "
-                f"{_reason(exc)}"
-            ) from None
-
-    def stream_ndjson(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
-        """Yield each JSON line of a streamed answer (no read timeout: followed logs can be quiet
-        for as long as training is)."""
-        import httpx
-
-        try:
-            headers: dict[str, str] = {}
-            tracing.inject(headers)
             with self._http.stream(
                 "GET", path, params=params, timeout=httpx.Timeout(None, connect=10.0),
                 headers=headers,
@@ -262,14 +241,7 @@ class Client:
                 if response.status_code >= 400:
                     response.read()
                     raise _error_from_response(response)
-                for line in response.iter_lines():
-                    line = line.strip()
-                    if not line:
-                        continue
-                    try:
-                        yield json.loads(line)
-                    except ValueError:
-                        continue
+                yield response
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise MasterUnreachable(self.master_url, _reason(exc)) from None
         except httpx.TransportError as exc:
@@ -277,3 +249,21 @@ class Client:
                 f"lost the connection to the master at {self.master_url} while streaming: "
                 f"{_reason(exc)}"
             ) from None
+
+    @contextlib.contextmanager
+    def stream_bytes(self, path: str) -> Iterator[Iterator[bytes]]:
+        """The body of a large answer (a checkpoint's tar), as it arrives."""
+        with self._stream(path) as response:
+            yield response.iter_bytes(1024 * 1024)
+
+    def stream_ndjson(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
+        """Yield each JSON line of a streamed answer."""
+        with self._stream(path, params) as response:
+            for line in response.iter_lines():
+                line = line.strip()
+                if not line:
+                    continue
+                try:
+                    yield json.loads(line)
+                except ValueError:
+                    continue

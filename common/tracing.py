@@ -170,7 +170,6 @@ def instrument_api(app: FastAPI) -> None:
         return
     from opentelemetry.instrumentation.asyncpg import AsyncPGInstrumentor
     from opentelemetry.instrumentation.fastapi import FastAPIInstrumentor
-
     from opentelemetry.metrics import NoOpMeterProvider
 
     # Not a span per body chunk sent or received: a request's span says what it did; no HTTP

