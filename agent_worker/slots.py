@@ -64,7 +64,7 @@ def _text(value: Any) -> str:
 
 def load_nvml() -> ModuleType | None:
     try:
-        import pynvml  # type: ignore[import-not-found, unused-ignore]
+        import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]
     except ImportError:
         return None
     module: ModuleType = pynvml

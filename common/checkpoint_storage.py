@@ -342,6 +342,8 @@ class CheckpointFiles:
         if self.s3 is not None:
             return self.s3.listing(uuid)
         assert directory is not None
+        if not directory.is_dir():  # agents write it, and this host does not see it
+            raise FileNotFoundError(path)
         found: dict[str, int] = {}
         for dirpath, _dirs, names in os.walk(directory):
             for name in names:

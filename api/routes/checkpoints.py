@@ -112,7 +112,12 @@ async def report_checkpoint(
         raise not_found("trial", trial_id)
     uuid = str(body.uuid)
     if body.state.removeprefix("STATE_") == "COMPLETED":
-        await _check_stored(await _files_of(config, settings), uuid, body.resources)
+        try:
+            files = CheckpointFiles.of(config, settings.checkpoint_storage)
+        except StorageError:
+            files = None  # an experiment stored before S3 needed credentials the master has
+        if files is not None:
+            await _check_stored(files, uuid, body.resources)
     await pool.execute(
         "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
         " metadata, resources, storage_path, state, report_time)"

@@ -10,6 +10,7 @@ of every page goes to test-artifacts/screenshots/.
 from __future__ import annotations
 
 import re
+import tarfile
 from collections.abc import Iterator
 
 import httpx
@@ -175,6 +176,11 @@ def test_trial_page_shows_curves_live_logs_and_checkpoints(
     chart_points(page, "#curves svg.line-chart", at_least=5)
     expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
     expect(page.locator("tr.checkpoint-row").first).to_be_visible()
+    # A checkpoint's files download as a tar through the master (shared_fs here, S3 alike).
+    with page.expect_download() as download:
+        page.locator("tr.checkpoint-row a.download").first.click()
+    with tarfile.open(download.value.path()) as archive:
+        assert {"state.json", "metadata.json"} <= set(archive.getnames())
 
     logs = page.locator("#logs")
     expect(logs).to_contain_text("checkpoint at step")

@@ -55,6 +55,11 @@ def test_refuses_without_a_storage_root(tmp_path: Path) -> None:
             str(tmp_path / "x"))
 
 
+def test_a_directory_this_host_does_not_see_is_not_an_empty_checkpoint(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        shared_fs(tmp_path / "storage").listing(str(tmp_path / "storage" / "elsewhere"))
+
+
 def test_refuses_to_read_outside_the_checkpoint(tmp_path: Path) -> None:
     (tmp_path / "storage" / "u").mkdir(parents=True)
     (tmp_path / "secret").write_text("no")
