@@ -65,16 +65,22 @@ def test_s3_checkpoints_from_a_container(docker_cluster: Cluster, s3_server: S3S
                                 timeout=300)
     experiment_id = created_id(result.stdout)
     [trial] = docker_cluster.json("experiment", "describe", str(experiment_id))["trials"]
-    assert trial["state"] == "STATE_COMPLETED"
-    checkpoints = docker_cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
-    kept = [c for c in checkpoints if c["state"] == "STATE_COMPLETED"]
-    assert kept and all(c["storagePath"].startswith(f"s3://{bucket}/") for c in checkpoints)
-    wait_for(lambda: s3_server.objects(bucket) == {
-        f"{c['uuid']}/{name}": size for c in kept for name, size in c["resources"].items()},
-        timeout=30, what="the bucket to hold exactly the kept checkpoints")
-    assert not any((docker_cluster.state_dir / "checkpoints").glob(f"{kept[0]['uuid']}*"))
+    logs = docker_cluster.run("trial", "logs", str(trial["id"])).stdout
+    assert trial["state"] == "STATE_COMPLETED", f"{result.stdout}\n{logs}"
+
+    def kept_in_bucket() -> bool:
+        checkpoints = docker_cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
+        assert all(c["storagePath"].startswith(f"s3://{bucket}/") for c in checkpoints)
+        kept = [c for c in checkpoints if c["state"] == "STATE_COMPLETED"]
+        return bool(kept) and s3_server.objects(bucket) == {
+            f"{c['uuid']}/{name}": size for c in kept for name, size in c["resources"].items()}
+
+    wait_for(kept_in_bucket, timeout=90, what="the bucket to hold exactly the kept checkpoints")
+    assert not any((docker_cluster.state_dir / "checkpoints").glob(
+        f"{trial['latestCheckpointUuid']}*"))
     cache = docker_cluster.state_dir / "agent" / "trials" / str(trial["id"]) / "checkpoint-cache"
-    assert (cache / trial["latestCheckpointUuid"]).is_dir()
+    cached = sorted(p.name for p in cache.iterdir()) if cache.is_dir() else None
+    assert trial["latestCheckpointUuid"] in (cached or []), f"cache {cache}: {cached}\n{logs}"
 
 
 def test_killed_agent_leaves_no_container_after_restart(
