@@ -66,7 +66,10 @@ class SeaweedFSServer(processes.DetachedServer):
             cmd: list[str | Path] = [
                 weed_binary(), "server", f"-dir={self.data_dir}", f"-ip={ip}",
                 f"-ip.bind={ip}", "-filer", "-s3", f"-s3.config={identities}",
-                "-master.volumeSizeLimitMB=1024", "-master.telemetry=false",
+                # Each bucket is a collection of volumes of its own: with the default cap of
+                # 8 volumes the third bucket cannot be written. Smaller volumes, as many as
+                # the disk holds.
+                "-master.volumeSizeLimitMB=256", "-volume.max=0", "-master.telemetry=false",
                 "-volume.preStopSeconds=0",  # it stops at once on SIGTERM
                 *(f"-{name}={p}" for name, p in ports(port).items() if name != "s3"),
                 f"-s3.port={port}"]

@@ -177,6 +177,12 @@ async def test_a_sandboxed_run_is_stopped_gracefully_and_leaves_nothing(
               "print('ready', flush=True)\n"
               "time.sleep(600)\n")
     logs = Lines()
+
+    def nobodys() -> set[int]:
+        return {p.pid for p in psutil.process_iter(["username", "status"])
+                if p.info["username"] == "nobody" and p.info["status"] != psutil.STATUS_ZOMBIE}
+
+    before = nobodys()  # trials of another suite on this machine are not this run's
     task = asyncio.create_task(runtime.run(
         _launch(layout["run"], f"{sys.executable} -c \"$SCRIPT\"", SCRIPT=script),
         logs, lambda: None))
@@ -189,9 +195,7 @@ async def test_a_sandboxed_run_is_stopped_gracefully_and_leaves_nothing(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert "stopping" in logs.lines  # SIGTERM reached the entrypoint, not a SIGKILL
-    left = [p for p in psutil.process_iter(["username", "status"])
-            if p.info["username"] == "nobody" and p.info["status"] != psutil.STATUS_ZOMBIE]
-    assert left == []  # the setsid sleeper died with the run's namespace
+    assert nobodys() - before == set()  # the setsid sleeper died with the run's namespace
 
 
 def test_private_files_are_given_to_the_task_user(tmp_path: Path) -> None:
