@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
@@ -44,6 +44,7 @@ from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.trial_firewall import TrialFirewall
 from common import tracing
+from common.temporal_connection import TemporalConnectionError, TemporalSecurity, connect
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
 logger = logging.getLogger("agent_worker")
@@ -71,6 +72,8 @@ class AgentConfig:
     image_pull: str = "missing"  # Docker runtime: missing | always | never
     # Sent to the master on every call; trial tokens are signed with it (common/tokens.py).
     cluster_token: str | None = None
+    # TLS and credentials for a Temporal that authenticates clients (EPOCHAL_TEMPORAL_TLS_*).
+    temporal_security: TemporalSecurity = field(default_factory=TemporalSecurity)
     # Process runtime: the user's Python environment trials run in (agent_worker/task_env.py).
     task_env: TaskEnvironment | None = None
     # Process runtime: the user trials run as, sandboxed (agent_worker/sandbox.py); None: the
@@ -181,6 +184,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
             task_user = task_user_for_agent(args.task_user)
         except TaskUserError as err:
             p.error(str(err))
+    try:
+        temporal_security = TemporalSecurity.from_env()
+    except TemporalConnectionError as err:
+        p.error(str(err))
     work_dir = args.work_dir.expanduser().resolve()
     config = AgentConfig(
         master_url=args.master.rstrip("/"),
@@ -193,6 +200,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         runtime=args.runtime,
         image_pull=args.image_pull,
         cluster_token=os.environ.get(CLUSTER_TOKEN_ENV) or None,
+        temporal_security=temporal_security,
         task_env=task_env,
         task_user=task_user,
         hidden_from_trials=tuple(d.expanduser().resolve() for d in args.hide_from_trials),
@@ -241,18 +249,21 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
                           shared_with_trials=config.shared_with_trials)
 
 
-async def connect_temporal(address: str, namespace: str) -> Client:
+async def connect_temporal(address: str, namespace: str,
+                           security: TemporalSecurity | None = None) -> Client:
     """Connect, retrying for as long as it takes (an agent waits for its cluster)."""
+    security = security or TemporalSecurity()
     delay = 1.0
     attempt = 0
     while True:
         try:
-            return await Client.connect(address, namespace=namespace,
-                                        interceptors=tracing.temporal_interceptors())
+            return await connect(address, namespace, security,
+                                 interceptors=tracing.temporal_interceptors())
         except Exception as err:  # the bridge raises RuntimeError; be broad, keep waiting
             attempt += 1
             if attempt == 1 or attempt % 12 == 0:
-                logger.warning("cannot connect to Temporal at %s (%s); retrying", address, err)
+                logger.warning("cannot connect to Temporal at %s (%s, %s); retrying", address,
+                               security.describe(), err)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
@@ -324,7 +335,8 @@ class Agent:
             heartbeat = asyncio.create_task(self._heartbeat(registration))
             try:
                 client = self._client or await self._unless_stopped(
-                    connect_temporal(cfg.temporal_address, cfg.namespace))
+                    connect_temporal(cfg.temporal_address, cfg.namespace,
+                                     cfg.temporal_security))
                 if client is None:
                     return 0
                 cluster_id = await registration.cluster_id()

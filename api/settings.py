@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from common.checkpoint_storage import public_storage
+from common.temporal_connection import TemporalSecurity
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
 
 
@@ -30,6 +31,8 @@ class Settings:
     db_url: str = "postgresql://postgres@127.0.0.1:54329/epochal"
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = DEFAULT_NAMESPACE
+    # TLS and credentials for a Temporal that authenticates clients (EPOCHAL_TEMPORAL_TLS_*).
+    temporal_security: TemporalSecurity = field(default_factory=TemporalSecurity)
     api_host: str = "127.0.0.1"
     api_port: int = 8080
     cluster_id: str = "epochal-local"
@@ -51,6 +54,8 @@ class Settings:
     # `{"type": "s3", "bucket", "endpoint_url", "prefix", "access_key", "secret_key"}`. Its keys
     # are the cluster's: experiments get the storage without them (common/checkpoint_storage.py).
     checkpoint_storage: dict[str, Any] | None = None
+    # Make the default storage's bucket at boot if it is missing (EPOCHAL_CREATE_BUCKET).
+    create_bucket: bool = False
 
     def allowed_storage_roots(self) -> tuple[str, ...]:
         return (self.checkpoint_dir, *self.storage_roots)
@@ -73,6 +78,7 @@ class Settings:
             db_url=env.get("EPOCHAL_DB_URL", base.db_url),
             temporal_address=env.get("EPOCHAL_TEMPORAL_ADDRESS", base.temporal_address),
             temporal_namespace=env.get("EPOCHAL_TEMPORAL_NAMESPACE", base.temporal_namespace),
+            temporal_security=TemporalSecurity.from_env(env),
             api_host=env.get("EPOCHAL_API_HOST", base.api_host),
             api_port=int(env.get("EPOCHAL_API_PORT", base.api_port)),
             cluster_id=env.get("EPOCHAL_CLUSTER_ID", base.cluster_id),
@@ -83,6 +89,7 @@ class Settings:
             session_ttl=timedelta(hours=float(env.get("EPOCHAL_SESSION_TTL_HOURS", 24 * 7))),
             storage_roots=parse_roots(env.get("EPOCHAL_STORAGE_ROOTS")) or base.storage_roots,
             checkpoint_storage=parse_storage(env.get("EPOCHAL_CHECKPOINT_STORAGE")),
+            create_bucket=env.get("EPOCHAL_CREATE_BUCKET", "").lower() in ("1", "true", "yes"),
         )
 
 

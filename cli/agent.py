@@ -99,8 +99,11 @@ def agent_argv(
     task_user: str | None = None,
     hidden_from_trials: list[Path] | None = None,
     closed_to_trials: list[str] | None = None,
+    namespace: str | None = None,
 ) -> list[str]:
     argv = ["--master", master, "--temporal", temporal, "--pool", pool]
+    if namespace is not None:
+        argv += ["--namespace", namespace]
     if slots is not None:
         argv += ["--slots", str(slots)]
     if work_dir is not None:
@@ -149,6 +152,13 @@ def run(
             help=f"Temporal frontend address (default: env EPOCHAL_TEMPORAL_ADDRESS, else "
             f"{DEFAULT_TEMPORAL}).",
         ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option("--namespace", help="Temporal namespace (default: env "
+                     "EPOCHAL_TEMPORAL_NAMESPACE, else 'default'); TLS and credentials come "
+                     "from EPOCHAL_TEMPORAL_TLS_* and EPOCHAL_TEMPORAL_API_KEY "
+                     "(deploy/README.md)."),
     ] = None,
     pool: Annotated[str, typer.Option("--pool", help="Resource pool to join.")] = "default",
     slots: Annotated[
@@ -215,5 +225,6 @@ def run(
         task_user,
         hide_from_trials,
         close_to_trials,
+        namespace,
     )
     run_agent(argv)

@@ -76,6 +76,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _check_host(host: str) -> None:
+    """--host must be an address of this machine that others can connect to."""
+    import ipaddress
+
+    from deploy.processes import address_is_local
+
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        raise typer.BadParameter(f"must be an IP address of this machine, got {host!r}",
+                                 param_hint="--host") from None
+    if address.is_unspecified:
+        raise typer.BadParameter(f"{host} is no address to reach: give the address of this "
+                                 "machine that agents on other machines reach it at",
+                                 param_hint="--host")
+    if not address_is_local(host):
+        raise typer.BadParameter(f"{host} is not an address of this machine", param_hint="--host")
+
+
 @app.command("up", help="Start the local cluster (whatever part is not running yet).")
 def up(
     state_dir: StateDir = None,
@@ -83,6 +102,14 @@ def up(
     temporal_port: TemporalPort = None,
     temporal_ui_port: TemporalUiPort = None,
     postgres_port: PostgresPort = None,
+    host: Annotated[
+        str | None,
+        typer.Option(help="The address of this machine that agents on other machines reach "
+                     "the cluster at: the API and the S3 server listen there, Temporal's dev "
+                     "server on all addresses (it authenticates nobody: use it on a trusted "
+                     "network; see deploy/README.md) [127.0.0.1, or what the last `up` "
+                     "used]."),
+    ] = None,
     slots: Annotated[
         int | None, typer.Option(min=1, help="Slots of the local agent [the CPU count].")
     ] = None,
@@ -126,6 +153,8 @@ def up(
     if runtime is not None and runtime not in ("process", "docker", "auto"):
         raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
                                  param_hint="--runtime")
+    if host is not None:
+        _check_host(host)
     if task_env:
         from agent_worker.task_env import TaskEnvError, TaskEnvironment
 
@@ -142,6 +171,7 @@ def up(
         temporal_port=temporal_port,
         temporal_ui_port=temporal_ui_port,
         postgres_port=postgres_port,
+        host=host,
         agent_slots=slots,
         agent_runtime=runtime,
         agent_task_env=task_env,
@@ -179,6 +209,12 @@ def up(
         *([("Traces", str(s.traces_file))] if s.traces else []),
     ]
     render.show(render.fields(rows))
+    if s.host != local_cluster.HOST:
+        render.say(
+            "Join an agent on another machine with `EPOCHAL_CLUSTER_TOKEN=<cluster_token from "
+            f"secrets.json> epochal agent run --master {info.api_url} --temporal "
+            f"{info.temporal_address} --work-dir DIR`."
+        )
     if info.api_url != "http://127.0.0.1:8080":
         render.say(
             f"Point the CLI at it with `-m {info.api_url}` or EPOCHAL_MASTER={info.api_url}."

@@ -285,11 +285,16 @@ class S3Store:
                                f"failed: {errors[0].code}: {errors[0].message}")
         return len(keys)
 
-    def check_bucket(self) -> None:
-        """Raise a StorageError naming the cause when the bucket cannot be used."""
+    def check_bucket(self, *, create: bool = False) -> bool:
+        """Raise a StorageError naming the cause when the bucket cannot be used; with `create`,
+        make it if it is missing. True if it was made."""
         try:
-            if not self._client.bucket_exists(self.location.bucket):
+            if self._client.bucket_exists(self.location.bucket):
+                return False
+            if not create:
                 raise StorageError(f"{self.location.describe()} does not exist")
+            self._client.make_bucket(self.location.bucket)
+            return True
         except (MinioException, urllib3.exceptions.HTTPError) as err:
             raise self._fail("checking the bucket", err) from err
 

@@ -42,3 +42,15 @@ def allocation_id(experiment_id: int, trial_id: int, run_id: int) -> str:
 def resource_pool_workflow_id(pool: str) -> str:
     """The one scheduler workflow of a resource pool (started by the master at boot)."""
     return f"resource-pool-{pool}"
+
+
+# The provisioner's activities (activities/provisioning.py), on the master's queue.
+PROVISIONER_OBSERVE = "provisioner_observe"
+PROVISIONER_LAUNCH = "provisioner_launch"
+PROVISIONER_TERMINATE = "provisioner_terminate"
+PROVISIONER_SET_ENABLED = "provisioner_set_enabled"
+
+
+def provisioner_workflow_id(pool: str) -> str:
+    """The one provisioner of a resource pool with a provider (started by the master at boot)."""
+    return f"provisioner-{pool}"

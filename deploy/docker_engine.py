@@ -27,7 +27,9 @@ from deploy.debian_packages import apt_install, may_set_up
 
 LOG_FILE = Path("/var/log/epochal-dockerd.log")
 FALLBACK_FLAGS = ("--iptables=false", "--bridge=none")
-APT_PACKAGES = {"docker.io": "dockerd", "debootstrap": "debootstrap"}
+# docker-compose validates deploy/compose/docker-compose.yml (tests/integration/test_compose.py).
+APT_PACKAGES = {"docker.io": "dockerd", "debootstrap": "debootstrap",
+                "docker-compose": "docker-compose"}
 
 
 def answers(timeout: float = 3.0) -> bool:
@@ -45,7 +47,8 @@ def _installed(exe: str) -> bool:
 
 
 def install() -> None:
-    """apt-get install docker.io (dockerd, containerd, runc, docker-init) and debootstrap."""
+    """apt-get install docker.io (dockerd, containerd, runc, docker-init), debootstrap and
+    docker-compose."""
     missing = [pkg for pkg, exe in APT_PACKAGES.items() if not _installed(exe)]
     if not missing:
         return
@@ -80,12 +83,13 @@ def start_dockerd(flags: tuple[str, ...] = (), timeout: float = 60.0) -> bool:
 
 def ensure() -> bool:
     """An engine that answers: there already, or installed and started here."""
+    if may_set_up():
+        install()  # no-op when all is there; docker-compose may be missing beside an engine
     if answers():
         return True
     if not may_set_up():
         say("no engine answers; not CI and not root, so none is started")
         return False
-    install()
     if os.geteuid() != 0:
         say("dockerd must be started by root; start the docker service")
         return False

@@ -8,7 +8,10 @@ all data, so the next `up` finds experiments, workflows and checkpoints where th
 
 With env EPOCHAL_DB_URL / EPOCHAL_TEMPORAL_ADDRESS set, the cluster uses that PostgreSQL /
 Temporal instead of starting its own. With `s3` set (`epochal cluster up --s3`) it also runs a
-local S3 server (SeaweedFS) and makes it the default checkpoint storage.
+local S3 server (SeaweedFS) and makes it the default checkpoint storage. With `host` set to an
+address of this machine (`--host`), the API and the S3 server listen there (Temporal's dev
+server on every address: deploy/temporal_server.py), so agents on other machines join with
+`epochal agent run`; PostgreSQL always listens on 127.0.0.1 (only the master uses it).
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ class ClusterSettings:
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
     postgres_port: int = 54329
+    # Where the API, Temporal and the S3 server listen and are reached: 127.0.0.1, or an address
+    # of this machine that agents on other machines reach it at.
+    host: str = HOST
     agent_slots: int = field(default_factory=lambda: os.cpu_count() or 1)
     agent_runtime: str = "process"  # the local agent's --runtime: process | docker | auto
     agent_task_env: str | None = None  # the local agent's --task-env (process runtime)
@@ -132,19 +138,19 @@ class ClusterStatus:
 
 def cluster_info(settings: ClusterSettings) -> ClusterInfo:
     s = settings
-    api_url = f"http://{HOST}:{s.api_port}"
+    api_url = f"http://{s.host}:{s.api_port}"
     ui = None
     if not (s.headless_temporal or s.external_temporal_address):
-        ui = f"http://{HOST}:{s.temporal_ui_port}"
+        ui = f"http://{s.host}:{s.temporal_ui_port}"
     return ClusterInfo(
         api_url=api_url,
         dashboard_url=f"{api_url}/",
-        temporal_address=s.external_temporal_address or f"{HOST}:{s.temporal_port}",
+        temporal_address=s.external_temporal_address or f"{s.host}:{s.temporal_port}",
         temporal_ui_url=ui,
         db_url=s.external_db_url or database_url(s.postgres_port, DATABASE, HOST,
                                                  _postgres(s).password()),
         state_dir=s.state_dir,
-        s3_endpoint=f"http://{HOST}:{s.s3_port}" if s.s3 else None,
+        s3_endpoint=f"http://{s.host}:{s.s3_port}" if s.s3 else None,
         **_secrets(s),
     )
 
@@ -177,7 +183,8 @@ def _secrets(s: ClusterSettings) -> dict[str, str]:
 
 SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
-SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "agent_slots",
+SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "host",
+                "agent_slots",
                 "headless_temporal", "agent_runtime", "agent_task_env",
                 "agent_task_user", "s3", "s3_port", "traces")
 
@@ -232,11 +239,11 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     if "temporal" in wanted and not s.external_temporal_address:
         say(f"temporal: {info.temporal_address}")
         _temporal(s).start(s.temporal_port, ui_port=s.temporal_ui_port,
-                           headless=s.headless_temporal, ip=HOST, timeout=s.start_timeout)
+                           headless=s.headless_temporal, ip=s.host, timeout=s.start_timeout)
     if "s3" in wanted and s.s3:
         say(f"s3: {info.s3_endpoint}, bucket {S3_BUCKET!r} (the default checkpoint storage)")
         _s3(s).start(s.s3_port, access_key=info.s3_access_key, secret_key=info.s3_secret_key,
-                     bucket=S3_BUCKET, ip=HOST, timeout=s.start_timeout)
+                     bucket=S3_BUCKET, ip=s.host, timeout=s.start_timeout)
     if "master" in wanted:
         say(f"master: {info.api_url}")
         _up_process(s, "master", _master_command(), env=_master_env(s, info), port=s.api_port,
@@ -280,8 +287,8 @@ def _up_process(s: ClusterSettings, part: str, cmd: list[str], *, env: dict[str,
     log_file = s.log_file(part)
     pid = processes.read_pid(s.pid_file(part))
     if pid is None:
-        if port is not None and processes.port_in_use(port, HOST):
-            raise failure(part, f"port {port} on {HOST} is already in use by another process",
+        if port is not None and processes.port_in_use(port, s.host):
+            raise failure(part, f"port {port} on {s.host} is already in use by another process",
                           log_file)
         pid = processes.spawn(cmd, log_file=log_file, pid_file=s.pid_file(part), env=env,
                               cwd=s.state_dir).pid
@@ -314,7 +321,7 @@ def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
         **_base_env(s),
         "EPOCHAL_DB_URL": info.db_url,
         "EPOCHAL_TEMPORAL_ADDRESS": info.temporal_address,
-        "EPOCHAL_API_HOST": HOST,
+        "EPOCHAL_API_HOST": s.host,
         "EPOCHAL_API_PORT": str(s.api_port),
         "EPOCHAL_CHECKPOINT_DIR": str(s.state_dir / "checkpoints"),
         "EPOCHAL_CLUSTER_ID": _cluster_id(s),
@@ -334,7 +341,8 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
             "--agent-id", AGENT_ID, "--runtime", s.agent_runtime,
             # Secrets, the database's files and the logs live there.
             "--hide-from-trials", str(s.state_dir),
-            *([] if s.headless_temporal else ["--close-to-trials", f"{HOST}:{s.temporal_ui_port}"]),
+            *([] if s.headless_temporal
+              else ["--close-to-trials", f"{s.host}:{s.temporal_ui_port}"]),
             *(["--task-env", s.agent_task_env] if s.agent_task_env else []),
             *(["--task-user", s.agent_task_user] if s.agent_task_user else [])]
 
@@ -379,8 +387,8 @@ def _agent_answers(info: ClusterInfo, agent_id: str = AGENT_ID) -> bool:
 
 
 def down(settings: ClusterSettings | None = None) -> list[str]:
-    """Stop agent, master, the S3 server, Temporal and PostgreSQL (in that order); data is
-    kept.
+    """Stop agent, master, the agents the master provisioned, the S3 server, Temporal and
+    PostgreSQL (in that order); data is kept.
 
     Returns the names of the parts that were running.
     """
@@ -389,6 +397,11 @@ def down(settings: ClusterSettings | None = None) -> list[str]:
     for part in ("agent", "master"):
         if processes.stop_pid_file(s.pid_file(part), s.stop_grace):
             stopped.append(part)
+    from deploy.providers.process import pid_files
+
+    provisioned = [f for f in pid_files(s.state_dir) if processes.stop_pid_file(f, s.stop_grace)]
+    if provisioned:  # agents the master's `process` provider started
+        stopped.append(f"{len(provisioned)} provisioned agent(s)")
     if _s3(s).stop():
         stopped.append("s3")
     if _temporal(s).stop(s.stop_grace):
@@ -410,7 +423,7 @@ def status(settings: ClusterSettings | None = None) -> ClusterStatus:
     if info.s3_endpoint is not None:
         pid = _s3(s).pid()
         parts.append(PartStatus("s3", pid, pid is not None,
-                                processes.tcp_answers(HOST, s.s3_port), info.s3_endpoint,
+                                processes.tcp_answers(s.host, s.s3_port), info.s3_endpoint,
                                 s.log_file("s3")))
     answering = {"master": _master_answers(info.api_url), "agent": _agent_answers(info)}
     for part, address in (("master", info.api_url), ("agent", f"{AGENT_ID} via {info.api_url}")):
@@ -433,10 +446,19 @@ def _postgres_status(s: ClusterSettings, info: ClusterInfo) -> PartStatus:
 
 
 def _temporal_status(s: ClusterSettings, info: ClusterInfo) -> PartStatus:
-    answering = temporal_server.answers(info.temporal_address)
     if s.external_temporal_address:
+        from common.temporal_connection import TemporalConnectionError, TemporalSecurity
+
+        try:
+            security = TemporalSecurity.from_env()
+        except TemporalConnectionError as err:
+            raise ClusterError(f"temporal: {err}") from None
+        namespace = os.environ.get("EPOCHAL_TEMPORAL_NAMESPACE") or temporal_server.NAMESPACE
+        answering = temporal_server.answers(info.temporal_address, namespace,
+                                            security=security)
         return PartStatus("temporal", None, answering, answering, info.temporal_address, None,
                           external=True)
+    answering = temporal_server.answers(info.temporal_address)
     pid = _temporal(s).pid()
     return PartStatus("temporal", pid, pid is not None, answering, info.temporal_address,
                       s.log_file("temporal"))

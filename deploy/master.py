@@ -23,14 +23,30 @@ from temporalio.worker import Worker
 
 from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
+from activities.provisioning import ProvisioningActivities
 from activities.scheduler import SchedulerActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
 from common import tracing
-from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from common.checkpoint_storage import S3Location, S3Store, StorageError, s3_credentials
+from common.temporal_connection import connect
+from common.temporal_names import (
+    MASTER_TASK_QUEUE,
+    provisioner_workflow_id,
+    resource_pool_workflow_id,
+)
+from deploy.providers import AgentSetup, Provider, make_provider
+from deploy.providers.config import (
+    MASTER_CONFIG_ENV,
+    MasterConfigError,
+    ProviderBase,
+    load_master_config,
+)
 from workflows.experiment import ExperimentWorkflow
 from workflows.pool_types import PoolInput
+from workflows.provisioner import ProvisionerWorkflow
+from workflows.provisioner_types import ProvisionerInput
 from workflows.resource_pool import ResourcePoolWorkflow
 from workflows.trial import TrialWorkflow
 
@@ -53,22 +69,27 @@ async def _retry(what: str, connect: Callable[[], Awaitable[T]]) -> T:
 
 
 def build_worker(client: Client, pool: asyncpg.Pool, *,
-                 cluster_storage: dict[str, Any] | None = None, **options: Any) -> Worker:
+                 cluster_storage: dict[str, Any] | None = None,
+                 providers: dict[str, tuple[ProviderBase, Provider]] | None = None,
+                 **options: Any) -> Worker:
     """The master's worker; tests pass Worker options (e.g. `max_cached_workflows=0`, which
     replays every workflow task from history, as a restarted worker does)."""
     return Worker(
         client,
         task_queue=MASTER_TASK_QUEUE,
-        workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow],
+        workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow, ProvisionerWorkflow],
         activities=[*ExperimentStore(pool, cluster_storage).all(),
-                    *SchedulerActivities(client).all()],
+                    *SchedulerActivities(client).all(),
+                    *ProvisioningActivities(client, providers or {}).all()],
         **options,
     )
 
 
-async def start_resource_pools(client: Client, names: tuple[str, ...]) -> None:
-    """Start each pool's scheduler unless it runs already (a restart finds them running)."""
-    for name in names:
+async def start_resource_pools(client: Client, names: tuple[str, ...],
+                               provisioned: tuple[str, ...] = ()) -> None:
+    """Start each pool's scheduler, and the provisioner of each pool with a provider, unless
+    they run already (a restart finds them running)."""
+    for name in dict.fromkeys((*names, *provisioned)):
         await client.start_workflow(
             ResourcePoolWorkflow.run,
             PoolInput(name=name),
@@ -76,6 +97,34 @@ async def start_resource_pools(client: Client, names: tuple[str, ...]) -> None:
             task_queue=MASTER_TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
+    for name in provisioned:
+        await client.start_workflow(
+            ProvisionerWorkflow.run,
+            ProvisionerInput(pool=name),
+            id=provisioner_workflow_id(name),
+            task_queue=MASTER_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+
+
+def load_providers(settings: Settings) -> dict[str, tuple[ProviderBase, Provider]]:
+    """The providers of EPOCHAL_MASTER_CONFIG's pools, ready to start their agents."""
+    configs = load_master_config(os.environ.get(MASTER_CONFIG_ENV))
+    providers: dict[str, tuple[ProviderBase, Provider]] = {}
+    state_dir = os.environ.get("EPOCHAL_STATE_DIR") or os.path.expanduser("~/.epochal/cluster")
+    for pool, config in configs.items():
+        master_url = config.master_url or settings.master_url
+        if "://0.0.0.0" in master_url:
+            raise MasterConfigError(
+                f"resource_pools.{pool}.provider.master_url: the master listens on every "
+                "address (EPOCHAL_API_HOST=0.0.0.0): say which one its agents reach it at")
+        setup = AgentSetup(pool=pool, master_url=master_url,
+                           temporal_address=config.temporal_address or settings.temporal_address,
+                           namespace=settings.temporal_namespace,
+                           cluster_token=settings.cluster_token,
+                           slots=config.slots_per_instance)
+        providers[pool] = (config, make_provider(config, setup, state_dir=state_dir))
+    return providers
 
 
 POOL_GAUGE_INTERVAL = 10.0
@@ -108,25 +157,50 @@ async def report_pool_gauges(client: Client, pools: tuple[str, ...]) -> None:
         await asyncio.sleep(POOL_GAUGE_INTERVAL)
 
 
-async def serve(settings: Settings) -> None:
+async def check_default_storage(settings: Settings) -> None:
+    """Say at boot, not at the first checkpoint, when the cluster's default S3 storage cannot
+    be used; make its bucket if EPOCHAL_CREATE_BUCKET asks (a fresh docker-compose site)."""
+    storage = settings.checkpoint_storage
+    if not storage:
+        return
+    location = S3Location.of(storage)
+    credentials = s3_credentials(storage, {}, storage)
+    if credentials is None:
+        log.error("checkpoint storage %s: EPOCHAL_CHECKPOINT_STORAGE has no access_key and "
+                  "secret_key", location.describe())
+        return
+    try:
+        made = await asyncio.to_thread(S3Store(location, credentials).check_bucket,
+                                       create=settings.create_bucket)
+    except StorageError as err:
+        log.error("checkpoint storage: %s; checkpoints cannot be stored until it is fixed", err)
+        return
+    log.info("checkpoint storage: %s%s", location.describe(), " (made)" if made else "")
+
+
+async def serve(settings: Settings,
+                providers: dict[str, tuple[ProviderBase, Provider]] | None = None) -> None:
+    providers = providers or {}
     pool = await _retry("PostgreSQL", lambda: create_pool(settings.db_url))
     try:
         applied = await apply_migrations(pool)
         if applied:
             log.info("applied migrations: %s", ", ".join(applied))
         await ensure_admin_password(pool, settings.admin_password)
+        await check_default_storage(settings)
         if not os.environ.get("EPOCHAL_CLUSTER_TOKEN"):
             log.warning(
                 "EPOCHAL_CLUSTER_TOKEN is not set: agents cannot authenticate to this master"
             )
         client = await _retry(
             "Temporal",
-            lambda: Client.connect(
-                settings.temporal_address, namespace=settings.temporal_namespace,
-                interceptors=tracing.temporal_interceptors(),
+            lambda: connect(
+                settings.temporal_address, settings.temporal_namespace,
+                settings.temporal_security, interceptors=tracing.temporal_interceptors(),
             ),
         )
-        await _retry("Temporal", lambda: start_resource_pools(client, settings.resource_pools))
+        await _retry("Temporal", lambda: start_resource_pools(
+            client, settings.resource_pools, tuple(providers)))
         app = create_app(settings, pool, client)
         tracing.instrument_api(app)
         server = uvicorn.Server(
@@ -138,7 +212,8 @@ async def serve(settings: Settings) -> None:
                 timeout_graceful_shutdown=2,
             )
         )
-        worker = build_worker(client, pool, cluster_storage=settings.checkpoint_storage)
+        worker = build_worker(client, pool, cluster_storage=settings.checkpoint_storage,
+                              providers=providers)
         gauges = (asyncio.create_task(report_pool_gauges(client, settings.resource_pools))
                   if tracing.enabled() else None)
         try:
@@ -158,7 +233,13 @@ def main() -> None:
     )
     if tracing.setup("epochal-master"):
         log.info("tracing on (OpenTelemetry, configured by OTEL_* variables)")
-    asyncio.run(serve(Settings.from_env()))
+    try:
+        settings = Settings.from_env()
+        providers = load_providers(settings)
+    except ValueError as err:  # a setting that cannot work, named in the message
+        log.error("%s", err)
+        raise SystemExit(2) from None
+    asyncio.run(serve(settings, providers))
 
 
 if __name__ == "__main__":

@@ -240,6 +240,17 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
+def address_is_local(ip: str) -> bool:
+    """True if `ip` is an address of this machine (one a server here can listen on)."""
+    family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((ip, 0))
+        except OSError:
+            return False
+    return True
+
+
 def tcp_answers(host: str, port: int, timeout: float = 1.0) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -12,10 +12,13 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from deploy import processes
 from deploy.processes import failure
+
+if TYPE_CHECKING:
+    from common.temporal_connection import TemporalSecurity
 
 NAMESPACE = "default"
 T = TypeVar("T")
@@ -36,14 +39,17 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]]) -> T:
         return pool.submit(lambda: asyncio.run(make_coro())).result()
 
 
-def answers(address: str, namespace: str = NAMESPACE, timeout: float = 3.0) -> bool:
-    """True if a Temporal frontend at `address` serves `namespace`."""
+def answers(address: str, namespace: str = NAMESPACE, timeout: float = 3.0,
+            security: TemporalSecurity | None = None) -> bool:
+    """True if a Temporal frontend at `address` serves `namespace` (reached as `security`
+    says: an external Temporal may want TLS)."""
     from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
-    from temporalio.client import Client
+
+    from common.temporal_connection import TemporalSecurity, connect
 
     async def check() -> None:
-        client = await Client.connect(address, namespace=namespace,
-                                      connect_timeout=timedelta(seconds=timeout))
+        client = await connect(address, namespace, security or TemporalSecurity(),
+                               connect_timeout=timedelta(seconds=timeout))
         await client.workflow_service.describe_namespace(
             DescribeNamespaceRequest(namespace=namespace), timeout=timedelta(seconds=timeout))
 
@@ -55,6 +61,12 @@ def answers(address: str, namespace: str = NAMESPACE, timeout: float = 3.0) -> b
     except Exception:
         return False
     return True
+
+
+def _bind_address(ip: str) -> str:
+    """The dev server's services dial each other at 127.0.0.1, so on an address other than
+    loopback it must listen on all of them (it is reached at `ip`)."""
+    return ip if ip.startswith("127.") else "0.0.0.0"
 
 
 class TemporalDevServer(processes.DetachedServer):
@@ -85,7 +97,7 @@ class TemporalDevServer(processes.DetachedServer):
             self.db_file.parent.mkdir(parents=True, exist_ok=True)
             cmd: list[str | Path] = [
                 temporal_binary(), "server", "start-dev",
-                "--db-filename", self.db_file, "--ip", ip, "--port", str(port),
+                "--db-filename", self.db_file, "--ip", _bind_address(ip), "--port", str(port),
                 "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
                 "--namespace", NAMESPACE, "--log-level", "warn"]
             for namespace in extra_namespaces:

@@ -29,7 +29,7 @@ from deploy.processes import free_port
 from deploy.temporal_server import TemporalDevServer
 
 pytest_plugins = ["tests.master_fixtures", "tests.docker_fixtures", "tests.agent_fixtures",
-                  "tests.s3_fixtures",
+                  "tests.s3_fixtures", "tests.tls_proxy",
                   "tests.determined.det_venv"]
 
 # End-to-end clusters share the session's Temporal server in their own namespace, so that the

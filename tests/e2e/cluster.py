@@ -2,7 +2,8 @@
 
 `shared_servers_cluster` runs the real master and agent processes on the session's PostgreSQL
 (a fresh database) and Temporal dev server (the end-to-end namespace, cleared first) through
-EPOCHAL_DB_URL and EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is set up.
+EPOCHAL_DB_URL and EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is set up;
+or, for agents on other "hosts" (tests/e2e/hosts.py), its own Temporal on an address they reach.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 
 from deploy.processes import free_port
 from tests.conftest import E2E_NAMESPACE, fresh_database
+from tests.e2e.hosts import Host
 from tests.e2e.namespace import fresh_ids, start_clean
 
 REPO = Path(__file__).resolve().parents[2]
@@ -38,6 +40,8 @@ class Cluster:
     env: dict[str, str]
     url: str
     state_dir: Path
+    temporal_address: str
+    temporal_namespace: str = E2E_NAMESPACE
     up: subprocess.CompletedProcess[str] | None = None  # what `cluster up` printed
 
     def run(
@@ -82,27 +86,40 @@ class Cluster:
 
 @contextmanager
 def shared_servers_cluster(
-    postgres_url: str, temporal_address: str, name: str, *up_args: str,
-    env_extra: dict[str, str] | None = None,
+    postgres_url: str, temporal_address: str | None, name: str, *up_args: str,
+    env_extra: dict[str, str] | None = None, host: str = "127.0.0.1",
 ) -> Iterator[Cluster]:
     """`epochal cluster up` (with `up_args`, and `env_extra` in its environment) on the
-    session's servers; down and removed after."""
-    start_clean(temporal_address)
+    session's servers; down and removed after. With `temporal_address` None the cluster runs
+    its own Temporal (namespace `default`); `host` is the address it listens on (`--host`)."""
+    if temporal_address is not None:
+        start_clean(temporal_address)
+        temporal = {"EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
+                    "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE}
+    else:
+        temporal_port, ui_port = free_port(host), free_port(host)
+        up_args = (*up_args, "--temporal-port", str(temporal_port),
+                   "--temporal-ui-port", str(ui_port))
+        temporal = {}
+    if host != "127.0.0.1":
+        up_args = (*up_args, "--host", host)
     state_dir = Path(tempfile.mkdtemp(prefix=f"epochal-{name}-"))
-    port = free_port()
+    port = free_port(host)
+    url = f"http://{host}:{port}"
     with fresh_database(postgres_url, prefix=f"epochal_{name.replace('-', '_')}") as db_url:
         env = {
-            **os.environ,
+            **{k: v for k, v in os.environ.items() if not k.startswith("EPOCHAL_TEMPORAL_")},
+            **temporal,
             "EPOCHAL_DB_URL": db_url,
-            "EPOCHAL_TEMPORAL_ADDRESS": temporal_address,
-            "EPOCHAL_TEMPORAL_NAMESPACE": E2E_NAMESPACE,
             "EPOCHAL_STATE_DIR": str(state_dir),
-            "EPOCHAL_MASTER": f"http://127.0.0.1:{port}",
+            "EPOCHAL_MASTER": url,
             "EPOCHAL_KILL_GRACE_SECONDS": "3",
             "EPOCHAL_AUTH_FILE": str(state_dir / "auth.json"),
             **(env_extra or {}),
         }
-        cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
+        cluster = Cluster(env, url, state_dir,
+                          temporal_address or f"{host}:{temporal_port}",
+                          E2E_NAMESPACE if temporal_address else "default")
         try:
             cluster.up = cluster.run("cluster", "up", "--api-port", str(port), *up_args)
             fresh_ids(db_url)
@@ -124,24 +141,31 @@ def docker_runtime_cluster(
         yield cluster
 
 class SecondAgent:
-    """Another agent of a cluster, started here so that a test can kill it (kill -9)."""
+    """Another agent of a cluster, started here so that a test can kill it (kill -9); on
+    another `host` (a network namespace) if given."""
 
     def __init__(self, cluster: Cluster, agent_id: str = "agent-2", slots: int = 1,
-                 extra_args: tuple[str, ...] = ()) -> None:
+                 extra_args: tuple[str, ...] = (), host: Host | None = None) -> None:
         self.cluster = cluster
         self.agent_id = agent_id
         self.slots = slots
         self.extra_args = extra_args
+        self.host = host
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def work_dir(self) -> Path:
+        return self.cluster.state_dir / self.agent_id
 
     def start(self) -> None:
         log = open(self.cluster.state_dir / f"{self.agent_id}.log", "ab")  # noqa: SIM115
+        argv = [sys.executable, "-m", "agent_worker", "--master", self.cluster.url,
+                "--temporal", self.cluster.temporal_address,
+                "--namespace", self.cluster.temporal_namespace, "--pool", "default",
+                "--slots", str(self.slots), "--work-dir", str(self.work_dir),
+                "--agent-id", self.agent_id, *self.extra_args]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_worker", "--master", self.cluster.url,
-             "--temporal", self.cluster.env["EPOCHAL_TEMPORAL_ADDRESS"],
-             "--namespace", E2E_NAMESPACE, "--pool", "default", "--slots", str(self.slots),
-             "--work-dir", str(self.cluster.state_dir / self.agent_id),
-             "--agent-id", self.agent_id, *self.extra_args],
+            self.host.command(argv) if self.host else argv,
             env=self.cluster.agent_env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()

@@ -42,10 +42,12 @@ def own_cluster() -> Iterator[Cluster]:
         EPOCHAL_KILL_GRACE_SECONDS="3",
         EPOCHAL_AUTH_FILE=str(state_dir / "auth.json"),
     )
-    cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir)
+    temporal_port = free_port()
+    cluster = Cluster(env, f"http://127.0.0.1:{port}", state_dir,
+                      f"127.0.0.1:{temporal_port}", "default")
     try:
         cluster.run(
-            "cluster", "up", "--api-port", str(port), "--temporal-port", str(free_port()),
+            "cluster", "up", "--api-port", str(port), "--temporal-port", str(temporal_port),
             "--temporal-ui-port", str(free_port()), "--postgres-port", str(free_port()),
             "--slots", "1",
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import tarfile
 import uuid
@@ -19,7 +20,9 @@ from typing import Any
 import httpx
 import pytest
 
+from api.settings import Settings
 from common.checkpoint_storage import PART_SIZE
+from deploy.master import check_default_storage
 from harness import core
 from harness.core import APIError, TrialInfo
 from harness.core._checkpoint import CACHE_ENV
@@ -207,3 +210,23 @@ async def test_s3_without_credentials_is_refused_at_submission(
     [detail] = answer.json()["details"]
     assert "bucket 'b'" in detail and "access_key and secret_key" in detail
 
+
+
+async def test_the_master_checks_its_default_storage_at_boot_and_makes_the_bucket_if_asked(
+    s3_server: S3Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "epochal.master")
+    bucket = f"boot-{uuid.uuid4().hex[:12]}"
+    storage = s3_server.storage(bucket)
+    await check_default_storage(Settings(checkpoint_storage=storage))
+    assert f"bucket '{bucket}' at {s3_server.endpoint_url} does not exist" in caplog.text
+    assert not s3_server.client.bucket_exists(bucket)
+
+    caplog.clear()
+    await check_default_storage(Settings(checkpoint_storage=storage, create_bucket=True))
+    assert s3_server.client.bucket_exists(bucket)
+    assert f"checkpoint storage: bucket '{bucket}'" in caplog.text and "(made)" in caplog.text
+
+    caplog.clear()
+    await check_default_storage(Settings(checkpoint_storage={**storage, "secret_key": "wrong"}))
+    assert "SignatureDoesNotMatch" in caplog.text or "AccessDenied" in caplog.text

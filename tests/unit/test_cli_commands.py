@@ -162,6 +162,8 @@ def test_agent_run_forwards_options(monkeypatch: pytest.MonkeyPatch) -> None:
         "http://m:8080",
         "agent",
         "run",
+        "--namespace",
+        "epochal",
         "--slots",
         "3",
         "--work-dir",
@@ -179,6 +181,8 @@ def test_agent_run_forwards_options(monkeypatch: pytest.MonkeyPatch) -> None:
             "127.0.0.1:7233",
             "--pool",
             "default",
+            "--namespace",
+            "epochal",
             "--slots",
             "3",
             "--work-dir",
@@ -302,6 +306,37 @@ def test_cluster_up_with_s3_names_the_checkpoint_bucket_and_hides_its_keys(
     assert (cluster["up"].s3, cluster["up"].s3_port) == (True, 18333)
     assert "s3://checkpoints at http://127.0.0.1:18333" in result.stdout
     assert "s3-secret" not in result.stdout and "s3-key" not in result.stdout
+
+
+def test_cluster_up_on_an_address_of_this_machine_says_how_agents_join(
+    cluster, monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    from deploy import local_cluster
+
+    def up(settings, report=None):
+        cluster["up"] = settings
+        return FakeInfo(api_url="http://127.0.0.2:8080", temporal_address="127.0.0.2:7233")
+
+    monkeypatch.setattr(local_cluster, "up", up)
+    result = run("cluster", "up", "--state-dir", str(tmp_path), "--host", "127.0.0.2")
+
+    assert result.exit_code == 0, result.output
+    assert cluster["up"].host == "127.0.0.2"
+    assert ("epochal agent run --master http://127.0.0.2:8080 --temporal 127.0.0.2:7233"
+            in " ".join(result.stdout.split()))
+
+
+@pytest.mark.parametrize(("host", "expected"), [
+    ("0.0.0.0", "0.0.0.0 is no address to reach"),
+    ("192.0.2.77", "192.0.2.77 is not an address of this machine"),
+    ("master.example", "must be an IP address of this machine, got 'master.example'"),
+])
+def test_cluster_up_refuses_a_host_agents_cannot_reach(cluster, tmp_path, host: str,
+                                                       expected: str) -> None:
+    result = run("cluster", "up", "--state-dir", str(tmp_path), "--host", host)
+    assert result.exit_code == 2
+    assert expected in " ".join(result.stderr.split()) and "--host" in result.stderr
+    assert "up" not in cluster
 
 
 def test_cluster_up_failure_is_a_plain_error(

@@ -84,6 +84,19 @@ def test_master_gets_its_environment(tmp_path: Path) -> None:
     assert cmd[cmd.index("--work-dir") + 1] == str(tmp_path / "agent")
 
 
+def test_a_cluster_on_another_address_listens_and_is_reached_there(tmp_path: Path) -> None:
+    s = ClusterSettings(state_dir=tmp_path, host="10.1.2.3", s3=True)
+    info = cluster_info(s)
+    assert (info.api_url, info.temporal_address, info.s3_endpoint) == (
+        "http://10.1.2.3:8080", "10.1.2.3:7233", "http://10.1.2.3:8333")
+    env = local_cluster._master_env(s, info)
+    assert env["EPOCHAL_API_HOST"] == "10.1.2.3"
+    assert '"endpoint_url": "http://10.1.2.3:8333"' in env["EPOCHAL_CHECKPOINT_STORAGE"]
+    assert "@127.0.0.1:" in info.db_url  # PostgreSQL serves the master alone
+    cmd = local_cluster._agent_command(s, info)
+    assert cmd[cmd.index("--temporal") + 1] == "10.1.2.3:7233"
+
+
 def test_unknown_part_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown cluster parts"):
         local_cluster.up(ClusterSettings(state_dir=tmp_path), parts=("postgres", "gpu"))
