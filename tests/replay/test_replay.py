@@ -14,6 +14,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from workflows.experiment import ExperimentWorkflow
+from workflows.provisioner import ProvisionerWorkflow
 from workflows.resource_pool import ResourcePoolWorkflow
 from workflows.trial import TrialWorkflow
 
@@ -29,5 +30,6 @@ def test_histories_are_recorded() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow])
+    replayer = Replayer(workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow,
+                                   ProvisionerWorkflow])
     await replayer.replay_workflow(history)
