@@ -309,3 +309,32 @@ async def test_a_search_survives_workers_that_forget_everything(
     trials = await trials_of(pool, experiment_id)
     assert len(trials) == 8
     assert {t["hparams"]["lr"]: t["steps_completed"] for t in trials}[0.1] == 40
+
+
+async def continued_runs(client: Client, experiment_id: int) -> list[WorkflowHandle[Any, Any]]:
+    """The runs of the experiment's workflow that continued as new, oldest first."""
+    runs = [r async for r in client.list_workflows(
+        f"WorkflowId = '{experiment_workflow_id(experiment_id)}'")]
+    runs = [r for r in runs if r.status == WorkflowExecutionStatus.CONTINUED_AS_NEW]
+    return [client.get_workflow_handle(r.id, run_id=r.run_id)
+            for r in sorted(runs, key=lambda r: r.start_time)]
+
+
+async def test_a_random_search_continues_as_new_with_the_trials_it_has_not_started(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    trainer = ScriptedTrainer(pool, temporal_client)
+    raw = asha_config(pool_name())
+    raw["searcher"] = {"name": "random", "metric": "loss", "max_length": {"batches": 10},
+                       "max_trials": 12, "max_concurrent_trials": 2}
+    config = validate_experiment_config(raw).model_dump(mode="json")
+    experiment_id, _, result = await run_experiment(
+        temporal_client, pool, trainer, config, max_history_events=60)
+    assert result == "COMPLETED"
+    trials = await trials_of(pool, experiment_id)
+    assert len(trials) == 12 and {t["state"] for t in trials} == {"COMPLETED"}
+    continued = await continued_runs(temporal_client, experiment_id)
+    assert len(continued) >= 2
+    if os.environ.get("EPOCHAL_RECORD_HISTORIES") == "1":  # a run with trials still pending
+        history = await continued[0].fetch_history()
+        (HISTORIES / "random-continue-as-new-experiment.json").write_text(history.to_json())
