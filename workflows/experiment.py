@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         SearchMethod,
         Stop,
     )
+    from workflows.searchers.fixed import FixedSearch
     from workflows.trial import TrialWorkflow
     from workflows.types import (
         JSON,
@@ -49,6 +50,10 @@ GC_TIMEOUT = timedelta(minutes=10)
 # Pause, activate, cancel and kill write the experiment's state and signal its trials one
 # message at a time (before it, a quick pause-activate could store PAUSED last).
 SERIAL_MESSAGES_PATCH = "experiment-messages-in-order"
+# What continue-as-new carries stays small however many trials the experiment has: trials a
+# fixed search has not started are regenerated from its seed (`pending_from`), and only the
+# running trials' request ids and validation lengths are kept.
+COMPACT_CARRY_PATCH = "experiment-compact-carry"
 
 
 def length_unit(searcher: JSON) -> str:
@@ -87,6 +92,10 @@ class ExperimentWorkflow:
         unit = length_unit(inp.config["searcher"])
         if inp.carried is None:
             await self._apply(search.initial())
+        elif "pending_from" in carried:  # regenerated: the same creates, from the same seed
+            first = int(carried["pending_from"])
+            await self._apply([op for op in search.initial()
+                               if isinstance(op, Create) and op.request_id >= first])
         while True:
             await workflow.wait_condition(
                 lambda: bool(self._events)
@@ -157,17 +166,40 @@ class ExperimentWorkflow:
         return info.is_continue_as_new_suggested()
 
     def _carry(self, search: SearchMethod) -> JSON:
+        if not workflow.patched(COMPACT_CARRY_PATCH):
+            return {
+                "search": search.snapshot(),
+                "state": self._state,
+                "paused": self._paused,
+                "stop": self._stop,
+                "pending": self._pending,
+                "running": {str(k): v for k, v in self._running.items()},
+                "trial_of": {str(k): v for k, v in self._trial_of.items()},
+                "counts": self._counts,
+                "seen": {str(k): v for k, v in self._seen.items()},
+            }
+        first = self._regenerable_from(search)
         return {
             "search": search.snapshot(),
             "state": self._state,
             "paused": self._paused,
             "stop": self._stop,
-            "pending": self._pending,
+            **({"pending_from": first} if first is not None else {"pending": self._pending}),
             "running": {str(k): v for k, v in self._running.items()},
-            "trial_of": {str(k): v for k, v in self._trial_of.items()},
+            # Operations and validations only ever concern running trials.
+            "trial_of": {str(k): v for k, v in self._trial_of.items() if v in self._running},
             "counts": self._counts,
-            "seen": {str(k): v for k, v in self._seen.items()},
+            "seen": {str(k): v for k, v in self._seen.items() if k in self._running},
         }
+
+    def _regenerable_from(self, search: SearchMethod) -> int | None:
+        """The first pending request id when the pending trials are exactly the rest of a
+        fixed search's list (which `initial()` regenerates); None otherwise."""
+        if not isinstance(search, FixedSearch) or search.total < 0:
+            return None
+        first = search.total - len(self._pending)
+        ids = [int(p["request_id"]) for p in self._pending]
+        return first if ids == list(range(first, search.total)) else None
 
     def _final_state(self) -> str:
         if self._stop is not None:

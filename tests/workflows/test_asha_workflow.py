@@ -9,6 +9,7 @@ obeys preemption as the harness does.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -335,6 +336,14 @@ async def test_a_random_search_continues_as_new_with_the_trials_it_has_not_start
     assert len(trials) == 12 and {t["state"] for t in trials} == {"COMPLETED"}
     continued = await continued_runs(temporal_client, experiment_id)
     assert len(continued) >= 2
+    # What each run carried into the next: the pending trials as where they start (regenerated
+    # from the seed), and only the running trials' bookkeeping (at most 2 run at once).
+    for handle in continued:
+        history = await handle.fetch_history()
+        event = history.events[-1].workflow_execution_continued_as_new_event_attributes
+        carried = json.loads(event.input.payloads[0].data)["carried"]
+        assert "pending" not in carried and 0 <= carried["pending_from"] <= 12
+        assert len(carried["trial_of"]) <= 2 and len(carried["seen"]) <= 2
     if os.environ.get("EPOCHAL_RECORD_HISTORIES") == "1":  # a run with trials still pending
         history = await continued[0].fetch_history()
         (HISTORIES / "random-continue-as-new-experiment.json").write_text(history.to_json())

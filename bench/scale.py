@@ -1,0 +1,154 @@
+"""A large random search on the embedded cluster: trials that report one metric and exit.
+
+Starts a local cluster (process runtime, `--slots` slots) in a temporary state dir, submits a
+random search of `--trials` trials (each sleeps `--trial-seconds`, reports its validation loss
+and exits; `max_concurrent_trials` = slots) and waits for it to complete. Measured:
+  - trials/s over the whole search (from the create request to COMPLETED);
+  - overhead per trial: slot time beyond the trial's own (wall x slots - trials x trial time,
+    divided by trials), which includes starting each trial's Python;
+  - the platform's CPU per trial: user+system seconds of the master, Temporal, PostgreSQL (all
+    its backends) and the agent process (not the trials), from psutil, before and after;
+  - the largest workflow history (events) among the experiment's, the trials' and the pool's.
+The last line is the one-line summary.
+
+    .venv/bin/python bench/scale.py [--trials 10000] [--slots 8] [--trial-seconds 0] [--smoke]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.common.cluster import bench_cluster  # noqa: E402
+from bench.common.login import admin_headers  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
+from cli.model_dir import package  # noqa: E402
+from deploy import local_cluster  # noqa: E402
+from deploy.processes import read_pid  # noqa: E402
+
+TRAIN = '''\
+import time
+
+import harness.core
+
+with harness.core.init() as core:
+    time.sleep(float(core.info.hparams["seconds"]))
+    x = float(core.info.hparams["x"])
+    core.train.report_validation_metrics(1, {"loss": (x - 0.3) ** 2})
+'''
+PARTS = ("master", "temporal", "postgres", "agent")
+
+
+def config(trials: int, slots: int, seconds: float) -> str:
+    return yaml.safe_dump({
+        "name": f"scale-{trials}", "entrypoint": "python3 train.py",
+        "hyperparameters": {"seconds": seconds,
+                            "x": {"type": "double", "minval": 0.0, "maxval": 1.0}},
+        "searcher": {"name": "random", "metric": "loss", "max_trials": trials,
+                     "max_length": {"batches": 1}, "max_concurrent_trials": slots},
+        "max_restarts": 0,
+    })
+
+
+def platform_processes(settings: local_cluster.ClusterSettings) -> list[psutil.Process]:
+    found = []
+    for part in PARTS:
+        pid = read_pid(settings.pid_file(part))
+        if pid is None:
+            continue
+        proc = psutil.Process(pid)
+        found.append(proc)
+        if part == "postgres":  # its backends, checkpointer, walwriter, ...
+            found.extend(proc.children(recursive=True))
+    return found
+
+
+def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
+    used = {}
+    for proc in procs:
+        try:
+            t = proc.cpu_times()
+            used[proc.pid] = t.user + t.system
+        except psutil.Error:
+            pass
+    return used
+
+
+async def largest_history(address: str) -> int:
+    from temporalio.client import Client
+
+    client = await Client.connect(address)
+    largest = 0
+    async for execution in client.list_workflows():
+        largest = max(largest, execution.history_length or 0)
+    return largest
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--trials", type=int, default=10_000)
+    p.add_argument("--slots", type=int, default=8)
+    p.add_argument("--trial-seconds", type=float, default=0.0)
+    p.add_argument("--timeout", type=float, default=6 * 3600)
+    add_smoke_option(p, trials=12, slots=2)
+    args = parse_args(p)
+
+    with tempfile.TemporaryDirectory(prefix="epochal-scale-model-") as model, \
+            bench_cluster(agent_slots=args.slots) as (settings, info):
+        Path(model).chmod(0o755)
+        (Path(model) / "train.py").write_text(TRAIN)
+        headers = admin_headers(info.api_url, info.admin_password)
+        api = httpx.Client(base_url=info.api_url, headers=headers, timeout=120)
+        procs = platform_processes(settings)
+        before = cpu_seconds(procs)
+        started = time.perf_counter()
+        answer = api.post("/api/v1/experiments", json={
+            "config": config(args.trials, args.slots, args.trial_seconds),
+            "modelDefinition": package(Path(model))})
+        answer.raise_for_status()
+        experiment_id = answer.json()["experiment"]["id"]
+        state = ""
+        last_note = started
+        while time.perf_counter() - started < args.timeout:
+            experiment = api.get(f"/api/v1/experiments/{experiment_id}").json()["experiment"]
+            state = experiment["state"]
+            if state in ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"):
+                break
+            if time.perf_counter() - last_note > 60:
+                last_note = time.perf_counter()
+                print(f"  {last_note - started:.0f} s: {experiment.get('numTrials', '?')} "
+                      "trials so far", flush=True)
+            time.sleep(1.0)
+        wall = time.perf_counter() - started
+        after = cpu_seconds(procs)
+        if state != "STATE_COMPLETED":
+            raise SystemExit(f"the search ended {state or 'not at all'} after {wall:.0f} s")
+        cpu = sum(after.get(pid, 0.0) - used for pid, used in before.items())
+        history = asyncio.run(largest_history(info.temporal_address))
+
+    n = args.trials
+    rate = n / wall
+    overhead = (wall * args.slots - n * args.trial_seconds) / n
+    per_trial_cpu = cpu / n
+    print(f"trials:                {n} on {args.slots} slots, {args.trial_seconds:g} s each")
+    print(f"wall time:             {wall:.1f} s")
+    print(f"platform CPU:          {cpu:.1f} core-s (master, Temporal, PostgreSQL, agent)")
+    print(f"largest history:       {history} events")
+    print(f"scale: {rate:.2f} trials/s, overhead {overhead:.2f} slot-s per trial, platform CPU "
+          f"{per_trial_cpu:.3f} core-s per trial, largest history {history} events "
+          f"({n} trials, {args.slots} slots)")
+
+
+if __name__ == "__main__":
+    main()
