@@ -36,6 +36,7 @@ from common.temporal_names import (
     provisioner_workflow_id,
     resource_pool_workflow_id,
 )
+from deploy.local_cluster import default_state_dir
 from deploy.providers import AgentSetup, Provider, make_provider
 from deploy.providers.config import (
     MASTER_CONFIG_ENV,
@@ -89,29 +90,22 @@ async def start_resource_pools(client: Client, names: tuple[str, ...],
                                provisioned: tuple[str, ...] = ()) -> None:
     """Start each pool's scheduler, and the provisioner of each pool with a provider, unless
     they run already (a restart finds them running)."""
-    for name in dict.fromkeys((*names, *provisioned)):
-        await client.start_workflow(
-            ResourcePoolWorkflow.run,
-            PoolInput(name=name),
-            id=resource_pool_workflow_id(name),
-            task_queue=MASTER_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
-    for name in provisioned:
-        await client.start_workflow(
-            ProvisionerWorkflow.run,
-            ProvisionerInput(pool=name),
-            id=provisioner_workflow_id(name),
-            task_queue=MASTER_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+    starts: list[tuple[Any, Any, str]] = [
+        *((ResourcePoolWorkflow.run, PoolInput(name=name), resource_pool_workflow_id(name))
+          for name in dict.fromkeys((*names, *provisioned))),
+        *((ProvisionerWorkflow.run, ProvisionerInput(pool=name), provisioner_workflow_id(name))
+          for name in provisioned),
+    ]
+    for workflow, arg, workflow_id in starts:
+        await client.start_workflow(workflow, arg, id=workflow_id, task_queue=MASTER_TASK_QUEUE,
+                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
 
 
 def load_providers(settings: Settings) -> dict[str, tuple[ProviderBase, Provider]]:
     """The providers of EPOCHAL_MASTER_CONFIG's pools, ready to start their agents."""
     configs = load_master_config(os.environ.get(MASTER_CONFIG_ENV))
     providers: dict[str, tuple[ProviderBase, Provider]] = {}
-    state_dir = os.environ.get("EPOCHAL_STATE_DIR") or os.path.expanduser("~/.epochal/cluster")
+    state_dir = str(default_state_dir())
     for pool, config in configs.items():
         master_url = config.master_url or settings.master_url
         if "://0.0.0.0" in master_url:
@@ -164,7 +158,7 @@ async def check_default_storage(settings: Settings) -> None:
     if not storage:
         return
     location = S3Location.of(storage)
-    credentials = s3_credentials(storage, {}, storage)
+    credentials = s3_credentials(storage, {}, None)  # its own keys
     if credentials is None:
         log.error("checkpoint storage %s: EPOCHAL_CHECKPOINT_STORAGE has no access_key and "
                   "secret_key", location.describe())

@@ -166,19 +166,10 @@ class ExperimentWorkflow:
         return info.is_continue_as_new_suggested()
 
     def _carry(self, search: SearchMethod) -> JSON:
-        if not workflow.patched(COMPACT_CARRY_PATCH):
-            return {
-                "search": search.snapshot(),
-                "state": self._state,
-                "paused": self._paused,
-                "stop": self._stop,
-                "pending": self._pending,
-                "running": {str(k): v for k, v in self._running.items()},
-                "trial_of": {str(k): v for k, v in self._trial_of.items()},
-                "counts": self._counts,
-                "seen": {str(k): v for k, v in self._seen.items()},
-            }
-        first = self._regenerable_from(search)
+        # Since COMPACT_CARRY_PATCH: operations and validations only ever concern running
+        # trials, and a fixed search's pending trials are regenerated from where they start.
+        compact = workflow.patched(COMPACT_CARRY_PATCH)
+        first = self._regenerable_from(search) if compact else None
         return {
             "search": search.snapshot(),
             "state": self._state,
@@ -186,10 +177,11 @@ class ExperimentWorkflow:
             "stop": self._stop,
             **({"pending_from": first} if first is not None else {"pending": self._pending}),
             "running": {str(k): v for k, v in self._running.items()},
-            # Operations and validations only ever concern running trials.
-            "trial_of": {str(k): v for k, v in self._trial_of.items() if v in self._running},
+            "trial_of": {str(k): v for k, v in self._trial_of.items()
+                         if not compact or v in self._running},
             "counts": self._counts,
-            "seen": {str(k): v for k, v in self._seen.items() if k in self._running},
+            "seen": {str(k): v for k, v in self._seen.items()
+                     if not compact or k in self._running},
         }
 
     def _regenerable_from(self, search: SearchMethod) -> int | None:
