@@ -47,6 +47,7 @@ class Experiment(_Shape):
     progress: float | None
     numTrials: int
     trialIds: list[int]
+    trialStates: dict[str, int]
     bestTrialId: int | None
     bestValidation: float | None
     archived: bool

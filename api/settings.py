@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from common.checkpoint_storage import public_storage
+from common.flags import flag
 from common.temporal_connection import TemporalSecurity
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL
 
@@ -89,7 +90,7 @@ class Settings:
             session_ttl=timedelta(hours=float(env.get("EPOCHAL_SESSION_TTL_HOURS", 24 * 7))),
             storage_roots=parse_roots(env.get("EPOCHAL_STORAGE_ROOTS")) or base.storage_roots,
             checkpoint_storage=parse_storage(env.get("EPOCHAL_CHECKPOINT_STORAGE")),
-            create_bucket=env.get("EPOCHAL_CREATE_BUCKET", "").lower() in ("1", "true", "yes"),
+            create_bucket=flag("EPOCHAL_CREATE_BUCKET", env.get("EPOCHAL_CREATE_BUCKET")),
         )
 
 

@@ -82,11 +82,7 @@ JOIN experiments e ON e.id = t.experiment_id
 LEFT JOIN LATERAL (
     SELECT * FROM metrics m WHERE m.trial_id = t.id AND m.metric_group = 'validation'
     ORDER BY m.steps_completed DESC LIMIT 1) lv ON true
-LEFT JOIN LATERAL (
-    SELECT * FROM metrics m WHERE m.trial_id = t.id AND m.metric_group = 'validation'
-      AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL
-    ORDER BY searcher_rank(m.metrics, e.config -> 'searcher'), m.steps_completed
-    LIMIT 1) bv ON true
+LEFT JOIN metrics bv ON bv.id = t.best_validation_id
 LEFT JOIN LATERAL (
     SELECT uuid FROM checkpoints c WHERE c.trial_id = t.id AND c.state = 'COMPLETED'
     ORDER BY c.steps_completed DESC, c.report_time DESC LIMIT 1) lc ON true
@@ -126,11 +122,7 @@ def trial_json(row: asyncpg.Record) -> JSON:
         "progress": row["progress"],
         "latestValidation": validation_workload(row, "lv_"),
         "bestValidation": best,
-        "searcherMetricValue": _metric_value(
-            best["metrics"]["avgMetrics"], row["searcher"]["metric"]
-        )
-        if best
-        else None,
+        "searcherMetricValue": row["searcher_metric_value"],
         "latestCheckpointUuid": row["latest_checkpoint_uuid"],
         "taskId": f"{row['experiment_id']}.{row['id']}",
         "taskIds": [f"{row['experiment_id']}.{row['id']}"],
@@ -155,11 +147,49 @@ async def fetch_trial(conn: asyncpg.Pool | asyncpg.Connection, trial_id: int) ->
     return trial_json(row) if row else None
 
 
+# Determined's trial sort keys (GetExperimentTrials sortBy) and the column each orders by.
+TRIAL_SORT_COLUMNS = {
+    "SORT_BY_UNSPECIFIED": "t.id",
+    "SORT_BY_ID": "t.id",
+    "SORT_BY_START_TIME": "t.start_time",
+    "SORT_BY_END_TIME": "t.end_time",
+    "SORT_BY_STATE": "t.state",
+    "SORT_BY_BEST_VALIDATION_METRIC": "t.searcher_metric_value",
+    "SORT_BY_LATEST_VALIDATION_METRIC": "t.searcher_metric_value",
+    "SORT_BY_BATCHES_PROCESSED": "t.steps_completed",
+    "SORT_BY_DURATION": "t.end_time - t.start_time",
+    "SORT_BY_RESTARTS": "t.restarts",
+    "SORT_BY_CHECKPOINT_SIZE": "t.id",
+    "SORT_BY_LOG_RETENTION_DAYS": "t.id",
+}
+
+
 async def fetch_trials(conn: asyncpg.Pool | asyncpg.Connection, experiment_id: int) -> list[JSON]:
+    trials, _ = await fetch_trial_page(conn, experiment_id)
+    return trials
+
+
+async def fetch_trial_page(
+    conn: asyncpg.Pool | asyncpg.Connection,
+    experiment_id: int,
+    *,
+    states: list[str] | None = None,
+    sort_by: str = "SORT_BY_ID",
+    order_desc: bool = False,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[JSON], int]:
+    """One page of an experiment's trials and how many match: ordered and cut in SQL (nulls
+    last either way, ties by id), so that only the page's rows read their validations."""
+    direction = "DESC" if order_desc else "ASC"
+    order = f" ORDER BY {TRIAL_SORT_COLUMNS[sort_by]} {direction} NULLS LAST, t.id {direction}"
+    where = " WHERE t.experiment_id = $1 AND ($2::text[] IS NULL OR t.state = ANY($2))"
     rows = await conn.fetch(
-        _TRIAL_SELECT + " WHERE t.experiment_id = $1 ORDER BY t.id", experiment_id
-    )
-    return [trial_json(r) for r in rows]
+        "WITH page AS (SELECT t.id FROM trials t" + where + order + " LIMIT $3 OFFSET $4) "
+        + _TRIAL_SELECT + " WHERE t.id IN (SELECT id FROM page)" + order,
+        experiment_id, states, limit, offset)
+    total = await conn.fetchval("SELECT count(*) FROM trials t" + where, experiment_id, states)
+    return [trial_json(r) for r in rows], total
 
 
 async def fetch_trials_by_id(
@@ -169,29 +199,32 @@ async def fetch_trials_by_id(
     return [trial_json(r) for r in rows]
 
 
-def best_trial(trials: list[JSON], smaller_is_better: bool) -> JSON | None:
-    scored = [t for t in trials if t["searcherMetricValue"] is not None]
-    if not scored:
-        return None
-    sign = 1.0 if smaller_is_better else -1.0
-    return min(scored, key=lambda t: (sign * t["searcherMetricValue"], t["id"]))
-
-
+# Ended experiments know their best trial (finish_experiment); running ones take the trial
+# whose best validation ranks first.
 _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state, e.owner,
-       e.progress, e.archived, e.best_trial_id, e.start_time, e.end_time, e.project_id,
-       e.parent_id, p.name AS project_name, p.workspace_id, w.name AS workspace_name,
-       coalesce(array_agg(t.id ORDER BY t.id) FILTER (WHERE t.id IS NOT NULL), '{}') AS trial_ids,
-       coalesce(avg(t.progress), 0) AS trial_progress,
-       (SELECT searcher_metric(m.metrics, e.config -> 'searcher')
-        FROM metrics m JOIN trials bt ON bt.id = m.trial_id
-        WHERE bt.experiment_id = e.id AND m.metric_group = 'validation'
-          -- once the experiment has ended its best trial is known: read only its reports
-          AND (e.best_trial_id IS NULL OR bt.id = e.best_trial_id)
-          AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL
-        ORDER BY searcher_rank(m.metrics, e.config -> 'searcher') LIMIT 1) AS best_validation
-FROM experiments e LEFT JOIN trials t ON t.experiment_id = e.id
+       e.progress, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
+       e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
+       p.workspace_id, w.name AS workspace_name, tr.trial_ids, tr.trial_progress,
+       ts.trial_states, best.value AS best_validation
+FROM experiments e
 JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
+CROSS JOIN LATERAL (
+    SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}') AS trial_ids,
+           coalesce(avg(t.progress), 0) AS trial_progress
+    FROM trials t WHERE t.experiment_id = e.id) tr
+CROSS JOIN LATERAL (
+    SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}') AS trial_states
+    FROM (SELECT t.state, count(*) AS n FROM trials t WHERE t.experiment_id = e.id
+          GROUP BY t.state) s) ts
+LEFT JOIN LATERAL (
+    SELECT bt.id, bt.searcher_metric_value AS value
+    FROM trials bt
+    WHERE bt.experiment_id = e.id AND bt.searcher_metric_value IS NOT NULL
+      AND (e.best_trial_id IS NULL OR bt.id = e.best_trial_id)
+    ORDER BY CASE WHEN (e.config -> 'searcher' ->> 'smaller_is_better')::boolean IS false
+                  THEN -bt.searcher_metric_value ELSE bt.searcher_metric_value END, bt.id
+    LIMIT 1) best ON true
 """
 
 
@@ -213,16 +246,11 @@ def shown_yaml(text: str | None) -> str | None:
     return _SECRET_LINE.sub(rf"\g<1>{REDACTED}", text) if text else text
 
 
-def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JSON:
+def experiment_json(row: asyncpg.Record) -> JSON:
     config = row["config"]
     searcher = config["searcher"]
     best_id = row["best_trial_id"]
     best_validation = row["best_validation"]
-    if trials is not None:
-        best = best_trial(trials, searcher.get("smaller_is_better", True))
-        if best is not None:
-            best_id = best_id or best["id"]
-            best_validation = best["searcherMetricValue"]
     terminal = row["state"] in TERMINAL_STATES
     return {
         "id": row["id"],
@@ -238,6 +266,8 @@ def experiment_json(row: asyncpg.Record, trials: list[JSON] | None = None) -> JS
         "progress": row["progress"] if terminal else float(row["trial_progress"]),
         "numTrials": len(row["trial_ids"]),
         "trialIds": list(row["trial_ids"]),
+        # Epochal's: how many trials are in each state (a summary that stays short at 10,000).
+        "trialStates": {state_name(k): v for k, v in sorted(row["trial_states"].items())},
         "bestTrialId": best_id,
         "bestValidation": best_validation,
         "archived": row["archived"],
@@ -291,7 +321,7 @@ async def fetch_experiment_row(
     conn: asyncpg.Pool | asyncpg.Connection, experiment_id: int
 ) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        _EXPERIMENT_SELECT + " WHERE e.id = $1" + _EXPERIMENT_GROUP, experiment_id)
+        _EXPERIMENT_SELECT + " WHERE e.id = $1", experiment_id)
 
 
 @dataclass(frozen=True)
@@ -316,7 +346,7 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_START_TIME": "e.start_time",
     "SORT_BY_END_TIME": "e.end_time",
     "SORT_BY_STATE": "e.state",
-    "SORT_BY_NUM_TRIALS": "count(t.id)",
+    "SORT_BY_NUM_TRIALS": "cardinality(tr.trial_ids)",
     "SORT_BY_PROGRESS": "e.progress",
     "SORT_BY_USER": "e.owner",
     "SORT_BY_NAME": "e.name",
@@ -325,7 +355,7 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_PROJECT_ID": "e.project_id",
     "SORT_BY_CHECKPOINT_SIZE": "e.id",
     "SORT_BY_CHECKPOINT_COUNT": "e.id",
-    "SORT_BY_SEARCHER_METRIC_VAL": "best_validation",
+    "SORT_BY_SEARCHER_METRIC_VAL": "best.value",
 }
 
 _EXPERIMENT_WHERE = """
@@ -338,7 +368,6 @@ _EXPERIMENT_WHERE = """
    AND ($7::int[] IS NULL OR e.owner IN (SELECT username FROM users WHERE id = ANY($7)))
    AND ($8::int IS NULL OR e.project_id = $8)
 """
-_EXPERIMENT_GROUP = " GROUP BY e.id, p.id, w.id"
 
 
 async def fetch_experiment_rows(
@@ -357,7 +386,6 @@ async def fetch_experiment_rows(
     rows = await conn.fetch(
         _EXPERIMENT_SELECT
         + _EXPERIMENT_WHERE
-        + _EXPERIMENT_GROUP
         + f" ORDER BY {column} {direction} NULLS LAST, e.id {direction}"
         + " LIMIT $9 OFFSET $10",
         *args,

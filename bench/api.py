@@ -12,6 +12,8 @@ when an experiment ends).
 Reads, each as R sequential requests over one keep-alive connection (after a warm-up), p50/p99:
   - experiment list:   GET /api/v1/experiments?limit=100
   - experiment detail: GET /api/v1/experiments/{id} (a random experiment: T trials)
+  - trials page:       GET /api/v1/experiments/{id}/trials?limit=100&offset=... (a random page),
+                       by id and by best validation (what the dashboard's table asks)
   - trial curves:      GET /api/v1/trials/time-series?trialIds={id}&maxDatapoints=200 (what a
                        chart asks: every metric, downsampled), and with metricNames=loss (one
                        metric: per-bucket min/max)
@@ -70,6 +72,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from activities.database import apply_migrations, create_pool  # noqa: E402
+from bench.common.reads import ReadPath, time_reads  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from common.tokens import mint_trial_token  # noqa: E402
 from deploy import processes  # noqa: E402
@@ -270,31 +273,6 @@ async def new_trials(db_url: str, experiment_id: int, count: int) -> list[int]:
 
 
 # -- measuring --------------------------------------------------------------------------------
-
-
-def percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
-
-
-def time_reads(api: httpx.Client, name: str, path: Callable[[], tuple[str, dict[str, Any]]],
-               requests: int) -> tuple[float, float]:
-    for _ in range(max(10, requests // 10)):  # warm-up
-        url, params = path()
-        api.get(url, params=params).raise_for_status()
-    spans = []
-    size = 0
-    for _ in range(requests):
-        url, params = path()
-        began = time.perf_counter()
-        answer = api.get(url, params=params)
-        spans.append((time.perf_counter() - began) * 1000)
-        answer.raise_for_status()
-        size = max(size, len(answer.content))
-    p50, p99 = percentile(spans, 50), percentile(spans, 99)
-    print(f"{name:<32} p50 {p50:7.1f} ms  p99 {p99:7.1f} ms  max {max(spans):7.1f} ms  "
-          f"({requests} requests, answers up to {size / 1024:.0f} KiB)", flush=True)
-    return p50, p99
 
 
 def harness_ingest(master: str, cluster_token: str, trial_id: int, experiment_id: int,
@@ -506,9 +484,17 @@ def measure_reads(master: str, headers: dict[str, str], seeded: dict[str, list[i
                   requests: int) -> dict[str, tuple[float, float]]:
     rng = random.Random(7)
     experiments, trials = seeded["experiments"], seeded["trials"]
-    cases: dict[str, Callable[[], tuple[str, dict[str, Any]]]] = {
+    per_experiment = len(trials) // len(experiments)
+    cases: dict[str, ReadPath] = {
         "experiment list": lambda: ("/api/v1/experiments", {"limit": 100}),
         "experiment detail": lambda: (f"/api/v1/experiments/{rng.choice(experiments)}", {}),
+        "trials page (100 by id)": lambda: (
+            f"/api/v1/experiments/{rng.choice(experiments)}/trials",
+            {"limit": 100, "offset": 100 * rng.randrange(max(1, per_experiment // 100))}),
+        "trials page (100 by best validation)": lambda: (
+            f"/api/v1/experiments/{rng.choice(experiments)}/trials",
+            {"limit": 100, "sortBy": "SORT_BY_BEST_VALIDATION_METRIC",
+             "offset": 100 * rng.randrange(max(1, per_experiment // 100))}),
         "trial curves (all metrics, 200)": lambda: (
             "/api/v1/trials/time-series",
             {"trialIds": rng.choice(trials), "maxDatapoints": 200}),

@@ -47,6 +47,7 @@ from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common.agent_args import AGENT_PROGRAM, AgentArgs  # noqa: E402
 from common.temporal_names import trial_workflow_id  # noqa: E402
 from deploy import local_cluster  # noqa: E402
 
@@ -145,9 +146,10 @@ def start_second_agent(info: local_cluster.ClusterInfo, state: Path) -> subproce
     env = {**os.environ, "EPOCHAL_CLUSTER_TOKEN": info.cluster_token}
     log = open(state / "agent-2.log", "ab")  # noqa: SIM115 (the child keeps it)
     return subprocess.Popen(
-        [sys.executable, "-m", "agent_worker", "--master", info.api_url, "--temporal",
-         info.temporal_address, "--slots", "2", "--work-dir", str(state / "agent-2"),
-         "--agent-id", "agent-2", "--hide-from-trials", str(state)],
+        [sys.executable, *AGENT_PROGRAM, *AgentArgs(
+            master=info.api_url, temporal=info.temporal_address, pool="default", slots=2,
+            work_dir=str(state / "agent-2"), agent_id="agent-2",
+            hide_from_trials=[str(state)]).argv()],
         env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
 

@@ -8,7 +8,10 @@ and exits; `max_concurrent_trials` = slots) and waits for it to complete. Measur
     divided by trials), which includes starting each trial's Python;
   - the platform's CPU per trial: user+system seconds of the master, Temporal, PostgreSQL (all
     its backends) and the agent process (not the trials), from psutil, before and after;
-  - the largest workflow history (events) among the experiment's, the trials' and the pool's.
+  - the largest workflow history (events) among the experiment's, the trials' and the pool's;
+  - reads of the finished experiment, p50/p99 of `--requests` each: its detail, a page of 100
+    trials (by id and by best validation, at random offsets), and `epochal experiment describe`
+    (the CLI in a subprocess: wall time, best of 3).
 The last line is the one-line summary.
 
     .venv/bin/python bench/scale.py [--trials 10000] [--slots 8] [--trial-seconds 0] [--smoke]
@@ -18,6 +21,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import random
+import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
+from bench.common.reads import ReadPath, time_reads  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from deploy import local_cluster  # noqa: E402
@@ -95,13 +102,48 @@ async def largest_history(address: str) -> int:
     return largest
 
 
+def measure_reads(api: httpx.Client, experiment_id: int, trials: int,
+                  requests: int) -> dict[str, float]:
+    """p99 (ms) of each read a user makes of the experiment."""
+    rng = random.Random(7)
+
+    def offset() -> int:
+        return 100 * rng.randrange(max(1, trials // 100))
+
+    cases: dict[str, ReadPath] = {
+        "experiment detail": lambda: (f"/api/v1/experiments/{experiment_id}", {}),
+        "trials page (100 by id)": lambda: (
+            f"/api/v1/experiments/{experiment_id}/trials", {"limit": 100, "offset": offset()}),
+        "trials page (100 by metric)": lambda: (
+            f"/api/v1/experiments/{experiment_id}/trials",
+            {"limit": 100, "offset": offset(), "sortBy": "SORT_BY_BEST_VALIDATION_METRIC"}),
+    }
+    return {name: time_reads(api, name, path, requests)[1] for name, path in cases.items()}
+
+
+def time_describe(api_url: str, token: str, experiment_id: int) -> tuple[float, int]:
+    """Best of 3 wall times (s) of `epochal experiment describe`, and its output's lines."""
+    env = {**os.environ, "EPOCHAL_MASTER": api_url, "EPOCHAL_TOKEN": token}
+    best, lines = float("inf"), 0
+    for _ in range(3):
+        began = time.perf_counter()
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "experiment", "describe", str(experiment_id)],
+            env=env, cwd=REPO, capture_output=True, text=True, check=True)
+        best = min(best, time.perf_counter() - began)
+        lines = len(done.stdout.splitlines())
+    print(f"experiment describe              {best:.2f} s, {lines} lines", flush=True)
+    return best, lines
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--trials", type=int, default=10_000)
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--trial-seconds", type=float, default=0.0)
     p.add_argument("--timeout", type=float, default=6 * 3600)
-    add_smoke_option(p, trials=12, slots=2)
+    p.add_argument("--requests", type=int, default=200, help="requests per read")
+    add_smoke_option(p, trials=12, slots=2, requests=10)
     args = parse_args(p)
 
     with tempfile.TemporaryDirectory(prefix="epochal-scale-model-") as model, \
@@ -136,6 +178,9 @@ def main() -> None:
             raise SystemExit(f"the search ended {state or 'not at all'} after {wall:.0f} s")
         cpu = sum(after.get(pid, 0.0) - used for pid, used in before.items())
         history = asyncio.run(largest_history(info.temporal_address))
+        reads = measure_reads(api, experiment_id, args.trials, args.requests)
+        describe_seconds, describe_lines = time_describe(
+            info.api_url, headers["Authorization"].removeprefix("Bearer "), experiment_id)
 
     n = args.trials
     rate = n / wall
@@ -145,9 +190,11 @@ def main() -> None:
     print(f"wall time:             {wall:.1f} s")
     print(f"platform CPU:          {cpu:.1f} core-s (master, Temporal, PostgreSQL, agent)")
     print(f"largest history:       {history} events")
+    worst_name, worst = max(reads.items(), key=lambda item: item[1])
     print(f"scale: {rate:.2f} trials/s, overhead {overhead:.2f} slot-s per trial, platform CPU "
-          f"{per_trial_cpu:.3f} core-s per trial, largest history {history} events "
-          f"({n} trials, {args.slots} slots)")
+          f"{per_trial_cpu:.3f} core-s per trial, largest history {history} events, reads p99 "
+          f"<= {worst:.0f} ms ({worst_name}), describe {describe_seconds:.2f} s in "
+          f"{describe_lines} lines ({n} trials, {args.slots} slots)")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import typer
 
 from cli import render
 from cli.client import Client, master_url
+from common.agent_args import AgentArgs
 
 app = typer.Typer(help="List agents, or run one on this machine.", no_args_is_help=True)
 
@@ -84,45 +85,6 @@ def disable(ctx: typer.Context, agent_id: Annotated[str, typer.Argument(help="Ag
 @app.command("enable", help="Let a disabled agent take new trials again.")
 def enable(ctx: typer.Context, agent_id: Annotated[str, typer.Argument(help="Agent id.")]) -> None:
     _set_enabled(ctx, agent_id, True)
-
-
-def agent_argv(
-    master: str,
-    temporal: str,
-    pool: str,
-    slots: int | None,
-    work_dir: Path | None,
-    agent_id: str | None,
-    runtime: str | None = None,
-    image_pull: str | None = None,
-    task_env: Path | None = None,
-    task_user: str | None = None,
-    hidden_from_trials: list[Path] | None = None,
-    closed_to_trials: list[str] | None = None,
-    namespace: str | None = None,
-) -> list[str]:
-    argv = ["--master", master, "--temporal", temporal, "--pool", pool]
-    if namespace is not None:
-        argv += ["--namespace", namespace]
-    if slots is not None:
-        argv += ["--slots", str(slots)]
-    if work_dir is not None:
-        argv += ["--work-dir", str(work_dir)]
-    if agent_id is not None:
-        argv += ["--agent-id", agent_id]
-    if runtime is not None:
-        argv += ["--runtime", runtime]
-    if image_pull is not None:
-        argv += ["--image-pull", image_pull]
-    if task_env is not None:
-        argv += ["--task-env", str(task_env)]
-    if task_user is not None:
-        argv += ["--task-user", task_user]
-    for directory in hidden_from_trials or []:
-        argv += ["--hide-from-trials", str(directory)]
-    for address in closed_to_trials or []:
-        argv += ["--close-to-trials", address]
-    return argv
 
 
 def run_agent(argv: list[str]) -> NoReturn:
@@ -212,19 +174,19 @@ def run(
         if value is not None and value not in allowed:
             raise typer.BadParameter(f"must be one of {', '.join(allowed)}, got {value!r}",
                                      param_hint=name)
-    argv = agent_argv(
-        master or master_url(ctx),
-        temporal or os.environ.get("EPOCHAL_TEMPORAL_ADDRESS") or DEFAULT_TEMPORAL,
-        pool,
-        slots,
-        work_dir,
-        agent_id,
-        runtime,
-        image_pull,
-        task_env,
-        task_user,
-        hide_from_trials,
-        close_to_trials,
-        namespace,
-    )
+    argv = AgentArgs(
+        master=master or master_url(ctx),
+        temporal=temporal or os.environ.get("EPOCHAL_TEMPORAL_ADDRESS") or DEFAULT_TEMPORAL,
+        pool=pool,
+        namespace=namespace,
+        slots=slots,
+        work_dir=str(work_dir) if work_dir is not None else None,
+        agent_id=agent_id,
+        runtime=runtime,
+        image_pull=image_pull,
+        task_env=str(task_env) if task_env is not None else None,
+        task_user=task_user,
+        hide_from_trials=[str(d) for d in hide_from_trials or []],
+        close_to_trials=close_to_trials or [],
+    ).argv()
     run_agent(argv)

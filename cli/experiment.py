@@ -302,25 +302,33 @@ def follow_experiment(ctx: typer.Context, experiment_id: int, as_json: bool) -> 
 # -- describe ---------------------------------------------------------------------------------
 
 
+# An experiment with more trials than this shows its best ones (describe --all: every one), so
+# that one of 10,000 trials answers in a screenful.
+TRIALS_SHOWN = 20
+
+
 class Results:
-    """An experiment with its trials and its best trial's checkpoint, fetched together."""
+    """An experiment, its trials (all, or the best TRIALS_SHOWN), its best trial (the master's
+    pick) and that trial's checkpoints, fetched together."""
 
     def __init__(
         self,
         experiment: dict[str, Any],
         config: Any,
         trials: list[dict[str, Any]],
+        best: dict[str, Any] | None,
         checkpoints: list[dict[str, Any]] | None,
+        *,
+        every_trial: bool = True,
     ):
         self.experiment = experiment
         self.config = config
         self.trials = trials
+        self.best = best
         self.checkpoints = checkpoints
+        self.every_trial = every_trial
         self.metric: str | None = experiment.get("searcherMetric")
         self.smaller_is_better = bool(experiment.get("smallerIsBetter", True))
-        self.best = render.best_trial(trials, self.smaller_is_better, self.metric)
-        if self.best is None and experiment.get("bestTrialId") is not None:
-            self.best = next((t for t in trials if t.get("id") == experiment["bestTrialId"]), None)
 
     def best_checkpoint(self) -> str | None:
         if self.best is None:
@@ -353,18 +361,32 @@ class Results:
         return answer
 
 
-def gather(client: Client, experiment_id: int, experiment: dict[str, Any] | None = None) -> Results:
+def gather(client: Client, experiment_id: int, experiment: dict[str, Any] | None = None,
+           every_trial: bool = False) -> Results:
     answer = client.get(f"/experiments/{experiment_id}")
     experiment = answer.get("experiment") or experiment or {}
-    trials = client.get_all(f"/experiments/{experiment_id}/trials", "trials")["trials"]
-    checkpoints: list[dict[str, Any]] | None
-    try:
-        checkpoints = client.get_all(f"/experiments/{experiment_id}/checkpoints", "checkpoints")[
-            "checkpoints"
-        ]
-    except ApiError:
-        checkpoints = None  # the best trial's latest checkpoint stands in
-    return Results(experiment, answer.get("config"), trials, checkpoints)
+    path = f"/experiments/{experiment_id}/trials"
+    total = experiment.get("numTrials")
+    every_trial = every_trial or not isinstance(total, int) or total <= TRIALS_SHOWN
+    if every_trial:
+        trials = client.get_all(path, "trials")["trials"]
+    else:  # the best first (nulls last either way)
+        order = "ORDER_BY_ASC" if experiment.get("smallerIsBetter", True) else "ORDER_BY_DESC"
+        trials = client.get(path, {"limit": TRIALS_SHOWN, "orderBy": order,
+                                   "sortBy": "SORT_BY_BEST_VALIDATION_METRIC"}).get("trials") or []
+    best_id = experiment.get("bestTrialId")
+    best = next((t for t in trials if t.get("id") == best_id), None)
+    if best is None and best_id is not None:
+        best = client.get(f"/trials/{best_id}").get("trial")
+    checkpoints: list[dict[str, Any]] | None = None
+    if best is not None:
+        try:
+            checkpoints = client.get_all(f"/trials/{best_id}/checkpoints", "checkpoints")[
+                "checkpoints"]
+        except ApiError:
+            checkpoints = None  # the best trial's latest checkpoint stands in
+    return Results(experiment, answer.get("config"), trials, best, checkpoints,
+                   every_trial=every_trial)
 
 
 def best_line(results: Results) -> str:
@@ -388,7 +410,12 @@ def show_results(results: Results, summary: bool) -> None:
             f"{render.duration(e.get('startTime'), e.get('endTime'))}"
         )
     best_id = results.best.get("id") if results.best else None
-    render.show(render.trials_table(results.trials, results.metric, best_id))
+    table = render.trials_table(results.trials, results.metric, best_id,
+                                by_id=results.every_trial)
+    render.show(table)
+    if not results.every_trial:
+        render.say(f"The {len(results.trials)} best of {e.get('numTrials')} trials by "
+                   f"{results.metric}; `--all` lists every trial.")
     render.say(best_line(results))
 
 
@@ -396,6 +423,17 @@ def _labels(value: Any) -> str:
     if isinstance(value, list) and value:
         return ", ".join(str(v) for v in value)
     return "-"
+
+
+def _trial_count(e: Mapping[str, Any]) -> str:
+    """`10000 (9990 COMPLETED, 10 ERROR)`: the count, then how many are in each state."""
+    total = render.number(e.get("numTrials"))
+    states = e.get("trialStates")
+    if not isinstance(states, Mapping) or not states:
+        return total
+    return total + " (" + ", ".join(
+        f"{n} {render.state(state)}" for state, n in sorted(
+            states.items(), key=lambda item: (-item[1], item[0]))) + ")"
 
 
 def experiment_fields(e: Mapping[str, Any]) -> list[tuple[str, Any]]:
@@ -413,7 +451,7 @@ def experiment_fields(e: Mapping[str, Any]) -> list[tuple[str, Any]]:
         ("Searcher", e.get("searcherType") or "-"),
         ("Metric", f"{metric} ({direction} is better)" if metric else "-"),
         ("Progress", render.percent(e.get("progress"))),
-        ("Trials", e.get("numTrials")),
+        ("Trials", _trial_count(e)),
         ("Started", render.when(e.get("startTime"))),
         ("Ended", render.when(e.get("endTime"))),
         ("Duration", render.duration(e.get("startTime"), e.get("endTime"))),
@@ -562,10 +600,18 @@ def list_experiments(
     render.show(t)
 
 
-@app.command("describe", help="Show an experiment, its trials and its best trial's checkpoint.")
-def describe(ctx: typer.Context, experiment_id: IdArg, as_json: JsonOpt = False) -> None:
+@app.command("describe", help=(
+    "Show an experiment, its trials and its best trial's checkpoint. An experiment of more than "
+    f"{TRIALS_SHOWN} trials shows its {TRIALS_SHOWN} best (by the searcher metric) and how many "
+    "trials are in each state; --all lists every trial."))
+def describe(
+    ctx: typer.Context,
+    experiment_id: IdArg,
+    as_json: JsonOpt = False,
+    every_trial: Annotated[bool, typer.Option("--all", help="List every trial.")] = False,
+) -> None:
     with Client(master_url(ctx)) as client:
-        results = gather(client, experiment_id)
+        results = gather(client, experiment_id, every_trial=every_trial)
     if as_json:
         render.print_json(results.as_json())
         return

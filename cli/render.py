@@ -191,21 +191,6 @@ def trial_metric(trial: Mapping[str, Any], name: str | None, which: str) -> Any:
     return value
 
 
-def best_trial(
-    trials: Sequence[Mapping[str, Any]], smaller_is_better: bool, metric: str | None
-) -> Mapping[str, Any] | None:
-    """The trial with the best searcher-metric value (None if no trial has one)."""
-    scored = [
-        (v, t)
-        for t in trials
-        if isinstance(v := trial_metric(t, metric, "best"), int | float) and not isinstance(v, bool)
-    ]
-    if not scored:
-        return None
-    pick = min if smaller_is_better else max
-    return pick(scored, key=lambda pair: pair[0])[1]
-
-
 # C0 and C1 control characters and DEL: printed as they are, a name or label could move the
 # cursor, recolour or clear another user's terminal.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -272,10 +257,11 @@ def varying_hparams(trials: Sequence[Mapping[str, Any]]) -> tuple[list[str], dic
 
 
 def trials_table(
-    trials: Sequence[Mapping[str, Any]], metric: str | None, best_id: Any = None
+    trials: Sequence[Mapping[str, Any]], metric: str | None, best_id: Any = None,
+    by_id: bool = True,
 ) -> Table:
-    """One row per trial; the hyperparameters that differ between trials get a column each,
-    the ones they share are listed once under the table."""
+    """One row per trial (by id, or in the order given); the hyperparameters that differ
+    between trials get a column each, the ones they share are listed once under the table."""
     metric_header = metric or "metric"  # the latest validation's value
     varying, shared = varying_hparams(trials)
     split = len(trials) > 1 and len(varying) <= MAX_HPARAM_COLUMNS
@@ -286,7 +272,7 @@ def trials_table(
               *hp_columns, wrap=["Hyperparameters", "Searcher"])
     if split and shared:
         t.caption = "same in every trial: " + hparams(shared)
-    for trial in sorted(trials, key=lambda x: x.get("id") or 0):
+    for trial in sorted(trials, key=lambda x: x.get("id") or 0) if by_id else trials:
         marker = " *" if best_id is not None and trial.get("id") == best_id else ""
         flat = flatten(trial.get("hparams") or {})
         hp_cells = (

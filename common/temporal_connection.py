@@ -27,13 +27,14 @@ from typing import Any
 from temporalio.client import Client, Interceptor
 from temporalio.service import TLSConfig
 
+from common.flags import FlagError, flag
+
 CERT_ENV = "EPOCHAL_TEMPORAL_TLS_CERT"
 KEY_ENV = "EPOCHAL_TEMPORAL_TLS_KEY"
 CA_ENV = "EPOCHAL_TEMPORAL_TLS_CA"
 SERVER_NAME_ENV = "EPOCHAL_TEMPORAL_TLS_SERVER_NAME"
 API_KEY_ENV = "EPOCHAL_TEMPORAL_API_KEY"
 TLS_ENV = "EPOCHAL_TEMPORAL_TLS"
-TRUE = ("1", "true", "yes", "on")
 
 
 class TemporalConnectionError(ValueError):
@@ -61,16 +62,17 @@ class TemporalSecurity:
             raise TemporalConnectionError(f"{given} is set but {missing} is not: mTLS needs "
                                           "both the client certificate and its key")
         ca_path = env.get(CA_ENV) or None
-        tls_flag = (env.get(TLS_ENV) or "").strip().lower()
-        if tls_flag and tls_flag not in (*TRUE, "0", "false", "no", "off"):
-            raise TemporalConnectionError(f"{TLS_ENV}: expected true or false, got {tls_flag!r}")
+        try:
+            tls = flag(TLS_ENV, env.get(TLS_ENV))
+        except FlagError as err:
+            raise TemporalConnectionError(str(err)) from None
         return cls(
             cert=_read(CERT_ENV, cert_path),
             key=_read(KEY_ENV, key_path, private=True),
             ca=_read(CA_ENV, ca_path),
             server_name=env.get(SERVER_NAME_ENV) or None,
             api_key=env.get(API_KEY_ENV) or None,
-            tls=tls_flag in TRUE,
+            tls=tls,
         )
 
     @property

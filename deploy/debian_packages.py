@@ -10,9 +10,12 @@ import os
 import subprocess
 from collections.abc import Callable
 
+from common.flags import TRUE_WORDS
+
 
 def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+    """CI systems set CI=true; any other value (some set a name) is not a yes."""
+    return os.environ.get("CI", "").strip().lower() in TRUE_WORDS
 
 
 def may_set_up() -> bool:

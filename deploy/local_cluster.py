@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from common.agent_args import AGENT_PROGRAM, AgentArgs
 from deploy import processes, temporal_server
 from deploy.postgres import EmbeddedPostgres, database_url, without_password
 from deploy.processes import ClusterError, failure
@@ -335,16 +336,15 @@ def _agent_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
 
 
 def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
-    return [sys.executable, "-m", "agent_worker", "--master", info.api_url,
-            "--temporal", info.temporal_address, "--pool", "default",
-            "--slots", str(s.agent_slots), "--work-dir", str(s.state_dir / "agent"),
-            "--agent-id", AGENT_ID, "--runtime", s.agent_runtime,
-            # Secrets, the database's files and the logs live there.
-            "--hide-from-trials", str(s.state_dir),
-            *([] if s.headless_temporal
-              else ["--close-to-trials", f"{s.host}:{s.temporal_ui_port}"]),
-            *(["--task-env", s.agent_task_env] if s.agent_task_env else []),
-            *(["--task-user", s.agent_task_user] if s.agent_task_user else [])]
+    return [sys.executable, *AGENT_PROGRAM, *AgentArgs(
+        master=info.api_url, temporal=info.temporal_address, pool="default",
+        slots=s.agent_slots, work_dir=str(s.state_dir / "agent"), agent_id=AGENT_ID,
+        runtime=s.agent_runtime, task_env=s.agent_task_env or None,
+        task_user=s.agent_task_user or None,
+        # Secrets, the database's files and the logs live there.
+        hide_from_trials=[str(s.state_dir)],
+        close_to_trials=[] if s.headless_temporal else [f"{s.host}:{s.temporal_ui_port}"],
+    ).argv()]
 
 
 def _task_user(s: ClusterSettings) -> TaskUser | None:

@@ -216,7 +216,7 @@ async def create_experiment(
     # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
     warnings = config_warnings(validate_experiment_config(config))
     return {
-        "experiment": views.experiment_json(row, []),
+        "experiment": views.experiment_json(row),
         "config": views.shown_config(config),
         "warnings": [],
         "configWarnings": warnings,
@@ -310,7 +310,7 @@ async def list_experiments(
     users: views.ListQuery = None,
     userIds: Annotated[list[int] | None, Query()] = None,
     projectId: int | None = None,
-    showTrialData: bool = False,
+    showTrialData: bool = False,  # noqa: ARG001 (the best trial and its metric are always shown)
 ) -> dict[str, Any]:
     """Determined's GetExperiments: every filter optional; `archived` omitted lists both."""
     wanted = [s.removeprefix("STATE_") for s in states] if states else None
@@ -329,12 +329,6 @@ async def list_experiments(
         offset=offset,
     )
     experiments = [views.experiment_json(r) for r in rows]
-    if showTrialData:
-        ids = [t for e in experiments for t in e["trialIds"]]
-        by_experiment: dict[int, list[dict[str, Any]]] = {}
-        for trial in await views.fetch_trials_by_id(pool, ids):
-            by_experiment.setdefault(trial["experimentId"], []).append(trial)
-        experiments = [views.experiment_json(r, by_experiment.get(r["id"], [])) for r in rows]
     return {
         "experiments": experiments,
         "pagination": views.pagination(offset, limit, len(experiments), total),
@@ -351,8 +345,7 @@ async def _experiment_row(pool: Pool, experiment_id: int) -> Any:
 @router.get("/experiments/{experiment_id}", responses=documented(schemas.ExperimentAnswer))
 async def get_experiment(experiment_id: int, pool: Pool) -> dict[str, Any]:
     row = await _experiment_row(pool, experiment_id)
-    trials = await views.fetch_trials(pool, experiment_id)
-    return {"experiment": views.experiment_json(row, trials),
+    return {"experiment": views.experiment_json(row),
             "config": views.shown_config(row["config"])}
 
 
@@ -559,23 +552,6 @@ def _delete_checkpoints(files: CheckpointFiles, paths: list[str]) -> None:
             continue  # a path outside the storage is never deleted; its row goes anyway
 
 
-# Determined's trial sort keys (GetExperimentTrials sortBy) and the Trial field each orders by.
-TRIAL_SORT_KEYS = {
-    "SORT_BY_UNSPECIFIED": "id",
-    "SORT_BY_ID": "id",
-    "SORT_BY_START_TIME": "startTime",
-    "SORT_BY_END_TIME": "endTime",
-    "SORT_BY_STATE": "state",
-    "SORT_BY_BEST_VALIDATION_METRIC": "searcherMetricValue",
-    "SORT_BY_LATEST_VALIDATION_METRIC": "searcherMetricValue",
-    "SORT_BY_BATCHES_PROCESSED": "totalBatchesProcessed",
-    "SORT_BY_DURATION": "wallClockTime",
-    "SORT_BY_RESTARTS": "restarts",
-    "SORT_BY_CHECKPOINT_SIZE": "id",
-    "SORT_BY_LOG_RETENTION_DAYS": "id",
-}
-
-
 @router.get("/experiments/{experiment_id}/trials", responses=documented(schemas.TrialList))
 async def list_experiment_trials(
     experiment_id: int,
@@ -587,17 +563,16 @@ async def list_experiment_trials(
     states: views.ListQuery = None,
 ) -> dict[str, Any]:
     """Determined's GetExperimentTrials; limit 0 means all."""
-    require_choice("sortBy", sortBy, TRIAL_SORT_KEYS)
+    require_choice("sortBy", sortBy, views.TRIAL_SORT_COLUMNS)
     await _experiment_row(pool, experiment_id)
-    trials = await views.fetch_trials(pool, experiment_id)
-    if states:
-        wanted = {s if s.startswith("STATE_") else f"STATE_{s}" for s in states}
-        trials = [t for t in trials if t["state"] in wanted]
-    page = views.sorted_page(trials, TRIAL_SORT_KEYS[sortBy], orderBy == "ORDER_BY_DESC", offset,
-                        limit)
+    page, total = await views.fetch_trial_page(
+        pool, experiment_id,
+        states=[s.removeprefix("STATE_") for s in states] if states else None,
+        sort_by=sortBy, order_desc=orderBy == "ORDER_BY_DESC", limit=limit or None,
+        offset=offset)
     return {
         "trials": page,
-        "pagination": views.pagination(offset, limit or len(trials), len(page), len(trials)),
+        "pagination": views.pagination(offset, limit or total, len(page), total),
     }
 
 

@@ -11,14 +11,15 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Header
+from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import views
 from api.deps import Pool
-from api.errors import not_found
+from api.errors import not_found, require_choice
 from api.log_stream import log_records
 from common.states import TERMINAL_STATES
 
@@ -29,6 +30,7 @@ PING_SECONDS = 15
 # Fields that grow with the clock while a run goes on (views.py); a change in them alone is no
 # change worth an event.
 CLOCK_FIELDS = frozenset({"duration", "wallClockTime"})
+MAX_STREAMED_TRIALS = 1000
 
 
 def _end() -> ServerSentEvent:
@@ -69,25 +71,51 @@ def _fingerprint(summary: dict[str, Any]) -> str:
     )
 
 
-async def _experiment_summary(pool: Pool, experiment_id: int) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class TrialPage:
+    """Which trials an experiment's stream carries: one page, as GET .../trials would answer."""
+
+    sort_by: str = "SORT_BY_ID"
+    order_desc: bool = False
+    limit: int = 100
+    offset: int = 0
+
+
+async def _experiment_summary(pool: Pool, experiment_id: int,
+                              page: TrialPage) -> dict[str, Any] | None:
     row = await views.fetch_experiment_row(pool, experiment_id)
     if row is None:
         return None
-    trials = await views.fetch_trials(pool, experiment_id)
-    return {"experiment": views.experiment_json(row, trials), "trials": trials}
+    trials, total = await views.fetch_trial_page(
+        pool, experiment_id, sort_by=page.sort_by, order_desc=page.order_desc, limit=page.limit,
+        offset=page.offset)
+    return {"experiment": views.experiment_json(row), "trials": trials,
+            "pagination": views.pagination(page.offset, page.limit, len(trials), total)}
 
 
 @router.get("/experiments/{experiment_id}/stream")
-async def stream_experiment(experiment_id: int, pool: Pool) -> EventSourceResponse:
-    """`experiment` events holding `{"experiment", "trials"}` whenever either changed (polled
-    from PostgreSQL about once a second), ending after the terminal state is sent."""
-    if await _experiment_summary(pool, experiment_id) is None:
+async def stream_experiment(
+    experiment_id: int,
+    pool: Pool,
+    limit: int = Query(100, ge=1, le=MAX_STREAMED_TRIALS),
+    offset: int = Query(0, ge=0),
+    sortBy: str = "SORT_BY_ID",
+    orderBy: views.OrderBy = "ORDER_BY_ASC",
+) -> EventSourceResponse:
+    """`experiment` events holding `{"experiment", "trials", "pagination"}` whenever either
+    changed (polled from PostgreSQL about once a second), ending after the terminal state is
+    sent. The trials are one page of them (`limit`, `offset`, `sortBy`, `orderBy` as for
+    GET /experiments/{id}/trials), so an experiment of 10,000 trials streams a page, not all."""
+    require_choice("sortBy", sortBy, views.TRIAL_SORT_COLUMNS)
+    page = TrialPage(sort_by=sortBy, order_desc=orderBy == "ORDER_BY_DESC", limit=limit,
+                     offset=offset)
+    if await _experiment_summary(pool, experiment_id, page) is None:
         raise not_found("experiment", experiment_id)
 
     async def events() -> AsyncIterator[ServerSentEvent]:
         sent: str | None = None
         while True:
-            summary = await _experiment_summary(pool, experiment_id)
+            summary = await _experiment_summary(pool, experiment_id, page)
             if summary is None:  # deleted while watched
                 break
             fingerprint = _fingerprint(summary)

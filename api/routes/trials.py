@@ -116,6 +116,8 @@ async def store_reports(
             [r[3] for r in latest],
             [r[4] for r in latest],
         )
+        if validations:
+            await conn.execute("SELECT refresh_best_validation($1::int[])", [trial_id])
         steps = [r[3] for r in rows if r[2] != metric_groups.SYSTEM]  # those count time
         if steps:
             await conn.execute(

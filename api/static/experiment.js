@@ -1,8 +1,11 @@
-// One experiment: its state and controls, learning curves of every trial, the trials table and
-// a hyperparameter-vs-metric scatter. Live through GET /api/v1/experiments/{id}/stream (polling
-// if the stream cannot be had).
+// One experiment: its state and controls, learning curves, the trials table and a
+// hyperparameter-vs-metric scatter. The table shows one page of trials (PAGE_SIZE, sorted by id
+// or by the searcher metric, paged in SQL), and the charts draw that page's trials, so an
+// experiment of 10,000 trials loads as fast as one of ten. Live through
+// GET /api/v1/experiments/{id}/stream, which streams the same page (polling if the stream cannot
+// be had).
 
-import { api, every, follow, reportValues, startPage } from "/static/api.js";
+import { api, every, follow, query, reportValues, startPage } from "/static/api.js";
 import { color, scatterChart } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
@@ -10,6 +13,8 @@ import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, t
 
 const CURVE_REFRESH_SECONDS = 2;
 const MAX_CURVES = 50;
+const PAGE_SIZE = 100;
+const BY_METRIC = "SORT_BY_BEST_VALIDATION_METRIC";
 const ACTIONS = {
   pause: ["ACTIVE"],
   activate: ["PAUSED"],
@@ -30,6 +35,9 @@ const hpSelect = el("select", { id: "hp-select", "aria-label": "hyperparameter",
 let pickedHp = null;
 const scatterBox = el("div", { class: "chart-box", id: "hp-scatter" });
 let summary = null;
+// Which trials the table shows; a larger experiment opens on its best trials.
+const page = { offset: 0, sortBy: null };
+let stopFollowing = () => {};
 let curves = null;
 let curveStamp = "";
 let curveTimer = null;
@@ -83,7 +91,37 @@ function hpValue(value) {
   return typeof value === "object" && value !== null ? JSON.stringify(value) : fmtNumber(value);
 }
 
-function renderTrials(exp, trials) {
+function pageQuery(exp) {
+  const descending = page.sortBy === BY_METRIC && !exp.smallerIsBetter;
+  return query({ limit: PAGE_SIZE, offset: page.offset, sortBy: page.sortBy,
+    orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC" });
+}
+
+function turnTo(offset, sortBy = page.sortBy) {
+  page.offset = Math.max(0, offset);
+  page.sortBy = sortBy;
+  stopFollowing();
+  refreshOnce().then(followPage).catch((error) =>
+    replace(actionStatus, el("span", { class: "error" }, String(error.message))));
+}
+
+function pager(exp, shown, total) {
+  const sort = el("select", { id: "trial-sort", "aria-label": "sort trials",
+    onchange: () => turnTo(0, sort.value) },
+  el("option", { value: "SORT_BY_ID", selected: page.sortBy !== BY_METRIC }, "by trial id"),
+  el("option", { value: BY_METRIC, selected: page.sortBy === BY_METRIC },
+    `best ${exp.searcherMetric} first`));
+  const first = total ? page.offset + 1 : 0;
+  return el("div", { class: "pager" },
+    el("button", { type: "button", id: "trials-prev", disabled: page.offset === 0,
+      onclick: () => turnTo(page.offset - PAGE_SIZE) }, "‹ previous"),
+    el("span", { id: "trials-range" }, ` trials ${first}–${page.offset + shown} of ${total} `),
+    el("button", { type: "button", id: "trials-next", disabled: page.offset + shown >= total,
+      onclick: () => turnTo(page.offset + PAGE_SIZE) }, "next ›"),
+    " ", sort);
+}
+
+function renderTrials(exp, trials, total) {
   const hps = hparamNames(trials);
   const metric = exp.searcherMetric;
   const columns = [
@@ -97,7 +135,8 @@ function renderTrials(exp, trials) {
     { label: "Restarts", class: "num", cell: (t) => t.restarts },
     { label: "Status", cell: (t) => t.searcherStatus || "" },
   ];
-  replace(trialBox, el("h2", {}, `Trials (${trials.length})`),
+  replace(trialBox, el("h2", {}, `Trials (${total})`),
+    total > PAGE_SIZE || page.offset ? pager(exp, trials.length, total) : "",
     table(columns, trials, (t) => ({
       class: `trial-row${t.id === exp.bestTrialId ? " best" : ""}`, "data-trial-id": t.id,
       "data-state": shortState(t.state),
@@ -159,18 +198,31 @@ function refreshCurves(trials) {
 function show(next) {
   summary = next;
   renderHeader(next.experiment);
-  renderTrials(next.experiment, next.trials);
+  renderTrials(next.experiment, next.trials, next.pagination.total);
   renderScatter();
   if (curves) refreshCurves(next.trials);
   main.dataset.state = shortState(next.experiment.state);
 }
 
 async function refreshOnce() {
-  const [{ experiment }, { trials }] = await Promise.all([
-    api(`/api/v1/experiments/${experimentId}`),
-    api(`/api/v1/experiments/${experimentId}/trials`),
-  ]);
-  show({ experiment, trials });
+  const { experiment } = await api(`/api/v1/experiments/${experimentId}`);
+  if (page.sortBy === null) {
+    page.sortBy = experiment.numTrials > PAGE_SIZE ? BY_METRIC : "SORT_BY_ID";
+  }
+  const { trials, pagination } = await api(
+    `/api/v1/experiments/${experimentId}/trials${pageQuery(experiment)}`);
+  show({ experiment, trials, pagination });
+}
+
+function followPage() {
+  let stopPolling = () => {};
+  const stopStream = follow(
+    `/api/v1/experiments/${experimentId}/stream${pageQuery(summary.experiment)}`,
+    { experiment: show }, () => { stopPolling = every(2, refreshOnce, actionStatus); });
+  stopFollowing = () => {
+    stopStream();
+    stopPolling();
+  };
 }
 
 async function start() {
@@ -187,8 +239,7 @@ async function start() {
   });
   curveStamp = "";
   refreshCurves(summary.trials);
-  follow(`/api/v1/experiments/${experimentId}/stream`, { experiment: show },
-    () => every(2, refreshOnce, actionStatus));
+  followPage();
 }
 
 start().catch((error) => replace(main, el("p", { class: "error" }, String(error.message))));

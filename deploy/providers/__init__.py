@@ -11,6 +11,7 @@ import sys
 from dataclasses import dataclass
 from typing import Protocol
 
+from common.agent_args import AgentArgs
 from deploy.providers.config import AwsProvider, DockerProvider, ProcessProvider, ProviderBase
 from workflows.provisioner_types import Instance
 
@@ -36,10 +37,11 @@ class AgentSetup:
     slots: int
 
     def argv(self, agent_id: str, work_dir: str, extra: list[str]) -> list[str]:
-        """The agent's arguments after the program (`python -m agent_worker`)."""
-        return ["--master", self.master_url, "--temporal", self.temporal_address,
-                "--namespace", self.namespace, "--pool", self.pool, "--slots", str(self.slots),
-                "--agent-id", agent_id, "--work-dir", work_dir, *extra]
+        """The agent's arguments after the program (`python -m agent_worker`), then `extra`
+        (the provider config's `agent_args`)."""
+        return [*AgentArgs(master=self.master_url, temporal=self.temporal_address,
+                           pool=self.pool, namespace=self.namespace, slots=self.slots,
+                           agent_id=agent_id, work_dir=work_dir).argv(), *extra]
 
 
 class Provider(Protocol):

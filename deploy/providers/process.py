@@ -15,6 +15,7 @@ import shutil
 import signal
 from pathlib import Path
 
+from common.agent_args import AGENT_PROGRAM
 from deploy import processes
 from deploy.providers import TEMPORAL_VARIABLES, AgentSetup
 from deploy.providers.config import ProcessProvider
@@ -52,7 +53,7 @@ class ProcessAgents:
             agent_id = f"{self.setup.pool}-{secrets.token_hex(4)}"
             home = self.root / agent_id
             home.mkdir(parents=True)
-            argv = [self.python, "-m", "agent_worker",
+            argv = [self.python, *AGENT_PROGRAM,
                     *self.setup.argv(agent_id, str(home / "work"),
                                      [*self.hidden, *self.config.agent_args])]
             processes.spawn(argv, log_file=home / "agent.log", pid_file=home / "agent.pid",

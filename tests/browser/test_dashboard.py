@@ -9,10 +9,14 @@ of every page goes to test-artifacts/screenshots/.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 import tarfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
+import asyncpg
 import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
@@ -261,6 +265,75 @@ def test_models_page_creates_a_model_and_registers_a_checkpoint(
     listed = page.locator("tr.model-row", has_text="browser-model")
     expect(listed).to_contain_text("made in the dashboard")
     expect(listed.locator("td.num")).to_have_text("1")
+    page.close()
+
+
+def seed_many_trials(db_url: str, count: int) -> tuple[int, list[int]]:
+    """A finished experiment of `count` trials, each with one validation (the loss falls with
+    the request id, so the last trial is the best), written straight to the database; returns
+    its id and the trial ids from best to worst. Run in a thread of its own: Playwright's sync
+    API holds this thread's event loop."""
+    async def seed() -> tuple[int, list[int]]:
+        conn = await asyncpg.connect(db_url)
+        try:
+            await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
+                                      schema="pg_catalog")
+            config = {"name": "many-trials", "entrypoint": "python3 train.py",
+                      "searcher": {"name": "random", "metric": "loss", "max_trials": count,
+                                   "max_length": {"batches": 1}},
+                      "resources": {"resource_pool": "default"},
+                      "hyperparameters": {"x": {"type": "double", "minval": 0, "maxval": 1}}}
+            experiment_id = await conn.fetchval(
+                "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+                " progress, end_time) VALUES ('many-trials', $1, '', 1, 'COMPLETED', 'admin',"
+                " 1, now()) RETURNING id", config)
+            ids = await conn.fetchval(
+                "WITH t AS (INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+                "  steps_completed, progress, end_time)"
+                " SELECT $1, r, jsonb_build_object('x', r / $2::float), r, 'COMPLETED', 1, 1,"
+                "  now() FROM generate_series(0, $2 - 1) r RETURNING id, request_id),"
+                " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+                " SELECT id, 'validation', 1, jsonb_build_object('loss', 1.0 / (1 + request_id))"
+                " FROM t)"
+                " SELECT array_agg(id ORDER BY request_id DESC) FROM t", experiment_id, count)
+            await conn.execute("SELECT refresh_best_validation($1::int[])", ids)
+            return experiment_id, list(ids)
+        finally:
+            await conn.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, seed()).result()
+
+
+def test_experiment_of_many_trials_pages_its_table(
+    logged_in: BrowserContext, cluster: Cluster
+) -> None:
+    """250 trials: the page opens on the best 100 (paged and sorted by the master), pages on,
+    and sorts by id on request; the charts draw the page's trials."""
+    experiment_id, best_first = seed_many_trials(cluster.env["EPOCHAL_DB_URL"], 250)
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    rows = page.locator("tr.trial-row")
+    expect(rows).to_have_count(100)
+    expect(page.locator("h2", has_text="Trials (250)")).to_be_visible()
+    expect(page.locator("#trials-range")).to_have_text("trials 1–100 of 250")
+    expect(rows.first).to_have_attribute("data-trial-id", str(best_first[0]))
+    expect(page.locator("#trial-sort")).to_have_value("SORT_BY_BEST_VALIDATION_METRIC")
+    expect(page.locator("#trials-prev")).to_be_disabled()
+    expect(page.locator("#hp-scatter circle.point")).to_have_count(100)
+    screenshot(page, "experiment-many-trials")
+
+    page.click("#trials-next")
+    expect(page.locator("#trials-range")).to_have_text("trials 101–200 of 250")
+    expect(rows.first).to_have_attribute("data-trial-id", str(best_first[100]))
+    page.click("#trials-next")
+    expect(page.locator("#trials-range")).to_have_text("trials 201–250 of 250")
+    expect(rows).to_have_count(50)
+    expect(page.locator("#trials-next")).to_be_disabled()
+
+    page.select_option("#trial-sort", "SORT_BY_ID")
+    expect(page.locator("#trials-range")).to_have_text("trials 1–100 of 250")
+    expect(rows.first).to_have_attribute("data-trial-id", str(min(best_first)))
     page.close()
 
 

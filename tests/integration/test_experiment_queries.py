@@ -4,6 +4,7 @@ trial workloads and log tails (what `det` asks; tests/determined/test_det_cli.py
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,69 @@ async def test_workloads_and_log_tail(api: httpx.AsyncClient, live_master: LiveM
     assert [r.split('"log": "')[1][:6] for r in results] == ["line 4", "line 3"]
     assert '"level": "LOG_LEVEL_INFO"' in results[0] and '"message": "[' in results[0]
     await api.post(f"/api/v1/experiments/{experiment_id}/kill")
+
+
+async def test_trials_are_sorted_and_paged_by_their_best_validation_in_sql(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Each trial's best validation is kept as reports arrive (a re-sent report replaces its
+    value); the trials list, the stream and the experiment's best trial read it."""
+    config = {"name": "paged", "searcher": {"name": "random", "metric": "loss", "max_trials": 5,
+                                            "max_length": {"batches": 10}},
+              "resources": {"resource_pool": "default"}}
+    async with live_master.pool.acquire() as conn:
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner)"
+            " VALUES ('paged', $1, '', 1, 'ACTIVE', 'admin') RETURNING id", config)
+        ids = [await conn.fetchval(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state)"
+            " VALUES ($1, $2, '{}', 1, $3) RETURNING id", experiment_id, i,
+            "COMPLETED" if i < 4 else "RUNNING") for i in range(5)]
+    a, b, c, d, e = ids
+    for tid, steps, loss in ((a, 5, 0.5), (a, 10, 0.3), (b, 5, 0.2), (c, 5, 0.9),
+                             (e, 5, 0.4), (e, 5, 0.6)):  # e's report is sent again, changed
+        body = {"group": "validation", "metrics": {
+            "trialId": tid, "trialRunId": 1, "stepsCompleted": steps,
+            "metrics": {"avgMetrics": {"loss": loss}}}}
+        answer = await api.post(f"/api/v1/trials/{tid}/metrics", json=body,
+                                headers=live_master.agent_headers)
+        assert answer.status_code == 200, answer.text
+
+    async def page(**params: Any) -> dict[str, Any]:
+        answer = await api.get(f"/api/v1/experiments/{experiment_id}/trials", params=params)
+        assert answer.status_code == 200, answer.text
+        return dict(answer.json())
+
+    best = "SORT_BY_BEST_VALIDATION_METRIC"
+    first = await page(sortBy=best, limit=2)
+    assert [t["id"] for t in first["trials"]] == [b, a]
+    assert [t["searcherMetricValue"] for t in first["trials"]] == [0.2, 0.3]
+    assert first["pagination"] == {"offset": 0, "limit": 2, "startIndex": 0, "endIndex": 2,
+                                   "total": 5}
+    assert first["trials"][1]["bestValidation"]["totalBatches"] == 10
+    assert [t["id"] for t in (await page(sortBy=best, limit=2, offset=3))["trials"]] == [c, d]
+    assert [t["id"] for t in (await page(sortBy=best, orderBy="ORDER_BY_DESC"))["trials"]] == [
+        c, e, a, b, d]  # nulls last either way
+    running = await page(states=["STATE_RUNNING"])
+    assert [t["id"] for t in running["trials"]] == [e] and running["pagination"]["total"] == 1
+    everything = await page()
+    assert [t["id"] for t in everything["trials"]] == ids
+    assert everything["pagination"]["limit"] == 5
+
+    experiment = (await api.get(f"/api/v1/experiments/{experiment_id}")).json()["experiment"]
+    assert (experiment["bestTrialId"], experiment["bestValidation"]) == (b, 0.2)
+    assert experiment["numTrials"] == 5
+
+    async with api.stream("GET", f"/api/v1/experiments/{experiment_id}/stream",
+                          params={"limit": 2, "sortBy": best}) as response:
+        assert response.status_code == 200
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                streamed = json.loads(line.removeprefix("data:"))
+                break
+    assert [t["id"] for t in streamed["trials"]] == [b, a]
+    assert streamed["pagination"]["total"] == 5
+    too_many = await api.get(f"/api/v1/experiments/{experiment_id}/stream",
+                             params={"limit": 100_000})
+    assert too_many.status_code == 400
+    await live_master.pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)

@@ -14,10 +14,12 @@ from tests.fakes.cli_master import (
     CHECKPOINTS,
     TRIALS,
     FakeMaster,
+    checkpoint,
     error,
     experiment,
     log,
     ndjson,
+    trial,
 )
 
 
@@ -32,7 +34,14 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeMaster:
 def serve_experiment(fake: FakeMaster, *states: str) -> None:
     fake.on("GET", "/experiments/4", *({"experiment": experiment(s), "config": {}} for s in states))
     fake.on("GET", "/experiments/4/trials", {"trials": TRIALS, "pagination": {"total": 2}})
-    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    serve_checkpoints(fake)
+
+
+def serve_checkpoints(fake: FakeMaster, *answers: object) -> None:
+    """Each trial's own checkpoints (describe reads the best trial's)."""
+    for tid in (11, 12):
+        own = [c for c in CHECKPOINTS if c["training"]["trialId"] == tid]
+        fake.on("GET", f"/trials/{tid}/checkpoints", *(answers or [{"checkpoints": own}]))
 
 
 def run(*args: str):
@@ -139,10 +148,10 @@ def test_describe_larger_is_better_picks_the_other_trial(fake: FakeMaster) -> No
     fake.on(
         "GET",
         "/experiments/4",
-        {"experiment": experiment(smallerIsBetter=False, bestTrialId=None), "config": {}},
+        {"experiment": experiment(smallerIsBetter=False, bestTrialId=11), "config": {}},
     )
     fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
-    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    serve_checkpoints(fake)
 
     result = run("experiment", "describe", "4")
 
@@ -154,7 +163,7 @@ def test_describe_larger_is_better_picks_the_other_trial(fake: FakeMaster) -> No
 def test_describe_falls_back_to_the_trials_latest_checkpoint(fake: FakeMaster) -> None:
     fake.on("GET", "/experiments/4", {"experiment": experiment(), "config": {}})
     fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
-    fake.on("GET", "/experiments/4/checkpoints", error(404, "not here"))
+    serve_checkpoints(fake, error(404, "not here"))
 
     result = run("experiment", "describe", "4")
 
@@ -171,6 +180,39 @@ def test_describe_json_is_the_servers_json(fake: FakeMaster) -> None:
     assert answer["experiment"] == experiment()
     assert answer["trials"] == TRIALS
     assert answer["config"] == {}
+
+
+def test_describe_summarises_a_large_experiment(fake: FakeMaster) -> None:
+    """10,000 trials: the best TRIALS_SHOWN, asked of the master sorted by the searcher metric
+    (larger is better here), a count per state; the best trial comes from the master's pick."""
+    shown = [trial(100 + i, 0.9 - i * 0.01, 0.9 - i * 0.01) for i in range(20)]
+    fake.on("GET", "/experiments/4", {"experiment": experiment(
+        numTrials=10_000, smallerIsBetter=False, bestTrialId=100, bestValidation=0.9,
+        trialStates={"STATE_COMPLETED": 9_990, "STATE_ERROR": 10}), "config": {}})
+    fake.on("GET", "/experiments/4/trials", {"trials": shown,
+                                              "pagination": {"total": 10_000}})
+    fake.on("GET", "/trials/100/checkpoints", {"checkpoints": [
+        checkpoint("c-100", 100, 300, 0.9)]})
+
+    result = run("experiment", "describe", "4")
+
+    assert result.exit_code == 0, result.output
+    (asked,) = fake.sent("GET", "/experiments/4/trials")
+    assert dict(asked.url.params) == {"limit": "20", "orderBy": "ORDER_BY_DESC",
+                                      "sortBy": "SORT_BY_BEST_VALIDATION_METRIC"}
+    out = result.stdout
+    assert "10000 (9990 COMPLETED, 10 ERROR)" in out
+    rows = [ln.split()[0] for ln in out.splitlines() if ln.lstrip()[:1].isdigit()
+            and ln.split()[0].isdigit() and int(ln.split()[0]) >= 100]
+    assert rows == [str(100 + i) for i in range(20)]  # best first, as the master ordered them
+    assert "The 20 best of 10000 trials by validation_loss; `--all` lists every trial." in out
+    assert "Best trial: 100 (validation_loss=0.9, larger is better), checkpoint c-100" in out
+    assert len(out.splitlines()) < 60
+
+    fake.on("GET", "/experiments/4/trials", {"trials": shown, "pagination": {"total": 20}})
+    everything = run("experiment", "describe", "4", "--all")
+    assert everything.exit_code == 0, everything.output
+    assert fake.sent("GET", "/experiments/4/trials")[-1].url.params["limit"] == "500"
 
 
 def test_describe_unknown_experiment(fake: FakeMaster) -> None:
@@ -293,7 +335,7 @@ def test_follow_rides_out_a_master_restart(fake: FakeMaster) -> None:
         {"experiment": experiment("STATE_COMPLETED")},
     )
     fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
-    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    serve_checkpoints(fake)
     fake.on("GET", "/experiments/4/logs", ndjson([]))
 
     result = run("experiment", "follow", "4")
@@ -318,7 +360,7 @@ def test_follow_reconnects_when_the_log_stream_ends_early_without_repeating_line
 
     fake.on("GET", "/experiments/4", state)
     fake.on("GET", "/experiments/4/trials", {"trials": TRIALS})
-    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    serve_checkpoints(fake)
 
     result = run("experiment", "follow", "4")
 
@@ -363,7 +405,7 @@ def test_describe_shows_where_each_trial_stands_in_an_asha_search(fake: FakeMast
     ]
     fake.on("GET", "/experiments/4", {"experiment": experiment(), "config": {}})
     fake.on("GET", "/experiments/4/trials", {"trials": trials, "pagination": {"total": 2}})
-    fake.on("GET", "/experiments/4/checkpoints", {"checkpoints": CHECKPOINTS})
+    serve_checkpoints(fake)
 
     result = run("experiment", "describe", "4")
 
