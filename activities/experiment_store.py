@@ -16,6 +16,17 @@ from temporalio import activity
 
 from activities.checkpoint_gc import RetentionPolicy, StoredCheckpoint, checkpoints_to_keep
 from common.checkpoint_storage import CheckpointFiles, StorageError, UnsafeCheckpointPath
+from common.temporal_names import (
+    CHECK_SEARCHER_METRIC,
+    CREATE_TRIAL,
+    FINISH_EXPERIMENT,
+    GET_RESUME_POINT,
+    RECORD_EXPERIMENT_STATE,
+    RECORD_SEARCH,
+    RECORD_TRIAL_STATE,
+    REQUEST_PREEMPTION,
+    WRITE_TRIAL_LOG,
+)
 from workflows.types import (
     CheckSearcherMetricInput,
     CreateTrialInput,
@@ -47,7 +58,7 @@ class ExperimentStore:
         self._pool = pool
         self._cluster_storage = cluster_storage
 
-    @activity.defn(name="create_trial")
+    @activity.defn(name=CREATE_TRIAL)
     async def create_trial(self, inp: CreateTrialInput) -> int:
         trial_id: int = await self._pool.fetchval(
             "INSERT INTO trials (experiment_id, request_id, hparams, seed, search_length, rung)"
@@ -63,7 +74,7 @@ class ExperimentStore:
         )
         return trial_id
 
-    @activity.defn(name="record_search")
+    @activity.defn(name=RECORD_SEARCH)
     async def record_search(self, inp: RecordSearchInput) -> None:
         await self._pool.execute(
             "UPDATE trials SET search_length = $2, rung = $3, search_status = $4 WHERE id = $1",
@@ -73,7 +84,7 @@ class ExperimentStore:
             inp.status,
         )
 
-    @activity.defn(name="check_searcher_metric")
+    @activity.defn(name=CHECK_SEARCHER_METRIC)
     async def check_searcher_metric(self, inp: CheckSearcherMetricInput) -> str | None:
         """None when the trial reported the searcher metric in a validation (at or past
         `min_length`); otherwise a message naming the missing metric and what was reported."""
@@ -107,7 +118,7 @@ class ExperimentStore:
             f"validation{where} (it reported: {reported})"
         )
 
-    @activity.defn(name="write_trial_log")
+    @activity.defn(name=WRITE_TRIAL_LOG)
     async def write_trial_log(self, inp: TrialLogInput) -> None:
         """A line from the master in a trial's logs, beside what its process printed."""
         await self._pool.execute(
@@ -121,7 +132,7 @@ class ExperimentStore:
             inp.log,
         )
 
-    @activity.defn(name="record_experiment_state")
+    @activity.defn(name=RECORD_EXPERIMENT_STATE)
     async def record_experiment_state(self, inp: RecordExperimentStateInput) -> None:
         await self._pool.execute(
             "UPDATE experiments SET state = $2,"
@@ -132,7 +143,7 @@ class ExperimentStore:
             inp.ended,
         )
 
-    @activity.defn(name="record_trial_state")
+    @activity.defn(name=RECORD_TRIAL_STATE)
     async def record_trial_state(self, inp: RecordTrialStateInput) -> None:
         await self._pool.execute(
             "UPDATE trials SET state = $2,"
@@ -153,13 +164,13 @@ class ExperimentStore:
             inp.search_status,
         )
 
-    @activity.defn(name="request_preemption")
+    @activity.defn(name=REQUEST_PREEMPTION)
     async def request_preemption(self, inp: RequestPreemptionInput) -> None:
         await self._pool.execute(
             "UPDATE trials SET preempt_requested = $2 WHERE id = $1", inp.trial_id, inp.preempt
         )
 
-    @activity.defn(name="get_resume_point")
+    @activity.defn(name=GET_RESUME_POINT)
     async def get_resume_point(self, trial_id: int) -> ResumePoint:
         """Where the trial's next run starts: its newest checkpoint and that checkpoint's step."""
         row = await self._pool.fetchrow(
@@ -179,7 +190,7 @@ class ExperimentStore:
             early_exit_reason=row["early_exit_reason"],
         )
 
-    @activity.defn(name="finish_experiment")
+    @activity.defn(name=FINISH_EXPERIMENT)
     async def finish_experiment(self, inp: FinishExperimentInput) -> int | None:
         """Record the final state and best trial, then delete checkpoints the policy drops."""
         config = await self._pool.fetchval(

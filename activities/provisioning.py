@@ -19,6 +19,7 @@ from common.temporal_names import (
     PROVISIONER_OBSERVE,
     PROVISIONER_SET_ENABLED,
     PROVISIONER_TERMINATE,
+    PoolMessages,
     resource_pool_workflow_id,
 )
 from deploy.providers import Provider, ProviderError
@@ -64,7 +65,7 @@ class ProvisioningActivities:
         config, provider = self._providers[pool]
         instances = await self._call(provider.instances)
         state = await self._client.get_workflow_handle(resource_pool_workflow_id(pool)).query(
-            "describe")
+            PoolMessages.DESCRIBE)
         agents = [AgentView(a["id"], bool(a["alive"]), bool(a["enabled"]),
                             bool(a["allocations"])) for a in state["agents"]]
         return Observation(config.limits(), instances, agents,
@@ -87,7 +88,8 @@ class ProvisioningActivities:
     async def set_enabled(self, request: EnableRequest) -> None:
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(request.pool))
         for agent_id in request.agent_ids:
-            await handle.signal("set_agent_enabled", AgentEnabled(agent_id, request.enabled))
+            await handle.signal(PoolMessages.SET_AGENT_ENABLED,
+                                AgentEnabled(agent_id, request.enabled))
         log.info("pool %s: %s %s", request.pool,
                  "keeping" if request.enabled else "draining idle agent(s)",
                  ", ".join(request.agent_ids))

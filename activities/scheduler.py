@@ -17,7 +17,13 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from common.temporal_names import resource_pool_workflow_id
+from common.temporal_names import (
+    RELEASE_SLOTS_ACTIVITY,
+    REQUEST_SLOTS_ACTIVITY,
+    RESOURCE_POOL_WORKFLOW,
+    PoolMessages,
+    resource_pool_workflow_id,
+)
 from workflows.pool_types import (
     PoolInput,
     ReleaseSlotsInput,
@@ -40,13 +46,13 @@ class SchedulerActivities:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    @activity.defn(name="request_slots")
+    @activity.defn(name=REQUEST_SLOTS_ACTIVITY)
     async def request_slots(self, inp: RequestSlotsInput) -> SlotReply:
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(inp.pool))
         try:
             try:
                 reply: SlotReply = await handle.execute_update(
-                    "request_slots", inp.request, id=inp.request.allocation_id,
+                    PoolMessages.REQUEST_SLOTS, inp.request, id=inp.request.allocation_id,
                     result_type=SlotReply)
             except RPCError as err:
                 if err.status != RPCStatusCode.NOT_FOUND:
@@ -58,14 +64,14 @@ class SchedulerActivities:
 
     async def _request_starting_pool(self, inp: RequestSlotsInput) -> SlotReply:
         start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            "ResourcePoolWorkflow",
+            RESOURCE_POOL_WORKFLOW,
             PoolInput(name=inp.pool),
             id=resource_pool_workflow_id(inp.pool),
             task_queue=inp.master_task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         reply: SlotReply = await self._client.execute_update_with_start_workflow(
-            "request_slots",
+            PoolMessages.REQUEST_SLOTS,
             inp.request,
             start_workflow_operation=start,
             id=inp.request.allocation_id,
@@ -73,12 +79,12 @@ class SchedulerActivities:
         )
         return reply
 
-    @activity.defn(name="release_slots")
+    @activity.defn(name=RELEASE_SLOTS_ACTIVITY)
     async def release_slots(self, inp: ReleaseSlotsInput) -> bool:
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(inp.pool))
         try:
             held: bool = await handle.execute_update(
-                "release_slots",
+                PoolMessages.RELEASE_SLOTS,
                 SlotRelease(allocation_id=inp.allocation_id),
                 id=f"release-{inp.allocation_id}",
                 result_type=bool,

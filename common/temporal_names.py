@@ -1,4 +1,6 @@
-"""Names shared by the master, the agents and the API: task queues, workflow ids, signals.
+"""Names shared by the master, the agents and the API: task queues, workflow ids and types,
+activities, signals, queries and updates. Handlers are declared with these (`name=`) and
+callers use them, so a name is written once.
 
 They are stored in Temporal histories, so changing one breaks running workflows.
 """
@@ -54,3 +56,67 @@ PROVISIONER_SET_ENABLED = "provisioner_set_enabled"
 def provisioner_workflow_id(pool: str) -> str:
     """The one provisioner of a resource pool with a provider (started by the master at boot)."""
     return f"provisioner-{pool}"
+
+
+# Workflow types (the names their histories are stored under).
+EXPERIMENT_WORKFLOW = "ExperimentWorkflow"
+TRIAL_WORKFLOW = "TrialWorkflow"
+RESOURCE_POOL_WORKFLOW = "ResourcePoolWorkflow"
+PROVISIONER_WORKFLOW = "ProvisionerWorkflow"
+
+# The master's activities (activities/experiment_store.py, activities/scheduler.py), on the
+# master's queue; workflows call them through workflows/db_activities.py.
+CREATE_TRIAL = "create_trial"
+RECORD_SEARCH = "record_search"
+CHECK_SEARCHER_METRIC = "check_searcher_metric"
+WRITE_TRIAL_LOG = "write_trial_log"
+RECORD_EXPERIMENT_STATE = "record_experiment_state"
+RECORD_TRIAL_STATE = "record_trial_state"
+REQUEST_PREEMPTION = "request_preemption"
+GET_RESUME_POINT = "get_resume_point"
+FINISH_EXPERIMENT = "finish_experiment"
+REQUEST_SLOTS_ACTIVITY = "request_slots"  # asks the pool's update of the same name
+RELEASE_SLOTS_ACTIVITY = "release_slots"
+
+
+class ExperimentMessages:
+    """ExperimentWorkflow's signals and query."""
+
+    VALIDATION_REPORTED = "validation_reported"  # from the API: a validation at a rung
+    TRIAL_CLOSED = "trial_closed"  # from each of its trials when it ends
+    PAUSE = "pause"  # from the API, the user's: passed on to the trials
+    ACTIVATE = "activate"
+    CANCEL = "cancel"
+    KILL = "kill"
+    DESCRIBE = "describe"  # query
+
+
+class TrialMessages:
+    """TrialWorkflow's signals and query."""
+
+    STOP_EARLY = "stop_early"  # from its experiment's searcher
+    CONTINUE_TO = "continue_to"
+    SLOTS_GRANTED = "slots_granted"  # from its pool
+    SLOTS_FAILED = "slots_failed"
+    SLOTS_WAITING = "slots_waiting"
+    PAUSE = "pause"  # from its experiment (the user's), or the API for one trial's kill
+    ACTIVATE = "activate"
+    CANCEL = "cancel"
+    KILL = "kill"
+    DESCRIBE = "describe"  # query
+
+
+class PoolMessages:
+    """ResourcePoolWorkflow's signals, updates and queries."""
+
+    REGISTER_AGENT = "register_agent"  # from the API when an agent registers
+    AGENT_LOST = "agent_lost"
+    SET_AGENT_ENABLED = "set_agent_enabled"  # from the API and the provisioner
+    SET_EXPERIMENT_RESOURCES = "set_experiment_resources"
+    REOPEN_TRIAL = "reopen_trial"
+    REQUEST = "request"  # from trials: slots for a run
+    RELEASE = "release"
+    REQUEST_SLOTS = "request_slots"  # update
+    RELEASE_SLOTS = "release_slots"  # update
+    CHECK_REQUEST = "check_request"  # query: would a request ever fit
+    DESCRIBE = "describe"  # query

@@ -33,6 +33,7 @@ from common.checkpoint_storage import S3Location, S3Store, StorageError, s3_cred
 from common.temporal_connection import connect
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
+    PoolMessages,
     provisioner_workflow_id,
     resource_pool_workflow_id,
 )
@@ -135,7 +136,7 @@ async def report_pool_gauges(client: Client, pools: tuple[str, ...]) -> None:
         for name in pools:
             try:
                 state = await client.get_workflow_handle(resource_pool_workflow_id(name)).query(
-                    "describe")
+                    PoolMessages.DESCRIBE)
             except Exception as err:  # a pool not started yet, Temporal away: next time
                 log.debug("pool %s: no gauges this time: %s", name, err)
                 continue

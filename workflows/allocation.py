@@ -17,7 +17,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
+    from common.temporal_names import MASTER_TASK_QUEUE, PoolMessages, resource_pool_workflow_id
     from workflows.pool_types import (
         DEFAULT_PRIORITY,
         Allocation,
@@ -81,11 +81,11 @@ class Allocator:
         key = request.allocation_id
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
         try:
-            await pool.signal("request", request)
+            await pool.signal(PoolMessages.REQUEST, request)
         except Exception:  # the pool does not run yet: the activity starts it with the request
             try:
                 reply: SlotReply = await workflow.execute_activity(
-                    "request_slots",
+                    PoolMessages.REQUEST_SLOTS,
                     RequestSlotsInput(pool=resources.pool, request=request,
                                       master_task_queue=MASTER_TASK_QUEUE),
                     result_type=SlotReply,
@@ -113,4 +113,4 @@ class Allocator:
         """Give the slots back by signal (no activity; the pool ignores a repeated release)."""
         self._granted.pop(allocation_id, None)
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
-        await pool.signal("release", SlotRelease(allocation_id=allocation_id))
+        await pool.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=allocation_id))

@@ -20,7 +20,17 @@ from temporalio import workflow
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
-    from common.temporal_names import MASTER_TASK_QUEUE, trial_workflow_id
+    from common.temporal_names import (
+        CREATE_TRIAL,
+        EXPERIMENT_WORKFLOW,
+        FINISH_EXPERIMENT,
+        MASTER_TASK_QUEUE,
+        RECORD_EXPERIMENT_STATE,
+        RECORD_SEARCH,
+        ExperimentMessages,
+        TrialMessages,
+        trial_workflow_id,
+    )
     from workflows.db_activities import db_activity
     from workflows.searchers import make_search, trial_seed
     from workflows.searchers.base import (
@@ -66,7 +76,7 @@ def length_unit(searcher: JSON) -> str:
     return str(searcher.get("time_metric") or "batches")
 
 
-@workflow.defn(name="ExperimentWorkflow")
+@workflow.defn(name=EXPERIMENT_WORKFLOW)
 class ExperimentWorkflow:
     @workflow.init
     def __init__(self, inp: ExperimentInput) -> None:
@@ -131,7 +141,7 @@ class ExperimentWorkflow:
         final = self._final_state()
         self._state = final
         await db_activity(
-            "finish_experiment",
+            FINISH_EXPERIMENT,
             FinishExperimentInput(experiment_id=inp.experiment_id, state=final),
             timeout=GC_TIMEOUT,
         )
@@ -240,12 +250,12 @@ class ExperimentWorkflow:
                 continue
             if isinstance(op, Continue):
                 if op.target is not None:
-                    await self._signal_trial(trial_id, "continue_to", op.target)
+                    await self._signal_trial(trial_id, TrialMessages.CONTINUE_TO, op.target)
                 status = f"promoted to rung {op.rung}" if op.target else f"in rung {op.rung}"
                 await self._record_search(trial_id, op.decision, op.rung, status)
             elif isinstance(op, Stop):
                 if op.early:
-                    await self._signal_trial(trial_id, "stop_early")
+                    await self._signal_trial(trial_id, TrialMessages.STOP_EARLY)
                 status = f"stopped early at rung {op.rung}" if op.early else "trained to the end"
                 await self._record_search(trial_id, None, op.rung, status)
 
@@ -253,7 +263,7 @@ class ExperimentWorkflow:
         self, trial_id: int, length: int | None, rung: int, status: str
     ) -> None:
         await db_activity(
-            "record_search",
+            RECORD_SEARCH,
             RecordSearchInput(trial_id=trial_id, search_length=length, rung=rung, status=status),
         )
 
@@ -262,7 +272,7 @@ class ExperimentWorkflow:
         request_id = int(create["request_id"])
         seed = trial_seed(inp.seed, request_id)
         trial_id: int = await db_activity(
-            "create_trial",
+            CREATE_TRIAL,
             CreateTrialInput(
                 experiment_id=inp.experiment_id,
                 request_id=request_id,
@@ -299,7 +309,8 @@ class ExperimentWorkflow:
         if self._stop is not None:
             await self._signal_trial(trial_id, self._stop)
         elif self._paused != start_paused:
-            await self._signal_trial(trial_id, "pause" if self._paused else "activate")
+            await self._signal_trial(
+                trial_id, TrialMessages.PAUSE if self._paused else TrialMessages.ACTIVATE)
 
     async def _signal_trial(self, trial_id: int, signal: str, *args: Any) -> None:
         """Signal a running trial; one that has just ended (its `trial_closed` not yet handled)
@@ -317,7 +328,7 @@ class ExperimentWorkflow:
     async def _set_state(self, state: str) -> None:
         self._state = state
         await db_activity(
-            "record_experiment_state",
+            RECORD_EXPERIMENT_STATE,
             RecordExperimentStateInput(experiment_id=self._experiment_id, state=state),
         )
 
@@ -325,11 +336,11 @@ class ExperimentWorkflow:
         for trial_id in list(self._running):
             await self._signal_trial(trial_id, signal)
 
-    @workflow.signal
+    @workflow.signal(name=ExperimentMessages.VALIDATION_REPORTED)
     def validation_reported(self, report: ValidationReport) -> None:
         self._events.append(("validation", report))
 
-    @workflow.signal
+    @workflow.signal(name=ExperimentMessages.TRIAL_CLOSED)
     def trial_closed(self, outcome: TrialOutcome) -> None:
         self._events.append(("closed", outcome))
 
@@ -344,35 +355,35 @@ class ExperimentWorkflow:
             await self._set_state(state)
             await self._forward(signal)
 
-    @workflow.signal
+    @workflow.signal(name=ExperimentMessages.PAUSE)
     async def pause(self) -> None:
         if self._stop is not None or self._paused:
             return
         self._paused = True
-        await self._announce("PAUSED", "pause")
+        await self._announce("PAUSED", TrialMessages.PAUSE)
 
-    @workflow.signal
+    @workflow.signal(name=ExperimentMessages.ACTIVATE)
     async def activate(self) -> None:
         if self._stop is not None or not self._paused:
             return
         self._paused = False
-        await self._announce("ACTIVE", "activate")
+        await self._announce("ACTIVE", TrialMessages.ACTIVATE)
 
-    @workflow.signal
+    @workflow.signal(name=ExperimentMessages.CANCEL)
     async def cancel(self) -> None:
         if self._stop is not None:
             return
-        self._stop = "cancel"
-        await self._announce("STOPPING_CANCELED", "cancel")
+        self._stop = TrialMessages.CANCEL
+        await self._announce("STOPPING_CANCELED", TrialMessages.CANCEL)
 
-    @workflow.signal
+    @workflow.signal(name=ExperimentMessages.KILL)
     async def kill(self) -> None:
-        if self._stop == "kill":
+        if self._stop == TrialMessages.KILL:
             return
-        self._stop = "kill"
-        await self._announce("STOPPING_KILLED", "kill")
+        self._stop = TrialMessages.KILL
+        await self._announce("STOPPING_KILLED", TrialMessages.KILL)
 
-    @workflow.query
+    @workflow.query(name=ExperimentMessages.DESCRIBE)
     def describe(self) -> dict[str, object]:
         return {
             "state": self._state,

@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
         PROVISIONER_OBSERVE,
         PROVISIONER_SET_ENABLED,
         PROVISIONER_TERMINATE,
+        PROVISIONER_WORKFLOW,
     )
     from workflows.provisioner_types import (
         EnableRequest,
@@ -113,7 +114,7 @@ def plan(now: float, obs: Observation, memory: ProvisionerMemory) -> Plan:
     return result
 
 
-@workflow.defn(name="ProvisionerWorkflow")
+@workflow.defn(name=PROVISIONER_WORKFLOW)
 class ProvisionerWorkflow:
     @workflow.run
     async def run(self, inp: ProvisionerInput) -> None:

@@ -40,7 +40,13 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from common.temporal_names import AGENT_LIVENESS, agent_task_queue
+    from common.temporal_names import (
+        AGENT_LIVENESS,
+        RESOURCE_POOL_WORKFLOW,
+        PoolMessages,
+        TrialMessages,
+        agent_task_queue,
+    )
     from workflows.pool_types import (
         AgentEnabled,
         AgentLivenessInput,
@@ -75,7 +81,7 @@ def _iso(ts: object) -> str:
     return ts.isoformat() if hasattr(ts, "isoformat") else str(ts)
 
 
-@workflow.defn(name="ResourcePoolWorkflow")
+@workflow.defn(name=RESOURCE_POOL_WORKFLOW)
 class ResourcePoolWorkflow:
     @workflow.init
     def __init__(self, inp: PoolInput) -> None:
@@ -328,7 +334,7 @@ class ResourcePoolWorkflow:
             if key in self._told_waiting or not self._waits_for_agents(request, sizes):
                 continue
             self._told_waiting.add(key)
-            self._tell_trial(request, "slots_waiting",
+            self._tell_trial(request, TrialMessages.SLOTS_WAITING,
                              SlotWaiting(key, self._waiting_message(request, sizes)))
 
     def _take(self, agent_id: str, slots: int) -> list[int]:
@@ -360,7 +366,7 @@ class ResourcePoolWorkflow:
         """Tell a waiting trial its slots are granted; if it is gone, take them back."""
         try:
             await workflow.get_external_workflow_handle(allocation.workflow_id).signal(
-                "slots_granted", allocation)
+                TrialMessages.SLOTS_GRANTED, allocation)
         except Exception as err:  # the trial ended meanwhile (not found, or closed)
             workflow.logger.warning("trial %s is gone (%s); releasing %s", allocation.workflow_id,
                                     err, allocation.allocation_id)
@@ -431,7 +437,7 @@ class ResourcePoolWorkflow:
             self._release(a.allocation_id)
         self._dirty = True
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.REGISTER_AGENT)
     def register_agent(self, reg: AgentRegistration) -> None:
         agent = self._agents.get(reg.agent_id)
         if agent is not None and agent.alive and agent.boot_id == reg.boot_id:
@@ -447,11 +453,11 @@ class ResourcePoolWorkflow:
         self._watch(agent)
         self._dirty = True
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.AGENT_LOST)
     def agent_lost(self, lost: AgentLost) -> None:
         self._lose(lost)
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.SET_AGENT_ENABLED)
     def set_agent_enabled(self, change: AgentEnabled) -> None:
         agent = self._agents.get(change.agent_id)
         if agent is not None and agent.enabled != change.enabled:
@@ -473,7 +479,7 @@ class ResourcePoolWorkflow:
         if override.max_slots is not None:
             request.max_slots = override.max_slots
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.SET_EXPERIMENT_RESOURCES)
     def set_experiment_resources(self, change: ExperimentResources) -> None:
         """The experiment's priority, max_slots or weight changed: its waiting requests and
         every later one follow (running allocations keep their slots)."""
@@ -503,7 +509,7 @@ class ResourcePoolWorkflow:
         self._pending[request.allocation_id] = request
         self._dirty = True
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.REQUEST)
     def request(self, request: SlotRequest) -> None:
         """A trial wants slots; it hears back by signal (`slots_granted` or `slots_failed`)."""
         key = request.allocation_id
@@ -514,11 +520,11 @@ class ResourcePoolWorkflow:
             return
         error = self._never_fits(request, workflow.patched(MULTI_AGENT_PATCH))
         if error is not None:
-            self._tell_trial(request, "slots_failed", SlotFailure(key, error))
+            self._tell_trial(request, TrialMessages.SLOTS_FAILED, SlotFailure(key, error))
             return
         self._enqueue(request)
 
-    @workflow.update
+    @workflow.update(name=PoolMessages.REQUEST_SLOTS)
     async def request_slots(self, request: SlotRequest) -> SlotReply:
         key = request.allocation_id
         if key in self._allocations:
@@ -572,13 +578,13 @@ class ResourcePoolWorkflow:
                 f"({', '.join(map(str, sizes))}): set resources.slots_per_trial to a multiple "
                 "of one")
 
-    @workflow.query
+    @workflow.query(name=PoolMessages.CHECK_REQUEST)
     def check_request(self, request: SlotRequest) -> str | None:
         """Why the pool could never hold such a request (None if it could): the API asks before
         it stores an experiment, so a trial that can never run is refused at submission."""
         return self._never_fits(request, spans_agents=True)
 
-    @workflow.update
+    @workflow.update(name=PoolMessages.RELEASE_SLOTS)
     def release_slots(self, release: SlotRelease) -> bool:
         """True if the allocation (or the waiting request) was still held."""
         held = release.allocation_id in self._allocations or (
@@ -586,7 +592,7 @@ class ResourcePoolWorkflow:
         self._release(release.allocation_id)
         return held
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.REOPEN_TRIAL)
     def reopen_trial(self, trial: ReopenTrial) -> None:
         """Forget the released allocations of a trial that is continued: its new runs reuse
         the allocation ids `<experiment>.<trial>.<run>` from run 1."""
@@ -598,14 +604,14 @@ class ResourcePoolWorkflow:
             self._released = [key for key in self._released if key not in forgotten]
             self._released_set -= forgotten
 
-    @workflow.signal
+    @workflow.signal(name=PoolMessages.RELEASE)
     def release(self, release: SlotRelease) -> None:
         """Signal form of `release_slots`, which trials use: it costs them no activity."""
         self._release(release.allocation_id)
 
     # -- reading ---------------------------------------------------------------------------
 
-    @workflow.query
+    @workflow.query(name=PoolMessages.DESCRIBE)
     def describe(self) -> dict[str, object]:
         """Agents with their slots, running allocations, and the queue in the order served."""
         by_agent: dict[str, list[tuple[Allocation, AllocationPart]]] = {}

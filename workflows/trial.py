@@ -32,8 +32,16 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from common.temporal_names import (
+        CHECK_SEARCHER_METRIC,
+        GET_RESUME_POINT,
+        RECORD_TRIAL_STATE,
+        REQUEST_PREEMPTION,
         RESERVE_PORTS,
         RUN_TRIAL,
+        TRIAL_WORKFLOW,
+        WRITE_TRIAL_LOG,
+        ExperimentMessages,
+        TrialMessages,
         allocation_id,
         experiment_workflow_id,
         task_id,
@@ -89,7 +97,7 @@ def restart_backoff(restarts: int) -> timedelta:
     return timedelta(seconds=min(2 ** max(restarts - 1, 0), MAX_BACKOFF_SECONDS))
 
 
-@workflow.defn(name="TrialWorkflow")
+@workflow.defn(name=TRIAL_WORKFLOW)
 class TrialWorkflow:
     def __init__(self) -> None:
         self._paused = False
@@ -120,7 +128,7 @@ class TrialWorkflow:
                 await workflow.wait_condition(lambda: not self._paused or self._stopping())
                 continue
 
-            resume: ResumePoint = await db_activity("get_resume_point", inp.trial_id, ResumePoint)
+            resume: ResumePoint = await db_activity(GET_RESUME_POINT, inp.trial_id, ResumePoint)
             self._run_id += 1
             try:
                 allocation = await self._allocate(inp)
@@ -160,7 +168,7 @@ class TrialWorkflow:
                 continue
             if ended == "completed":
                 final: ResumePoint = await db_activity(
-                    "get_resume_point", inp.trial_id, ResumePoint
+                    GET_RESUME_POINT, inp.trial_id, ResumePoint
                 )
                 search_status = None
                 if final.early_exit_reason is None and not self._stop_early:
@@ -201,7 +209,7 @@ class TrialWorkflow:
                     error=f"run {self._run_id} failed: {result}; "
                     f"max_restarts ({max_restarts}) spent",
                 )
-            point: ResumePoint = await db_activity("get_resume_point", inp.trial_id, ResumePoint)
+            point: ResumePoint = await db_activity(GET_RESUME_POINT, inp.trial_id, ResumePoint)
             await self._log(
                 inp,
                 f"[epochal] run {self._run_id} failed: {result}; restarting from checkpoint "
@@ -384,7 +392,7 @@ class TrialWorkflow:
         """Why the trial's validations cannot serve the searcher, if they cannot."""
         searcher = inp.config["searcher"]
         error: str | None = await db_activity(
-            "check_searcher_metric",
+            CHECK_SEARCHER_METRIC,
             CheckSearcherMetricInput(
                 trial_id=inp.trial_id,
                 metric=searcher["metric"],
@@ -396,13 +404,13 @@ class TrialWorkflow:
 
     async def _preempt(self, inp: TrialInput, preempt: bool) -> None:
         await db_activity(
-            "request_preemption", RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt)
+            REQUEST_PREEMPTION, RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt)
         )
 
     async def _log(self, inp: TrialInput, line: str, *, level: str = "INFO") -> None:
         """A line from the master in the trial's logs (errors and restarts it decided)."""
         await db_activity(
-            "write_trial_log",
+            WRITE_TRIAL_LOG,
             TrialLogInput(
                 trial_id=inp.trial_id,
                 task_id=task_id(inp.experiment_id, inp.trial_id),
@@ -424,7 +432,7 @@ class TrialWorkflow:
     ) -> None:
         self._state = state
         await db_activity(
-            "record_trial_state",
+            RECORD_TRIAL_STATE,
             RecordTrialStateInput(
                 trial_id=inp.trial_id,
                 state=state,
@@ -461,54 +469,54 @@ class TrialWorkflow:
         # started this trial, so it does not wait on the child's result.
         parent = workflow.get_external_workflow_handle(experiment_workflow_id(inp.experiment_id))
         try:
-            await parent.signal("trial_closed", outcome)
+            await parent.signal(ExperimentMessages.TRIAL_CLOSED, outcome)
         except Exception as err:  # the experiment has ended (killed, say): nobody to tell
             workflow.logger.info("experiment did not take trial_closed: %s", err)
         return outcome
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.STOP_EARLY)
     def stop_early(self) -> None:
         """The searcher stops this trial: checkpoint and stop; it ends COMPLETED."""
         self._stop_early = True
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.CONTINUE_TO)
     def continue_to(self, target: int) -> None:
         """The searcher promotes this trial: train on (from the checkpoint) to `target`."""
         self._target = max(self._target or 0, target)
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.SLOTS_GRANTED)
     def slots_granted(self, allocation: Allocation) -> None:
         """The resource pool granted the run's slots."""
         self._allocator.granted(allocation)
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.SLOTS_FAILED)
     def slots_failed(self, failure: SlotFailure) -> None:
         """The resource pool can never grant the request (too big for any agent)."""
         self._allocator.failed(failure)
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.SLOTS_WAITING)
     async def slots_waiting(self, waiting: SlotWaiting) -> None:
         """The pool says the run's request is larger than the pool is now: say so in the logs."""
         if self._inp is not None:
             await self._log(self._inp, f"[epochal] {waiting.message}", level="WARNING")
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.PAUSE)
     def pause(self) -> None:
         self._paused = True
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.ACTIVATE)
     def activate(self) -> None:
         self._paused = False
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.CANCEL)
     def cancel(self) -> None:
         self._cancel = True
 
-    @workflow.signal
+    @workflow.signal(name=TrialMessages.KILL)
     def kill(self) -> None:
         self._kill = True
 
-    @workflow.query
+    @workflow.query(name=TrialMessages.DESCRIBE)
     def describe(self) -> dict[str, object]:
         return {
             "state": self._state,

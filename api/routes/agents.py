@@ -20,7 +20,12 @@ from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.views import rfc3339
-from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from common.temporal_names import (
+    MASTER_TASK_QUEUE,
+    RESOURCE_POOL_WORKFLOW,
+    PoolMessages,
+    resource_pool_workflow_id,
+)
 from workflows.pool_types import AgentEnabled, AgentRegistration, PoolInput, SlotRequest
 
 router = APIRouter(tags=["agents"])
@@ -62,7 +67,7 @@ def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
 async def signal_pool(temporal: Client, pool_name: str, signal: str, arg: object) -> None:
     """Signal a pool's scheduler, starting it if it does not run yet."""
     await temporal.start_workflow(
-        "ResourcePoolWorkflow",
+        RESOURCE_POOL_WORKFLOW,
         PoolInput(name=pool_name),
         id=resource_pool_workflow_id(pool_name),
         task_queue=MASTER_TASK_QUEUE,
@@ -75,7 +80,7 @@ async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | No
     """The pool scheduler's `describe` answer; None if it does not run (or does not answer)."""
     handle = temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
     try:
-        answer: dict[str, Any] = await asyncio.wait_for(handle.query("describe"), 10)
+        answer: dict[str, Any] = await asyncio.wait_for(handle.query(PoolMessages.DESCRIBE), 10)
     except Exception:  # not started yet, or busy: show what the database has
         return None
     return answer
@@ -90,7 +95,7 @@ async def never_fits(temporal: Client, resources: dict[str, Any]) -> str | None:
                           max_slots=resources.get("max_slots"))
     handle = temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
     try:
-        answer = await asyncio.wait_for(handle.query("check_request", request), 2)
+        answer = await asyncio.wait_for(handle.query(PoolMessages.CHECK_REQUEST, request), 2)
     except Exception:  # not started yet, busy, or an older pool without the query
         return None
     return str(answer) if answer else None
@@ -108,7 +113,7 @@ async def register_agent(
             await signal_pool(
                 temporal,
                 body.resourcePool,
-                "register_agent",
+                PoolMessages.REGISTER_AGENT,
                 AgentRegistration(
                     agent_id=agent_id,
                     slot_ids=_slot_ids(slots),
@@ -289,7 +294,7 @@ async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client
     if pool_name is None:
         raise not_found("agent", agent_id)
     try:
-        await signal_pool(temporal, pool_name, "set_agent_enabled",
+        await signal_pool(temporal, pool_name, PoolMessages.SET_AGENT_ENABLED,
                           AgentEnabled(agent_id=agent_id, enabled=enabled))
     except RPCError as err:
         raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err

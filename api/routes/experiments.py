@@ -36,7 +36,13 @@ from common.checkpoint_storage import (
     shared_fs_directory,
 )
 from common.states import TERMINAL_STATES
-from common.temporal_names import MASTER_TASK_QUEUE, experiment_workflow_id
+from common.temporal_names import (
+    EXPERIMENT_WORKFLOW,
+    MASTER_TASK_QUEUE,
+    ExperimentMessages,
+    PoolMessages,
+    experiment_workflow_id,
+)
 from workflows.expconf import (
     ConfigError,
     config_warnings,
@@ -122,7 +128,7 @@ async def _start_experiment(
 ) -> None:
     """Start the experiment's workflow; a continued experiment's id was used before."""
     await temporal.start_workflow(
-        "ExperimentWorkflow",
+        EXPERIMENT_WORKFLOW,
         ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
         id=experiment_workflow_id(experiment_id),
         task_queue=MASTER_TASK_QUEUE,
@@ -207,11 +213,11 @@ async def create_experiment(
     if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)
         await signal_pool(temporal, config["resources"]["resource_pool"],
-                          "set_experiment_resources", change)
+                          PoolMessages.SET_EXPERIMENT_RESOURCES, change)
     row = await views.fetch_experiment_row(pool, experiment_id)
     assert row is not None
     if not body.activate:
-        await _signal(temporal, pool, experiment_id, "pause")
+        await _signal(temporal, pool, experiment_id, ExperimentMessages.PAUSE)
     # Determined fields kept but not acted on (workflows/expconf.py); the CLIs print them.
     # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
     warnings = config_warnings(validate_experiment_config(config))
@@ -273,7 +279,7 @@ async def continue_experiment(
     (trial_id,) = row["trial_ids"]
     seed = await pool.fetchval("SELECT seed FROM experiments WHERE id = $1", experiment_id)
     try:
-        await signal_pool(temporal, config["resources"]["resource_pool"], "reopen_trial",
+        await signal_pool(temporal, config["resources"]["resource_pool"], PoolMessages.REOPEN_TRIAL,
                           ReopenTrial(experiment_id=experiment_id, trial_id=trial_id))
     except RPCError as err:
         raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
@@ -381,7 +387,8 @@ def _control_route(signal: str) -> None:
     )(control)
 
 
-for _signal_name in ("pause", "activate", "cancel", "kill"):
+for _signal_name in (ExperimentMessages.PAUSE, ExperimentMessages.ACTIVATE,
+                     ExperimentMessages.CANCEL, ExperimentMessages.KILL):
     _control_route(_signal_name)
 
 
@@ -460,7 +467,7 @@ async def change_experiment_resources(
                                  max_slots=patch.maxSlots, weight=patch.weight)
     try:
         await signal_pool(temporal, config["resources"]["resource_pool"],
-                          "set_experiment_resources", change)
+                          PoolMessages.SET_EXPERIMENT_RESOURCES, change)
     except RPCError as err:
         raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
 

@@ -21,7 +21,12 @@ from api.log_stream import log_records
 from api.schemas import documented
 from common import metric_groups, tracing
 from common.states import TERMINAL_STATES
-from common.temporal_names import experiment_workflow_id, trial_workflow_id
+from common.temporal_names import (
+    ExperimentMessages,
+    TrialMessages,
+    experiment_workflow_id,
+    trial_workflow_id,
+)
 from workflows.types import ValidationReport
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
@@ -157,7 +162,7 @@ async def notify_searcher(
         handle = temporal.get_workflow_handle(experiment_workflow_id(row["experiment_id"]))
         try:
             await handle.signal(
-                "validation_reported",
+                ExperimentMessages.VALIDATION_REPORTED,
                 ValidationReport(trial_id=trial_id, length=int(length), metric=float(metric)),
             )
         except RPCError as err:
@@ -236,7 +241,7 @@ async def kill_trial(
         raise ApiError(409, f"trial {trial_id} is {row['state']}: it can no longer be killed")
     handle = temporal.get_workflow_handle(trial_workflow_id(row["experiment_id"], trial_id))
     try:
-        await handle.signal("kill")
+        await handle.signal(TrialMessages.KILL)
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise ApiError(409, f"trial {trial_id} is no longer running") from err
