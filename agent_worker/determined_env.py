@@ -23,7 +23,7 @@ from typing import Any
 
 from agent_worker.private_files import write_private
 from common.checkpoint_storage import shared_fs_directory
-from workflows.expconf import LENGTH_UNITS, with_determined_defaults
+from common.expconf import LENGTH_UNITS, with_determined_defaults
 
 DETERMINED_INFO_DIR = "/run/determined/info"
 # Where Determined keeps a clean copy of the model definition: PyTorchTrial, DeepSpeedTrial and

@@ -52,7 +52,7 @@ import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
-from workflows.expconf import validate_experiment_config  # noqa: E402
+from common.expconf import validate_experiment_config  # noqa: E402
 from workflows.searchers import make_search  # noqa: E402
 from workflows.searchers.base import (  # noqa: E402
     Continue,

@@ -69,7 +69,7 @@ def load_config(path: Path, partial: bool = False) -> tuple[str, Any]:
 
     import yaml
 
-    from workflows.expconf import (
+    from common.expconf import (
         PLACEHOLDER_STORAGE,
         ConfigError,
         load_config_yaml,

@@ -35,6 +35,13 @@ from common.checkpoint_storage import (
     UnsafeCheckpointPath,
     shared_fs_directory,
 )
+from common.expconf import (
+    ConfigError,
+    config_warnings,
+    load_config_yaml,
+    parse_experiment_config,
+    validate_experiment_config,
+)
 from common.states import TERMINAL_STATES
 from common.temporal_names import (
     EXPERIMENT_WORKFLOW,
@@ -42,13 +49,6 @@ from common.temporal_names import (
     ExperimentMessages,
     PoolMessages,
     experiment_workflow_id,
-)
-from workflows.expconf import (
-    ConfigError,
-    config_warnings,
-    load_config_yaml,
-    parse_experiment_config,
-    validate_experiment_config,
 )
 from workflows.pool_types import ExperimentResources, ReopenTrial
 from workflows.types import ExperimentInput
@@ -218,7 +218,7 @@ async def create_experiment(
     assert row is not None
     if not body.activate:
         await _signal(temporal, pool, experiment_id, ExperimentMessages.PAUSE)
-    # Determined fields kept but not acted on (workflows/expconf.py); the CLIs print them.
+    # Determined fields kept but not acted on (common/expconf/); the CLIs print them.
     # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
     warnings = config_warnings(validate_experiment_config(config))
     return {

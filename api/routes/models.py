@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
-from workflows.expconf import MAX_CONFIG_DEPTH
+from common.expconf import MAX_CONFIG_DEPTH
 
 router = APIRouter(prefix="/api/v1", tags=["models"])
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError
-from workflows.expconf import MAX_CONFIG_DEPTH, ConfigError, load_config_yaml
+from common.expconf import MAX_CONFIG_DEPTH, ConfigError, load_config_yaml
 
 router = APIRouter(prefix="/api/v1", tags=["templates"])
 

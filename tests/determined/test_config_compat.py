@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from agent_worker.determined_env import determined_config
-from workflows.expconf import (
+from common.expconf import (
     PLACEHOLDER_STORAGE,
     ConfigError,
     ExperimentConfig,

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from workflows.expconf import ConfigError, validate_experiment_config
+from common.expconf import ConfigError, validate_experiment_config
 from workflows.searchers import make_search
 from workflows.searchers.asha import (
     AshaSearch,

@@ -134,7 +134,7 @@ def test_help_is_fast_to_import() -> None:
 
     code = (
         "import sys, cli.main; "
-        "heavy = [m for m in ('temporalio', 'deploy.local_cluster', 'workflows.expconf', "
+        "heavy = [m for m in ('temporalio', 'deploy.local_cluster', 'common.expconf', "
         "'fastapi', 'asyncpg', 'pydantic', 'httpx') if m in sys.modules]; "
         "print(','.join(heavy))"
     )

@@ -123,7 +123,7 @@ def test_invalid_config_lists_every_error_and_exits_2(fake: FakeMaster, tmp_path
 def test_config_errors_are_printed_as_the_parser_gives_them(
     fake: FakeMaster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import workflows.expconf as expconf
+    import common.expconf as expconf
 
     def parse(text: str, source: str = "config", default_storage: object = None):
         raise expconf.ConfigError(["a.b: field required", "c: must be >= 0 (got -1)"], source)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from workflows.expconf import (
+from common.expconf import (
     MAX_GRID_SIZE,
     ConfigError,
     ExperimentConfig,

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from api import auth
-from workflows.expconf import (
+from common.expconf import (
     MAX_CONFIG_BYTES,
     MAX_CONFIG_DEPTH,
     ConfigError,

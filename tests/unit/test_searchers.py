@@ -5,7 +5,7 @@ from typing import Any
 
 import pytest
 
-from workflows.expconf import (
+from common.expconf import (
     DoubleHyperparameter,
     IntHyperparameter,
     LogHyperparameter,

@@ -24,10 +24,10 @@ from temporalio.worker import Worker
 from temporalio.workflow import NondeterminismError
 
 from api.routes.trials import Metrics, ReportTrialMetricsRequest, TrialMetrics, store_reports
+from common.expconf import validate_experiment_config
 from common.temporal_names import MASTER_TASK_QUEUE, experiment_workflow_id
 from deploy.master import build_worker
 from tests.workflows.pool_helpers import fake_agent
-from workflows.expconf import validate_experiment_config
 from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"

@@ -24,9 +24,9 @@ from temporalio.worker import Worker
 
 from activities.experiment_store import ExperimentStore
 from agent_worker.liveness import Liveness
+from common.expconf import validate_experiment_config
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
 from tests.workflows.pool_helpers import register
-from workflows.expconf import validate_experiment_config
 from workflows.experiment import ExperimentWorkflow
 from workflows.types import (
     ExperimentInput,

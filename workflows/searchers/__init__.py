@@ -10,7 +10,7 @@ import hashlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from workflows.expconf import (
+from common.expconf import (
     ExperimentConfig,
     RandomConfig,
     hyperparameters_grid_size,

@@ -9,7 +9,7 @@ import itertools
 from collections.abc import Mapping
 from typing import Any
 
-from workflows.expconf import MAX_GRID_SIZE, hyperparameters_grid_size, iter_hyperparameters
+from common.expconf import MAX_GRID_SIZE, hyperparameters_grid_size, iter_hyperparameters
 from workflows.searchers.hparams import grid_values, nest
 
 __all__ = ["grid_trials"]

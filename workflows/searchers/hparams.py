@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from workflows.expconf import (
+from common.expconf import (
     CategoricalHyperparameter,
     ConstHyperparameter,
     DoubleHyperparameter,
