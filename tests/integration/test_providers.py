@@ -197,8 +197,11 @@ def test_ec2_agents_launch_tagged_instances_that_start_their_agent(ec2: object) 
     script = base64.b64decode(data).decode()
     assert script.startswith("#!/bin/bash\nset -euo pipefail\necho booting\n")
     assert "export EPOCHAL_CLUSTER_TOKEN=the-cluster-token" in script
-    assert ("exec epochal agent run --master http://10.0.0.5:8080 --temporal 10.0.0.5:7233 "
-            "--namespace default --pool gpu --slots 2 --agent-id \"$INSTANCE_ID\"") in script
+    command = next(line for line in script.splitlines() if line.startswith("exec "))
+    assert command.startswith("exec epochal agent run --master http://10.0.0.5:8080 ")
+    for option in ("--temporal 10.0.0.5:7233", "--namespace default", "--pool gpu",
+                   "--slots 2", "--agent-id \"$INSTANCE_ID\""):
+        assert f" {option}" in command, option
     assert "--close-to-trials 169.254.169.254:80" in script
     reservation = client.describe_instances(  # type: ignore[attr-defined]
         InstanceIds=[launched[0].instance_id])["Reservations"][0]["Instances"][0]
