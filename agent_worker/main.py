@@ -216,7 +216,7 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
     """The runtime `--runtime` names; `auto` is Docker if an engine answers, else processes."""
     choice = config.runtime
     if choice == "auto":
-        from agent_worker.docker_runtime import engine_answers
+        from agent_worker.docker_engine import engine_answers
 
         choice = "docker" if engine_answers() else "process"
         logger.info("runtime auto: %s", choice)

@@ -33,7 +33,7 @@ APT_PACKAGES = {"docker.io": "dockerd", "debootstrap": "debootstrap",
 
 
 def answers(timeout: float = 3.0) -> bool:
-    from agent_worker.docker_runtime import engine_answers
+    from agent_worker.docker_engine import engine_answers
 
     return engine_answers(timeout)
 

@@ -18,8 +18,8 @@ from deploy.debian_packages import in_ci
 
 @pytest.fixture(scope="session")
 def docker_client() -> Iterator[docker.DockerClient]:
-    from agent_worker.docker_runtime import docker_client as make_client
-    from agent_worker.docker_runtime import engine_answers
+    from agent_worker.docker_engine import docker_client as make_client
+    from agent_worker.docker_engine import engine_answers
 
     if not engine_answers():
         reason = ("no Docker engine answers (start dockerd, or run `python -m "

@@ -18,7 +18,7 @@ import docker.errors
 import pytest
 import yaml
 
-from agent_worker.docker_runtime import agent_containers
+from agent_worker.docker_engine import agent_containers
 from deploy.local_cluster import AGENT_ID
 from deploy.processes import read_pid
 from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster, wait_for

@@ -20,14 +20,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from agent_worker.activities import AgentActivities
-from agent_worker.docker_runtime import (
+from agent_worker.container_spec import (
     CONTAINER_TRIAL_INFO,
     CONTAINER_WORKDIR,
     LABEL_AGENT,
     LABEL_MANAGED,
-    DockerRuntime,
-    agent_containers,
 )
+from agent_worker.docker_engine import agent_containers
+from agent_worker.docker_runtime import DockerRuntime
 from agent_worker.slots import SlotPool, cpu_slots
 from tests.fakes.agent_master import FakeMaster, make_tgz
 from workflows.types import RunTrialInput

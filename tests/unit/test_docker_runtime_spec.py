@@ -11,17 +11,17 @@ import docker.types
 import pytest
 from temporalio.exceptions import ApplicationError
 
-import agent_worker.docker_runtime as docker_runtime
-from agent_worker.docker_runtime import (
+import agent_worker.docker_engine as docker_engine
+from agent_worker.container_spec import (
     CONTAINER_TRIAL_INFO,
     CONTAINER_WORKDIR,
     DEFAULT_SHM_SIZE,
-    DockerRuntime,
     container_spec,
     gpu_device_requests,
     shm_size_for,
-    split_lines,
 )
+from agent_worker.docker_engine import split_lines
+from agent_worker.docker_runtime import DockerRuntime
 from agent_worker.main import AgentConfig, make_runtime, parse_args
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import TrialLaunch
@@ -188,9 +188,9 @@ def test_runtime_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     docker_rt = make_runtime(config("--runtime", "docker", "--image-pull", "never"), slots)
     assert isinstance(docker_rt, DockerRuntime)
     assert docker_rt.pull_policy == "never" and docker_rt.agent_id == "a"
-    monkeypatch.setattr(docker_runtime, "engine_answers", lambda timeout=3.0: False)
+    monkeypatch.setattr(docker_engine, "engine_answers", lambda timeout=3.0: False)
     assert isinstance(make_runtime(config("--runtime", "auto"), slots), ProcessRuntime)
-    monkeypatch.setattr(docker_runtime, "engine_answers", lambda timeout=3.0: True)
+    monkeypatch.setattr(docker_engine, "engine_answers", lambda timeout=3.0: True)
     assert isinstance(make_runtime(config("--runtime", "auto"), slots), DockerRuntime)
     with pytest.raises(SystemExit):
         config("--runtime", "vm")

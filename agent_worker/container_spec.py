@@ -1,0 +1,251 @@
+"""A trial run's task container, as data: image, command, environment, mounts, devices and
+labels, built from the trial's launch without an engine (so tests need none). The Docker
+runtime (agent_worker/docker_runtime.py) creates the container from it.
+
+The run directory (model definition, trial_info.json) is bind-mounted at `/run/epochal/workdir`,
+the working directory; trial_info.json also read-only at `/run/epochal/info/trial_info.json`,
+which `EPOCHAL_TRIAL_INFO` names; Determined's info files and clean model copy read-only at
+their fixed paths (agent_worker/determined_env.py). The container uses the host's network, so
+the master URL the agent uses works inside too. GPU slots are passed by UUID as NVIDIA device
+requests. Labels (`ai.epochal.agent-id`, `ai.epochal.trial-id`, ...) let the agent find its
+containers again (agent_worker/docker_engine.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+from temporalio.exceptions import ApplicationError
+
+from agent_worker.determined_env import (
+    DETERMINED_INFO_DIR,
+    DETERMINED_MODEL_DIR,
+    determined_info_dir,
+    determined_model_dir,
+)
+from agent_worker.runtime import TrialLaunch
+from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
+from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
+
+CONTAINER_WORKDIR = "/run/epochal/workdir"
+CONTAINER_INFO_DIR = "/run/epochal/info"
+CONTAINER_TRIAL_INFO = f"{CONTAINER_INFO_DIR}/{TRIAL_INFO_FILE}"
+DEFAULT_SHM_SIZE = 4 * 1024**3  # Determined's default for resources.shm_size
+
+LABEL_PREFIX = "ai.epochal"
+LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
+LABEL_AGENT = f"{LABEL_PREFIX}.agent-id"
+LABEL_EXPERIMENT = f"{LABEL_PREFIX}.experiment-id"
+LABEL_TRIAL = f"{LABEL_PREFIX}.trial-id"
+LABEL_RUN = f"{LABEL_PREFIX}.trial-run-id"
+LABEL_TASK = f"{LABEL_PREFIX}.task-id"
+LABEL_ALLOCATION = f"{LABEL_PREFIX}.allocation-id"
+
+PULL_POLICIES = ("missing", "always", "never")
+
+_NAME_BAD = re.compile(r"[^a-zA-Z0-9_.-]")
+
+
+# -- the container, as data ----------------------------------------------------------------------
+
+@dataclass
+class ContainerSpec:
+    """Everything `containers.create` gets for one run; built without an engine, so testable."""
+
+    image: str
+    name: str
+    command: list[str]
+    environment: dict[str, str]
+    labels: dict[str, str]
+    mounts: list[docker.types.Mount]
+    device_requests: list[docker.types.DeviceRequest]
+    shm_size: int
+    user: str | None
+    force_pull: bool
+    memory_limit: str | None = None
+
+    def create_kwargs(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "name": self.name,
+            "command": self.command,
+            "environment": self.environment,
+            "labels": self.labels,
+            "mounts": self.mounts,
+            "device_requests": self.device_requests or None,
+            "shm_size": self.shm_size,
+            "mem_limit": self.memory_limit,
+            "memswap_limit": self.memory_limit,
+            "user": self.user,
+            "working_dir": CONTAINER_WORKDIR,
+            "network_mode": "host",
+            # docker-init as PID 1: reaps orphans and passes SIGTERM on (see entrypoint_command).
+            "init": True,
+            "detach": True,
+            "stdin_open": False,
+            "tty": False,
+        }
+
+
+def image_for(config: Mapping[str, Any], slots: Sequence[Slot], default: str) -> str:
+    """`environment.image`: a string, or Determined's `{cpu: ..., cuda: ...}` by slot type."""
+    image = (config.get("environment") or {}).get("image")
+    if isinstance(image, Mapping):
+        kind = "cuda" if any(s.type == TYPE_CUDA for s in slots) else "cpu"
+        image = image.get(kind) or image.get("cpu")
+    if image is None or (isinstance(image, str) and not image.strip()):
+        return default
+    if not isinstance(image, str):
+        raise ApplicationError(
+            f"environment.image must be an image name or a mapping of slot type to image "
+            f"name, got {image!r}", type="ConfigError", non_retryable=True)
+    return image.strip()
+
+
+def gpu_device_requests(slots: Sequence[Slot]) -> list[docker.types.DeviceRequest]:
+    """One NVIDIA device request naming the run's GPU slots by UUID (none for CPU slots)."""
+    uuids = [s.uuid for s in slots if s.type == TYPE_CUDA and s.uuid]
+    missing = [s.id for s in slots if s.type == TYPE_CUDA and not s.uuid]
+    if missing:
+        raise ApplicationError(f"GPU slots {missing} have no UUID to pass to Docker",
+                               type="SlotError", non_retryable=True)
+    if not uuids:
+        return []
+    return [docker.types.DeviceRequest(driver="nvidia", device_ids=uuids,
+                                       capabilities=[["gpu"]])]
+
+
+def shm_size_for(config: Mapping[str, Any]) -> int:
+    """`resources.shm_size` in bytes: a number, or a size such as '4G' or '512MiB'."""
+    raw = (config.get("resources") or {}).get("shm_size")
+    if raw is None:
+        return DEFAULT_SHM_SIZE
+    if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
+        return raw
+    if isinstance(raw, str):
+        m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", raw.lower())
+        if m:
+            return int(m.group(1)) * int(1024 ** " kmgt".index(m.group(2) or " "))
+    raise ApplicationError(f"resources.shm_size must be a size in bytes or like '4G', got {raw!r}",
+                           type="ConfigError", non_retryable=True)
+
+
+def user_mounts(config: Mapping[str, Any]) -> list[docker.types.Mount]:
+    """The config's `bind_mounts` (host_path, container_path, read_only)."""
+    out = []
+    for i, m in enumerate(config.get("bind_mounts") or []):
+        if not isinstance(m, Mapping) or not m.get("host_path") or not m.get("container_path"):
+            raise ApplicationError(
+                f"bind_mounts[{i}] needs host_path and container_path, got {m!r}",
+                type="ConfigError", non_retryable=True)
+        host, target = str(m["host_path"]), str(m["container_path"])
+        if not os.path.isabs(host) or not os.path.isabs(target):
+            raise ApplicationError(
+                f"bind_mounts[{i}]: host_path and container_path must be absolute paths, got "
+                f"{host!r} and {target!r}", type="ConfigError", non_retryable=True)
+        out.append(docker.types.Mount(target=target, source=host, type="bind",
+                                      read_only=bool(m.get("read_only", False))))
+    return out
+
+
+def entrypoint_command(entrypoint: str) -> list[str]:
+    """The entrypoint under `/bin/sh -c`, as the process runtime runs it.
+
+    Stopping sends SIGTERM to PID 1, docker-init, which passes it to the whole process group
+    (TINI_KILL_PROCESS_GROUP), as the process runtime signals its group. The shell traps it with a
+    no-op, so it outlives its child and reports the child's exit; the training process gets
+    SIGTERM with its own disposition (a trap's handler is not inherited).
+    """
+    return ["/bin/sh", "-c", f"trap : TERM\n{entrypoint}"]
+
+
+def container_name(agent_id: str, launch: TrialLaunch) -> str:
+    inp = launch.input
+    return _NAME_BAD.sub("_", f"epochal-{agent_id}-{inp.experiment_id}.{inp.trial_id}."
+                              f"{inp.run_id}")
+
+
+def container_labels(agent_id: str, launch: TrialLaunch) -> dict[str, str]:
+    inp = launch.input
+    task = f"{inp.experiment_id}.{inp.trial_id}"
+    return {
+        LABEL_MANAGED: "true",
+        LABEL_AGENT: agent_id,
+        LABEL_EXPERIMENT: str(inp.experiment_id),
+        LABEL_TRIAL: str(inp.trial_id),
+        LABEL_RUN: str(inp.run_id),
+        LABEL_TASK: task,
+        LABEL_ALLOCATION: f"{task}.{inp.run_id}",
+    }
+
+
+def container_spec(
+    launch: TrialLaunch,
+    *,
+    agent_id: str,
+    slots: Sequence[Slot],
+    default_image: str,
+    force_pull: bool = False,
+    user: str | None = None,
+    memory_limit: str | None = None,
+) -> ContainerSpec:
+    """The container for one run: image, mounts, environment, labels, GPUs."""
+    config = launch.input.config
+    by_id = {s.id: s for s in slots}
+    run_slots = [by_id[i] for i in launch.slot_ids if i in by_id]
+    env = dict(launch.env)
+    env["TINI_KILL_PROCESS_GROUP"] = "1"
+    env[TRIAL_INFO_ENV] = CONTAINER_TRIAL_INFO
+    env["PYTHONPATH"] = CONTAINER_WORKDIR
+    env.update(gpu_environment(run_slots))
+    if user and not user.startswith("0:"):
+        env.setdefault("HOME", "/tmp")  # an arbitrary uid has no home in the image
+    run_dir = str(launch.run_dir)
+    mounts = [
+        docker.types.Mount(target=CONTAINER_WORKDIR, source=run_dir, type="bind"),
+        docker.types.Mount(target=CONTAINER_TRIAL_INFO,
+                           source=str(launch.run_dir / TRIAL_INFO_FILE), type="bind",
+                           read_only=True),
+    ]
+    det_info = determined_info_dir(launch.run_dir)
+    if det_info.is_dir():  # what Determined's Core API reads (agent_worker/determined_env.py)
+        mounts.append(docker.types.Mount(target=DETERMINED_INFO_DIR, source=str(det_info),
+                                         type="bind", read_only=True))
+    model_copy = determined_model_dir(launch.run_dir)
+    if model_copy.is_dir():  # what Determined's trial APIs copy into checkpoints
+        mounts.append(docker.types.Mount(target=DETERMINED_MODEL_DIR, source=str(model_copy),
+                                         type="bind", read_only=True))
+    storage = config.get("checkpoint_storage") or {}
+    host_path = storage.get("host_path") if storage.get("type") == "shared_fs" else None
+    if host_path:
+        # Same path inside, so the storage path in the trial info holds in the container.
+        os.makedirs(host_path, exist_ok=True)
+        mounts.append(docker.types.Mount(target=str(host_path), source=str(host_path),
+                                         type="bind"))
+    if launch.checkpoint_cache is not None:  # S3 checkpoints: only the trial's cache
+        mounts.append(docker.types.Mount(target=str(launch.checkpoint_cache),
+                                         source=str(launch.checkpoint_cache), type="bind"))
+    mounts.extend(user_mounts(config))
+    force_pull = force_pull or bool((config.get("environment") or {}).get("force_pull_image"))
+    return ContainerSpec(
+        image=image_for(config, run_slots, default_image),
+        name=container_name(agent_id, launch),
+        command=entrypoint_command(launch.entrypoint),
+        environment=env,
+        labels=container_labels(agent_id, launch),
+        mounts=mounts,
+        device_requests=gpu_device_requests(run_slots),
+        shm_size=shm_size_for(config),
+        user=user,
+        force_pull=force_pull,
+        memory_limit=memory_limit,
+    )
+
+
