@@ -8,7 +8,7 @@ import typer
 
 from cli import render
 from cli.client import ApiError, Client, master_url
-from cli.experiment import print_logs
+from cli.experiment_follow import print_logs
 
 app = typer.Typer(help="Inspect trials.", no_args_is_help=True)
 

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 import cli.client
-import cli.experiment
+import cli.experiment_follow
 from cli.main import app
 from tests.fakes.cli_master import (
     CHECKPOINTS,
@@ -27,7 +27,7 @@ from tests.fakes.cli_master import (
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeMaster:
     master = FakeMaster()
     monkeypatch.setattr(cli.client, "transport_factory", master.transport)
-    monkeypatch.setattr(cli.experiment, "POLL_SECONDS", 0)
+    monkeypatch.setattr(cli.experiment_follow, "POLL_SECONDS", 0)
     return master
 
 
@@ -310,7 +310,7 @@ def test_ctrl_c_stops_following_not_the_experiment(
     def interrupted(client, experiment_id):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli.experiment, "wait_until_terminal", interrupted)
+    monkeypatch.setattr(cli.experiment_follow, "wait_until_terminal", interrupted)
 
     result = run("-m", "http://10.0.0.5:8080", "experiment", "follow", "4")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cli import model_dir
-from cli.experiment import entrypoint_script
+from cli.experiment_config import entrypoint_script
 
 
 def write(path: Path, content: bytes | str = "x") -> Path:
