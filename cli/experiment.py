@@ -1,6 +1,7 @@
 """`epochal experiment ...`: create, follow, list, describe, logs, pause/activate/cancel/kill,
-set, fork. The commands only: what they check before submitting is in experiment_config.py,
-following in experiment_follow.py, results in experiment_results.py."""
+set, label, archive/unarchive, delete, config, download-model-def, fork. The commands only:
+what they check before submitting is in experiment_config.py, following in
+experiment_follow.py, results in experiment_results.py."""
 
 from __future__ import annotations
 
@@ -216,9 +217,11 @@ def kill(ctx: typer.Context, experiment_id: IdArg) -> None:
     _action(ctx, experiment_id, "kill", "Killing")
 
 
-set_app = typer.Typer(help="Change an experiment's scheduling: priority, max slots, weight.",
-                      no_args_is_help=True)
+set_app = typer.Typer(help="Change an experiment's name, description or scheduling (priority, "
+                           "max slots, weight).", no_args_is_help=True)
 app.add_typer(set_app, name="set")
+label_app = typer.Typer(help="Add labels to an experiment or remove them.", no_args_is_help=True)
+app.add_typer(label_app, name="label")
 
 
 def _set_resources(ctx: typer.Context, experiment_id: int, field: str, value: Any) -> None:
@@ -250,6 +253,126 @@ def set_weight(
     weight: Annotated[float, typer.Argument(min=0.001, show_default=False)],
 ) -> None:
     _set_resources(ctx, experiment_id, "weight", weight)
+
+
+def _patch(ctx: typer.Context, experiment_id: int, change: dict[str, Any]) -> dict[str, Any]:
+    with Client(master_url(ctx)) as client:
+        answer = client.request("PATCH", f"/experiments/{experiment_id}",
+                                json={"id": experiment_id, **change})
+    return dict(answer.get("experiment") or {}) if isinstance(answer, dict) else {}
+
+
+@set_app.command("name", help="Rename an experiment.")
+def set_name(
+    ctx: typer.Context, experiment_id: IdArg,
+    name: Annotated[str, typer.Argument(show_default=False)],
+) -> None:
+    _patch(ctx, experiment_id, {"name": name})
+    render.say(f"Renamed experiment {experiment_id} to {render.printable(name)}")
+
+
+@set_app.command("description", help="Set an experiment's description (\"\" clears it).")
+def set_description(
+    ctx: typer.Context, experiment_id: IdArg,
+    description: Annotated[str, typer.Argument(show_default=False)],
+) -> None:
+    _patch(ctx, experiment_id, {"description": description})
+    render.say(f"Set the description of experiment {experiment_id}")
+
+
+def _change_labels(ctx: typer.Context, experiment_id: int, labels: list[str], add: bool) -> None:
+    with Client(master_url(ctx)) as client:
+        current = set(client.get(f"/experiments/{experiment_id}")["experiment"].get("labels")
+                      or [])
+    wanted = current | set(labels) if add else current - set(labels)
+    shown = _patch(ctx, experiment_id, {"labels": sorted(wanted)}).get("labels", sorted(wanted))
+    render.say(f"Labels of experiment {experiment_id}: "
+               + (", ".join(render.printable(str(label)) for label in shown) or "none"))
+
+
+LabelsArg = Annotated[list[str], typer.Argument(metavar="LABEL...", show_default=False)]
+
+
+@label_app.command("add", help="Add labels to an experiment.")
+def add_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg) -> None:
+    _change_labels(ctx, experiment_id, labels, add=True)
+
+
+@label_app.command("remove", help="Remove labels from an experiment.")
+def remove_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg) -> None:
+    _change_labels(ctx, experiment_id, labels, add=False)
+
+
+@app.command("archive", help="Archive an ended experiment: `list` leaves it out (--all shows it).")
+def archive(ctx: typer.Context, experiment_id: IdArg) -> None:
+    _action(ctx, experiment_id, "archive", "Archived")
+
+
+@app.command("unarchive", help="Unarchive an experiment.")
+def unarchive(ctx: typer.Context, experiment_id: IdArg) -> None:
+    _action(ctx, experiment_id, "unarchive", "Unarchived")
+
+
+@app.command("delete", help="Delete an ended experiment: its trials, metrics, logs and the "
+                            "checkpoint files no model version holds. Asks first, unless --yes.")
+def delete(
+    ctx: typer.Context,
+    experiment_id: IdArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+) -> None:
+    if not yes and not typer.confirm(
+            f"Delete experiment {experiment_id} and its checkpoints for good?", default=False):
+        raise CliError("not deleted")
+    with Client(master_url(ctx)) as client:
+        client.request("DELETE", f"/experiments/{experiment_id}")
+    render.say(f"Deleted experiment {experiment_id}")
+
+
+@app.command("config", help="Print an experiment's config as YAML: as submitted, or with "
+                            "--normalized as it runs (templates merged, defaults filled in).")
+def show_config(
+    ctx: typer.Context,
+    experiment_id: IdArg,
+    normalized: Annotated[bool, typer.Option("--normalized", help="The config it runs with.")]
+    = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.get(f"/experiments/{experiment_id}")
+    if normalized:
+        import yaml
+
+        text = yaml.safe_dump(answer.get("config") or {}, sort_keys=False)
+    else:
+        text = str(answer["experiment"].get("originalConfig") or "")
+    sys.stdout.write(text if text.endswith("\n") or not text else text + "\n")
+
+
+@app.command("download-model-def", help="Unpack an experiment's model definition (the files "
+                                          "it was submitted with) into DIR.")
+def download_model_def(
+    ctx: typer.Context,
+    experiment_id: IdArg,
+    directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to put the files "
+                                              "(made if missing).", show_default=False)],
+) -> None:
+    import base64
+    import io
+    import tarfile
+
+    with Client(master_url(ctx)) as client:
+        tgz = base64.b64decode(client.get(f"/experiments/{experiment_id}/model_def")["b64Tgz"])
+    directory.mkdir(parents=True, exist_ok=True)
+    count = 0
+    try:
+        with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as archive:
+            for member in archive:
+                # `data`: nothing outside DIR, no links, devices or set-uid bits.
+                archive.extract(member, directory, filter="data")
+                count += member.isfile()
+    except tarfile.TarError as err:
+        raise CliError(f"the model definition of experiment {experiment_id}: {err}") from None
+    render.say(f"Unpacked the model definition of experiment {experiment_id} into {directory} "
+               f"({count} files)")
 
 
 @app.command("fork", help="Create a new experiment from another's model definition, with "

@@ -154,6 +154,23 @@ def test_pause_activate_and_kill(cluster: Cluster, tmp_path: Path) -> None:
     assert denied.returncode == 1
     assert "CANCELED" in denied.stderr
 
+    # The ended experiment's lifecycle, through the CLI against the real master.
+    eid = str(experiment_id)
+    cluster.run("experiment", "set", "name", eid, "digits-killed")
+    cluster.run("experiment", "label", "add", eid, "killed", "e2e")
+    shown = cluster.json("experiment", "describe", eid)["experiment"]
+    assert (shown["name"], shown["labels"]) == ("digits-killed", ["e2e", "killed"])
+    assert "searcher:" in cluster.run("experiment", "config", eid).stdout
+    cluster.run("experiment", "download-model-def", eid, str(tmp_path / "model"))
+    assert (tmp_path / "model" / "train.py").read_bytes() == (DIGITS / "train.py").read_bytes()
+    cluster.run("experiment", "archive", eid)
+    assert "digits-killed" not in cluster.run("experiment", "list").stdout
+    assert "digits-killed" in cluster.run("experiment", "list", "--all").stdout
+    cluster.run("experiment", "unarchive", eid)
+    cluster.run("experiment", "delete", eid, "--yes")
+    gone = cluster.run("experiment", "describe", eid, check=False)
+    assert gone.returncode == 1 and "not found" in gone.stderr
+
 
 def test_bad_input_is_refused_before_anything_is_stored(cluster: Cluster, tmp_path: Path) -> None:
     before = cluster.json("experiment", "list", "--all")

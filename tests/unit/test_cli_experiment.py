@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
+import tarfile
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -373,7 +377,8 @@ def test_follow_reconnects_when_the_log_stream_ends_early_without_repeating_line
 
 @pytest.mark.parametrize(
     ("verb", "said"),
-    [("pause", "Paused"), ("activate", "Activated"), ("cancel", "Canceling"), ("kill", "Killing")],
+    [("pause", "Paused"), ("activate", "Activated"), ("cancel", "Canceling"), ("kill", "Killing"),
+     ("archive", "Archived"), ("unarchive", "Unarchived")],
 )
 def test_actions_post_to_the_experiment(fake: FakeMaster, verb: str, said: str) -> None:
     fake.on("POST", f"/experiments/4/{verb}", {})
@@ -414,3 +419,89 @@ def test_describe_shows_where_each_trial_stands_in_an_asha_search(fake: FakeMast
     assert "Searcher" in next(line for line in lines if line.lstrip().startswith("Trial "))
     assert "stopped early at rung 0" in next(ln for ln in lines if ln.lstrip().startswith("11 "))
     assert "trained to the end" in next(ln for ln in lines if ln.lstrip().startswith("12 "))
+
+
+# -- lifecycle: name, labels, delete, config, model definition ---------------------------------
+
+
+def test_set_name_and_description_patch_the_experiment(fake: FakeMaster) -> None:
+    fake.on("PATCH", "/experiments/4", {"experiment": experiment(name="renamed")})
+
+    assert run("experiment", "set", "name", "4", "renamed").stdout == (
+        "Renamed experiment 4 to renamed\n")
+    assert run("experiment", "set", "description", "4", "").exit_code == 0
+
+    assert fake.body("PATCH", "/experiments/4", 0) == {"id": 4, "name": "renamed"}
+    assert fake.body("PATCH", "/experiments/4", 1) == {"id": 4, "description": ""}
+
+
+def test_labels_are_added_and_removed_from_the_current_ones(fake: FakeMaster) -> None:
+    fake.on("GET", "/experiments/4", {"experiment": experiment(labels=["demo", "old"])})
+    fake.on("PATCH", "/experiments/4", lambda request: {"experiment": experiment(
+        labels=json.loads(request.content)["labels"])})
+
+    added = run("experiment", "label", "add", "4", "new", "demo")
+    removed = run("experiment", "label", "remove", "4", "old", "absent")
+
+    assert added.stdout == "Labels of experiment 4: demo, new, old\n"
+    assert fake.body("PATCH", "/experiments/4", 0)["labels"] == ["demo", "new", "old"]
+    assert removed.stdout == "Labels of experiment 4: demo\n"
+    assert fake.body("PATCH", "/experiments/4", 1)["labels"] == ["demo"]
+
+
+def test_delete_asks_first_unless_yes(fake: FakeMaster) -> None:
+    fake.on("DELETE", "/experiments/4", {})
+
+    declined = CliRunner().invoke(app, ["experiment", "delete", "4"], input="n\n",
+                                  env={"EPOCHAL_MASTER": None})
+    assert declined.exit_code == 1 and "not deleted" in declined.stderr
+    assert fake.sent("DELETE", "/experiments/4") == []
+
+    confirmed = CliRunner().invoke(app, ["experiment", "delete", "4"], input="y\n",
+                                   env={"EPOCHAL_MASTER": None})
+    assert confirmed.exit_code == 0, confirmed.output
+    assert run("experiment", "delete", "4", "--yes").stdout == "Deleted experiment 4\n"
+    assert len(fake.sent("DELETE", "/experiments/4")) == 2
+
+
+def test_config_prints_the_submitted_yaml_or_the_normalized_one(fake: FakeMaster) -> None:
+    submitted = "name: digits\nsearcher:\n  name: random  # as written\n"
+    fake.on("GET", "/experiments/4", {"experiment": experiment(originalConfig=submitted),
+                                      "config": {"name": "digits", "max_restarts": 5}})
+
+    assert run("experiment", "config", "4").stdout == submitted
+    assert run("experiment", "config", "4", "--normalized").stdout == (
+        "name: digits\nmax_restarts: 5\n")
+
+
+def test_download_model_def_unpacks_the_files_and_nothing_outside(
+    fake: FakeMaster, tmp_path: Path
+) -> None:
+    fake.on("GET", "/experiments/4/model_def", {"b64Tgz": base64.b64encode(
+        _tgz({"train.py": b"print('hi')\n", "../escape.txt": b"no"})).decode()})
+
+    good = tmp_path / "good"
+    fake.on("GET", "/experiments/5/model_def", {"b64Tgz": base64.b64encode(
+        _tgz({"train.py": b"print('hi')\n", "pkg/model.py": b"x = 1\n"})).decode()})
+    result = run("experiment", "download-model-def", "5", str(good))
+    assert result.exit_code == 0, result.output
+    assert (good / "train.py").read_bytes() == b"print('hi')\n"
+    assert (good / "pkg" / "model.py").read_bytes() == b"x = 1\n"
+    assert "(2 files)" in result.stdout
+
+    bad = tmp_path / "bad"
+    refused = run("experiment", "download-model-def", "4", str(bad))
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: the model definition of experiment 4: ")
+    assert "escape.txt" in refused.stderr and "Traceback" not in refused.output
+    assert not (tmp_path / "escape.txt").exists()
+
+
+def _tgz(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
