@@ -1,7 +1,8 @@
 """The model definition: the files of an experiment's code, stored as one .tar.gz.
 
 The API receives Determined's list of File objects (base64 content) and keeps a tarball, which
-agents download and extract into each trial's working directory.
+agents download and extract into each trial's working directory, and the dashboard and
+Determined's web UI list and show (file_tree, file_content).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import mimetypes
 import tarfile
+from datetime import UTC, datetime
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -60,3 +63,42 @@ def build_tarball(files: list[dict[str, Any]], limit_bytes: int) -> tuple[bytes,
                 info.size = len(content)
                 tar.addfile(info, io.BytesIO(content))
     return buffer.getvalue(), total
+
+
+def file_tree(tgz: bytes) -> list[dict[str, Any]]:
+    """The stored files as Determined's FileNode tree (GetModelDefTree): directories first,
+    then files, each level by name."""
+    root: dict[str, Any] = {"files": {}}
+    with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+        for member in tar:
+            parts = PurePosixPath(member.name).parts
+            node = root
+            for depth, part in enumerate(parts):
+                path = "/".join(parts[:depth + 1])
+                last = depth == len(parts) - 1
+                node = node["files"].setdefault(part, {
+                    "path": path, "name": part, "isDir": not last or member.isdir(),
+                    "contentLength": 0, "contentType": "", "modifiedTime": None, "files": {}})
+                if last:
+                    node["isDir"] = member.isdir()
+                    node["contentLength"] = 0 if member.isdir() else member.size
+                    node["modifiedTime"] = datetime.fromtimestamp(member.mtime, UTC).isoformat()
+                    node["contentType"] = "" if member.isdir() else (
+                        mimetypes.guess_type(part)[0] or "text/plain")
+
+    def listed(children: dict[str, Any]) -> list[dict[str, Any]]:
+        ordered = sorted(children.values(), key=lambda n: (not n["isDir"], n["name"]))
+        return [{**n, "files": listed(n["files"])} for n in ordered]
+
+    return listed(root["files"])
+
+
+def file_content(tgz: bytes, path: str) -> bytes | None:
+    """One stored file's bytes (GetModelDefFile); None if there is no such regular file."""
+    wanted = str(PurePosixPath(path))
+    with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+        for member in tar:
+            if member.isfile() and str(PurePosixPath(member.name)) == wanted:
+                extracted = tar.extractfile(member)
+                return extracted.read() if extracted is not None else None
+    return None

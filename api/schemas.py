@@ -37,6 +37,7 @@ class Experiment(_Shape):
     id: int
     name: str
     description: str
+    notes: str
     labels: list[str]
     state: str
     searcherType: str

@@ -202,8 +202,8 @@ async def fetch_trials_by_id(
 # Ended experiments know their best trial (finish_experiment); running ones take the trial
 # whose best validation ranks first.
 _EXPERIMENT_SELECT = """
-SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state, e.owner,
-       e.progress, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
+SELECT e.id, e.name, e.description, e.notes, e.labels, e.config, e.original_config, e.state,
+       e.owner, e.progress, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
        p.workspace_id, w.name AS workspace_name, tr.trial_ids, tr.trial_progress,
        ts.trial_states, best.value AS best_validation
@@ -256,6 +256,7 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "id": row["id"],
         "name": row["name"],
         "description": row["description"] or "",
+        "notes": row["notes"],
         "labels": list(row["labels"]),
         "state": state_name(row["state"]),
         "searcherType": searcher["name"],

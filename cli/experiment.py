@@ -280,6 +280,16 @@ def set_description(
     render.say(f"Set the description of experiment {experiment_id}")
 
 
+@set_app.command("notes", help="Set an experiment's notes (TEXT, or - to read them from "
+                               "standard input; \"\" clears them).")
+def set_notes(
+    ctx: typer.Context, experiment_id: IdArg,
+    text: Annotated[str, typer.Argument(metavar="TEXT", show_default=False)],
+) -> None:
+    _patch(ctx, experiment_id, {"notes": sys.stdin.read() if text == "-" else text})
+    render.say(f"Set the notes of experiment {experiment_id}")
+
+
 def _change_labels(ctx: typer.Context, experiment_id: int, labels: list[str], add: bool) -> None:
     with Client(master_url(ctx)) as client:
         current = set(client.get(f"/experiments/{experiment_id}")["experiment"].get("labels")

@@ -22,7 +22,7 @@ from api import auth, schemas, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import stream_logs
-from api.model_definition import build_tarball
+from api.model_definition import build_tarball, file_content, file_tree
 from api.routes import models
 from api.routes.agents import never_fits, signal_pool
 from api.routes.templates import merge_under, template_config
@@ -402,13 +402,13 @@ class ResourcesPatch(BaseModel):
 
 class PatchExperimentRequest(BaseModel):
     """Determined's PatchExperiment (`det e set name|description|priority|max-slots|weight`,
-    `det e label add|remove`); checkpoint storage and notes are not patched here."""
+    `det e label add|remove`, the web UI's notes); checkpoint storage is not patched here."""
 
     id: int | None = None
     name: str | None = Field(None, min_length=1, max_length=1000)
     description: str | None = Field(None, max_length=10_000)
     labels: list[str] | None = Field(None, max_length=1000)
-    notes: str | None = None
+    notes: str | None = Field(None, max_length=100_000)
     resources: ResourcesPatch | None = None
     checkpointStorage: dict[str, Any] | None = None
 
@@ -421,7 +421,7 @@ async def patch_experiment(
     if body.id not in (None, experiment_id):
         raise ApiError(400, "id does not match",
                        [f"id: is {body.id}, but the path names experiment {experiment_id}"])
-    unsupported = [name for name in ("checkpointStorage", "notes") if getattr(body, name)]
+    unsupported = [name for name in ("checkpointStorage",) if getattr(body, name)]
     if unsupported:
         raise ApiError(400, "cannot change these fields of an experiment",
                        [f"{name}: not supported by Epochal" for name in unsupported])
@@ -431,12 +431,13 @@ async def patch_experiment(
         await change_experiment_resources(request, pool, temporal, experiment_id, body.resources)
     await pool.execute(
         "UPDATE experiments SET name = coalesce($2, name),"
-        " description = coalesce($3, description), labels = coalesce($4, labels)"
-        " WHERE id = $1",
+        " description = coalesce($3, description), labels = coalesce($4, labels),"
+        " notes = coalesce($5, notes) WHERE id = $1",
         experiment_id,
         body.name,
         body.description,
         None if body.labels is None else sorted(set(body.labels)),
+        body.notes,
     )
     return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
 
@@ -613,12 +614,38 @@ async def list_experiment_checkpoints(
 
 @router.get("/experiments/{experiment_id}/model_def")
 async def get_model_definition(experiment_id: int, pool: Pool) -> dict[str, str]:
-    tgz = await pool.fetchval(
-        "SELECT tgz FROM model_definitions WHERE experiment_id = $1", experiment_id
-    )
+    tgz = await _model_definition(pool, experiment_id)
+    return {"b64Tgz": base64.b64encode(tgz).decode()}
+
+
+async def _model_definition(pool: Pool, experiment_id: int) -> bytes:
+    tgz: bytes | None = await pool.fetchval(
+        "SELECT tgz FROM model_definitions WHERE experiment_id = $1", experiment_id)
     if tgz is None:
         raise not_found("model definition of experiment", experiment_id)
-    return {"b64Tgz": base64.b64encode(tgz).decode()}
+    return tgz
+
+
+@router.get("/experiments/{experiment_id}/file_tree")
+async def get_model_definition_tree(experiment_id: int, pool: Pool) -> dict[str, Any]:
+    """Determined's GetModelDefTree: the model definition's files as a tree of FileNodes."""
+    return {"files": file_tree(await _model_definition(pool, experiment_id))}
+
+
+class ModelDefFileRequest(BaseModel):
+    path: str = Field(min_length=1, max_length=4096)
+
+
+@router.post("/experiments/{experiment_id}/file")
+async def get_model_definition_file(
+    experiment_id: int, body: ModelDefFileRequest, pool: Pool
+) -> dict[str, str]:
+    """Determined's GetModelDefFile: one file of the model definition, base64."""
+    content = file_content(await _model_definition(pool, experiment_id), body.path)
+    if content is None:
+        raise ApiError(404, f"experiment {experiment_id}'s model definition has no file "
+                            f"{body.path!r}", [f"path: {body.path}"])
+    return {"file": base64.b64encode(content).decode()}
 
 
 @router.get("/experiments/{experiment_id}/logs")

@@ -15,10 +15,20 @@ const CURVE_REFRESH_SECONDS = 2;
 const MAX_CURVES = 50;
 const PAGE_SIZE = 100;
 const BY_METRIC = "SORT_BY_BEST_VALIDATION_METRIC";
+const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
+// Each action and when it applies: (state, archived) -> bool.
 const ACTIONS = {
-  pause: ["ACTIVE"],
-  activate: ["PAUSED"],
-  kill: ["ACTIVE", "PAUSED", "STOPPING_CANCELED"],
+  pause: (state) => state === "ACTIVE",
+  activate: (state) => state === "PAUSED",
+  cancel: (state) => state === "ACTIVE" || state === "PAUSED",
+  kill: (state) => ["ACTIVE", "PAUSED", "STOPPING_CANCELED"].includes(state),
+  archive: (state, archived) => TERMINAL.includes(state) && !archived,
+  unarchive: (state, archived) => archived,
+  delete: (state) => TERMINAL.includes(state),
+};
+const CONFIRM = {
+  kill: "Kill experiment {id}? Its trials stop at once.",
+  delete: "Delete experiment {id}, its trials, metrics, logs and checkpoints for good?",
 };
 
 const experimentId = Number(document.body.dataset.id);
@@ -46,10 +56,15 @@ let pendingTrials = null;
 function action(name) {
   return el("button", { type: "button", class: `action action-${name}`, "data-action": name,
     onclick: async (event) => {
-      if (name === "kill" && !confirm(`Kill experiment ${experimentId}?`)) return;
+      if (CONFIRM[name] && !confirm(CONFIRM[name].replace("{id}", experimentId))) return;
       event.target.disabled = true;
       replace(actionStatus, `${name}: sent`);
       try {
+        if (name === "delete") {
+          await api(`/api/v1/experiments/${experimentId}`, { method: "DELETE" });
+          window.location.assign("/");
+          return;
+        }
         await api(`/api/v1/experiments/${experimentId}/${name}`, { method: "POST" });
         replace(actionStatus, `${name}: accepted`);
         await refreshOnce();
@@ -74,11 +89,71 @@ function renderHeader(exp) {
       ` · owner ${exp.username} · started ${fmtTime(exp.startTime)}`,
       exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : ""),
     el("div", { class: "actions" }, progressBar(exp.progress),
-      Object.entries(ACTIONS).map(([name, states]) => {
+      Object.entries(ACTIONS).map(([name, applies]) => {
         const button = action(name);
-        button.disabled = !states.includes(state);
+        button.disabled = !applies(state, exp.archived);
         return button;
-      }), actionStatus));
+      }), actionStatus),
+    exp.labels.length ? el("p", { class: "labels" },
+      exp.labels.map((label) => el("span", { class: "label" }, label))) : "");
+}
+
+// Name, description, labels and notes, edited in place; the config as submitted; the model
+// definition's files. Drawn once (and after a save), not on every live update, so typing is kept.
+const detailsBox = el("section", { id: "details", class: "panel" });
+const detailsStatus = el("span", { class: "status", id: "details-status" });
+
+function renderDetails(exp) {
+  const field = (id, label, value, tag = "input") => el("label", { class: "field" }, label,
+    el(tag, { id, value: tag === "input" ? value : null }, tag === "textarea" ? value : null));
+  const form = el("form", { id: "details-form", onsubmit: async (event) => {
+    event.preventDefault();
+    const value = (id) => document.getElementById(id).value;
+    replace(detailsStatus, "saving");
+    try {
+      const { experiment } = await api(`/api/v1/experiments/${experimentId}`, {
+        method: "PATCH",
+        body: { name: value("exp-name"), description: value("exp-description"),
+          notes: value("exp-notes"),
+          labels: value("exp-labels").split(",").map((l) => l.trim()).filter(Boolean) },
+      });
+      renderDetails(experiment);
+      replace(detailsStatus, "saved");
+      await refreshOnce();
+    } catch (error) {
+      replace(detailsStatus, el("span", { class: "error" }, `not saved: ${error.message}`));
+    }
+  } },
+  field("exp-name", "name", exp.name),
+  field("exp-description", "description", exp.description),
+  field("exp-labels", "labels (comma-separated)", exp.labels.join(", ")),
+  field("exp-notes", "notes", exp.notes, "textarea"),
+  el("div", { class: "actions" }, el("button", { type: "submit", id: "details-save" }, "save"),
+    detailsStatus));
+  const fileView = el("pre", { id: "model-file", class: "code" });
+  replace(detailsBox, el("h2", {}, "Details"), form,
+    el("details", { id: "config" }, el("summary", {}, "Config (as submitted)"),
+      el("pre", { id: "config-yaml", class: "code" }, exp.originalConfig || "")),
+    el("details", { id: "model-files" }, el("summary", {}, "Model definition"),
+      el("ul", { class: "file-tree" }), fileView));
+  const list = detailsBox.querySelector(".file-tree");
+  api(`/api/v1/experiments/${experimentId}/file_tree`).then(({ files }) => {
+    const add = (nodes, depth) => {
+      for (const node of nodes) {
+        list.append(el("li", { style: `padding-left:${depth}rem` }, node.isDir ? `${node.name}/`
+          : el("a", { href: "#", class: "model-file", "data-path": node.path, onclick: async (e) => {
+            e.preventDefault();
+            const { file } = await api(`/api/v1/experiments/${experimentId}/file`,
+              { method: "POST", body: { path: node.path } });
+            const bytes = Uint8Array.from(atob(file), (c) => c.charCodeAt(0));
+            replace(fileView, new TextDecoder().decode(bytes));
+            fileView.dataset.path = node.path;
+          } }, node.name), node.isDir ? "" : ` (${node.contentLength} bytes)`));
+        add(node.files, depth + 1);
+      }
+    };
+    add(files, 0);
+  }).catch((error) => list.append(el("li", { class: "error" }, error.message)));
 }
 
 function hparamNames(trials) {
@@ -233,6 +308,8 @@ async function start() {
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),
       el("label", {}, "hyperparameter ", hpSelect), scatterBox));
   await refreshOnce();
+  main.append(detailsBox);
+  renderDetails(summary.experiment);
   curves = new CurvePanel(curveBox, {
     group: "validation",
     preferred: { validation: summary.experiment.searcherMetric },

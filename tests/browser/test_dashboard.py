@@ -22,7 +22,7 @@ import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import LEARNING_RATES, STEPS, TIMEOUT_MS, api_get, screenshot
-from tests.e2e.cluster import Cluster
+from tests.e2e.cluster import SLOW_MODEL, Cluster
 
 pytestmark = pytest.mark.slow
 
@@ -232,6 +232,51 @@ def test_experiment_page_follows_the_experiment_to_its_end(
     row = page.locator(f"tr.experiment-row[data-id='{experiment_id}']")
     expect(row.locator(".state")).to_have_text("COMPLETED")
     expect(row).to_contain_text("validation_loss")
+    page.close()
+
+
+def test_experiment_details_are_edited_and_its_files_shown(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    """On the ended experiment: its config and model files, labels and notes saved in place,
+    archive and unarchive; a second experiment renamed and deleted."""
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    page.click("#config summary")
+    expect(page.locator("#config-yaml")).to_contain_text("name: browser-grid")
+    page.click("#model-files summary")
+    page.click("a.model-file[data-path='train.py']")
+    expect(page.locator("#model-file")).to_contain_text("import")
+    assert (page.locator("#model-file").inner_text().strip()
+            == (SLOW_MODEL / "train.py").read_text().strip())
+
+    page.fill("#exp-labels", "browser, grid")
+    page.fill("#exp-notes", "lr 0.03 learns slowly")
+    page.click("#details-save")
+    expect(page.locator("#details-status")).to_have_text("saved")
+    expect(page.locator("#experiment-header .labels .label")).to_have_count(2)
+    shown = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
+    assert (shown["labels"], shown["notes"]) == (["browser", "grid"], "lr 0.03 learns slowly")
+
+    page.click("button[data-action='archive']")
+    expect(page.locator("button[data-action='unarchive']")).to_be_enabled()
+    assert api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]["archived"]
+    page.click("button[data-action='unarchive']")
+    expect(page.locator("button[data-action='archive']")).to_be_enabled()
+    assert not api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]["archived"]
+    screenshot(page, "experiment-details")
+
+    other, _ = seed_many_trials(cluster.env["EPOCHAL_DB_URL"], 3)
+    page.goto(f"/experiments/{other}")
+    page.fill("#exp-name", "renamed in the browser")
+    page.click("#details-save")
+    expect(page.locator("#experiment-header h1 .name")).to_have_text("renamed in the browser")
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.click("button[data-action='delete']")
+    expect(page).to_have_url(re.compile(r"/$"))
+    gone = httpx.get(f"{cluster.url}/api/v1/experiments/{other}", headers=cluster.headers,
+                     timeout=30)
+    assert gone.status_code == 404
     page.close()
 
 

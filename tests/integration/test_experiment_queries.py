@@ -4,6 +4,7 @@ trial workloads and log tails (what `det` asks; tests/determined/test_det_cli.py
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from pathlib import Path
@@ -220,3 +221,29 @@ async def test_trials_are_sorted_and_paged_by_their_best_validation_in_sql(
                              params={"limit": 100_000})
     assert too_many.status_code == 400
     await live_master.pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)
+
+
+async def test_notes_and_the_model_definitions_files(api: httpx.AsyncClient) -> None:
+    """Determined's notes (PatchExperiment), GetModelDefTree and GetModelDefFile."""
+    experiment_id = (await create(api))["experiment"]["id"]
+    patched = await api.patch(f"/api/v1/experiments/{experiment_id}",
+                              json={"notes": "lr 0.2 looks best"})
+    assert patched.status_code == 200, patched.text
+    assert patched.json()["experiment"]["notes"] == "lr 0.2 looks best"
+    shown = (await api.get(f"/api/v1/experiments/{experiment_id}")).json()["experiment"]
+    assert shown["notes"] == "lr 0.2 looks best"
+    too_long = await api.patch(f"/api/v1/experiments/{experiment_id}",
+                               json={"notes": "x" * 100_001})
+    assert too_long.status_code == 400 and "notes" in too_long.text
+
+    tree = (await api.get(f"/api/v1/experiments/{experiment_id}/file_tree")).json()["files"]
+    assert [(n["path"], n["isDir"], n["contentLength"]) for n in tree] == [
+        ("train.py", False, len(b"print('hi')\n"))]
+    answer = await api.post(f"/api/v1/experiments/{experiment_id}/file",
+                            json={"path": "train.py"})
+    assert answer.status_code == 200, answer.text
+    assert base64.b64decode(answer.json()["file"]) == b"print('hi')\n"
+    missing = await api.post(f"/api/v1/experiments/{experiment_id}/file",
+                             json={"path": "../etc/passwd"})
+    assert missing.status_code == 404 and "no file" in missing.json()["message"]
+    await api.post(f"/api/v1/experiments/{experiment_id}/kill")

@@ -424,15 +424,20 @@ def test_describe_shows_where_each_trial_stands_in_an_asha_search(fake: FakeMast
 # -- lifecycle: name, labels, delete, config, model definition ---------------------------------
 
 
-def test_set_name_and_description_patch_the_experiment(fake: FakeMaster) -> None:
+def test_set_name_description_and_notes_patch_the_experiment(fake: FakeMaster) -> None:
     fake.on("PATCH", "/experiments/4", {"experiment": experiment(name="renamed")})
 
     assert run("experiment", "set", "name", "4", "renamed").stdout == (
         "Renamed experiment 4 to renamed\n")
     assert run("experiment", "set", "description", "4", "").exit_code == 0
 
+    notes = CliRunner().invoke(app, ["experiment", "set", "notes", "4", "-"],
+                               input="lr 0.1 diverged\n", env={"EPOCHAL_MASTER": None})
+    assert notes.exit_code == 0, notes.output
+
     assert fake.body("PATCH", "/experiments/4", 0) == {"id": 4, "name": "renamed"}
     assert fake.body("PATCH", "/experiments/4", 1) == {"id": 4, "description": ""}
+    assert fake.body("PATCH", "/experiments/4", 2) == {"id": 4, "notes": "lr 0.1 diverged\n"}
 
 
 def test_labels_are_added_and_removed_from_the_current_ones(fake: FakeMaster) -> None:
