@@ -191,34 +191,33 @@ def logs(
         print_logs(client, f"/experiments/{experiment_id}/logs", follow, True, as_json)
 
 
-def _action(ctx: typer.Context, experiment_id: int, verb: str, done: str) -> None:
-    with Client(master_url(ctx)) as client:
-        client.post(f"/experiments/{experiment_id}/{verb}")
-    render.say(f"{done} experiment {experiment_id}")
+# The commands that post one verb to the experiment: (verb, what is said after, help).
+ACTIONS = (
+    ("pause", "Paused", "Pause an experiment: its trials stop after their next checkpoint."),
+    ("activate", "Activated", "Activate (resume) a paused experiment."),
+    ("cancel", "Canceling", "Cancel an experiment: its trials checkpoint, then stop."),
+    ("kill", "Killing", "Kill an experiment: its trials stop at once."),
+    ("archive", "Archived", "Archive an ended experiment: `list` leaves it out (--all shows it)."),
+    ("unarchive", "Unarchived", "Unarchive an experiment."),
+)
 
 
-@app.command("pause", help="Pause an experiment: its trials stop after their next checkpoint.")
-def pause(ctx: typer.Context, experiment_id: IdArg) -> None:
-    _action(ctx, experiment_id, "pause", "Paused")
+def _action_command(verb: str, done: str, help_text: str) -> None:
+    def command(ctx: typer.Context, experiment_id: IdArg) -> None:
+        with Client(master_url(ctx)) as client:
+            client.post(f"/experiments/{experiment_id}/{verb}")
+        render.say(f"{done} experiment {experiment_id}")
+
+    command.__name__ = verb
+    app.command(verb, help=help_text)(command)
 
 
-@app.command("activate", help="Activate (resume) a paused experiment.")
-def activate(ctx: typer.Context, experiment_id: IdArg) -> None:
-    _action(ctx, experiment_id, "activate", "Activated")
+for _verb, _done, _help in ACTIONS:
+    _action_command(_verb, _done, _help)
 
 
-@app.command("cancel", help="Cancel an experiment: its trials checkpoint, then stop.")
-def cancel(ctx: typer.Context, experiment_id: IdArg) -> None:
-    _action(ctx, experiment_id, "cancel", "Canceling")
-
-
-@app.command("kill", help="Kill an experiment: its trials stop at once.")
-def kill(ctx: typer.Context, experiment_id: IdArg) -> None:
-    _action(ctx, experiment_id, "kill", "Killing")
-
-
-set_app = typer.Typer(help="Change an experiment's name, description or scheduling (priority, "
-                           "max slots, weight).", no_args_is_help=True)
+set_app = typer.Typer(help="Change an experiment's name, description, notes or scheduling ("
+                           "priority, max slots, weight).", no_args_is_help=True)
 app.add_typer(set_app, name="set")
 label_app = typer.Typer(help="Add labels to an experiment or remove them.", no_args_is_help=True)
 app.add_typer(label_app, name="label")
@@ -311,16 +310,6 @@ def add_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg) -> N
 @label_app.command("remove", help="Remove labels from an experiment.")
 def remove_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg) -> None:
     _change_labels(ctx, experiment_id, labels, add=False)
-
-
-@app.command("archive", help="Archive an ended experiment: `list` leaves it out (--all shows it).")
-def archive(ctx: typer.Context, experiment_id: IdArg) -> None:
-    _action(ctx, experiment_id, "archive", "Archived")
-
-
-@app.command("unarchive", help="Unarchive an experiment.")
-def unarchive(ctx: typer.Context, experiment_id: IdArg) -> None:
-    _action(ctx, experiment_id, "unarchive", "Unarchived")
 
 
 @app.command("delete", help="Delete an ended experiment: its trials, metrics, logs and the "
