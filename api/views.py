@@ -16,7 +16,6 @@ import asyncpg
 from fastapi import Query
 
 from api.errors import not_found
-from common.states import TERMINAL_STATES
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
@@ -203,15 +202,22 @@ async def fetch_trials_by_id(
 # whose best validation ranks first.
 _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.notes, e.labels, e.config, e.original_config, e.state,
-       e.owner, e.progress, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
+       e.owner, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
-       p.workspace_id, w.name AS workspace_name, tr.trial_ids, tr.trial_progress,
-       ts.trial_states, best.value AS best_validation
+       p.workspace_id, w.name AS workspace_name, tr.trial_ids, ts.trial_states,
+       best.value AS best_validation,
+       -- The trials' progress against the searcher's plan: it only grows, and keeps its value
+       -- when the experiment is canceled (a COMPLETED trial counts whole).
+       CASE WHEN e.state = 'COMPLETED' THEN 1.0
+            ELSE least(1.0, tr.trial_units / greatest(coalesce(e.planned_trials, 0),
+                                                      cardinality(tr.trial_ids), 1)) END
+           AS progress
 FROM experiments e
 JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
 CROSS JOIN LATERAL (
     SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}') AS trial_ids,
-           coalesce(avg(t.progress), 0) AS trial_progress
+           coalesce(sum(CASE WHEN t.state = 'COMPLETED' THEN 1 ELSE least(t.progress, 1) END),
+                    0) AS trial_units
     FROM trials t WHERE t.experiment_id = e.id) tr
 CROSS JOIN LATERAL (
     SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}') AS trial_states
@@ -251,7 +257,6 @@ def experiment_json(row: asyncpg.Record) -> JSON:
     searcher = config["searcher"]
     best_id = row["best_trial_id"]
     best_validation = row["best_validation"]
-    terminal = row["state"] in TERMINAL_STATES
     return {
         "id": row["id"],
         "name": row["name"],
@@ -264,7 +269,7 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "smallerIsBetter": searcher.get("smaller_is_better", True),
         "startTime": rfc3339(row["start_time"]),
         "endTime": rfc3339(row["end_time"]),
-        "progress": row["progress"] if terminal else float(row["trial_progress"]),
+        "progress": float(row["progress"]),
         "numTrials": len(row["trial_ids"]),
         "trialIds": list(row["trial_ids"]),
         # Epochal's: how many trials are in each state (a summary that stays short at 10,000).
@@ -348,7 +353,7 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_END_TIME": "e.end_time",
     "SORT_BY_STATE": "e.state",
     "SORT_BY_NUM_TRIALS": "cardinality(tr.trial_ids)",
-    "SORT_BY_PROGRESS": "e.progress",
+    "SORT_BY_PROGRESS": "progress",
     "SORT_BY_USER": "e.owner",
     "SORT_BY_NAME": "e.name",
     "SORT_BY_FORKED_FROM": "e.parent_id",

@@ -37,9 +37,11 @@ from common.checkpoint_storage import (
 )
 from common.expconf import (
     ConfigError,
+    ExperimentConfig,
     config_warnings,
     load_config_yaml,
     parse_experiment_config,
+    planned_trials,
     validate_experiment_config,
 )
 from common.states import TERMINAL_STATES
@@ -189,8 +191,8 @@ async def create_experiment(
     async with pool.acquire() as conn, conn.transaction():
         experiment_id = await conn.fetchval(
             "INSERT INTO experiments (name, description, labels, config, original_config, seed,"
-            " owner, project_id, parent_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)"
-            " RETURNING id",
+            " owner, project_id, parent_id, planned_trials)"
+            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
             config["name"],
             config.get("description"),
             config.get("labels") or [],
@@ -200,6 +202,7 @@ async def create_experiment(
             owner,
             project_id,
             body.parentId,
+            planned_trials(ExperimentConfig.model_validate(config)),
         )
         await conn.execute(
             "INSERT INTO model_definitions (experiment_id, tgz, size_bytes) VALUES ($1, $2, $3)",

@@ -24,7 +24,7 @@ from common.expconf._base import (
 )
 from common.expconf.determined import config_warnings, with_determined_defaults
 from common.expconf.environment import BindMount, EnvironmentConfig, ReproducibilityConfig
-from common.expconf.experiment import ExperimentConfig, profiling_enabled
+from common.expconf.experiment import ExperimentConfig, planned_trials, profiling_enabled
 from common.expconf.hyperparameters import (
     CategoricalHyperparameter,
     ConstHyperparameter,
@@ -91,6 +91,7 @@ __all__ = [
     "iter_hyperparameters",
     "load_config_yaml",
     "parse_experiment_config",
+    "planned_trials",
     "profiling_enabled",
     "validate_experiment_config",
     "with_default_storage",

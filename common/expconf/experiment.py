@@ -23,6 +23,7 @@ from common.expconf.hyperparameters import (
     Hyperparameter,
     HyperparameterGroup,  # noqa: F401
     _grid_errors,
+    hyperparameters_grid_size,
 )
 from common.expconf.lengths import Length
 from common.expconf.resources import ResourcesConfig
@@ -134,3 +135,13 @@ class ExperimentConfig(_Model):
 
 
 
+
+
+def planned_trials(config: ExperimentConfig) -> int:
+    """How many trials the searcher runs in all: one, the grid's points, or `max_trials`."""
+    searcher = config.searcher
+    if searcher.name == "single":
+        return 1
+    if searcher.name == "grid":
+        return hyperparameters_grid_size(config.hyperparameters)
+    return int(getattr(searcher, "max_trials", 1))

@@ -247,3 +247,43 @@ async def test_notes_and_the_model_definitions_files(api: httpx.AsyncClient) -> 
                              json={"path": "../etc/passwd"})
     assert missing.status_code == 404 and "no file" in missing.json()["message"]
     await api.post(f"/api/v1/experiments/{experiment_id}/kill")
+
+
+async def test_progress_counts_trials_against_the_plan_and_survives_a_cancel(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Progress is the trials' against the searcher's planned total (a COMPLETED trial counts
+    whole), so it never falls back when ASHA starts new trials or the experiment is canceled."""
+    config = {"name": "progress", "searcher": {"name": "random", "metric": "loss",
+                                               "max_trials": 4, "max_length": {"batches": 10}},
+              "resources": {"resource_pool": "default"}}
+    async with live_master.pool.acquire() as conn:
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+            " planned_trials) VALUES ('progress', $1, '', 1, 'ACTIVE', 'admin', 4) RETURNING id",
+            config)
+        for i, (state, progress) in enumerate((("COMPLETED", 0.3), ("RUNNING", 0.5))):
+            await conn.execute(
+                "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, progress)"
+                " VALUES ($1, $2, '{}', 1, $3, $4)", experiment_id, i, state, progress)
+
+    async def progress() -> float:
+        answer = await api.get(f"/api/v1/experiments/{experiment_id}")
+        return float(answer.json()["experiment"]["progress"])
+
+    assert await progress() == pytest.approx((1 + 0.5) / 4)
+    await live_master.pool.execute(
+        "UPDATE trials SET state = 'CANCELED' WHERE experiment_id = $1 AND state = 'RUNNING'",
+        experiment_id)
+    await live_master.pool.execute(
+        "UPDATE experiments SET state = 'CANCELED', end_time = now() WHERE id = $1",
+        experiment_id)
+    assert await progress() == pytest.approx((1 + 0.5) / 4)
+    listed = (await api.get("/api/v1/experiments", params={
+        "name": "progress", "sortBy": "SORT_BY_PROGRESS", "limit": 1000})).json()
+    assert any(e["id"] == experiment_id and e["progress"] == pytest.approx(0.375)
+               for e in listed["experiments"])
+    await live_master.pool.execute(
+        "UPDATE experiments SET state = 'COMPLETED' WHERE id = $1", experiment_id)
+    assert await progress() == 1.0
+    await live_master.pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)

@@ -19,6 +19,7 @@ from common.expconf import (
     SingleConfig,
     config_warnings,
     parse_experiment_config,
+    planned_trials,
     validate_experiment_config,
     with_determined_defaults,
 )
@@ -751,3 +752,17 @@ def test_determined_defaults_fill_what_its_harness_reads() -> None:
     assert filled["optimizations"]["aggregation_frequency"] == 4  # merged with the defaults
     assert filled["optimizations"]["average_training_metrics"] is True
     assert "scheduling_unit" not in dumped  # the normalized config itself is unchanged
+
+
+@pytest.mark.parametrize(("searcher", "hyperparameters", "planned"), [
+    ({"name": "single", "max_length": {"batches": 1}}, {}, 1),
+    ({"name": "random", "max_trials": 7}, {}, 7),
+    ({"name": "adaptive_asha", "max_trials": 16, "max_length": {"batches": 64}}, {}, 16),
+    ({"name": "grid"}, {"lr": {"type": "categorical", "vals": [1, 2, 3]},
+                        "opt": {"m": {"type": "int", "minval": 1, "maxval": 2, "count": 5}}}, 6),
+])
+def test_planned_trials(searcher: dict, hyperparameters: dict, planned: int) -> None:
+    config = validate_experiment_config({
+        "entrypoint": "python3 train.py", "searcher": {"metric": "loss", **searcher},
+        "hyperparameters": hyperparameters})
+    assert planned_trials(config) == planned
