@@ -37,14 +37,40 @@ export class ApiError extends Error {
   }
 }
 
+// While the master does not answer, a banner says so and the page's actions are disabled (CSS
+// on body[data-offline]); the next answer takes both away.
+let offlineSince = null;
+
+function masterAnswered(answered) {
+  if (answered === (offlineSince === null)) return;
+  offlineSince = answered ? null : new Date();
+  const banner = document.getElementById("offline-banner");
+  if (answered) {
+    delete document.body.dataset.offline;
+    if (banner) banner.remove();
+    return;
+  }
+  document.body.dataset.offline = "true";
+  document.body.prepend(el("div", { id: "offline-banner", class: "offline-banner", role: "alert" },
+    `The master is not answering (since ${offlineSince.toLocaleTimeString()}): what this page `
+    + "shows may be out of date, and its actions wait until it answers again."));
+}
+
 export async function api(path, { method = "GET", body } = {}) {
   const headers = { Accept: "application/json" };
   const saved = token();
   if (saved) headers.Authorization = `Bearer ${saved}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
-  const response = await fetch(path, {
-    method, headers, body: body === undefined ? undefined : JSON.stringify(body),
-  });
+  let response;
+  try {
+    response = await fetch(path, {
+      method, headers, body: body === undefined ? undefined : JSON.stringify(body),
+    });
+  } catch (error) {  // no answer at all: the master (or the network to it) is down
+    masterAnswered(false);
+    throw new ApiError(0, { message: `the master did not answer: ${error.message}` });
+  }
+  masterAnswered(response.status !== 502 && response.status !== 504);  // a proxy's word
   if (response.status === 401 && path !== "/api/v1/auth/login") {
     toLogin();
     throw new ApiError(401, { message: "not logged in" });

@@ -5,7 +5,7 @@
 // GET /api/v1/experiments/{id}/stream, which streams the same page (polling if the stream cannot
 // be had).
 
-import { api, every, follow, query, reportValues, startPage } from "/static/api.js";
+import { api, every, follow, query, reportValues, startPage, token } from "/static/api.js";
 import { color, scatterChart } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
@@ -101,6 +101,30 @@ function renderHeader(exp) {
 // Name, description, labels and notes, edited in place; the config as submitted; the model
 // definition's files. Drawn once (and after a save), not on every live update, so typing is kept.
 const detailsBox = el("section", { id: "details", class: "panel" });
+const errorBox = el("div", { id: "experiment-error" });
+
+// An experiment with a trial in ERROR says so at the top: which trial, and its last error lines.
+async function renderError(exp) {
+  if (!(exp.trialStates || {}).STATE_ERROR || errorBox.dataset.trial) return;
+  const { trials } = await api(`/api/v1/experiments/${experimentId}/trials${query(
+    { states: "STATE_ERROR", limit: 1, orderBy: "ORDER_BY_DESC" })}`);
+  if (!trials.length) return;
+  const failed = trials[0];
+  errorBox.dataset.trial = String(failed.id);
+  const response = await fetch(`/api/v1/trials/${failed.id}/logs?limit=200&orderBy=ORDER_BY_DESC`,
+    { headers: { Authorization: `Bearer ${token()}` } });
+  const lines = (await response.text()).split("\n").filter((l) => l.trim())
+    .map((l) => JSON.parse(l).result).reverse();
+  const errors = lines.filter((l) => ["LOG_LEVEL_ERROR", "LOG_LEVEL_CRITICAL"].includes(l.level));
+  const shown = (errors.length ? errors : lines).slice(-12).map((l) => l.log.replace(/\n$/, ""));
+  const count = exp.trialStates.STATE_ERROR;
+  replace(errorBox, el("div", { class: "error-summary" },
+    el("strong", {}, shortState(exp.state) === "ERROR" ? "The experiment ended in ERROR"
+      : `${count} trial${count === 1 ? "" : "s"} ended in ERROR`),
+    ": trial ", el("a", { href: `/trials/${failed.id}` }, failed.id),
+    failed.earlyExitReason ? ` (${failed.earlyExitReason})` : "", " failed with",
+    el("pre", {}, shown.join("\n") || "(no log lines)")));
+}
 const detailsStatus = el("span", { class: "status", id: "details-status" });
 
 function renderDetails(exp) {
@@ -273,6 +297,7 @@ function refreshCurves(trials) {
 function show(next) {
   summary = next;
   renderHeader(next.experiment);
+  renderError(next.experiment).catch((error) => console.error(error));
   renderTrials(next.experiment, next.trials, next.pagination.total);
   renderScatter();
   if (curves) refreshCurves(next.trials);
@@ -302,7 +327,7 @@ function followPage() {
 
 async function start() {
   if (!(await startPage())) return;
-  replace(main, header,
+  replace(main, header, errorBox,
     el("h2", {}, "Learning curves"), curveBox,
     trialBox,
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),

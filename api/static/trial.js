@@ -25,6 +25,21 @@ const systemLatest = el("p", { class: "summary" });
 let systemReports = [];
 const logBox = el("pre", { id: "logs", class: "logs", "data-lines": "0" });
 const followBox = el("input", { type: "checkbox", id: "follow-logs", checked: true });
+// Lines are kept (up to MAX_LOG_LINES) so the search and the level filter can show them again.
+const logLines = [];
+const logSearch = el("input", { type: "search", id: "log-search", placeholder: "search the logs",
+  "aria-label": "search the logs", oninput: () => filterLogs() });
+const LEVELS = ["LOG_LEVEL_DEBUG", "LOG_LEVEL_INFO", "LOG_LEVEL_WARNING", "LOG_LEVEL_ERROR",
+  "LOG_LEVEL_CRITICAL"];
+const logLevel = el("select", { id: "log-level", "aria-label": "lowest level shown",
+  onchange: () => filterLogs() },
+el("option", { value: "LOG_LEVEL_DEBUG" }, "all levels"),
+el("option", { value: "LOG_LEVEL_WARNING" }, "warnings and errors"),
+el("option", { value: "LOG_LEVEL_ERROR" }, "errors"));
+// The training code's own timestamp at the start of a line (Python logging, ISO 8601): the
+// line's time is shown once, from the agent.
+const OWN_TIMESTAMP = /^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]*/;
+const errorBox = el("div", { id: "trial-error" });
 let curves = null;
 let lastStamp = "";
 
@@ -93,14 +108,56 @@ async function renderSystem() {
   if (metrics.length) drawSystem();
 }
 
+function shownLog(line) {
+  const query = logSearch.value.trim().toLowerCase();
+  return LEVELS.indexOf(line.level) >= LEVELS.indexOf(logLevel.value)
+    && (!query || line.text.toLowerCase().includes(query));
+}
+
+function filterLogs() {
+  for (const line of logLines) line.node.hidden = !shownLog(line);
+}
+
 function addLog(log) {
   const stick = followBox.checked;
-  const line = el("span", { class: `log-line ${log.stdtype === "stderr" ? "stderr" : ""}` },
-    `${fmtTime(log.timestamp)} `, log.log.endsWith("\n") ? log.log : `${log.log}\n`);
-  logBox.append(line);
-  while (logBox.childElementCount > MAX_LOG_LINES) logBox.firstElementChild.remove();
+  const text = log.log.replace(OWN_TIMESTAMP, "").replace(/\n$/, "");
+  const level = LEVELS.includes(log.level) ? log.level : "LOG_LEVEL_INFO";
+  const time = new Date(log.timestamp).toLocaleTimeString(undefined, { hour12: false });
+  const node = el("span", { class: "log-line", "data-level": level.replace("LOG_LEVEL_", "") },
+    el("span", { class: "log-time", title: log.timestamp }, `${time} `),
+    el("span", { class: `level-${level.replace("LOG_LEVEL_", "").toLowerCase()}` }, `${text}\n`));
+  const line = { node, level, text, timestamp: log.timestamp };
+  node.hidden = !shownLog(line);
+  logLines.push(line);
+  logBox.append(node);
+  while (logLines.length > MAX_LOG_LINES) logLines.shift().node.remove();
   logBox.dataset.lines = String(Number(logBox.dataset.lines) + 1);
   if (stick) logBox.scrollTop = logBox.scrollHeight;
+}
+
+function downloadLogs() {
+  const text = logLines.map((l) => `${l.timestamp} ${l.level.replace("LOG_LEVEL_", "")} ${l.text}\n`)
+    .join("");
+  const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/plain" })),
+    download: `trial-${trialId}.log` });
+  link.click();
+  URL.revokeObjectURL(link.href);
+}
+
+// A trial in ERROR says why at the top: its last error lines (else its last lines).
+async function renderError(trial) {
+  if (shortState(trial.state) !== "ERROR" || errorBox.dataset.trial) return;
+  errorBox.dataset.trial = String(trial.id);
+  const response = await fetch(`/api/v1/trials/${trialId}/logs?limit=200&orderBy=ORDER_BY_DESC`,
+    { headers: { Authorization: `Bearer ${token()}` } });
+  const lines = (await response.text()).split("\n").filter((l) => l.trim())
+    .map((l) => JSON.parse(l).result).reverse();
+  const errors = lines.filter((l) => ["LOG_LEVEL_ERROR", "LOG_LEVEL_CRITICAL"].includes(l.level));
+  const shown = (errors.length ? errors : lines).slice(-12).map((l) => l.log.replace(/\n$/, ""));
+  replace(errorBox, el("div", { class: "error-summary" },
+    el("strong", {}, `Trial ${trial.id} ended in ERROR`),
+    trial.earlyExitReason ? ` (${trial.earlyExitReason})` : "", ". Its last error lines:",
+    el("pre", {}, shown.join("\n") || "(no log lines)")));
 }
 
 // Without the stream: the lines so far, read once as NDJSON.
@@ -109,6 +166,7 @@ async function readLogsOnce() {
     { headers: { Authorization: `Bearer ${token()}` } });
   const text = await response.text();
   replace(logBox);
+  logLines.length = 0;
   logBox.dataset.lines = "0";
   for (const line of text.split("\n")) if (line.trim()) addLog(JSON.parse(line).result);
 }
@@ -124,6 +182,7 @@ async function refresh(expHolder) {
   }
   renderHeader(trial, expHolder.exp);
   main.dataset.state = shortState(trial.state);
+  await renderError(trial);
   await renderSystem();
   const stamp = `${trial.totalBatchesProcessed}:${trial.latestCheckpointUuid}:${trial.state}`;
   if (stamp !== lastStamp) {
@@ -141,10 +200,13 @@ async function start() {
   replace(systemBox, el("h2", {}, "System metrics"),
     el("div", { class: "controls" }, el("label", {}, "metric ", systemSelect)), systemChart,
     systemLatest);
-  replace(main, header, status, el("h2", {}, "Learning curves"), curveBox, systemBox,
+  replace(main, header, errorBox, status, el("h2", {}, "Learning curves"), curveBox, systemBox,
     checkpointBox,
-    el("section", { class: "panel" }, el("h2", {}, "Logs ",
-      el("label", { class: "follow" }, followBox, " follow")), logBox));
+    el("section", { class: "panel" }, el("h2", {}, "Logs"),
+      el("div", { class: "log-controls" }, logSearch, logLevel,
+        el("label", { class: "follow" }, followBox, " follow"),
+        el("button", { type: "button", id: "log-download", onclick: downloadLogs }, "download")),
+      logBox));
   const holder = { exp: null };
   let stop = null;
   stop = every(2, async () => {

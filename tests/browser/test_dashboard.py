@@ -15,6 +15,7 @@ import re
 import tarfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import asyncpg
 import httpx
@@ -232,6 +233,95 @@ def test_experiment_page_follows_the_experiment_to_its_end(
     row = page.locator(f"tr.experiment-row[data-id='{experiment_id}']")
     expect(row.locator(".state")).to_have_text("COMPLETED")
     expect(row).to_contain_text("validation_loss")
+    page.close()
+
+
+def seed_failed_trial(db_url: str) -> tuple[int, int]:
+    """An experiment that ended in ERROR: one trial, whose last lines are a traceback (stderr,
+    level ERROR) after a line carrying the training code's own timestamp."""
+    async def seed() -> tuple[int, int]:
+        conn = await asyncpg.connect(db_url)
+        try:
+            await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
+                                      schema="pg_catalog")
+            config = {"name": "failing", "entrypoint": "python3 train.py",
+                      "searcher": {"name": "single", "metric": "loss",
+                                   "max_length": {"batches": 1}},
+                      "resources": {"resource_pool": "default"}}
+            experiment_id = await conn.fetchval(
+                "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+                " planned_trials, end_time) VALUES ('failing', $1, '', 1, 'ERROR', 'admin', 1,"
+                " now()) RETURNING id", config)
+            trial_id = await conn.fetchval(
+                "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, end_time)"
+                " VALUES ($1, 0, '{}', 1, 'ERROR', now()) RETURNING id", experiment_id)
+            lines = [("stdout", "INFO", "2026-11-25 10:00:00,123 INFO loading the digits\n"),
+                     ("stderr", "WARNING", "the learning rate is high\n"),
+                     ("stderr", "ERROR", "Traceback (most recent call last):\n"),
+                     ("stderr", "ERROR", "ValueError: loss is NaN at batch 12\n")]
+            await conn.executemany(
+                "INSERT INTO task_logs (trial_id, task_id, stdtype, level, log)"
+                " VALUES ($1, $2, $3, $4, $5)",
+                [(trial_id, f"{experiment_id}.{trial_id}", std, level, text)
+                 for std, level, text in lines])
+            return experiment_id, trial_id
+        finally:
+            await conn.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, seed()).result()
+
+
+def test_a_failure_says_why_and_the_logs_filter(
+    logged_in: BrowserContext, cluster: Cluster
+) -> None:
+    """An experiment in ERROR shows its failing trial and error lines at the top; the trial's
+    logs show one timestamp a line, colour by level, search, filter by level and download."""
+    experiment_id, trial_id = seed_failed_trial(cluster.env["EPOCHAL_DB_URL"])
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    summary = page.locator("#experiment-error .error-summary")
+    expect(summary).to_contain_text("The experiment ended in ERROR")
+    expect(summary).to_contain_text("ValueError: loss is NaN at batch 12")
+    expect(summary.locator(f"a[href='/trials/{trial_id}']")).to_be_visible()
+    expect(page.locator("#experiment-header .progress")).to_contain_text("0%")
+
+    summary.locator("a").click()
+    expect(page.locator("#trial-error .error-summary")).to_contain_text("loss is NaN")
+    lines = page.locator("#logs .log-line")
+    expect(lines).to_have_count(4)
+    first = lines.first.inner_text().strip()
+    assert "2026-11-25" not in first and first.endswith("INFO loading the digits"), first
+    expect(lines.nth(3).locator(".level-error")).to_have_count(1)
+    expect(lines.nth(1).locator(".level-warning")).to_have_count(1)
+    page.fill("#log-search", "nan")
+    expect(page.locator("#logs .log-line:visible")).to_have_count(1)
+    page.fill("#log-search", "")
+    page.select_option("#log-level", "LOG_LEVEL_WARNING")
+    expect(page.locator("#logs .log-line:visible")).to_have_count(3)
+    with page.expect_download() as download:
+        page.click("#log-download")
+    saved = Path(download.value.path()).read_text()
+    assert saved.count("\n") == 4 and "ERROR ValueError: loss is NaN at batch 12" in saved
+    screenshot(page, "trial-error")
+    page.close()
+
+
+def test_a_banner_says_when_the_master_stops_answering(
+    logged_in: BrowserContext, experiment_id: int
+) -> None:
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page.locator("#experiment-header h1")).to_be_visible()
+    ask = "() => import('/static/api.js').then((m) => m.api('/api/v1/me')).catch(() => null)"
+    page.route("**/api/v1/**", lambda route: route.abort())  # the master is gone
+    page.evaluate(ask)  # what the page's next poll or action does
+    expect(page.locator("#offline-banner")).to_contain_text("The master is not answering")
+    expect(page.locator("body")).to_have_attribute("data-offline", "true")
+    expect(page.locator("button[data-action='archive']")).to_have_css("pointer-events", "none")
+    page.unroute("**/api/v1/**")
+    page.evaluate(ask)
+    expect(page.locator("#offline-banner")).to_have_count(0)
     page.close()
 
 
