@@ -47,7 +47,7 @@ class Experiment(_Shape):
     endTime: str | None
     progress: float | None
     numTrials: int
-    trialIds: list[int]
+    trialIds: list[int] | None = None  # the experiment's own answer only, not lists
     trialStates: dict[str, int]
     bestTrialId: int | None
     bestValidation: float | None

@@ -199,28 +199,30 @@ async def fetch_trials_by_id(
 
 
 # Ended experiments know their best trial (finish_experiment); running ones take the trial
-# whose best validation ranks first.
+# whose best validation ranks first. `{detail}` is the experiment's own page's extra: its trial
+# ids and notes, which a list leaves out (as Determined's does: an experiment of 10,000 trials
+# would send them all).
 _EXPERIMENT_SELECT = """
-SELECT e.id, e.name, e.description, e.notes, e.labels, e.config, e.original_config, e.state,
+SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state,
        e.owner, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
-       p.workspace_id, w.name AS workspace_name, tr.trial_ids, ts.trial_states,
+       p.workspace_id, w.name AS workspace_name, tr.num_trials, ts.trial_states,
        best.value AS best_validation,
        -- The trials' progress against the searcher's plan: it only grows, and keeps its value
        -- when the experiment is canceled (a COMPLETED trial counts whole).
        CASE WHEN e.state = 'COMPLETED' THEN 1.0
             ELSE least(1.0, tr.trial_units / greatest(coalesce(e.planned_trials, 0),
-                                                      cardinality(tr.trial_ids), 1)) END
-           AS progress
+                                                      tr.num_trials, 1)) END AS progress
+       {detail}
 FROM experiments e
 JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
 CROSS JOIN LATERAL (
-    SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}') AS trial_ids,
+    SELECT count(*)::int AS num_trials,
            coalesce(sum(CASE WHEN t.state = 'COMPLETED' THEN 1 ELSE least(t.progress, 1) END),
                     0) AS trial_units
     FROM trials t WHERE t.experiment_id = e.id) tr
 CROSS JOIN LATERAL (
-    SELECT coalesce(jsonb_object_agg(s.state, s.n), '{}') AS trial_states
+    SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}') AS trial_states
     FROM (SELECT t.state, count(*) AS n FROM trials t WHERE t.experiment_id = e.id
           GROUP BY t.state) s) ts
 LEFT JOIN LATERAL (
@@ -232,6 +234,11 @@ LEFT JOIN LATERAL (
                   THEN -bt.searcher_metric_value ELSE bt.searcher_metric_value END, bt.id
     LIMIT 1) best ON true
 """
+_EXPERIMENT_DETAIL = _EXPERIMENT_SELECT.format(detail=""",
+       e.notes, (SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}') FROM trials t
+                 WHERE t.experiment_id = e.id) AS trial_ids""")
+_EXPERIMENT_LIST = _EXPERIMENT_SELECT.format(
+    detail=", CASE WHEN e.notes = '' THEN '' ELSE 'omitted' END AS notes")
 
 
 REDACTED = "********"
@@ -270,8 +277,8 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "startTime": rfc3339(row["start_time"]),
         "endTime": rfc3339(row["end_time"]),
         "progress": float(row["progress"]),
-        "numTrials": len(row["trial_ids"]),
-        "trialIds": list(row["trial_ids"]),
+        "numTrials": row["num_trials"],
+        **({"trialIds": list(ids)} if (ids := row.get("trial_ids")) is not None else {}),
         # Epochal's: how many trials are in each state (a summary that stays short at 10,000).
         "trialStates": {state_name(k): v for k, v in sorted(row["trial_states"].items())},
         "bestTrialId": best_id,
@@ -327,7 +334,7 @@ async def fetch_experiment_row(
     conn: asyncpg.Pool | asyncpg.Connection, experiment_id: int
 ) -> asyncpg.Record | None:
     return await conn.fetchrow(
-        _EXPERIMENT_SELECT + " WHERE e.id = $1", experiment_id)
+        _EXPERIMENT_DETAIL + " WHERE e.id = $1", experiment_id)
 
 
 @dataclass(frozen=True)
@@ -352,7 +359,7 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_START_TIME": "e.start_time",
     "SORT_BY_END_TIME": "e.end_time",
     "SORT_BY_STATE": "e.state",
-    "SORT_BY_NUM_TRIALS": "cardinality(tr.trial_ids)",
+    "SORT_BY_NUM_TRIALS": "tr.num_trials",
     "SORT_BY_PROGRESS": "progress",
     "SORT_BY_USER": "e.owner",
     "SORT_BY_NAME": "e.name",
@@ -390,7 +397,7 @@ async def fetch_experiment_rows(
     direction = "DESC" if order_desc else "ASC"
     column = EXPERIMENT_SORT_COLUMNS[sort_by]
     rows = await conn.fetch(
-        _EXPERIMENT_SELECT
+        _EXPERIMENT_LIST
         + _EXPERIMENT_WHERE
         + f" ORDER BY {column} {direction} NULLS LAST, e.id {direction}"
         + " LIMIT $9 OFFSET $10",
