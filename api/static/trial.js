@@ -36,6 +36,12 @@ const logLevel = el("select", { id: "log-level", "aria-label": "lowest level sho
 el("option", { value: "LOG_LEVEL_DEBUG" }, "all levels"),
 el("option", { value: "LOG_LEVEL_WARNING" }, "warnings and errors"),
 el("option", { value: "LOG_LEVEL_ERROR" }, "errors"));
+// Lines of a run on several processes carry their rank (`[rank=1] `, as Determined's launchers
+// and torch's print them): the filter offers each rank seen.
+const RANK = /^\[rank=?(\d+)\]:? /;
+const logRank = el("select", { id: "log-rank", "aria-label": "rank shown", hidden: true,
+  onchange: () => filterLogs() }, el("option", { value: "" }, "all ranks"));
+const ranksSeen = new Set();
 // The training code's own timestamp at the start of a line (Python logging, ISO 8601): the
 // line's time is shown once, from the agent.
 const OWN_TIMESTAMP = /^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]*/;
@@ -111,6 +117,7 @@ async function renderSystem() {
 function shownLog(line) {
   const query = logSearch.value.trim().toLowerCase();
   return LEVELS.indexOf(line.level) >= LEVELS.indexOf(logLevel.value)
+    && (!logRank.value || line.rank === logRank.value)
     && (!query || line.text.toLowerCase().includes(query));
 }
 
@@ -126,7 +133,15 @@ function addLog(log) {
   const node = el("span", { class: "log-line", "data-level": level.replace("LOG_LEVEL_", "") },
     el("span", { class: "log-time", title: log.timestamp }, `${time} `),
     el("span", { class: `level-${level.replace("LOG_LEVEL_", "").toLowerCase()}` }, `${text}\n`));
-  const line = { node, level, text, timestamp: log.timestamp };
+  const rank = (RANK.exec(text) || [])[1] || "";
+  if (rank && !ranksSeen.has(rank)) {
+    ranksSeen.add(rank);
+    logRank.hidden = false;
+    const options = [...ranksSeen].sort((a, b) => a - b)
+      .map((r) => el("option", { value: r, selected: r === logRank.value }, `rank ${r}`));
+    replace(logRank, el("option", { value: "" }, "all ranks"), options);
+  }
+  const line = { node, level, text, rank, timestamp: log.timestamp };
   node.hidden = !shownLog(line);
   logLines.push(line);
   logBox.append(node);
@@ -203,7 +218,7 @@ async function start() {
   replace(main, header, errorBox, status, el("h2", {}, "Learning curves"), curveBox, systemBox,
     checkpointBox,
     el("section", { class: "panel" }, el("h2", {}, "Logs"),
-      el("div", { class: "log-controls" }, logSearch, logLevel,
+      el("div", { class: "log-controls" }, logSearch, logLevel, logRank,
         el("label", { class: "follow" }, followBox, " follow"),
         el("button", { type: "button", id: "log-download", onclick: downloadLogs }, "download")),
       logBox));

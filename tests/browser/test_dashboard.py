@@ -256,6 +256,8 @@ def seed_failed_trial(db_url: str) -> tuple[int, int]:
                 "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, end_time)"
                 " VALUES ($1, 0, '{}', 1, 'ERROR', now()) RETURNING id", experiment_id)
             lines = [("stdout", "INFO", "2026-11-25 10:00:00,123 INFO loading the digits\n"),
+                     ("stdout", "INFO", "[rank=0] chief ready\n"),
+                     ("stdout", "INFO", "[rank=1] worker ready\n"),
                      ("stderr", "WARNING", "the learning rate is high\n"),
                      ("stderr", "ERROR", "Traceback (most recent call last):\n"),
                      ("stderr", "ERROR", "ValueError: loss is NaN at batch 12\n")]
@@ -276,7 +278,8 @@ def test_a_failure_says_why_and_the_logs_filter(
     logged_in: BrowserContext, cluster: Cluster
 ) -> None:
     """An experiment in ERROR shows its failing trial and error lines at the top; the trial's
-    logs show one timestamp a line, colour by level, search, filter by level and download."""
+    logs show one timestamp a line, colour by level, search, filter by level and rank, and
+    download."""
     experiment_id, trial_id = seed_failed_trial(cluster.env["EPOCHAL_DB_URL"])
     page = logged_in.new_page()
     page.goto(f"/experiments/{experiment_id}")
@@ -289,20 +292,23 @@ def test_a_failure_says_why_and_the_logs_filter(
     summary.locator("a").click()
     expect(page.locator("#trial-error .error-summary")).to_contain_text("loss is NaN")
     lines = page.locator("#logs .log-line")
-    expect(lines).to_have_count(4)
+    expect(lines).to_have_count(6)
     first = lines.first.inner_text().strip()
     assert "2026-11-25" not in first and first.endswith("INFO loading the digits"), first
-    expect(lines.nth(3).locator(".level-error")).to_have_count(1)
-    expect(lines.nth(1).locator(".level-warning")).to_have_count(1)
+    expect(lines.nth(5).locator(".level-error")).to_have_count(1)
+    expect(lines.nth(3).locator(".level-warning")).to_have_count(1)
     page.fill("#log-search", "nan")
     expect(page.locator("#logs .log-line:visible")).to_have_count(1)
     page.fill("#log-search", "")
+    page.select_option("#log-rank", "1")
+    expect(page.locator("#logs .log-line:visible")).to_have_text(re.compile("worker ready"))
+    page.select_option("#log-rank", "")
     page.select_option("#log-level", "LOG_LEVEL_WARNING")
     expect(page.locator("#logs .log-line:visible")).to_have_count(3)
     with page.expect_download() as download:
         page.click("#log-download")
     saved = Path(download.value.path()).read_text()
-    assert saved.count("\n") == 4 and "ERROR ValueError: loss is NaN at batch 12" in saved
+    assert saved.count("\n") == 6 and "ERROR ValueError: loss is NaN at batch 12" in saved
     screenshot(page, "trial-error")
     page.close()
 
