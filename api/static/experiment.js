@@ -46,7 +46,7 @@ let pickedHp = null;
 const scatterBox = el("div", { class: "chart-box", id: "hp-scatter" });
 let summary = null;
 // Which trials the table shows; a larger experiment opens on its best trials.
-const page = { offset: 0, sortBy: null };
+const page = { offset: 0, sortBy: null, desc: null };
 let stopFollowing = () => {};
 let curves = null;
 let curveStamp = "";
@@ -180,9 +180,27 @@ function renderDetails(exp) {
   }).catch((error) => list.append(el("li", { class: "error" }, error.message)));
 }
 
+// Nested hyperparameters as their own dotted names (`optimizer.momentum`), in the table and
+// the scatter alike.
+function flatHparams(hparams, prefix = "", into = {}) {
+  for (const [name, value] of Object.entries(hparams || {})) {
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      flatHparams(value, `${prefix}${name}.`, into);
+    } else {
+      into[`${prefix}${name}`] = value;
+    }
+  }
+  return into;
+}
+
+function flat(trial) {
+  if (!trial.flatHparams) trial.flatHparams = flatHparams(trial.hparams);
+  return trial.flatHparams;
+}
+
 function hparamNames(trials) {
   const names = new Set();
-  for (const t of trials) for (const name of Object.keys(t.hparams || {})) names.add(name);
+  for (const t of trials) for (const name of Object.keys(flat(t))) names.add(name);
   return [...names].sort();
 }
 
@@ -190,15 +208,21 @@ function hpValue(value) {
   return typeof value === "object" && value !== null ? JSON.stringify(value) : fmtNumber(value);
 }
 
+// A sort's first direction: the best metric first, everything else ascending.
+function descendingFirst(exp, sortBy) {
+  return sortBy === BY_METRIC && !exp.smallerIsBetter;
+}
+
 function pageQuery(exp) {
-  const descending = page.sortBy === BY_METRIC && !exp.smallerIsBetter;
+  const descending = page.desc ?? descendingFirst(exp, page.sortBy);
   return query({ limit: PAGE_SIZE, offset: page.offset, sortBy: page.sortBy,
     orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC" });
 }
 
-function turnTo(offset, sortBy = page.sortBy) {
+function turnTo(offset, sortBy = page.sortBy, desc = sortBy === page.sortBy ? page.desc : null) {
   page.offset = Math.max(0, offset);
   page.sortBy = sortBy;
+  page.desc = desc;
   stopFollowing();
   refreshOnce().then(followPage).catch((error) =>
     replace(actionStatus, el("span", { class: "error" }, String(error.message))));
@@ -220,19 +244,34 @@ function pager(exp, shown, total) {
     " ", sort);
 }
 
+// A column the master sorts by: its header is a button (again: the other direction).
+function sortHeader(exp, label, sortBy) {
+  const active = page.sortBy === sortBy;
+  const desc = page.desc ?? descendingFirst(exp, sortBy);
+  return el("button", { type: "button", class: `sort${active ? " active" : ""}`,
+    "data-sort": sortBy, "aria-sort": active ? (desc ? "descending" : "ascending") : null,
+    onclick: () => turnTo(0, sortBy, active ? !desc : null) },
+  label, active ? (desc ? " ▼" : " ▲") : "");
+}
+
 function renderTrials(exp, trials, total) {
   const hps = hparamNames(trials);
   const metric = exp.searcherMetric;
+  // The searcher's metric first, then the trial's standing, then its hyperparameters.
   const columns = [
-    { label: "Trial", cell: (t) => el("a", { href: `/trials/${t.id}` }, t.id) },
-    { label: "State", cell: (t) => stateBadge(t.state) },
-    ...hps.map((name) => ({ label: name, class: "num hp", cell: (t) => hpValue(t.hparams[name]) })),
-    { label: "Batches", class: "num batches", cell: (t) => t.totalBatchesProcessed },
+    { label: sortHeader(exp, "Trial", "SORT_BY_ID"),
+      cell: (t) => el("a", { href: `/trials/${t.id}` }, t.id) },
+    { label: sortHeader(exp, `Best ${metric}`, BY_METRIC), class: "num best-metric",
+      cell: (t) => fmtNumber(t.searcherMetricValue) },
     { label: `Latest ${metric}`, class: "num",
       cell: (t) => fmtNumber(reportValues(t.latestValidation)[metric]) },
-    { label: `Best ${metric}`, class: "num", cell: (t) => fmtNumber(t.searcherMetricValue) },
-    { label: "Restarts", class: "num", cell: (t) => t.restarts },
+    { label: sortHeader(exp, "State", "SORT_BY_STATE"), cell: (t) => stateBadge(t.state) },
+    { label: sortHeader(exp, "Batches", "SORT_BY_BATCHES_PROCESSED"), class: "num batches",
+      cell: (t) => t.totalBatchesProcessed },
+    { label: sortHeader(exp, "Restarts", "SORT_BY_RESTARTS"), class: "num",
+      cell: (t) => t.restarts },
     { label: "Status", cell: (t) => t.searcherStatus || "" },
+    ...hps.map((name) => ({ label: name, class: "num hp", cell: (t) => hpValue(flat(t)[name]) })),
   ];
   replace(trialBox, el("h2", {}, `Trials (${total})`),
     total > PAGE_SIZE || page.offset ? pager(exp, trials.length, total) : "",
@@ -247,19 +286,19 @@ function renderScatter() {
   const { experiment: exp, trials } = summary;
   const names = hparamNames(trials);
   // Until the user picks one: the first hyperparameter whose value differs between trials.
-  const varies = (name) => new Set(trials.map((t) => JSON.stringify(t.hparams[name]))).size > 1;
+  const varies = (name) => new Set(trials.map((t) => JSON.stringify(flat(t)[name]))).size > 1;
   const chosen = names.includes(pickedHp) ? pickedHp : names.find(varies) || names[0];
   replace(hpSelect, names.map((n) => el("option", { value: n, selected: n === chosen }, n)));
   const scored = trials.filter((t) => typeof t.searcherMetricValue === "number" && chosen
-    && t.hparams[chosen] !== undefined);
-  const numeric = scored.every((t) => typeof t.hparams[chosen] === "number");
+    && flat(t)[chosen] !== undefined);
+  const numeric = scored.every((t) => typeof flat(t)[chosen] === "number");
   const categories = numeric ? null
-    : [...new Set(scored.map((t) => String(hpValue(t.hparams[chosen]))))].sort();
+    : [...new Set(scored.map((t) => String(hpValue(flat(t)[chosen]))))].sort();
   const ids = trials.map((t) => t.id).sort((a, b) => a - b);
   const points = scored.map((t) => ({
-    x: numeric ? t.hparams[chosen] : String(hpValue(t.hparams[chosen])),
+    x: numeric ? flat(t)[chosen] : String(hpValue(flat(t)[chosen])),
     y: t.searcherMetricValue,
-    label: `trial ${t.id}: ${chosen}=${hpValue(t.hparams[chosen])}, `
+    label: `trial ${t.id}: ${chosen}=${hpValue(flat(t)[chosen])}, `
       + `${exp.searcherMetric}=${fmtNumber(t.searcherMetricValue)}`,
     color: color(ids.indexOf(t.id)),
   }));

@@ -475,6 +475,13 @@ def test_experiment_of_many_trials_pages_its_table(
     page.select_option("#trial-sort", "SORT_BY_ID")
     expect(page.locator("#trials-range")).to_have_text("trials 1–100 of 250")
     expect(rows.first).to_have_attribute("data-trial-id", str(min(best_first)))
+    page.click("th button[data-sort='SORT_BY_ID']")  # again: the other way
+    expect(rows.first).to_have_attribute("data-trial-id", str(max(best_first)))
+    expect(page.locator("th button[data-sort='SORT_BY_ID']")).to_have_attribute(
+        "aria-sort", "descending")
+    # The searcher's metric comes first after the trial's id.
+    headers = page.locator("#trials th").all_inner_texts()
+    assert headers[1].startswith("Best loss") and headers[2] == "Latest loss", headers
     page.close()
 
 
