@@ -68,28 +68,41 @@ def config(trials: int, slots: int, seconds: float) -> str:
     })
 
 
-def platform_processes(settings: local_cluster.ClusterSettings) -> list[psutil.Process]:
-    found = []
+def platform_processes(settings: local_cluster.ClusterSettings) -> dict[str, list[psutil.Process]]:
+    """Each part's processes now (PostgreSQL's backends come and go: list them again later)."""
+    found: dict[str, list[psutil.Process]] = {}
     for part in PARTS:
         pid = read_pid(settings.pid_file(part))
         if pid is None:
             continue
         proc = psutil.Process(pid)
-        found.append(proc)
+        found[part] = [proc]
         if part == "postgres":  # its backends, checkpointer, walwriter, ...
-            found.extend(proc.children(recursive=True))
+            found[part].extend(proc.children(recursive=True))
     return found
 
 
-def cpu_seconds(procs: list[psutil.Process]) -> dict[int, float]:
+def cpu_seconds(parts: dict[str, list[psutil.Process]]) -> dict[tuple[str, int], float]:
+    """User+system seconds of each (part, pid) still running."""
     used = {}
-    for proc in procs:
-        try:
-            t = proc.cpu_times()
-            used[proc.pid] = t.user + t.system
-        except psutil.Error:
-            pass
+    for part, procs in parts.items():
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                used[(part, proc.pid)] = t.user + t.system
+            except psutil.Error:
+                pass
     return used
+
+
+def cpu_by_part(before: dict[tuple[str, int], float],
+                after: dict[tuple[str, int], float]) -> dict[str, float]:
+    """Core-seconds each part spent between the two readings (a process started in between
+    counts from zero; one that ended in between is lost)."""
+    spent = {part: 0.0 for part in PARTS}
+    for (part, pid), used in after.items():
+        spent[part] += used - before.get((part, pid), 0.0)
+    return spent
 
 
 async def largest_history(address: str) -> int:
@@ -152,8 +165,7 @@ def main() -> None:
         (Path(model) / "train.py").write_text(TRAIN)
         headers = admin_headers(info.api_url, info.admin_password)
         api = httpx.Client(base_url=info.api_url, headers=headers, timeout=120)
-        procs = platform_processes(settings)
-        before = cpu_seconds(procs)
+        before = cpu_seconds(platform_processes(settings))
         started = time.perf_counter()
         answer = api.post("/api/v1/experiments", json={
             "config": config(args.trials, args.slots, args.trial_seconds),
@@ -173,10 +185,11 @@ def main() -> None:
                       "trials so far", flush=True)
             time.sleep(1.0)
         wall = time.perf_counter() - started
-        after = cpu_seconds(procs)
+        after = cpu_seconds(platform_processes(settings))
         if state != "STATE_COMPLETED":
             raise SystemExit(f"the search ended {state or 'not at all'} after {wall:.0f} s")
-        cpu = sum(after.get(pid, 0.0) - used for pid, used in before.items())
+        spent = cpu_by_part(before, after)
+        cpu = sum(spent.values())
         history = asyncio.run(largest_history(info.temporal_address))
         reads = measure_reads(api, experiment_id, args.trials, args.requests)
         describe_seconds, describe_lines = time_describe(
@@ -188,7 +201,8 @@ def main() -> None:
     per_trial_cpu = cpu / n
     print(f"trials:                {n} on {args.slots} slots, {args.trial_seconds:g} s each")
     print(f"wall time:             {wall:.1f} s")
-    print(f"platform CPU:          {cpu:.1f} core-s (master, Temporal, PostgreSQL, agent)")
+    print(f"platform CPU:          {cpu:.1f} core-s (" + ", ".join(
+        f"{part} {used / n:.3f}" for part, used in spent.items()) + " core-s per trial)")
     print(f"largest history:       {history} events")
     worst_name, worst = max(reads.items(), key=lambda item: item[1])
     print(f"scale: {rate:.2f} trials/s, overhead {overhead:.2f} slot-s per trial, platform CPU "
