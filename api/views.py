@@ -163,11 +163,6 @@ TRIAL_SORT_COLUMNS = {
 }
 
 
-async def fetch_trials(conn: asyncpg.Pool | asyncpg.Connection, experiment_id: int) -> list[JSON]:
-    trials, _ = await fetch_trial_page(conn, experiment_id)
-    return trials
-
-
 async def fetch_trial_page(
     conn: asyncpg.Pool | asyncpg.Connection,
     experiment_id: int,

@@ -146,6 +146,17 @@ export function every(seconds, task, status) {
   };
 }
 
+// The last lines a trial logged at ERROR or above (else its last lines), oldest first: what a
+// page shows of why the trial failed.
+export async function lastErrorLines(trialId, count = 12) {
+  const response = await fetch(`/api/v1/trials/${trialId}/logs?limit=200&orderBy=ORDER_BY_DESC`,
+    { headers: { Authorization: `Bearer ${token()}` } });
+  const lines = (await response.text()).split("\n").filter((l) => l.trim())
+    .map((l) => JSON.parse(l).result).reverse();
+  const errors = lines.filter((l) => ["LOG_LEVEL_ERROR", "LOG_LEVEL_CRITICAL"].includes(l.level));
+  return (errors.length ? errors : lines).slice(-count).map((l) => l.log.replace(/\n$/, ""));
+}
+
 // The header every page but /login shares: who is logged in, and a way out.
 export async function startPage() {
   if (!token()) {

@@ -5,7 +5,7 @@
 // GET /api/v1/experiments/{id}/stream, which streams the same page (polling if the stream cannot
 // be had).
 
-import { api, every, follow, query, reportValues, startPage, token } from "/static/api.js";
+import { api, every, follow, lastErrorLines, query, reportValues, startPage } from "/static/api.js";
 import { color, scatterChart } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
@@ -111,12 +111,7 @@ async function renderError(exp) {
   if (!trials.length) return;
   const failed = trials[0];
   errorBox.dataset.trial = String(failed.id);
-  const response = await fetch(`/api/v1/trials/${failed.id}/logs?limit=200&orderBy=ORDER_BY_DESC`,
-    { headers: { Authorization: `Bearer ${token()}` } });
-  const lines = (await response.text()).split("\n").filter((l) => l.trim())
-    .map((l) => JSON.parse(l).result).reverse();
-  const errors = lines.filter((l) => ["LOG_LEVEL_ERROR", "LOG_LEVEL_CRITICAL"].includes(l.level));
-  const shown = (errors.length ? errors : lines).slice(-12).map((l) => l.log.replace(/\n$/, ""));
+  const shown = await lastErrorLines(failed.id);
   const count = exp.trialStates.STATE_ERROR;
   replace(errorBox, el("div", { class: "error-summary" },
     el("strong", {}, shortState(exp.state) === "ERROR" ? "The experiment ended in ERROR"

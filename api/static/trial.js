@@ -1,7 +1,7 @@
 // One trial: what it is, its learning curves, its checkpoints and its logs as they arrive
 // (GET /api/v1/trials/{id}/logs/stream; without the stream, the lines so far).
 
-import { api, every, follow, startPage, token } from "/static/api.js";
+import { api, every, follow, lastErrorLines, startPage, token } from "/static/api.js";
 import { color, lineChart } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
@@ -163,12 +163,7 @@ function downloadLogs() {
 async function renderError(trial) {
   if (shortState(trial.state) !== "ERROR" || errorBox.dataset.trial) return;
   errorBox.dataset.trial = String(trial.id);
-  const response = await fetch(`/api/v1/trials/${trialId}/logs?limit=200&orderBy=ORDER_BY_DESC`,
-    { headers: { Authorization: `Bearer ${token()}` } });
-  const lines = (await response.text()).split("\n").filter((l) => l.trim())
-    .map((l) => JSON.parse(l).result).reverse();
-  const errors = lines.filter((l) => ["LOG_LEVEL_ERROR", "LOG_LEVEL_CRITICAL"].includes(l.level));
-  const shown = (errors.length ? errors : lines).slice(-12).map((l) => l.log.replace(/\n$/, ""));
+  const shown = await lastErrorLines(trialId);
   replace(errorBox, el("div", { class: "error-summary" },
     el("strong", {}, `Trial ${trial.id} ended in ERROR`),
     trial.earlyExitReason ? ` (${trial.earlyExitReason})` : "", ". Its last error lines:",

@@ -13,9 +13,10 @@ import asyncio
 import json
 import re
 import tarfile
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import asyncpg
 import httpx
@@ -26,6 +27,8 @@ from tests.browser.conftest import LEARNING_RATES, STEPS, TIMEOUT_MS, api_get, s
 from tests.e2e.cluster import SLOW_MODEL, Cluster
 
 pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
 
 ADMIN = "admin"
 
@@ -236,42 +239,51 @@ def test_experiment_page_follows_the_experiment_to_its_end(
     page.close()
 
 
-def seed_failed_trial(db_url: str) -> tuple[int, int]:
-    """An experiment that ended in ERROR: one trial, whose last lines are a traceback (stderr,
-    level ERROR) after a line carrying the training code's own timestamp."""
-    async def seed() -> tuple[int, int]:
+def on_database(db_url: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    """Run `work` on a connection to the cluster's database (jsonb as Python values), in a thread
+    of its own: Playwright's sync API holds this thread's event loop."""
+    async def run() -> T:
         conn = await asyncpg.connect(db_url)
         try:
             await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
                                       schema="pg_catalog")
-            config = {"name": "failing", "entrypoint": "python3 train.py",
-                      "searcher": {"name": "single", "metric": "loss",
-                                   "max_length": {"batches": 1}},
-                      "resources": {"resource_pool": "default"}}
-            experiment_id = await conn.fetchval(
-                "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
-                " planned_trials, end_time) VALUES ('failing', $1, '', 1, 'ERROR', 'admin', 1,"
-                " now()) RETURNING id", config)
-            trial_id = await conn.fetchval(
-                "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, end_time)"
-                " VALUES ($1, 0, '{}', 1, 'ERROR', now()) RETURNING id", experiment_id)
-            lines = [("stdout", "INFO", "2026-11-25 10:00:00,123 INFO loading the digits\n"),
-                     ("stdout", "INFO", "[rank=0] chief ready\n"),
-                     ("stdout", "INFO", "[rank=1] worker ready\n"),
-                     ("stderr", "WARNING", "the learning rate is high\n"),
-                     ("stderr", "ERROR", "Traceback (most recent call last):\n"),
-                     ("stderr", "ERROR", "ValueError: loss is NaN at batch 12\n")]
-            await conn.executemany(
-                "INSERT INTO task_logs (trial_id, task_id, stdtype, level, log)"
-                " VALUES ($1, $2, $3, $4, $5)",
-                [(trial_id, f"{experiment_id}.{trial_id}", std, level, text)
-                 for std, level, text in lines])
-            return experiment_id, trial_id
+            return await work(conn)
         finally:
             await conn.close()
 
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, seed()).result()
+        return pool.submit(asyncio.run, run()).result()
+
+
+def seed_failed_trial(db_url: str) -> tuple[int, int]:
+    """An experiment that ended in ERROR: one trial, whose last lines are a traceback (stderr,
+    level ERROR) after a line carrying the training code's own timestamp."""
+    async def seed(conn: asyncpg.Connection) -> tuple[int, int]:
+        config = {"name": "failing", "entrypoint": "python3 train.py",
+                  "searcher": {"name": "single", "metric": "loss",
+                               "max_length": {"batches": 1}},
+                  "resources": {"resource_pool": "default"}}
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+            " planned_trials, end_time) VALUES ('failing', $1, '', 1, 'ERROR', 'admin', 1,"
+            " now()) RETURNING id", config)
+        trial_id = await conn.fetchval(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, end_time)"
+            " VALUES ($1, 0, '{}', 1, 'ERROR', now()) RETURNING id", experiment_id)
+        lines = [("stdout", "INFO", "2026-11-25 10:00:00,123 INFO loading the digits\n"),
+                 ("stdout", "INFO", "[rank=0] chief ready\n"),
+                 ("stdout", "INFO", "[rank=1] worker ready\n"),
+                 ("stderr", "WARNING", "the learning rate is high\n"),
+                 ("stderr", "ERROR", "Traceback (most recent call last):\n"),
+                 ("stderr", "ERROR", "ValueError: loss is NaN at batch 12\n")]
+        await conn.executemany(
+            "INSERT INTO task_logs (trial_id, task_id, stdtype, level, log)"
+            " VALUES ($1, $2, $3, $4, $5)",
+            [(trial_id, f"{experiment_id}.{trial_id}", std, level, text)
+             for std, level, text in lines])
+        return experiment_id, trial_id
+
+    return on_database(db_url, seed)
 
 
 def test_a_failure_says_why_and_the_logs_filter(
@@ -412,38 +424,30 @@ def test_models_page_creates_a_model_and_registers_a_checkpoint(
 def seed_many_trials(db_url: str, count: int) -> tuple[int, list[int]]:
     """A finished experiment of `count` trials, each with one validation (the loss falls with
     the request id, so the last trial is the best), written straight to the database; returns
-    its id and the trial ids from best to worst. Run in a thread of its own: Playwright's sync
-    API holds this thread's event loop."""
-    async def seed() -> tuple[int, list[int]]:
-        conn = await asyncpg.connect(db_url)
-        try:
-            await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
-                                      schema="pg_catalog")
-            config = {"name": "many-trials", "entrypoint": "python3 train.py",
-                      "searcher": {"name": "random", "metric": "loss", "max_trials": count,
-                                   "max_length": {"batches": 1}},
-                      "resources": {"resource_pool": "default"},
-                      "hyperparameters": {"x": {"type": "double", "minval": 0, "maxval": 1}}}
-            experiment_id = await conn.fetchval(
-                "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
-                " progress, end_time) VALUES ('many-trials', $1, '', 1, 'COMPLETED', 'admin',"
-                " 1, now()) RETURNING id", config)
-            ids = await conn.fetchval(
-                "WITH t AS (INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
-                "  steps_completed, progress, end_time)"
-                " SELECT $1, r, jsonb_build_object('x', r / $2::float), r, 'COMPLETED', 1, 1,"
-                "  now() FROM generate_series(0, $2 - 1) r RETURNING id, request_id),"
-                " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
-                " SELECT id, 'validation', 1, jsonb_build_object('loss', 1.0 / (1 + request_id))"
-                " FROM t)"
-                " SELECT array_agg(id ORDER BY request_id DESC) FROM t", experiment_id, count)
-            await conn.execute("SELECT refresh_best_validation($1::int[])", ids)
-            return experiment_id, list(ids)
-        finally:
-            await conn.close()
+    its id and the trial ids from best to worst."""
+    async def seed(conn: asyncpg.Connection) -> tuple[int, list[int]]:
+        config = {"name": "many-trials", "entrypoint": "python3 train.py",
+                  "searcher": {"name": "random", "metric": "loss", "max_trials": count,
+                               "max_length": {"batches": 1}},
+                  "resources": {"resource_pool": "default"},
+                  "hyperparameters": {"x": {"type": "double", "minval": 0, "maxval": 1}}}
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+            " progress, end_time) VALUES ('many-trials', $1, '', 1, 'COMPLETED', 'admin',"
+            " 1, now()) RETURNING id", config)
+        ids = await conn.fetchval(
+            "WITH t AS (INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+            "  steps_completed, progress, end_time)"
+            " SELECT $1, r, jsonb_build_object('x', r / $2::float), r, 'COMPLETED', 1, 1,"
+            "  now() FROM generate_series(0, $2 - 1) r RETURNING id, request_id),"
+            " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+            " SELECT id, 'validation', 1, jsonb_build_object('loss', 1.0 / (1 + request_id))"
+            " FROM t)"
+            " SELECT array_agg(id ORDER BY request_id DESC) FROM t", experiment_id, count)
+        await conn.execute("SELECT refresh_best_validation($1::int[])", ids)
+        return experiment_id, list(ids)
 
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, seed()).result()
+    return on_database(db_url, seed)
 
 
 def test_experiment_of_many_trials_pages_its_table(
