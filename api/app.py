@@ -2,9 +2,13 @@
 
 The pool, the Temporal client and the settings are made by whoever runs the app (the master
 process, or a test) and reach routes as dependencies (api/deps.py); whoever made them closes them.
+The app's own LISTEN connection (api/preemption.py) closes when the app shuts down.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
 
 import asyncpg
 from fastapi import Depends, FastAPI
@@ -14,6 +18,7 @@ from api.auth import LoginThrottle, authorize
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
 from api.json_default import DefaultJsonContentType
+from api.preemption import PreemptionWatch
 from api.routes import (
     agents,
     checkpoints,
@@ -34,12 +39,19 @@ from api.routes import (
 from api.settings import Settings
 
 
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    await app.state.preemption.close()
+
+
 def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> FastAPI:
-    app = FastAPI(title="Epochal", version=cluster.VERSION)
+    app = FastAPI(title="Epochal", version=cluster.VERSION, lifespan=_lifespan)
     app.state.settings = settings
     app.state.pool = pool
     app.state.temporal = temporal
     app.state.login_throttle = LoginThrottle()
+    app.state.preemption = PreemptionWatch(settings.db_url)
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit)
     app.add_middleware(DefaultJsonContentType)

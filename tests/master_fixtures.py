@@ -68,6 +68,7 @@ class LiveMaster:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def live_master(
+    postgres_url: str,
     temporal_client: Client,
     pool: asyncpg.Pool,
     master_worker: Worker,
@@ -76,6 +77,7 @@ async def live_master(
     port = free_port()
     checkpoints = Path(tmp_path_factory.mktemp("checkpoints"))
     settings = Settings(
+        db_url=postgres_url,
         api_port=port,
         checkpoint_dir=str(checkpoints),
         cluster_token=CLUSTER_TOKEN,
@@ -89,7 +91,7 @@ async def live_master(
             host="127.0.0.1",
             port=port,
             log_level="warning",
-            lifespan="off",
+            lifespan="on",  # closes the app's LISTEN connection (api/preemption.py)
             timeout_graceful_shutdown=1,
         )
     )

@@ -10,13 +10,12 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from api import auth
-from api.deps import Pool
+from api.deps import Pool, Preemption
 from api.errors import ApiError, not_found
 from common import tracing
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
-PREEMPTION_POLL_SECONDS = 0.25
 MAX_LOGS_PER_REQUEST = 10_000
 
 
@@ -74,11 +73,16 @@ async def post_task_logs(
     return {}
 
 
-async def _allocation_trial(pool: Pool, allocation_id: str) -> tuple[int, int, int]:
+def _allocation_ids(allocation_id: str) -> tuple[int, int]:
+    """(trial id, run id) of an allocation id `EXP.TRIAL.RUN`."""
     parts = allocation_id.split(".")
     if len(parts) != 3 or not all(p.isdigit() for p in parts):
         raise ApiError(400, f"allocationId: {allocation_id!r} is not EXP.TRIAL.RUN")
-    trial_id, run_id = int(parts[1]), int(parts[2])
+    return int(parts[1]), int(parts[2])
+
+
+async def _allocation_trial(pool: Pool, allocation_id: str) -> tuple[int, int, int]:
+    trial_id, run_id = _allocation_ids(allocation_id)
     row = await pool.fetchrow("SELECT run_id FROM trials WHERE id = $1", trial_id)
     if row is None:
         raise not_found("allocation", allocation_id)
@@ -88,27 +92,44 @@ async def _allocation_trial(pool: Pool, allocation_id: str) -> tuple[int, int, i
 @router.get("/allocations/{allocation_id}/signals/preemption")
 async def allocation_preemption_signal(
     allocation_id: str,
+    request: Request,
     pool: Pool,
+    watch: Preemption,
     timeoutSeconds: int = Query(60, ge=0, le=3600),
     # Determined's Core API spells it this way (grpc-gateway accepts both).
     timeout_seconds: int | None = Query(None, ge=0, le=3600),
 ) -> dict[str, bool]:
-    """Long-poll: answers at once when the allocation should stop, else after the timeout."""
+    """Long-poll: answers at once when the allocation should stop, else after the timeout (or
+    when the caller hangs up). It reads the trial's row again only when the row changes
+    (api/preemption.py)."""
     if timeout_seconds is not None:
         timeoutSeconds = timeout_seconds
-    trial_id, run_id, _ = await _allocation_trial(pool, allocation_id)
-    deadline = asyncio.get_running_loop().time() + timeoutSeconds
-    while True:
-        with tracing.untraced():  # one span for the poll, not one per look
-            row = await pool.fetchrow(
-                "SELECT preempt_requested, run_id FROM trials WHERE id = $1", trial_id
-            )
-        # An allocation older than the trial's current run is stale: it should stop.
-        if row["preempt_requested"] or row["run_id"] != run_id:
-            return {"preempt": True}
-        if asyncio.get_running_loop().time() >= deadline:
-            return {"preempt": False}
-        await asyncio.sleep(PREEMPTION_POLL_SECONDS)
+    trial_id, run_id = _allocation_ids(allocation_id)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeoutSeconds
+    gone: asyncio.Future[object] = asyncio.ensure_future(_disconnected(request))
+    try:
+        async with watch.watching(trial_id) as changes:
+            while True:
+                with tracing.untraced():  # one span for the poll, not one per look
+                    row = await pool.fetchrow(
+                        "SELECT preempt_requested, run_id FROM trials WHERE id = $1", trial_id)
+                if row is None:
+                    raise not_found("allocation", allocation_id)
+                # An allocation older than the trial's current run is stale: it should stop.
+                if row["preempt_requested"] or row["run_id"] != run_id:
+                    return {"preempt": True}
+                if loop.time() >= deadline or gone.done():
+                    return {"preempt": False}
+                await changes.wait(deadline - loop.time(), gone)
+    finally:
+        gone.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    """Returns when the client hangs up (a trial that exited leaves its poll behind)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 @router.post("/allocations/{allocation_id}/signals/ack_preemption")

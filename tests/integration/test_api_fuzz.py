@@ -95,7 +95,7 @@ async def fuzz_master(
                             cluster_token=uuid.uuid4().hex, admin_password=PASSWORD)
         server = uvicorn.Server(uvicorn.Config(
             create_app(settings, pool, temporal), host="127.0.0.1", port=port,
-            log_level="critical", lifespan="off", timeout_graceful_shutdown=1))
+            log_level="critical", lifespan="on", timeout_graceful_shutdown=1))
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
         try:
             async with build_worker(temporal, pool):
