@@ -77,6 +77,8 @@ GET_RESUME_POINT = "get_resume_point"
 FINISH_EXPERIMENT = "finish_experiment"
 REQUEST_SLOTS_ACTIVITY = "request_slots"  # asks the pool's update of the same name
 RELEASE_SLOTS_ACTIVITY = "release_slots"
+REPORT_TRIAL_CLOSED = "report_trial_closed"  # signals the experiment through the master's client
+START_TRIAL = "start_trial"  # starts a trial's workflow through the master's client
 
 
 class ExperimentMessages:

@@ -25,6 +25,7 @@ from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
 from activities.provisioning import ProvisioningActivities
 from activities.scheduler import SchedulerActivities
+from activities.workflow_messages import MessageActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
@@ -82,6 +83,7 @@ def build_worker(client: Client, pool: asyncpg.Pool, *,
         workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow, ProvisionerWorkflow],
         activities=[*ExperimentStore(pool, cluster_storage).all(),
                     *SchedulerActivities(client).all(),
+                    *MessageActivities(client).all(),
                     *ProvisioningActivities(client, providers or {}).all()],
         **options,
     )

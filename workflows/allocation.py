@@ -4,6 +4,10 @@
 `slots_granted` or `slots_failed`, which the trial workflow hands to `granted`/`failed`. If the
 pool does not run yet, the master's `request_slots` activity starts it with the request (an
 update-with-start). `release` signals the pool (`release`), which ignores a repeated release.
+
+A `local` allocator (a trial from TRIAL_REVISION on) sends both through local activities
+instead: `request_slots` answers with the grant when the pool has the slots now (no signal
+either way), else the grant comes by signal as before; `release_slots` is the pool's update.
 """
 
 from __future__ import annotations
@@ -17,10 +21,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from common.temporal_names import MASTER_TASK_QUEUE, PoolMessages, resource_pool_workflow_id
+    from common.temporal_names import (
+        MASTER_TASK_QUEUE,
+        RELEASE_SLOTS_ACTIVITY,
+        REQUEST_SLOTS_ACTIVITY,
+        PoolMessages,
+        resource_pool_workflow_id,
+    )
     from workflows.pool_types import (
         DEFAULT_PRIORITY,
         Allocation,
+        ReleaseSlotsInput,
         RequestSlotsInput,
         SlotFailure,
         SlotRelease,
@@ -61,6 +72,7 @@ class Allocator:
     def __init__(self) -> None:
         self._granted: dict[str, Allocation] = {}
         self._failed: dict[str, str] = {}
+        self.local = False  # messages through local activities (set from the trial's input)
 
     def granted(self, allocation: Allocation) -> None:
         """The pool's `slots_granted` signal (duplicates are harmless)."""
@@ -79,26 +91,19 @@ class Allocator:
         more slots than the pool's biggest agent has.
         """
         key = request.allocation_id
-        pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
-        try:
-            await pool.signal(PoolMessages.REQUEST, request)
-        except Exception:  # the pool does not run yet: the activity starts it with the request
-            try:
-                reply: SlotReply = await workflow.execute_activity(
-                    PoolMessages.REQUEST_SLOTS,
-                    RequestSlotsInput(pool=resources.pool, request=request,
-                                      master_task_queue=MASTER_TASK_QUEUE),
-                    result_type=SlotReply,
-                    start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-                    retry_policy=SCHEDULER_RETRY,
-                )
-            except ActivityError as err:
-                cause = err.cause
-                message = cause.message if isinstance(cause, ApplicationError) else str(err)
-                raise ApplicationError(message, type="SlotRequestFailed",
-                                       non_retryable=True) from None
+        if self.local:
+            reply = await self._request_slots(resources, request)
             if reply.status == "granted" and reply.allocation is not None:
                 return reply.allocation
+        else:
+            pool = workflow.get_external_workflow_handle(
+                resource_pool_workflow_id(resources.pool))
+            try:
+                await pool.signal(PoolMessages.REQUEST, request)
+            except Exception:  # the pool does not run yet: the activity starts it with the request
+                reply = await self._request_slots(resources, request)
+                if reply.status == "granted" and reply.allocation is not None:
+                    return reply.allocation
         await workflow.wait_condition(
             lambda: key in self._granted or key in self._failed or give_up())
         if key in self._granted:
@@ -109,8 +114,41 @@ class Allocator:
         await self.release(resources, key)
         return None
 
+    async def _request_slots(self, resources: Resources, request: SlotRequest) -> SlotReply:
+        """The pool's `request_slots` update through the master's activity (which starts the
+        pool if it does not run yet)."""
+        inp = RequestSlotsInput(pool=resources.pool, request=request,
+                                master_task_queue=MASTER_TASK_QUEUE)
+        try:
+            reply: SlotReply
+            if self.local:
+                reply = await workflow.execute_local_activity(
+                    REQUEST_SLOTS_ACTIVITY, inp, result_type=SlotReply,
+                    start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+                    retry_policy=SCHEDULER_RETRY)
+            else:
+                reply = await workflow.execute_activity(
+                    PoolMessages.REQUEST_SLOTS, inp, result_type=SlotReply,
+                    start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+                    retry_policy=SCHEDULER_RETRY)
+        except ActivityError as err:
+            cause = err.cause
+            message = cause.message if isinstance(cause, ApplicationError) else str(err)
+            raise ApplicationError(message, type="SlotRequestFailed",
+                                   non_retryable=True) from None
+        return reply
+
     async def release(self, resources: Resources, allocation_id: str) -> None:
-        """Give the slots back by signal (no activity; the pool ignores a repeated release)."""
+        """Give the slots back (the pool ignores a repeated release): by signal, or when
+        `local` by the pool's `release_slots` update through a local activity."""
         self._granted.pop(allocation_id, None)
+        if self.local:
+            await workflow.execute_local_activity(
+                RELEASE_SLOTS_ACTIVITY,
+                ReleaseSlotsInput(pool=resources.pool, allocation_id=allocation_id),
+                result_type=bool,
+                start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+                retry_policy=SCHEDULER_RETRY)
+            return
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
         await pool.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=allocation_id))

@@ -27,11 +27,12 @@ with workflow.unsafe.imports_passed_through():
         MASTER_TASK_QUEUE,
         RECORD_EXPERIMENT_STATE,
         RECORD_SEARCH,
+        START_TRIAL,
         ExperimentMessages,
         TrialMessages,
         trial_workflow_id,
     )
-    from workflows.db_activities import db_activity
+    from workflows.db_activities import LOCAL_CALLS_PATCH, db_activity
     from workflows.searchers import make_search, trial_seed
     from workflows.searchers.base import (
         ERRORED,
@@ -46,11 +47,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.trial import TrialWorkflow
     from workflows.types import (
         JSON,
+        TRIAL_REVISION,
         CreateTrialInput,
         ExperimentInput,
         FinishExperimentInput,
         RecordExperimentStateInput,
         RecordSearchInput,
+        StartTrialInput,
         TrialInput,
         TrialOutcome,
         ValidationReport,
@@ -285,25 +288,32 @@ class ExperimentWorkflow:
         self._trial_of[request_id] = trial_id
         start_paused = self._paused
         searcher = inp.config["searcher"]
-        await workflow.start_child_workflow(
-            TrialWorkflow.run,
-            TrialInput(
-                experiment_id=inp.experiment_id,
-                trial_id=trial_id,
-                request_id=request_id,
-                hparams=create["hparams"],
-                config=inp.config,
-                trial_seed=seed,
-                start_paused=start_paused,
-                target=create["target"],
-                length_unit=unit,
-                waits_at_target=not searcher.get("stop_once", True)
-                and create["decision"] is not None,
-            ),
-            id=trial_workflow_id(inp.experiment_id, trial_id),
-            task_queue=MASTER_TASK_QUEUE,
-            parent_close_policy=ParentClosePolicy.ABANDON,
+        local = workflow.patched(LOCAL_CALLS_PATCH)
+        trial = TrialInput(
+            experiment_id=inp.experiment_id,
+            trial_id=trial_id,
+            request_id=request_id,
+            hparams=create["hparams"],
+            config=inp.config,
+            trial_seed=seed,
+            start_paused=start_paused,
+            target=create["target"],
+            length_unit=unit,
+            waits_at_target=not searcher.get("stop_once", True)
+            and create["decision"] is not None,
+            revision=TRIAL_REVISION if local else 0,
         )
+        workflow_id = trial_workflow_id(inp.experiment_id, trial_id)
+        if local:  # started by the master's client: no child events in this history
+            await db_activity(START_TRIAL, StartTrialInput(workflow_id=workflow_id, trial=trial))
+        else:
+            await workflow.start_child_workflow(
+                TrialWorkflow.run,
+                trial,
+                id=workflow_id,
+                task_queue=MASTER_TASK_QUEUE,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
         self._running[trial_id] = request_id
         # Signals that arrived while the child was starting were not forwarded to it.
         if self._stop is not None:

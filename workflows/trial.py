@@ -15,7 +15,7 @@ part fails, ends or is lost, the others are cancelled, and the trial restarts al
 The searcher steers a trial too: `stop_early` ends it like a cancel but as COMPLETED, and with
 classic ASHA each run trains only to the trial's current rung (`target`), after which the trial
 waits, holding no slots, until `continue_to` promotes it. At its end the trial tells its
-experiment by signal.
+experiment by signal (sent through the master's client: see TRIAL_REVISION).
 
 It runs outside Temporal's sandbox (`sandboxed=False`): there is one per trial, and building a
 sandbox for each (a fresh load of this module and its imports) was a sixth of the master's CPU
@@ -28,7 +28,7 @@ from __future__ import annotations
 import contextlib
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         CHECK_SEARCHER_METRIC,
         GET_RESUME_POINT,
         RECORD_TRIAL_STATE,
+        REPORT_TRIAL_CLOSED,
         REQUEST_PREEMPTION,
         RESERVE_PORTS,
         RUN_TRIAL,
@@ -63,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.types import (
         RENDEZVOUS_PORTS,
+        TRIAL_REVISION,
         CheckSearcherMetricInput,
         RecordTrialStateInput,
         Rendezvous,
@@ -70,10 +72,13 @@ with workflow.unsafe.imports_passed_through():
         ResumePoint,
         RunTrialInput,
         RunTrialResult,
+        TrialClosedInput,
         TrialInput,
         TrialLogInput,
         TrialOutcome,
     )
+
+T = TypeVar("T")
 
 RUN_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 RUN_MAX_DURATION = timedelta(days=30)
@@ -120,6 +125,7 @@ class TrialWorkflow:
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
         self._inp = inp
+        self._allocator.local = inp.revision >= TRIAL_REVISION
         self._paused = inp.start_paused
         self._target = inp.target
         max_restarts = int(inp.config.get("max_restarts", 5))
@@ -133,7 +139,7 @@ class TrialWorkflow:
                 await workflow.wait_condition(lambda: not self._paused or self._stopping())
                 continue
 
-            resume: ResumePoint = await db_activity(GET_RESUME_POINT, inp.trial_id, ResumePoint)
+            resume: ResumePoint = await self._db(GET_RESUME_POINT, inp.trial_id, ResumePoint)
             self._run_id += 1
             try:
                 allocation = await self._allocate(inp)
@@ -172,7 +178,7 @@ class TrialWorkflow:
                 await workflow.wait_condition(partial(self._promoted_past, reached))
                 continue
             if ended == "completed":
-                final: ResumePoint = await db_activity(
+                final: ResumePoint = await self._db(
                     GET_RESUME_POINT, inp.trial_id, ResumePoint
                 )
                 search_status = None
@@ -214,7 +220,7 @@ class TrialWorkflow:
                     error=f"run {self._run_id} failed: {result}; "
                     f"max_restarts ({max_restarts}) spent",
                 )
-            point: ResumePoint = await db_activity(GET_RESUME_POINT, inp.trial_id, ResumePoint)
+            point: ResumePoint = await self._db(GET_RESUME_POINT, inp.trial_id, ResumePoint)
             await self._log(
                 inp,
                 f"[epochal] run {self._run_id} failed: {result}; restarting from checkpoint "
@@ -396,7 +402,7 @@ class TrialWorkflow:
     async def _searcher_metric_error(self, inp: TrialInput, min_length: int) -> str | None:
         """Why the trial's validations cannot serve the searcher, if they cannot."""
         searcher = inp.config["searcher"]
-        error: str | None = await db_activity(
+        error: str | None = await self._db(
             CHECK_SEARCHER_METRIC,
             CheckSearcherMetricInput(
                 trial_id=inp.trial_id,
@@ -408,13 +414,13 @@ class TrialWorkflow:
         return error
 
     async def _preempt(self, inp: TrialInput, preempt: bool) -> None:
-        await db_activity(
+        await self._db(
             REQUEST_PREEMPTION, RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt)
         )
 
     async def _log(self, inp: TrialInput, line: str, *, level: str = "INFO") -> None:
         """A line from the master in the trial's logs (errors and restarts it decided)."""
-        await db_activity(
+        await self._db(
             WRITE_TRIAL_LOG,
             TrialLogInput(
                 trial_id=inp.trial_id,
@@ -436,7 +442,7 @@ class TrialWorkflow:
         search_status: str | None = None,
     ) -> None:
         self._state = state
-        await db_activity(
+        await self._db(
             RECORD_TRIAL_STATE,
             RecordTrialStateInput(
                 trial_id=inp.trial_id,
@@ -472,12 +478,24 @@ class TrialWorkflow:
         )
         # The experiment learns of the end by signal: it may have continued-as-new since it
         # started this trial, so it does not wait on the child's result.
+        if inp.revision >= TRIAL_REVISION:  # sent by the master's client (a local activity)
+            await self._db(REPORT_TRIAL_CLOSED,
+                           TrialClosedInput(experiment_id=inp.experiment_id, outcome=outcome),
+                           bool)
+            return outcome
         parent = workflow.get_external_workflow_handle(experiment_workflow_id(inp.experiment_id))
         try:
             await parent.signal(ExperimentMessages.TRIAL_CLOSED, outcome)
         except Exception as err:  # the experiment has ended (killed, say): nobody to tell
             workflow.logger.info("experiment did not take trial_closed: %s", err)
         return outcome
+
+    async def _db(self, name: str, arg: Any, result_type: type[T] | None = None) -> T:
+        """A master activity for this trial (db_activity): local from TRIAL_REVISION on."""
+        assert self._inp is not None
+        result: T = await db_activity(name, arg, result_type,
+                                      local=self._inp.revision >= TRIAL_REVISION)
+        return result
 
     @workflow.signal(name=TrialMessages.STOP_EARLY)
     def stop_early(self) -> None:

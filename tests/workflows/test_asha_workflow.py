@@ -330,7 +330,7 @@ async def test_a_random_search_continues_as_new_with_the_trials_it_has_not_start
                        "max_trials": 12, "max_concurrent_trials": 2}
     config = validate_experiment_config(raw).model_dump(mode="json")
     experiment_id, _, result = await run_experiment(
-        temporal_client, pool, trainer, config, max_history_events=60)
+        temporal_client, pool, trainer, config, max_history_events=25)
     assert result == "COMPLETED"
     trials = await trials_of(pool, experiment_id)
     assert len(trials) == 12 and {t["state"] for t in trials} == {"COMPLETED"}

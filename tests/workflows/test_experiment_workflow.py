@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Worker
 
 from activities.experiment_store import ExperimentStore
+from activities.workflow_messages import MessageActivities
 from agent_worker.liveness import Liveness
 from common.expconf import validate_experiment_config
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
@@ -392,7 +393,8 @@ async def test_a_quick_pause_and_activate_are_stored_in_the_order_they_came(
         return len(stored) == 2
 
     async with Worker(temporal_client, task_queue=queue, workflows=[ExperimentWorkflow],
-                      activities=[*activities, slow_pause]):
+                      activities=[*activities, *MessageActivities(temporal_client).all(),
+                                  slow_pause]):
         experiment_id, handle = await start_experiment(temporal_client, pool, config,
                                                        task_queue=queue)
         try:

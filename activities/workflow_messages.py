@@ -1,0 +1,63 @@
+"""What a workflow asks of another through an activity and the master's Temporal client.
+
+A signal sent by a workflow command costs the sender two more history events and a workflow
+task (the signal's confirmation wakes it); sent by a local activity it costs one marker in the
+task that sent it. Likewise a trial started as a child workflow costs its experiment a workflow
+task when it starts and another when it ends. So an experiment starts its trials, and each trial
+tells its experiment it ended, this way (TRIAL_REVISION). A retried activity may do it twice:
+the second start finds the trial's workflow started, and the experiment drops a trial's second
+`trial_closed`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from common.temporal_names import (
+    MASTER_TASK_QUEUE,
+    REPORT_TRIAL_CLOSED,
+    START_TRIAL,
+    TRIAL_WORKFLOW,
+    ExperimentMessages,
+    experiment_workflow_id,
+)
+from workflows.types import StartTrialInput, TrialClosedInput
+
+
+class MessageActivities:
+    """Activities bound to the master's Temporal client."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    @activity.defn(name=START_TRIAL)
+    async def start_trial(self, inp: StartTrialInput) -> None:
+        # A retry finds the trial running (or ended): it is never started twice.
+        with contextlib.suppress(WorkflowAlreadyStartedError):
+            await self._client.start_workflow(
+                TRIAL_WORKFLOW, inp.trial, id=inp.workflow_id, task_queue=MASTER_TASK_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+
+    @activity.defn(name=REPORT_TRIAL_CLOSED)
+    async def report_trial_closed(self, inp: TrialClosedInput) -> bool:
+        """False when the experiment has ended (killed, say): nobody to tell."""
+        handle = self._client.get_workflow_handle(experiment_workflow_id(inp.experiment_id))
+        try:
+            await handle.signal(ExperimentMessages.TRIAL_CLOSED, inp.outcome)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return False
+        return True
+
+    def all(self) -> list[Callable[..., Any]]:
+        return [self.start_trial, self.report_trial_closed]
