@@ -40,12 +40,20 @@ class MessageActivities:
 
     @activity.defn(name=START_TRIAL)
     async def start_trial(self, inp: StartTrialInput) -> None:
-        # A retry finds the trial running (or ended): it is never started twice.
-        with contextlib.suppress(WorkflowAlreadyStartedError):
-            await self._client.start_workflow(
-                TRIAL_WORKFLOW, inp.trial, id=inp.workflow_id, task_queue=MASTER_TASK_QUEUE,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        """A retry finds the trial running, or ended: it never runs twice. A continued
+        experiment's trial ended in its previous life, before this experiment run began."""
+        try:
+            await self._start_trial(inp, WorkflowIDReusePolicy.REJECT_DUPLICATE)
+        except WorkflowAlreadyStartedError:
+            ended = await self._client.get_workflow_handle(inp.workflow_id).describe()
+            if ended.start_time.timestamp() < inp.not_before:
+                with contextlib.suppress(WorkflowAlreadyStartedError):
+                    await self._start_trial(inp, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
+
+    async def _start_trial(self, inp: StartTrialInput, reuse: WorkflowIDReusePolicy) -> None:
+        await self._client.start_workflow(
+            TRIAL_WORKFLOW, inp.trial, id=inp.workflow_id, task_queue=MASTER_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, id_reuse_policy=reuse)
 
     @activity.defn(name=REPORT_TRIAL_CLOSED)
     async def report_trial_closed(self, inp: TrialClosedInput) -> bool:

@@ -305,7 +305,9 @@ class ExperimentWorkflow:
         )
         workflow_id = trial_workflow_id(inp.experiment_id, trial_id)
         if local:  # started by the master's client: no child events in this history
-            await db_activity(START_TRIAL, StartTrialInput(workflow_id=workflow_id, trial=trial))
+            await db_activity(START_TRIAL, StartTrialInput(
+                workflow_id=workflow_id, trial=trial,
+                not_before=workflow.info().workflow_start_time.timestamp()))
         else:
             await workflow.start_child_workflow(
                 TrialWorkflow.run,

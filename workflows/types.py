@@ -57,10 +57,14 @@ TRIAL_REVISION = 1
 
 @dataclass
 class StartTrialInput:
-    """Activity `start_trial`: start the trial's workflow (once: a retry finds it started)."""
+    """Activity `start_trial`: start the trial's workflow (once: a retry finds it started).
+    A trial workflow of that id that started before `not_before` (the experiment run's start,
+    epoch seconds) is the trial's previous life, in an experiment since continued: the trial
+    starts anew."""
 
     workflow_id: str
     trial: TrialInput
+    not_before: float = 0.0
 
 
 @dataclass
