@@ -4,10 +4,17 @@ A workflow cannot send an update to another workflow, so a trial asks its pool f
 `request_slots`, an activity that sends the `request_slots` update (starting the pool workflow if
 it does not run yet). The update id is the allocation id: Temporal drops a duplicate within one
 pool run and the pool itself drops one across runs, so a retried activity never allocates twice.
+
+Temporal admits 10 updates in flight per workflow by default (`history.maxInFlightUpdates`) and
+the client retries past that with backoff, so a burst of trials asking at once would wait
+seconds: past UPDATES_IN_FLIGHT requests in flight from this master, a request goes as the
+pool's `request` signal instead (no cap), and its answer comes by the `slots_granted` signal.
+`release_slots` sends the `release` signal: it needs no answer.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +39,8 @@ from workflows.pool_types import (
     SlotReply,
 )
 
+UPDATES_IN_FLIGHT = 8  # per pool, from this master; Temporal's default cap is 10
+
 
 def _update_failure(err: WorkflowUpdateFailedError) -> ApplicationError:
     cause = err.cause
@@ -45,19 +54,24 @@ class SchedulerActivities:
 
     def __init__(self, client: Client) -> None:
         self._client = client
+        self._updates: dict[str, asyncio.Semaphore] = {}  # per pool
 
     @activity.defn(name=REQUEST_SLOTS_ACTIVITY)
     async def request_slots(self, inp: RequestSlotsInput) -> SlotReply:
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(inp.pool))
+        updates = self._updates.setdefault(inp.pool, asyncio.Semaphore(UPDATES_IN_FLIGHT))
         try:
-            try:
+            if updates.locked():  # a burst: ask by signal, answered by signal
+                await handle.signal(PoolMessages.REQUEST, inp.request)
+                return SlotReply(status="queued")
+            async with updates:
                 reply: SlotReply = await handle.execute_update(
                     PoolMessages.REQUEST_SLOTS, inp.request, id=inp.request.allocation_id,
                     result_type=SlotReply)
-            except RPCError as err:
-                if err.status != RPCStatusCode.NOT_FOUND:
-                    raise
-                reply = await self._request_starting_pool(inp)  # a pool nobody started yet
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return await self._request_starting_pool(inp)  # a pool nobody started yet
         except WorkflowUpdateFailedError as err:
             raise _update_failure(err) from None
         return reply
@@ -70,30 +84,29 @@ class SchedulerActivities:
             task_queue=inp.master_task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
-        reply: SlotReply = await self._client.execute_update_with_start_workflow(
-            PoolMessages.REQUEST_SLOTS,
-            inp.request,
-            start_workflow_operation=start,
-            id=inp.request.allocation_id,
-            result_type=SlotReply,
-        )
+        try:
+            reply: SlotReply = await self._client.execute_update_with_start_workflow(
+                PoolMessages.REQUEST_SLOTS,
+                inp.request,
+                start_workflow_operation=start,
+                id=inp.request.allocation_id,
+                result_type=SlotReply,
+            )
+        except WorkflowUpdateFailedError as err:
+            raise _update_failure(err) from None
         return reply
 
     @activity.defn(name=RELEASE_SLOTS_ACTIVITY)
     async def release_slots(self, inp: ReleaseSlotsInput) -> bool:
+        """False when the pool does not run (nothing is held)."""
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(inp.pool))
         try:
-            held: bool = await handle.execute_update(
-                PoolMessages.RELEASE_SLOTS,
-                SlotRelease(allocation_id=inp.allocation_id),
-                id=f"release-{inp.allocation_id}",
-                result_type=bool,
-            )
+            await handle.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=inp.allocation_id))
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                return False  # no pool, nothing held
+                return False
             raise
-        return held
+        return True
 
     def all(self) -> list[Callable[..., Any]]:
         return [self.request_slots, self.release_slots]

@@ -5,9 +5,10 @@ agent has 2 slots, plus a second agent of 2 slots, so 4 ranks span both agents. 
 count it submits examples/torch_digits (Epochal's torchrun launcher, `slots_per_trial: N`) and
 reads:
 
-- start-up: from "all slots granted" (the `slots_granted` signal in the trial workflow's
-  history, as the Temporal server stamped it) to "every rank in the first step" (the latest of
-  the ranks' "finished its first batch" log lines, stamped by their agents when read); and the
+- start-up: from "all slots granted" (in the trial workflow's history: the `slots_granted`
+  signal as the Temporal server stamped it, or the `request_slots` answer's completion time)
+  to "every rank in the first step" (the latest of the ranks' "finished its first batch" log
+  lines, stamped by their agents when read); and the
   platform's share of it, up to "every agent's part started" (the latest `last_started_time`
   of the trial's `run_trial` activities, polled every 20 ms): the rest is Python, torchrun and
   torch starting, which on this machine's 2 cores is most of it;
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import statistics
@@ -71,14 +73,26 @@ def _time(text: str) -> datetime:
 
 
 async def granted_at(temporal: Client, experiment_id: int, trial_id: int) -> datetime:
-    """When the trial workflow received its slots (the `slots_granted` signal)."""
+    """When the trial workflow received its slots: the `slots_granted` signal, or the
+    `request_slots` local activity that answered "granted" (its completion time)."""
     handle = temporal.get_workflow_handle(trial_workflow_id(experiment_id, trial_id))
     async for event in handle.fetch_history_events():
         attrs = event.workflow_execution_signaled_event_attributes
         if event.HasField("workflow_execution_signaled_event_attributes") and (
                 attrs.signal_name == "slots_granted"):
             return event.event_time.ToDatetime().astimezone()
-    raise SystemExit(f"trial {trial_id}: no slots_granted signal in its history")
+        if event.HasField("marker_recorded_event_attributes"):
+            details = event.marker_recorded_event_attributes.details
+            if "data" not in details or "result" not in details:
+                continue
+            data = json.loads(details["data"].payloads[0].data)
+            result = json.loads(details["result"].payloads[0].data or b"null")
+            if (data.get("activity_type") == "request_slots" and isinstance(result, dict)
+                    and result.get("status") == "granted"):
+                done = data["complete_time"]
+                return datetime.fromtimestamp(
+                    done["seconds"] + done.get("nanos", 0) / 1e9).astimezone()
+    raise SystemExit(f"trial {trial_id}: its slots were never granted in its history")
 
 
 async def parts_started(temporal: Client, experiment_id: int, trial_id: int,

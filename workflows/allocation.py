@@ -7,7 +7,8 @@ update-with-start). `release` signals the pool (`release`), which ignores a repe
 
 A `local` allocator (a trial from TRIAL_REVISION on) sends both through local activities
 instead: `request_slots` answers with the grant when the pool has the slots now (no signal
-either way), else the grant comes by signal as before; `release_slots` is the pool's update.
+either way), else the grant comes by signal as before; `release_slots` sends the `release`
+signal through the master's client.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ class Allocator:
 
     async def release(self, resources: Resources, allocation_id: str) -> None:
         """Give the slots back (the pool ignores a repeated release): by signal, or when
-        `local` by the pool's `release_slots` update through a local activity."""
+        `local` through the `release_slots` local activity (the master's client signals)."""
         self._granted.pop(allocation_id, None)
         if self.local:
             await workflow.execute_local_activity(

@@ -46,7 +46,7 @@ class TrialInput:
 
 
 # 1: the trial's database activities run locally, and so do its messages to its pool (the
-# `request_slots` and `release_slots` updates) and to its experiment (`report_trial_closed`):
+# `request_slots` update, the `release` signal) and to its experiment (`report_trial_closed`):
 # a message a workflow sends by signal costs both workflows a workflow task, one sent by an
 # activity through the master's client costs the sender nothing more. A trial's history went
 # from 57 events (10 workflow tasks, 6 activities) to 19 (2 workflow tasks, 1 activity). Its
