@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         PoolMessages,
         resource_pool_workflow_id,
     )
+    from workflows.db_activities import db_activity
     from workflows.pool_types import (
         DEFAULT_PRIORITY,
         Allocation,
@@ -121,17 +122,9 @@ class Allocator:
         inp = RequestSlotsInput(pool=resources.pool, request=request,
                                 master_task_queue=MASTER_TASK_QUEUE)
         try:
-            reply: SlotReply
-            if self.local:
-                reply = await workflow.execute_local_activity(
-                    REQUEST_SLOTS_ACTIVITY, inp, result_type=SlotReply,
-                    start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-                    retry_policy=SCHEDULER_RETRY)
-            else:
-                reply = await workflow.execute_activity(
-                    PoolMessages.REQUEST_SLOTS, inp, result_type=SlotReply,
-                    start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-                    retry_policy=SCHEDULER_RETRY)
+            reply: SlotReply = await db_activity(
+                REQUEST_SLOTS_ACTIVITY, inp, SlotReply, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+                retry_policy=SCHEDULER_RETRY, local=self.local)
         except ActivityError as err:
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
@@ -144,12 +137,11 @@ class Allocator:
         `local` through the `release_slots` local activity (the master's client signals)."""
         self._granted.pop(allocation_id, None)
         if self.local:
-            await workflow.execute_local_activity(
+            await db_activity(
                 RELEASE_SLOTS_ACTIVITY,
                 ReleaseSlotsInput(pool=resources.pool, allocation_id=allocation_id),
-                result_type=bool,
-                start_to_close_timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-                retry_policy=SCHEDULER_RETRY)
+                bool, timeout=SCHEDULER_ACTIVITY_TIMEOUT, retry_policy=SCHEDULER_RETRY,
+                local=True)
             return
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
         await pool.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=allocation_id))

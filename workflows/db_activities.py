@@ -1,4 +1,5 @@
-"""How workflows call the master's database activities: one place for their timeout and retries.
+"""How workflows call the master's activities (database writes, and messages through its client):
+one place for their timeout, retries and whether they run locally.
 
 They retry until PostgreSQL answers again, so a restart of the database pauses experiments
 instead of failing them.
@@ -35,27 +36,19 @@ async def db_activity(
     result_type: type[T] | None = None,
     *,
     timeout: timedelta = DB_ACTIVITY_TIMEOUT,
+    retry_policy: RetryPolicy = DB_RETRY,
     local: bool | None = None,
 ) -> T:
-    """Run the master-side activity `name` (registered by activities.ExperimentStore); locally
+    """Run the master-side activity `name` (registered by deploy/master.build_worker); locally
     if `local`, or when None, if `workflow.patched(LOCAL_CALLS_PATCH)`."""
-    result: T
     if local is None:
         local = workflow.patched(LOCAL_CALLS_PATCH) if timeout <= DB_ACTIVITY_TIMEOUT else False
-    if local:
-        result = await workflow.execute_local_activity(
-            name,
-            arg,
-            result_type=result_type,
-            start_to_close_timeout=timeout,
-            retry_policy=DB_RETRY,
-        )
-        return result
-    result = await workflow.execute_activity(
+    run = workflow.execute_local_activity if local else workflow.execute_activity
+    result: T = await run(
         name,
         arg,
         result_type=result_type,
         start_to_close_timeout=timeout,
-        retry_policy=DB_RETRY,
+        retry_policy=retry_policy,
     )
     return result
