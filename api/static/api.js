@@ -38,12 +38,17 @@ export class ApiError extends Error {
 }
 
 // While the master does not answer, a banner says so and the page's actions are disabled (CSS
-// on body[data-offline]); the next answer takes both away.
+// on body[data-offline]); the next answer takes both away, if its request was sent after the
+// failure (an answer to an older request, late, says nothing about the master now).
 let offlineSince = null;
+let requestsSent = 0;
+let offlineAfterRequest = 0;
 
-function masterAnswered(answered) {
+function masterAnswered(answered, request) {
   if (answered === (offlineSince === null)) return;
+  if (answered && request <= offlineAfterRequest) return;
   offlineSince = answered ? null : new Date();
+  if (!answered) offlineAfterRequest = requestsSent;
   const banner = document.getElementById("offline-banner");
   if (answered) {
     delete document.body.dataset.offline;
@@ -61,16 +66,17 @@ export async function api(path, { method = "GET", body } = {}) {
   const saved = token();
   if (saved) headers.Authorization = `Bearer ${saved}`;
   if (body !== undefined) headers["Content-Type"] = "application/json";
+  const request = ++requestsSent;
   let response;
   try {
     response = await fetch(path, {
       method, headers, body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (error) {  // no answer at all: the master (or the network to it) is down
-    masterAnswered(false);
+    masterAnswered(false, request);
     throw new ApiError(0, { message: `the master did not answer: ${error.message}` });
   }
-  masterAnswered(response.status !== 502 && response.status !== 504);  // a proxy's word
+  masterAnswered(response.status !== 502 && response.status !== 504, request);  // a proxy's word
   if (response.status === 401 && path !== "/api/v1/auth/login") {
     toLogin();
     throw new ApiError(401, { message: "not logged in" });

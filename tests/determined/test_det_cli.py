@@ -254,8 +254,10 @@ def _slow_config(tmp_path: Path, name: str) -> Path:
 
 
 def _trial_state(det: Det, experiment: str) -> tuple[str, str]:
-    (row,) = det.rows("experiment", "list-trials", experiment)
-    return row[0], row[1]
+    """The experiment's one trial's id and state; ("", "") before its experiment made it."""
+    rows = det.rows("experiment", "list-trials", experiment)
+    assert len(rows) <= 1, rows
+    return (rows[0][0], rows[0][1]) if rows else ("", "")
 
 
 def _experiment_state(det: Det, experiment: str) -> str:
