@@ -21,7 +21,16 @@ def _reach_httpx() -> None:
         sys.path.append(fallback)
 
 
+def _skip_httpx_command_line() -> None:
+    """httpx imports its command line with itself (httpx._main: click, rich and pygments, when
+    installed), about 60 ms of every trial's start-up; the harness never runs it, and httpx
+    puts a stub in its place when it cannot be imported (as when those are not installed)."""
+    if "httpx" not in sys.modules:
+        sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+
+
 _reach_httpx()
+_skip_httpx_command_line()
 
 from harness import core  # noqa: E402
 

@@ -101,8 +101,11 @@ class Session:
         self.retries = retries
         self.backoff = backoff or Backoff()
         self._sleep = sleep
+        # Certificates are loaded only for an https master (loading them is a sixth of a
+        # trial's start-up); a plain-http master never takes the client to TLS.
         self._client = httpx.Client(
-            base_url=self.master_url, headers=headers, transport=transport, timeout=timeout
+            base_url=self.master_url, headers=headers, transport=transport, timeout=timeout,
+            verify=self.master_url.startswith("https://"),
         )
 
     def get(

@@ -1,5 +1,6 @@
-"""The process runtime's sandbox (agent_worker/sandbox.py): as whom a trial runs, what it sees
-of the host, and how it is stopped. Real namespaces: these need root, as the CI has."""
+"""The process runtime's sandbox (agent_worker/sandbox.py, sandbox_init.py): as whom a trial
+runs, what it sees of the host, and how it is stopped. Real namespaces: these need root, as
+the CI has."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from agent_worker.activities import check_storage_writable, writable_by
 from agent_worker.private_files import make_private
 from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespaces, closed_ancestor
 from agent_worker.runtime import TrialLaunch
-from agent_worker.sandbox import TaskUser, TaskUserError, outermost, task_user_for_agent
+from agent_worker.sandbox import TaskUser, TaskUserError, task_user_for_agent
+from agent_worker.sandbox_init import outermost
 from workflows.types import RunTrialInput
 
 needs_root = pytest.mark.skipif(not can_make_mount_namespaces(),
