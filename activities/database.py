@@ -21,10 +21,18 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
         )
 
 
+async def _no_reset_query(conn: asyncpg.Connection) -> None:
+    """On release asyncpg always rolls back an open transaction; its default reset query on
+    top (advisory unlock, CLOSE ALL, UNLISTEN, RESET ALL) is a round trip per use, for
+    session state this pool's users never leave behind (the LISTEN connection is not the
+    pool's; the migrations' advisory lock is released where it is taken)."""
+
+
 async def create_pool(dsn: str, *, min_size: int = 1, max_size: int = 10) -> asyncpg.Pool:
     """A pool whose connections read and write json/jsonb as Python objects."""
     pool = await asyncpg.create_pool(
-        dsn, min_size=min_size, max_size=max_size, init=_init_connection
+        dsn, min_size=min_size, max_size=max_size, init=_init_connection,
+        reset=_no_reset_query,
     )
     assert pool is not None
     return pool
