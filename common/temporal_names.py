@@ -82,9 +82,12 @@ START_TRIAL = "start_trial"  # starts a trial's workflow through the master's cl
 
 
 class ExperimentMessages:
-    """ExperimentWorkflow's signals and query."""
+    """ExperimentWorkflow's signals, update and query."""
 
     VALIDATION_REPORTED = "validation_reported"  # from the API: a validation at a rung
+    # From the API, a validation at a rung whose report waits for the searcher's decision
+    # (update; the signal above when the update cannot be made).
+    DECIDE_VALIDATION = "decide_validation"
     TRIAL_CLOSED = "trial_closed"  # from each of its trials when it ends
     PAUSE = "pause"  # from the API, the user's: passed on to the trials
     ACTIVATE = "activate"

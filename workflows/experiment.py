@@ -94,6 +94,11 @@ class ExperimentWorkflow:
         self._counts: dict[str, int] = c.get("counts", {})
         self._seen: dict[int, int] = {int(k): v for k, v in c.get("seen", {}).items()}
         self._events: list[tuple[str, Any]] = []
+        # Decisions on validations whose reports wait for them (`decide_validation`): whether
+        # the searcher stopped that trial, kept while someone waits, by (trial, length).
+        self._decisions: dict[tuple[int, int], bool] = {}
+        self._deciding: dict[tuple[int, int], int] = {}
+        self._finishing = False
         self._messages = asyncio.Lock()  # serialises the user's messages' side effects
 
     # -- the loop ----------------------------------------------------------------------------
@@ -119,7 +124,10 @@ class ExperimentWorkflow:
             while self._events:
                 kind, event = self._events.pop(0)
                 if kind == "validation":
-                    await self._on_validation(search, event)
+                    stopped = await self._on_validation(search, event)
+                    key = (event.trial_id, event.length)
+                    if key in self._deciding:  # a duplicate keeps the first one's answer
+                        self._decisions.setdefault(key, stopped)
                 else:
                     await self._on_closed(search, event)
             if self._stop is not None:
@@ -141,6 +149,7 @@ class ExperimentWorkflow:
                         max_history_events=inp.max_history_events,
                     )
                 )
+        self._finishing = True  # no more events are handled: updates are refused
         final = self._final_state()
         self._state = final
         await db_activity(
@@ -216,12 +225,15 @@ class ExperimentWorkflow:
 
     # -- events ------------------------------------------------------------------------------
 
-    async def _on_validation(self, search: SearchMethod, report: ValidationReport) -> None:
+    async def _on_validation(self, search: SearchMethod, report: ValidationReport) -> bool:
+        """Whether the searcher stopped the trial on it."""
         request = self._running.get(report.trial_id)
         if request is None or report.length <= self._seen.get(report.trial_id, -1):
-            return  # a closed trial, or a report delivered twice
+            return False  # a closed trial, or a report delivered twice
         self._seen[report.trial_id] = report.length
-        await self._apply(search.on_validation(request, report.length, report.metric))
+        ops = search.on_validation(request, report.length, report.metric)
+        await self._apply(ops)
+        return any(isinstance(op, Stop) and op.early and op.request_id == request for op in ops)
 
     async def _on_closed(self, search: SearchMethod, outcome: TrialOutcome) -> None:
         request = self._running.pop(outcome.trial_id, None)
@@ -351,6 +363,26 @@ class ExperimentWorkflow:
     @workflow.signal(name=ExperimentMessages.VALIDATION_REPORTED)
     def validation_reported(self, report: ValidationReport) -> None:
         self._events.append(("validation", report))
+
+    @workflow.update(name=ExperimentMessages.DECIDE_VALIDATION)
+    async def decide_validation(self, report: ValidationReport) -> bool:
+        """The validation, as the signal gives it; answers once the searcher has acted on it
+        (a stopped trial has been told): True when it stopped the trial. The API answers the
+        trial's report with it, so the trial stops at the step the searcher decided on."""
+        key = (report.trial_id, report.length)
+        self._deciding[key] = self._deciding.get(key, 0) + 1
+        self._events.append(("validation", report))
+        await workflow.wait_condition(lambda: key in self._decisions)
+        stopped = self._decisions[key]
+        self._deciding[key] -= 1
+        if not self._deciding[key]:
+            del self._deciding[key], self._decisions[key]
+        return stopped
+
+    @decide_validation.validator
+    def _validation_taken(self, report: ValidationReport) -> None:
+        if self._finishing:
+            raise ValueError("the experiment has ended; its searcher takes no validations")
 
     @workflow.signal(name=ExperimentMessages.TRIAL_CLOSED)
     def trial_closed(self, outcome: TrialOutcome) -> None:

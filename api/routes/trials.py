@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from collections.abc import AsyncIterator
@@ -11,7 +12,12 @@ from typing import Annotated, Any, Literal, TypeGuard
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from temporalio.client import Client
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from api import auth, schemas, views
@@ -32,6 +38,10 @@ from workflows.types import ValidationReport
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 
 MAX_REPORTS_PER_BATCH = 10_000
+# How long a validation report waits for its searcher's decision before the validation goes
+# to the experiment by signal instead (the decision then reaches the trial through its
+# preemption poll, as before).
+DECISION_TIMEOUT_SECONDS = 5.0
 
 
 class Metrics(BaseModel):
@@ -82,8 +92,9 @@ def _clean(metrics: dict[str, Any], where: str) -> dict[str, Any]:
 
 async def store_reports(
     pool: Pool, temporal: Client, trial_id: int, reports: list[ReportTrialMetricsRequest]
-) -> int:
-    """Upsert by (trial, group, steps): a retried report replaces its row instead of doubling it."""
+) -> tuple[int, bool]:
+    """Upsert by (trial, group, steps): a retried report replaces its row instead of doubling
+    it. Returns how many were stored and whether the searcher stopped the trial on one."""
     rows = []
     for index, report in enumerate(reports):
         if report.metrics.trialId != trial_id:
@@ -102,7 +113,7 @@ async def store_reports(
             )
         )
     if not rows:
-        return 0
+        return 0, False
     await views.require_trial(pool, trial_id)
     validations = [r for r in reports if r.group == "validation"]
     async with pool.acquire() as conn, conn.transaction():
@@ -134,23 +145,23 @@ async def store_reports(
     for group in {r[2] for r in rows}:
         tracing.count("epochal.metric.reports", sum(1 for r in rows if r[2] == group),
                       group=group)
-    if validations:
-        await notify_searcher(pool, temporal, trial_id, validations)
-    return len(rows)
+    stopped = bool(validations) and await notify_searcher(pool, temporal, trial_id, validations)
+    return len(rows), stopped
 
 
 async def notify_searcher(
     pool: Pool, temporal: Client, trial_id: int, validations: list[ReportTrialMetricsRequest]
-) -> None:
-    """Tell the experiment of the first validation at or past the length its searcher waits
-    for (ASHA's rungs); other validations never reach the workflow."""
+) -> bool:
+    """Give the experiment the first validation at or past the length its searcher waits for
+    (ASHA's rungs), and wait for its decision: True when the searcher stops the trial, so the
+    report's answer tells the trial at once. Other validations never reach the workflow."""
     row = await pool.fetchrow(
         "SELECT t.search_length, t.experiment_id, e.config -> 'searcher' AS searcher"
         " FROM trials t JOIN experiments e ON e.id = t.experiment_id WHERE t.id = $1",
         trial_id,
     )
     if row is None or row["search_length"] is None:
-        return
+        return False
     searcher = row["searcher"]
     time_metric = searcher.get("time_metric")
     for report in sorted(validations, key=lambda r: r.metrics.stepsCompleted):
@@ -160,23 +171,41 @@ async def notify_searcher(
         if not _is_number(metric) or not _is_number(length) or length < row["search_length"]:
             continue
         handle = temporal.get_workflow_handle(experiment_workflow_id(row["experiment_id"]))
+        validation = ValidationReport(trial_id=trial_id, length=int(length), metric=float(metric))
         try:
-            await handle.signal(
-                ExperimentMessages.VALIDATION_REPORTED,
-                ValidationReport(trial_id=trial_id, length=int(length), metric=float(metric)),
-            )
+            stopped = await _searcher_decision(handle, validation)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            return  # the experiment has ended
-        # Signalled first, then the gate closes: a retry may signal twice (the workflow drops
-        # the duplicate), never not at all. The experiment opens the gate at the next rung.
+            return False  # the experiment has ended
+        # Given first, then the gate closes: a retry may give it twice (the workflow drops the
+        # duplicate), never not at all. The experiment opens the gate at the next rung.
         await pool.execute(
             "UPDATE trials SET search_length = NULL WHERE id = $1 AND search_length <= $2",
             trial_id,
             int(length),
         )
-        return
+        return stopped
+    return False
+
+
+async def _searcher_decision(handle: WorkflowHandle[Any, Any],
+                             validation: ValidationReport) -> bool:
+    """The experiment's `decide_validation` answer; past DECISION_TIMEOUT_SECONDS, or when the
+    workflow takes no more updates now (Temporal bounds those in flight), the validation goes
+    by signal and the answer is False (the stop, if any, comes by the preemption poll)."""
+    try:
+        return await asyncio.wait_for(
+            handle.execute_update(ExperimentMessages.DECIDE_VALIDATION, validation,
+                                  result_type=bool),
+            DECISION_TIMEOUT_SECONDS)
+    except (TimeoutError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
+        pass
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise
+    await handle.signal(ExperimentMessages.VALIDATION_REPORTED, validation)
+    return False
 
 
 def _is_number(value: object) -> TypeGuard[int | float]:
@@ -197,14 +226,17 @@ async def report_trial_metrics(
     trial_id: int, body: ReportTrialMetricsRequest, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
     await store_reports(pool, temporal, trial_id, [body])
-    return {}
+    return {}  # Determined's answer; its harness hears a stop through the preemption poll
 
 
 @router.post("/trials/{trial_id}/metrics/batch")
 async def report_trial_metrics_batch(
     trial_id: int, body: ReportTrialMetricsBatch, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
-    return {"stored": await store_reports(pool, temporal, trial_id, body.reports)}
+    """Epochal's harness: `preempt` is true when the searcher stopped the trial on one of
+    these validations, so `should_preempt()` is true right after the report."""
+    stored, stopped = await store_reports(pool, temporal, trial_id, body.reports)
+    return {"stored": stored, "preempt": stopped}
 
 
 class ProgressReport(BaseModel):

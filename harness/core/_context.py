@@ -176,12 +176,15 @@ def init(
         if owns_session:
             session.close()
         raise
+    preempt = PreemptContext(session, info.allocation_id, distributed=distributed)
     return Context(
         info=info,
+        # A validation report's answer may carry the searcher's stop: should_preempt() is
+        # then true at once, not when the preemption poll hears of it.
         train=TrainContext(info, session, close_timeout=close_timeout,
-                           distributed=distributed),
+                           distributed=distributed, on_stop=preempt._stop_requested),
         checkpoint=checkpoint,
-        preempt=PreemptContext(session, info.allocation_id, distributed=distributed),
+        preempt=preempt,
         distributed=distributed,
         session=session,
         owns_session=owns_session,

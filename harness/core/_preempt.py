@@ -67,6 +67,10 @@ class PreemptContext:
                 self._ack()
         return True
 
+    def _stop_requested(self) -> None:
+        """The master answered a validation report with its searcher's stop."""
+        self._preempt = True
+
     def _ack(self) -> None:
         assert self._session is not None
         path = f"/api/v1/allocations/{self._allocation_id}/signals/ack_preemption"

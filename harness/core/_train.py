@@ -17,7 +17,7 @@ import numbers
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from harness.core._distributed import DistributedContext, single
@@ -93,9 +93,11 @@ class _Sender:
         memory_reports: int = MEMORY_REPORTS,
         max_spool_bytes: int | None = None,
         spool_dir: str | None = None,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
+        self._on_stop = on_stop
         self._interval = interval
         self._batch_size = batch_size
         self._cond = threading.Condition()
@@ -223,9 +225,12 @@ class _Sender:
         attempt = 0
         while True:
             try:
-                self._session.post(path, body={"reports": batch}, retries=0)
+                answer = self._session.post(path, body={"reports": batch}, retries=0)
                 with self._cond:
                     self._failing_since = None
+                # The searcher stopped the trial on one of these validations.
+                if isinstance(answer, dict) and answer.get("preempt") is True and self._on_stop:
+                    self._on_stop()
                 break
             except APIError as e:
                 logger.error("the master refused %d metric report(s): %s", len(batch), e)
@@ -284,13 +289,15 @@ class TrainContext:
         close_timeout: float | None = None,
         quiet: bool = False,
         distributed: DistributedContext | None = None,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self._info = info
         self._session = session
         self._quiet = quiet  # a worker of a distributed trial: only the chief reports
         self._distributed = distributed or single()
         self._sender = (
-            _Sender(session, info.trial_id, interval=interval, batch_size=batch_size)
+            _Sender(session, info.trial_id, interval=interval, batch_size=batch_size,
+                    on_stop=on_stop)
             if session is not None
             else None
         )

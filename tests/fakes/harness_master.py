@@ -25,6 +25,9 @@ class FakeMaster:
         self.progress: list[float] = []
         self.early_exits: list[str] = []
         self.preempt = threading.Event()
+        # A validation at or past this step is answered with the searcher's stop (the polls
+        # do not hear of it).
+        self.stop_at_validation: int | None = None
         self.fail_polls = 0
         self.polls: list[str] = []
         self.acks = 0
@@ -85,7 +88,11 @@ class FakeMaster:
             if self.lose_answers:
                 self.lose_answers -= 1
                 raise httpx.ReadError("connection reset after the server stored it")
-            return httpx.Response(200, json={"stored": len(body["reports"])})
+            stop = self.stop_at_validation
+            stopped = stop is not None and any(
+                r["group"] == "validation" and r["metrics"]["stepsCompleted"] >= stop
+                for r in body["reports"])
+            return httpx.Response(200, json={"stored": len(body["reports"]), "preempt": stopped})
 
     def steps(self, group: str) -> list[int]:
         with self.lock:

@@ -395,6 +395,21 @@ def test_preemption_is_watched_in_the_background_and_acked_once(tmp_path) -> Non
         assert fake.acks == 1
 
 
+def test_a_stop_decided_on_a_validation_is_seen_at_the_next_should_preempt(tmp_path) -> None:
+    """The master answers the validation report with its searcher's stop: no poll needed."""
+    fake = FakeMaster()
+    fake.stop_at_validation = 20
+    info = cluster_info(tmp_path)
+    with harness.core.init(info=info, transport=fake.transport) as core:
+        core.train.report_validation_metrics(10, {"loss": 1.0})
+        assert core.preempt.should_preempt() is False
+        core.train.report_training_metrics(15, {"loss": 0.9})  # training answers never stop
+        core.train.report_validation_metrics(20, {"loss": 0.8})
+        assert core.preempt.should_preempt() is True
+        assert not fake.preempt.is_set()  # the polls never said so
+    assert fake.acks == 1
+
+
 def test_preemption_watcher_survives_errors(tmp_path, caplog) -> None:
     fake = FakeMaster()
     fake.fail_polls = 3

@@ -54,6 +54,7 @@ class ScriptedTrainer:
         self.invalid_lr = invalid_lr
         self.metric = metric
         self.runs: list[RunTrialInput] = []
+        self.stopped_at: dict[int, int] = {}  # trial -> the step whose report's answer stopped it
 
     @activity.defn(name="run_trial")
     async def run_trial(self, inp: RunTrialInput) -> RunTrialResult:
@@ -71,14 +72,17 @@ class ScriptedTrainer:
             activity.heartbeat()
             step = min(step + VALIDATION_PERIOD, target)
             await asyncio.sleep(STEP_SECONDS)
-            await self._validate(inp, step, lr + 1.0 / step)
+            if await self._validate(inp, step, lr + 1.0 / step):
+                self.stopped_at[inp.trial_id] = step
+                break
             if await self.pool.fetchval(
                 "SELECT preempt_requested FROM trials WHERE id = $1", inp.trial_id
             ):
                 break
         return RunTrialResult(exit_code=0, agent_id="scripted")
 
-    async def _validate(self, inp: RunTrialInput, step: int, loss: float) -> None:
+    async def _validate(self, inp: RunTrialInput, step: int, loss: float) -> bool:
+        """Whether the report's answer says the searcher stopped the trial."""
         report = ReportTrialMetricsRequest(
             group="validation",
             metrics=TrialMetrics(
@@ -88,7 +92,7 @@ class ScriptedTrainer:
                 metrics=Metrics(avgMetrics={self.metric: loss}),
             ),
         )
-        await store_reports(self.pool, self.client, inp.trial_id, [report])
+        _, stopped = await store_reports(self.pool, self.client, inp.trial_id, [report])
         await self.pool.execute(
             "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
             " storage_path) VALUES ($1, $2, '', '', $3, $4)",
@@ -97,6 +101,7 @@ class ScriptedTrainer:
             step,
             f"/tmp/epochal-asha-test/{uuid.uuid4()}",
         )
+        return stopped
 
 
 @asynccontextmanager
@@ -204,6 +209,11 @@ async def test_stopping_asha_stops_bad_trials_early_and_trains_the_best_to_the_e
     assert stopped, "ASHA stopped no trial early"
     assert all(t["steps_completed"] < 40 for t in stopped)
     assert len(stopped) >= 2
+    # Each was told by the answer to the validation the searcher stopped it on, at a rung's
+    # length: it trained not one step past the decision.
+    assert {t["id"]: t["steps_completed"] for t in stopped} == {
+        t["id"]: trainer.stopped_at.get(t["id"]) for t in stopped}
+    assert {t["steps_completed"] for t in stopped} <= {10, 20}
     assert sum(t["steps_completed"] for t in trials) < 8 * 40
     best = await pool.fetchval(
         "SELECT best_trial_id FROM experiments WHERE id = $1", experiment_id

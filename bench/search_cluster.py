@@ -1,0 +1,206 @@
+"""What a search spends on a real cluster against what its searcher decided.
+
+The synthetic learning curves of `bench/search_efficiency.py` (the same f(x), curve shapes and
+noise) are trained by real trials on the embedded local cluster: each trial steps once per
+`--step-seconds`, reports its validation loss every `--every` steps, checks `should_preempt()`
+after every step, and stops when asked (Core API style). Epochal's searcher (adaptive ASHA by
+default) decides, through the experiment workflow, which trials stop at which rung.
+
+Measured, per seed:
+  - the compute the cluster spent: the steps every trial trained (`steps_completed`);
+  - the compute the searcher decided: the same search (config and seed) in the discrete-event
+    simulation of `bench/search_efficiency.py`, where a stop takes effect at the validation
+    that caused it;
+  - for each trial stopped early, the steps it trained past the rung length at which it was
+    stopped (the rung lengths are max_length / divisor^k; a trial is counted at the longest
+    rung length it reached, which is exact while overruns stay below the next rung's gap);
+  - the best trial's true f(x) (regret against the optimum) in both.
+Goal: the cluster's compute within 10% of the decided compute.
+
+    .venv/bin/python bench/search_cluster.py [--seeds 3] [--trials 64] [--slots 4] [--smoke]
+
+The last line is the one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench import search_efficiency as curves_bench  # noqa: E402
+from bench.common.cluster import bench_cluster  # noqa: E402
+from bench.common.login import admin_headers  # noqa: E402
+from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
+from cli.model_dir import package  # noqa: E402
+from common.expconf import validate_experiment_config  # noqa: E402
+
+TRAIN = '''\
+"""One synthetic learning curve (curves.py), trained step by step on the cluster."""
+import time
+
+import harness.core
+
+from curves import Curves
+
+with harness.core.init() as core:
+    hp = core.info.hparams
+    curves = Curves(int(hp["curve_seed"]))
+    step = core.info.steps_completed
+    end = core.info.max_length
+    while step < end:
+        time.sleep(float(hp["step_seconds"]))
+        step += 1
+        if step % int(hp["every"]) == 0 or step == end:
+            core.train.report_validation_metrics(step, {"loss": curves.loss(hp, step)})
+        if core.preempt.should_preempt():
+            break
+    core.train.report_training_metrics(step, {"steps": step})
+'''
+
+
+def curves_module() -> str:
+    """curves.py for the trials: the benchmark's own curve code, so both sides train alike."""
+    parts = [
+        "import math\nimport random\n",
+        f"T = {curves_bench.T}\nOPTIMUM = {curves_bench.OPTIMUM}\nNOISE = {curves_bench.NOISE}\n",
+        inspect.getsource(curves_bench.final_loss),
+        inspect.getsource(curves_bench._key),
+        inspect.getsource(curves_bench.Curves),
+    ]
+    return "\n\n".join(parts).replace("Mapping[str, Any]", "dict").replace(
+        "tuple[float, int, float, float]", "tuple").replace(
+        "dict[tuple, tuple[float, float, float]]", "dict")
+
+
+def search_config(name: str, trials: int, slots: int, seed: int, step_seconds: float,
+                  every: int) -> dict[str, Any]:
+    config = curves_bench.epochal_config(name, trials, max_concurrent_trials=slots)
+    config["hyperparameters"] = {
+        **curves_bench.HPARAMS,
+        "curve_seed": seed, "step_seconds": step_seconds, "every": every,
+    }
+    config.update({
+        "name": f"search-cluster-{name}-{seed}", "max_restarts": 0,
+        "reproducibility": {"experiment_seed": seed},
+    })
+    return config
+
+
+def rung_lengths(config: dict[str, Any]) -> list[int]:
+    searcher = config["searcher"]
+    top = int(searcher["max_length"]["batches"])
+    divisor = float(searcher.get("divisor", 4))
+    lengths, length = [], float(top)
+    while length >= 1:
+        lengths.append(int(length))
+        length /= divisor
+    return sorted(lengths)
+
+
+def run_search(api: httpx.Client, model: Path, config: dict[str, Any],
+               timeout: float) -> list[dict[str, Any]]:
+    answer = api.post("/api/v1/experiments", json={
+        "config": yaml.safe_dump(config), "modelDefinition": package(model)})
+    answer.raise_for_status()
+    experiment_id = answer.json()["experiment"]["id"]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = api.get(f"/api/v1/experiments/{experiment_id}").json()["experiment"]["state"]
+        if state in ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"):
+            break
+        time.sleep(1.0)
+    else:
+        raise SystemExit(f"experiment {experiment_id} did not end within {timeout:.0f} s")
+    if state != "STATE_COMPLETED":
+        raise SystemExit(f"experiment {experiment_id} ended {state}")
+    trials: list[dict[str, Any]] = api.get(
+        f"/api/v1/experiments/{experiment_id}/trials").json()["trials"]
+    return trials
+
+
+def measure(trials: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
+    top = int(config["searcher"]["max_length"]["batches"])
+    lengths = rung_lengths(config)
+    spent = sum(int(t["totalBatchesProcessed"]) for t in trials)
+    overruns = []
+    best = (float("inf"), float("inf"))
+    for trial in trials:
+        trained = int(trial["totalBatchesProcessed"])
+        if trained < top:
+            reached = max((n for n in lengths if n <= trained), default=0)
+            overruns.append(trained - reached)
+        else:
+            hp = trial["hparams"]
+            best = min(best, (full_length_loss(hp, config), curves_bench.final_loss(hp)))
+    return {"compute": spent, "overruns": overruns, "true_best": best[1]}
+
+
+def full_length_loss(hp: dict[str, Any], config: dict[str, Any]) -> float:
+    """The value the trial reported at full length (the same curve, computed here)."""
+    curves = curves_bench.Curves(int(config["hyperparameters"]["curve_seed"]))
+    return curves.loss(hp, curves_bench.T)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--trials", type=int, default=64)
+    p.add_argument("--slots", type=int, default=4)
+    p.add_argument("--searcher", default="adaptive_asha")
+    p.add_argument("--step-seconds", type=float, default=0.02)
+    p.add_argument("--every", type=int, default=4, help="steps between validations")
+    p.add_argument("--timeout", type=float, default=1800)
+    add_smoke_option(p, seeds=1, trials=8, slots=2, step_seconds=0.005)
+    args = parse_args(p)
+
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="epochal-search-cluster-") as model_dir, \
+            bench_cluster(agent_slots=args.slots) as (_, info):
+        model = Path(model_dir)
+        model.chmod(0o755)
+        (model / "train.py").write_text(TRAIN)
+        (model / "curves.py").write_text(curves_module())
+        api = httpx.Client(base_url=info.api_url,
+                           headers=admin_headers(info.api_url, info.admin_password), timeout=60)
+        for seed in range(args.seeds):
+            config = search_config(args.searcher, args.trials, args.slots, seed,
+                                   args.step_seconds, args.every)
+            began = time.perf_counter()
+            trials = run_search(api, model, config, args.timeout)
+            wall = time.perf_counter() - began
+            cluster = measure(trials, config)
+            decided = curves_bench.simulate(
+                validate_experiment_config(config).model_dump(mode="json"), seed,
+                curves_bench.Curves(seed).loss, curves_bench.equal_pace)
+            ratio = cluster["compute"] / decided.compute
+            over = cluster["overruns"] or [0]
+            rows.append((ratio, statistics.median(over), max(over)))
+            print(f"seed {seed}: {len(trials)} trials in {wall:.0f} s; compute: cluster "
+                  f"{cluster['compute']} steps, decided {decided.compute} ({ratio:.2f}x); "
+                  f"stopped trials overran their rung by median {statistics.median(over):g}, "
+                  f"max {max(over)} steps ({len(cluster['overruns'])} stopped); regret: "
+                  f"cluster {cluster['true_best'] - curves_bench.OPTIMUM:.3f}, decided "
+                  f"{decided.true_best - curves_bench.OPTIMUM:.3f}", flush=True)
+
+    ratios = [r[0] for r in rows]
+    print(f"search_cluster: cluster compute {statistics.mean(ratios):.2f}x the decided compute "
+          f"(range {min(ratios):.2f}-{max(ratios):.2f}, goal <= 1.10), stopped trials overran "
+          f"their rung by median {statistics.median(r[1] for r in rows):g} steps (max "
+          f"{max(r[2] for r in rows)}), {args.searcher}, {args.trials} trials x {args.seeds} "
+          f"seeds on {args.slots} slots, validation every {args.every} steps")
+
+
+if __name__ == "__main__":
+    main()
