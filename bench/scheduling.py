@@ -4,8 +4,8 @@ Starts a Temporal dev server (or uses --temporal), a master-side worker in this 
 real ResourcePoolWorkflow and the real `request_slots`/`release_slots` activities), and M agents
 as workers on their own task queues `agent.<id>`, spread over a few processes. Each trial is a
 child workflow that does what TrialWorkflow does around a run: ask the pool for slots (the real
-`workflows.allocation.Allocator`), run one activity on the granted agent's queue, give the slots
-back. The floor is the same N trials as bare child workflows whose activity goes to one shared
+`workflows.allocation.Allocator`, through local activities as trials do), run one activity on
+the granted agent's queue, give the slots back. The floor is the same N trials as bare child workflows whose activity goes to one shared
 queue polled with the same total concurrency, with no scheduler.
 
 Measured:
@@ -107,6 +107,7 @@ async def bench_run(inp: RunInput) -> TrialTimes:
 class BenchTrialWorkflow:
     def __init__(self) -> None:
         self._allocator = Allocator()
+        self._allocator.local = True  # as a trial of TRIAL_REVISION asks and gives back
 
     @workflow.run
     async def run(self, inp: BenchTrialInput) -> TrialTimes:

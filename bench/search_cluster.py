@@ -8,14 +8,21 @@ default) decides, through the experiment workflow, which trials stop at which ru
 
 Measured, per seed:
   - the compute the cluster spent: the steps every trial trained (`steps_completed`);
-  - the compute the searcher decided: the same search (config and seed) in the discrete-event
-    simulation of `bench/search_efficiency.py`, where a stop takes effect at the validation
-    that caused it;
   - for each trial stopped early, the steps it trained past the rung length at which it was
     stopped (the rung lengths are max_length / divisor^k; a trial is counted at the longest
     rung length it reached, which is exact while overruns stay below the next rung's gap);
-  - the best trial's true f(x) (regret against the optimum) in both.
-Goal: the cluster's compute within 10% of the decided compute.
+  - the compute the searcher decided: what the cluster spent less those overruns (its own
+    decisions, taking effect at the validations that caused them), and, for reference, the same
+    search (config and seed) in the discrete-event simulation of `bench/search_efficiency.py`
+    (every trial there starts at once and trains at one pace, so trials reach their rungs in
+    another order than on the cluster, where each start takes a fraction of a second: the
+    searcher decides otherwise, and that ratio varies by +-15% from run to run);
+  - the best trial's true f(x) (regret against the optimum) in both;
+  - Optuna's HyperbandPruner on the same curves and configurations (`search_efficiency`'s
+    sequential Optuna run): its compute and regret for as many trials, and its regret when it
+    gets the cluster's compute.
+Goals: the cluster's compute within 10% of the decided compute; adaptive ASHA's compute at most
+Hyperband's at a regret no worse.
 
     .venv/bin/python bench/search_cluster.py [--seeds 3] [--trials 64] [--slots 4] [--smoke]
 
@@ -153,6 +160,15 @@ def full_length_loss(hp: dict[str, Any], config: dict[str, Any]) -> float:
     return curves.loss(hp, curves_bench.T)
 
 
+def hyperband_pruner() -> Any:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna.pruners.HyperbandPruner(min_resource=curves_bench.RUNGS[0],
+                                          max_resource=curves_bench.T,
+                                          reduction_factor=curves_bench.DIVISOR)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3)
@@ -184,17 +200,36 @@ def main() -> None:
             decided = curves_bench.simulate(
                 validate_experiment_config(config).model_dump(mode="json"), seed,
                 curves_bench.Curves(seed).loss, curves_bench.equal_pace)
-            ratio = cluster["compute"] / decided.compute
+            own = cluster["compute"] - sum(cluster["overruns"])
+            ratio = cluster["compute"] / own
+            simulated = cluster["compute"] / decided.compute
             over = cluster["overruns"] or [0]
-            rows.append((ratio, statistics.median(over), max(over)))
+            hyperband = curves_bench.optuna_search(
+                hyperband_pruner(), seed, curves_bench.Curves(seed), args.trials)
+            at_ours = curves_bench.optuna_search(
+                hyperband_pruner(), seed, curves_bench.Curves(seed), None, cluster["compute"])
+            regret = cluster["true_best"] - curves_bench.OPTIMUM
+            rows.append((ratio, statistics.median(over), max(over), cluster["compute"],
+                         regret, hyperband.compute, hyperband.true_best - curves_bench.OPTIMUM,
+                         at_ours.true_best - curves_bench.OPTIMUM))
             print(f"seed {seed}: {len(trials)} trials in {wall:.0f} s; compute: cluster "
-                  f"{cluster['compute']} steps, decided {decided.compute} ({ratio:.2f}x); "
-                  f"stopped trials overran their rung by median {statistics.median(over):g}, "
-                  f"max {max(over)} steps ({len(cluster['overruns'])} stopped); regret: "
-                  f"cluster {cluster['true_best'] - curves_bench.OPTIMUM:.3f}, decided "
-                  f"{decided.true_best - curves_bench.OPTIMUM:.3f}", flush=True)
+                  f"{cluster['compute']} steps, decided {own} ({ratio:.2f}x), simulated "
+                  f"{decided.compute} ({simulated:.2f}x); stopped trials overran their rung by "
+                  f"median {statistics.median(over):g}, max {max(over)} steps "
+                  f"({len(cluster['overruns'])} stopped); regret: "
+                  f"cluster {cluster['true_best'] - curves_bench.OPTIMUM:.3f}, simulated "
+                  f"{decided.true_best - curves_bench.OPTIMUM:.3f}; Optuna Hyperband "
+                  f"({args.trials} trials): {hyperband.compute} steps, regret "
+                  f"{rows[-1][6]:.3f}; at the cluster's compute: regret {rows[-1][7]:.3f}",
+                  flush=True)
 
     ratios = [r[0] for r in rows]
+    mean = statistics.fmean
+    print(f"{args.searcher} on the cluster: compute {mean(r[3] for r in rows):.0f} steps, regret "
+          f"{mean(r[4] for r in rows):.3f}; Optuna Hyperband: compute "
+          f"{mean(r[5] for r in rows):.0f} steps, regret {mean(r[6] for r in rows):.3f}, and "
+          f"at the cluster's compute regret {mean(r[7] for r in rows):.3f} (mean over seeds; "
+          "goal: compute <= Hyperband's at a regret no worse)")
     print(f"search_cluster: cluster compute {statistics.mean(ratios):.2f}x the decided compute "
           f"(range {min(ratios):.2f}-{max(ratios):.2f}, goal <= 1.10), stopped trials overran "
           f"their rung by median {statistics.median(r[1] for r in rows):g} steps (max "
