@@ -5,8 +5,9 @@ real ResourcePoolWorkflow and the real `request_slots`/`release_slots` activitie
 as workers on their own task queues `agent.<id>`, spread over a few processes. Each trial is a
 child workflow that does what TrialWorkflow does around a run: ask the pool for slots (the real
 `workflows.allocation.Allocator`, through local activities as trials do), run one activity on
-the granted agent's queue, give the slots back. The floor is the same N trials as bare child workflows whose activity goes to one shared
-queue polled with the same total concurrency, with no scheduler.
+the granted agent's queue, give the slots back. The floor is the same N trials as bare child
+workflows whose activity goes to one shared queue polled with the same total concurrency, with
+no scheduler.
 
 Measured:
   - wait: from "trial wants slots" (the child's clock before asking) to "run started" (the

@@ -51,9 +51,10 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
+from activities.model_sampling import Observation, propose  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from common.expconf import validate_experiment_config  # noqa: E402
-from workflows.searchers import make_search  # noqa: E402
+from workflows.searchers import make_search, trial_seed  # noqa: E402
 from workflows.searchers.base import (  # noqa: E402
     Continue,
     Create,
@@ -139,11 +140,12 @@ def equal_pace(hp: Mapping[str, Any]) -> float:
 
 @dataclass
 class Trial:
-    hparams: dict[str, Any]
+    hparams: dict[str, Any] | None  # None: the sampler draws them when the trial starts
     target: int
     decision: int | None
     done: int = 0  # length trained so far
     last: float = math.inf  # last reported value
+    reports: dict[int, float] = field(default_factory=dict)  # length -> reported value
 
 
 @dataclass
@@ -221,10 +223,29 @@ def simulate(
             return min(trial.decision, trial.target)
         return trial.target
 
+    def observed() -> list[Observation]:
+        """The trials as a sampler sees them (activities/model_sampling.observations)."""
+        seen = []
+        for rid, t in trials.items():
+            if t.hparams is None:
+                continue
+            if rid in stopped and t.done < T:
+                seen.append(Observation(t.hparams, "pruned", intermediate=dict(t.reports)))
+            elif t.done == T:
+                seen.append(Observation(t.hparams, "complete", value=t.last,
+                                        intermediate=dict(t.reports)))
+            else:
+                seen.append(Observation(t.hparams, "running"))
+        return seen
+
     def schedule(request: int) -> None:
-        nonlocal seq
+        nonlocal seq, spent
         seq += 1
         trial = trials[request]
+        if trial.hparams is None:  # drawn as the workflow does, just before the trial starts
+            began = time.perf_counter()
+            trial.hparams = propose(config, observed(), trial_seed(seed, request))
+            spent += time.perf_counter() - began
         heapq.heappush(
             events, (now + (next_point(trial) - trial.done) * pace(trial.hparams), seq, request)
         )
@@ -252,8 +273,10 @@ def simulate(
         point = next_point(trial)
         compute += point - trial.done
         trial.done = point
+        assert trial.hparams is not None
         value = loss(trial.hparams, point)
         trial.last = value
+        trial.reports[point] = value
         if point == T:
             best = min(best, (value, final_loss(trial.hparams)))
         if trial.decision == point or trial.decision is None:
@@ -363,6 +386,37 @@ def decision_time(max_trials: int, stop_once: bool) -> Result:
     return simulate(config, 0, curves.loss, varied_pace)
 
 
+def model_based(seeds: int, n: int, pace: Callable[[Any], float],
+                results: dict[str, list[Result]]) -> str:
+    """Epochal's searchers with `sampler: tpe` (Optuna's TPE drawing each trial from the
+    reports before it) next to the same searchers drawing at random, on the first `seeds`
+    seeds; returns the summary's part."""
+    sampler = {"name": "tpe"}
+    configs = {
+        "epochal optuna (tpe), every trial to T": epochal_config("optuna", n, sampler=sampler),
+        "epochal adaptive_asha + tpe": epochal_config(
+            "adaptive_asha", n, divisor=DIVISOR, max_rungs=len(RUNGS), sampler=sampler),
+    }
+    baseline = {"epochal optuna (tpe), every trial to T": "epochal random",
+                "epochal adaptive_asha + tpe": "epochal adaptive_asha"}
+    seeds = min(seeds, len(results["epochal random"]))
+    print(f"model-based sampling, seeds 0-{seeds - 1} (against the same seeds' searches that "
+          "draw at random):")
+    regrets: dict[str, float] = {}
+    for name, config in configs.items():
+        runs = [simulate(config, seed, Curves(seed).loss, pace) for seed in range(seeds)]
+        base = results[baseline[name]][:seeds]
+        regrets[name] = statistics.fmean(r.true_best - OPTIMUM for r in runs)
+        print(
+            f"  {name:42} compute {statistics.fmean(r.compute for r in runs):8.0f}, regret "
+            f"{regrets[name]:.4f}; {baseline[name].removeprefix('epochal ')}: compute "
+            f"{statistics.fmean(r.compute for r in base):8.0f}, regret "
+            f"{statistics.fmean(r.true_best - OPTIMUM for r in base):.4f}"
+        )
+    return (f"TPE regret {regrets['epochal optuna (tpe), every trial to T']:.4f} (random's "
+            f"compute), adaptive ASHA + TPE {regrets['epochal adaptive_asha + tpe']:.4f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=30)
@@ -374,7 +428,9 @@ def main() -> None:
         help="every trial trains at the same pace (then trials reach each rung in creation "
         "order, and ASHA's decisions equal those of a sequential search)",
     )
-    add_smoke_option(parser, seeds=2, max_trials=16, decision_trials=200)
+    parser.add_argument("--sampler-seeds", type=int, default=5,
+                        help="seeds for the model-based (Optuna TPE) searchers, slower to run")
+    add_smoke_option(parser, seeds=2, max_trials=16, decision_trials=200, sampler_seeds=1)
     args = parse_args(parser)
     pace = equal_pace if args.equal_speed else varied_pace
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -509,6 +565,8 @@ def main() -> None:
         f"{statistics.fmean(r.true_best - OPTIMUM for r in hb_n):.4f})"
     )
 
+    sampled = model_based(args.sampler_seeds, n, pace, results)
+
     timings = {so: decision_time(args.decision_trials, so) for so in (True, False)}
     for so, r in timings.items():
         print(
@@ -527,7 +585,7 @@ def main() -> None:
         f"{ada_regret:.4f} vs Optuna Hyperband {hb_regret:.4f} at equal compute "
         f"({statistics.fmean(r.compute for r in ada):.0f} batches); searcher "
         f"{default.decision_seconds / default.events * 1e6:.0f} us/event at "
-        f"{args.decision_trials} trials; run {elapsed:.0f} s"
+        f"{args.decision_trials} trials; {sampled}; run {elapsed:.0f} s"
     )
 
 

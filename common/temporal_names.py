@@ -79,6 +79,7 @@ REQUEST_SLOTS_ACTIVITY = "request_slots"  # asks the pool's update of the same n
 RELEASE_SLOTS_ACTIVITY = "release_slots"
 REPORT_TRIAL_CLOSED = "report_trial_closed"  # signals the experiment through the master's client
 START_TRIAL = "start_trial"  # starts a trial's workflow through the master's client
+SAMPLE_TRIAL_HPARAMS = "sample_trial_hparams"  # a sampler's draw (activities/model_sampling.py)
 
 
 class ExperimentMessages:

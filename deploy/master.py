@@ -23,6 +23,7 @@ from temporalio.worker import Worker
 
 from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
+from activities.model_sampling import SamplingActivities
 from activities.provisioning import ProvisioningActivities
 from activities.scheduler import SchedulerActivities
 from activities.workflow_messages import MessageActivities
@@ -84,6 +85,7 @@ def build_worker(client: Client, pool: asyncpg.Pool, *,
         activities=[*ExperimentStore(pool, cluster_storage).all(),
                     *SchedulerActivities(client).all(),
                     *MessageActivities(client).all(),
+                    SamplingActivities(pool).sample_trial_hparams,
                     *ProvisioningActivities(client, providers or {}).all()],
         **options,
     )

@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         MASTER_TASK_QUEUE,
         RECORD_EXPERIMENT_STATE,
         RECORD_SEARCH,
+        SAMPLE_TRIAL_HPARAMS,
         START_TRIAL,
         ExperimentMessages,
         TrialMessages,
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
         FinishExperimentInput,
         RecordExperimentStateInput,
         RecordSearchInput,
+        SampleHparamsInput,
         StartTrialInput,
         TrialInput,
         TrialOutcome,
@@ -60,6 +62,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 GC_TIMEOUT = timedelta(minutes=10)
+# A sampler's draw fits a model of every trial so far (GP: seconds on hundreds of trials).
+SAMPLE_TIMEOUT = timedelta(minutes=5)
 # Pause, activate, cancel and kill write the experiment's state and signal its trials one
 # message at a time (before it, a quick pause-activate could store PAUSED last).
 SERIAL_MESSAGES_PATCH = "experiment-messages-in-order"
@@ -286,6 +290,12 @@ class ExperimentWorkflow:
         create = self._pending.pop(0)
         request_id = int(create["request_id"])
         seed = trial_seed(inp.seed, request_id)
+        if create["hparams"] is None:  # the searcher's sampler draws them, from the reports
+            create["hparams"] = await db_activity(
+                SAMPLE_TRIAL_HPARAMS,
+                SampleHparamsInput(experiment_id=inp.experiment_id, request_id=request_id,
+                                   experiment_seed=inp.seed),
+                dict, timeout=SAMPLE_TIMEOUT, local=False)
         trial_id: int = await db_activity(
             CREATE_TRIAL,
             CreateTrialInput(

@@ -68,6 +68,16 @@ class StartTrialInput:
 
 
 @dataclass
+class SampleHparamsInput:
+    """Activity `sample_trial_hparams`: the hyperparameters of the experiment's trial
+    `request_id`, drawn by its searcher's sampler from what its trials reported so far."""
+
+    experiment_id: int
+    request_id: int
+    experiment_seed: int
+
+
+@dataclass
 class TrialOutcome:
     """What a finished trial reports to its experiment (by signal, so it survives the
     experiment continuing-as-new)."""

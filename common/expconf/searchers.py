@@ -1,6 +1,6 @@
-"""The searcher sections: single, grid, random, async_halving and adaptive_asha."""
+"""The searcher sections: single, grid, random, async_halving, adaptive_asha and optuna."""
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Discriminator, Field, Tag, model_validator
 
@@ -51,6 +51,28 @@ class RandomConfig(_SearcherBase):
     max_concurrent_trials: int = Field(default=16, ge=0)
 
 
+class SamplerConfig(_Model):
+    """Model-based sampling of new trials' hyperparameters (Epochal's, not Determined's):
+    Optuna's sampler `name`, built with `options` as its constructor's keywords (e.g. TPE's
+    `n_startup_trials`, `multivariate`), fitted on what the experiment's trials reported."""
+
+    name: Literal["tpe", "cmaes", "gp", "qmc", "random"] = "tpe"
+    # Checked against the sampler's keywords by the API (activities/model_sampling.py), where
+    # Optuna is imported.
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class OptunaConfig(_SearcherBase):
+    """``max_trials`` trials whose hyperparameters Optuna's `sampler` draws, each from what the
+    trials before it reported; every trial trains to `max_length` (ASHA's `sampler` field
+    combines such sampling with ASHA's early stopping)."""
+
+    name: Literal["optuna"] = "optuna"
+    max_trials: int = Field(ge=1)
+    max_concurrent_trials: int = Field(default=16, ge=0)
+    sampler: SamplerConfig = Field(default_factory=SamplerConfig)
+
+
 class _HalvingBase(_SearcherBase):
     """What asynchronous successive halving shares (Determined's names and defaults).
 
@@ -65,6 +87,8 @@ class _HalvingBase(_SearcherBase):
     max_concurrent_trials: int = Field(default=16, ge=0)
     divisor: float = Field(default=4.0, gt=1)
     stop_once: bool = True
+    # New trials' hyperparameters from a model of the reports so far; None: at random.
+    sampler: SamplerConfig | None = None
 
     @model_validator(mode="after")
     def _one_length(self) -> "_HalvingBase":
@@ -112,6 +136,7 @@ SEARCHER_CONFIGS: dict[str, type[_SearcherBase]] = {
     "random": RandomConfig,
     "async_halving": AsyncHalvingConfig,
     "adaptive_asha": AdaptiveAshaConfig,
+    "optuna": OptunaConfig,
 }
 _ALL_SEARCHER_FIELDS = frozenset(f for c in SEARCHER_CONFIGS.values() for f in c.model_fields)
 
@@ -121,7 +146,8 @@ SearcherConfig = Annotated[
     | Annotated[GridConfig, Tag("<grid>")]
     | Annotated[RandomConfig, Tag("<random>")]
     | Annotated[AsyncHalvingConfig, Tag("<async_halving>")]
-    | Annotated[AdaptiveAshaConfig, Tag("<adaptive_asha>")],
+    | Annotated[AdaptiveAshaConfig, Tag("<adaptive_asha>")]
+    | Annotated[OptunaConfig, Tag("<optuna>")],
     Discriminator(
         _keyed_tag("name", SEARCHER_CONFIGS),
         custom_error_type="searcher_name",

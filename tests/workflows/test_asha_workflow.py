@@ -265,6 +265,27 @@ async def test_search_state_survives_continue_as_new(
     assert {t["hparams"]["lr"]: t["steps_completed"] for t in trials}[0.1] == 40
 
 
+async def test_asha_with_a_sampler_draws_each_trial_from_the_reports_before_it(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """`sampler: tpe`: the experiment draws each trial's hyperparameters through the
+    `sample_trial_hparams` activity (Optuna fitted on the trials so far) before creating it;
+    ASHA stops trials as before."""
+    trainer = ScriptedTrainer(pool, temporal_client)
+    config = asha_config(pool_name(), sampler={"name": "tpe", "options": {"n_startup_trials": 3}})
+    experiment_id, handle, result = await run_experiment(temporal_client, pool, trainer, config)
+    assert result == "COMPLETED"
+    trials = await trials_of(pool, experiment_id)
+    assert len(trials) == 8
+    assert all(t["hparams"]["lr"] in LRS for t in trials)
+    history = await handle.fetch_history()
+    draws = [e for e in history.events
+             if e.activity_task_scheduled_event_attributes.activity_type.name
+             == "sample_trial_hparams"]
+    assert len(draws) == 8
+    assert any((t["search_status"] or "").startswith("stopped early") for t in trials)
+
+
 async def test_invalid_hyperparameters_are_replaced(
     temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:

@@ -1,5 +1,6 @@
 """Epochal's searchers: single, grid and random decide their trials up front; async_halving and
-adaptive_asha decide as validations arrive.
+adaptive_asha decide as validations arrive; optuna (and ASHA with a `sampler`) leaves each
+trial's hyperparameters to be drawn when it is created.
 
 Pure, seeded and replay-safe: no IO, no clock, no global random state, so an experiment workflow
 can call them directly and get the same decisions on every replay. `make_search` builds the
@@ -90,6 +91,15 @@ def make_search(
     """The search method of an experiment, fresh or restored from `state` (its snapshot)."""
     cfg = _as_config(config)
     searcher = cfg.searcher.model_dump(mode="json")
+    if cfg.searcher.name == "optuna":  # each trial's hparams drawn when it is created
+        sampled = int(searcher["max_trials"])
+        length = cfg.searcher.max_length
+        return FixedSearch(
+            lambda: [None] * sampled,
+            length.value if length is not None else None,
+            int(searcher.get("max_concurrent_trials", 0)),
+            state,
+        )
     if cfg.searcher.name in _GENERATORS:
         length = cfg.searcher.max_length
         return FixedSearch(

@@ -265,6 +265,7 @@ class AshaSearch(SearchMethod):
     ) -> None:
         self.hparams = hparams
         self.seed = seed
+        self.sampled = searcher.get("sampler") is not None  # hparams drawn at creation
         self.sign = 1.0 if searcher.get("smaller_is_better", True) else -1.0
         max_length = _total_length(searcher)
         divisor = float(searcher.get("divisor", 4))
@@ -311,7 +312,8 @@ class AshaSearch(SearchMethod):
         b = self.brackets[bracket]
         b.created(rid)
         return Create(
-            rid, trial_hparams(self.hparams, self.seed, rid), b.first_target(), b.lengths[0]
+            rid, None if self.sampled else trial_hparams(self.hparams, self.seed, rid),
+            b.first_target(), b.lengths[0]
         )
 
     def _creates(self, bracket: int, n: int) -> list[Op]:

@@ -27,10 +27,11 @@ USER_STOPPED = "EXITED_REASON_USER_REQUESTED_STOP"
 @dataclass(frozen=True)
 class Create:
     """Start a trial with `hparams` that trains to `target` (None: as long as its training code
-    decides), reporting at `decision` first."""
+    decides), reporting at `decision` first. `hparams` None: the searcher's sampler draws them
+    when the trial is created (activities/model_sampling.py)."""
 
     request_id: int
-    hparams: JSON
+    hparams: JSON | None
     target: int | None
     decision: int | None  # the length of the first validation the searcher acts on; None: none
 

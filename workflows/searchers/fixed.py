@@ -6,7 +6,7 @@ as long as its training code decides), and the workflow paces creation to `max_c
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from workflows.searchers.base import JSON, Create, Op, SearchMethod
@@ -15,7 +15,7 @@ from workflows.searchers.base import JSON, Create, Op, SearchMethod
 class FixedSearch(SearchMethod):
     def __init__(
         self,
-        trials: Callable[[], list[JSON]],
+        trials: Callable[[], Sequence[JSON | None]],
         max_length: int | None,
         max_concurrent: int,
         state: JSON | None = None,
