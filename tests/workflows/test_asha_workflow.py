@@ -266,23 +266,35 @@ async def test_search_state_survives_continue_as_new(
 
 
 async def test_asha_with_a_sampler_draws_each_trial_from_the_reports_before_it(
-    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+    temporal_client: Client, temporal_address: str, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:
     """`sampler: tpe`: the experiment draws each trial's hyperparameters through the
     `sample_trial_hparams` activity (Optuna fitted on the trials so far) before creating it;
-    ASHA stops trials as before."""
-    trainer = ScriptedTrainer(pool, temporal_client)
-    config = asha_config(pool_name(), sampler={"name": "tpe", "options": {"n_startup_trials": 3}})
-    experiment_id, handle, result = await run_experiment(temporal_client, pool, trainer, config)
+    ASHA stops trials as before. A worker that caches nothing replays every task (a draw comes
+    back from history, never drawn again), and the search continues as new with trials still
+    to draw."""
+    forgetful = build_worker(await Client.connect(temporal_address), pool,
+                             max_cached_workflows=0,
+                             workflow_failure_exception_types=[NondeterminismError])
+    async with forgetful:
+        trainer = ScriptedTrainer(pool, temporal_client)
+        config = asha_config(pool_name(),
+                             sampler={"name": "tpe", "options": {"n_startup_trials": 3}})
+        experiment_id, _, result = await run_experiment(
+            temporal_client, pool, trainer, config, max_history_events=60)
     assert result == "COMPLETED"
     trials = await trials_of(pool, experiment_id)
     assert len(trials) == 8
     assert all(t["hparams"]["lr"] in LRS for t in trials)
-    history = await handle.fetch_history()
-    draws = [e for e in history.events
-             if e.activity_task_scheduled_event_attributes.activity_type.name
-             == "sample_trial_hparams"]
-    assert len(draws) == 8
+    continued = await continued_runs(temporal_client, experiment_id)
+    assert continued, "the search never continued as new"
+    draws = 0
+    for run in [*continued,
+                temporal_client.get_workflow_handle(experiment_workflow_id(experiment_id))]:
+        history = await run.fetch_history()
+        draws += sum(e.activity_task_scheduled_event_attributes.activity_type.name
+                     == "sample_trial_hparams" for e in history.events)
+    assert draws == 8
     assert any((t["search_status"] or "").startswith("stopped early") for t in trials)
 
 
