@@ -169,7 +169,7 @@ async def test_metric_reports_are_idempotent(api: httpx.AsyncClient) -> None:
     path = f"/api/v1/trials/{trial['id']}/metrics/batch"
     for _ in range(2):  # the same batch delivered twice, as after a lost response
         response = await api.post(path, json={"reports": reports})
-        assert response.json() == {"stored": 3}
+        assert response.json() == {"stored": 3, "preempt": False}
     stored = await api.get(f"/api/v1/trials/{trial['id']}/metrics", params={"group": "training"})
     assert [m["stepsCompleted"] for m in stored.json()["metrics"]] == [1, 2, 3]
 

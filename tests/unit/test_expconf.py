@@ -428,7 +428,7 @@ def test_missing_fields(data: dict[str, object], expected: list[str]) -> None:
         (
             {"searcher": {"name": "randm", "metric": "m"}},
             'searcher.name: unknown searcher "randm"; must be one of "single", "grid", "random", '
-            '"async_halving", "adaptive_asha"; did you mean "random"?',
+            '"async_halving", "adaptive_asha", "optuna"; did you mean "random"?',
         ),
         ({"searcher": "single"}, 'searcher: must be a mapping (got "single")'),
         (
