@@ -135,6 +135,24 @@ def check_sampler_options(name: str, options: Mapping[str, Any]) -> str | None:
     return None
 
 
+def at_one_length(observations: list[Observation], enough: int) -> list[Observation]:
+    """With early stopping, trials are compared at one length (as BOHB does): the longest at
+    which at least `enough` trials reported, each with its value there; trials that stopped
+    before it drop out (running ones stay). Without `enough` at any length, as they are."""
+    counts: dict[int, int] = {}
+    for seen in observations:
+        for length in seen.intermediate:
+            counts[length] = counts.get(length, 0) + 1
+    lengths = [length for length, n in counts.items() if n >= enough]
+    if not lengths:
+        return observations
+    at = max(lengths)
+    return [seen if seen.state == "running"
+            else Observation(seen.hparams, "complete", value=seen.intermediate[at],
+                             intermediate={at: seen.intermediate[at]})
+            for seen in observations if seen.state == "running" or at in seen.intermediate]
+
+
 def propose(config: Mapping[str, Any], observations: list[Observation],
             seed: int) -> dict[str, Any]:
     """The next trial's hyperparameters, from the config's sampler fitted on `observations`.
@@ -150,6 +168,8 @@ def propose(config: Mapping[str, Any], observations: list[Observation],
     leaves = list(iter_hyperparameters(parsed.hyperparameters))
     distributions = {_path_name(path): d for path, hp in leaves
                      if (d := _distribution(hp)) is not None}
+    if any(seen.state == "pruned" for seen in observations):
+        observations = at_one_length(observations, len(distributions) + 2)
     study = optuna.create_study(
         direction="minimize" if searcher.get("smaller_is_better", True) else "maximize",
         sampler=make_sampler(sampler_config["name"], sampler_config.get("options") or {}, seed))

@@ -403,6 +403,7 @@ def model_based(seeds: int, n: int, pace: Callable[[Any], float],
     print(f"model-based sampling, seeds 0-{seeds - 1} (against the same seeds' searches that "
           "draw at random):")
     regrets: dict[str, float] = {}
+    computes: dict[str, float] = {}
     for name, config in configs.items():
         runs = [simulate(config, seed, Curves(seed).loss, pace) for seed in range(seeds)]
         base = results[baseline[name]][:seeds]
@@ -413,8 +414,23 @@ def model_based(seeds: int, n: int, pace: Callable[[Any], float],
             f"{statistics.fmean(r.compute for r in base):8.0f}, regret "
             f"{statistics.fmean(r.true_best - OPTIMUM for r in base):.4f}"
         )
-    return (f"TPE regret {regrets['epochal optuna (tpe), every trial to T']:.4f} (random's "
-            f"compute), adaptive ASHA + TPE {regrets['epochal adaptive_asha + tpe']:.4f}")
+        computes[name] = statistics.fmean(r.compute for r in runs)
+    # At equal compute: plain adaptive ASHA with max_trials raised to spend what ASHA + TPE did.
+    base = results["epochal adaptive_asha"][:seeds]
+    scale = computes["epochal adaptive_asha + tpe"] / statistics.fmean(r.compute for r in base)
+    more = round(n * scale)
+    equal = [simulate(epochal_config("adaptive_asha", more, divisor=DIVISOR, max_rungs=len(RUNGS)),
+                      seed, Curves(seed).loss, pace) for seed in range(seeds)]
+    equal_regret = statistics.fmean(r.true_best - OPTIMUM for r in equal)
+    print(f"  {'epochal adaptive_asha, ' + str(more) + ' trials':42} compute "
+          f"{statistics.fmean(r.compute for r in equal):8.0f}, regret {equal_regret:.4f} (ASHA + "
+          "TPE's compute, drawing at random)")
+    random_regret = statistics.fmean(
+        r.true_best - OPTIMUM for r in results["epochal random"][:seeds])
+    return (f"TPE regret {regrets['epochal optuna (tpe), every trial to T']:.4f} vs random "
+            f"{random_regret:.4f}"
+            f" at equal compute, adaptive ASHA + TPE {regrets['epochal adaptive_asha + tpe']:.4f} "
+            f"vs adaptive ASHA {equal_regret:.4f} at equal compute")
 
 
 def main() -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from activities.model_sampling import Observation, propose
+from activities.model_sampling import Observation, at_one_length, propose
 from api.errors import ApiError
 from api.routes.experiments import normalized_config
 from common.expconf import ConfigError, validate_experiment_config
@@ -68,6 +68,21 @@ def test_running_and_stopped_trials_count_and_strangers_are_skipped() -> None:
         Observation({"y": 1.0}, "complete", value=0.5),  # another space's trial
     ]
     assert 0 <= propose(cmaes, seen, seed=1)["x"] <= 1
+
+
+def test_with_early_stopping_trials_are_compared_at_the_longest_length_enough_reached() -> None:
+    seen = [
+        Observation({"x": 0.1}, "pruned", intermediate={4: 0.9}),
+        Observation({"x": 0.2}, "pruned", intermediate={4: 0.8, 16: 0.7}),
+        Observation({"x": 0.3}, "complete", value=0.2, intermediate={4: 0.6, 16: 0.5, 64: 0.2}),
+        Observation({"x": 0.4}, "running"),
+    ]
+    assert at_one_length(seen, enough=2) == [
+        Observation({"x": 0.2}, "complete", value=0.7, intermediate={16: 0.7}),
+        Observation({"x": 0.3}, "complete", value=0.5, intermediate={16: 0.5}),
+        Observation({"x": 0.4}, "running"),
+    ]
+    assert at_one_length(seen, enough=4) == seen  # no length has enough: as they are
 
 
 def test_searchers_with_a_sampler_leave_hyperparameters_to_the_draw() -> None:
