@@ -42,8 +42,6 @@ from workflows.searchers import trial_seed
 from workflows.searchers.hparams import nest
 from workflows.types import SampleHparamsInput
 
-SAMPLERS = ("tpe", "cmaes", "gp", "qmc", "random")
-
 
 @dataclass(frozen=True)
 class Observation:
@@ -109,29 +107,27 @@ def _sampler_class(name: str) -> Any:
     }[name]
 
 
-def missing_package(name: str) -> str | None:
-    """The package sampler `name` needs and this master lacks (GP: torch), or None."""
-    needs = {"gp": "torch", "cmaes": "cmaes"}.get(name)
-    if needs is None or importlib.util.find_spec(needs) is not None:
-        return None
-    return needs
-
-
 def make_sampler(name: str, options: Mapping[str, Any], seed: int) -> Any:
     """Optuna's sampler `name` with the user's `options` (its constructor's keywords)."""
     return _sampler_class(name)(**{**options, "seed": seed})
 
 
-def check_sampler_options(name: str, options: Mapping[str, Any]) -> str | None:
-    """What is wrong with `options` for sampler `name` (an unknown keyword), or None."""
-    cls = _sampler_class(name)
+def sampler_problem(sampler: Mapping[str, Any]) -> str | None:
+    """What keeps a config's `searcher.sampler` from running on this master (a package its
+    sampler needs, an option its constructor does not take), as the API says it; or None."""
+    name, options = sampler["name"], sampler["options"]
+    needs = {"gp": "torch", "cmaes": "cmaes"}.get(name)
+    if needs is not None and importlib.util.find_spec(needs) is None:
+        return (f"searcher.sampler.name: {name!r} needs the {needs} package, which this master "
+                "does not have; install it there or choose another sampler")
     if not options:
         return None
+    cls = _sampler_class(name)
     accepted = set(inspect.signature(cls.__init__).parameters) - {"self", "seed"}
     unknown = sorted(set(options) - accepted)
     if unknown:
-        return (f"{', '.join(unknown)}: not an option of Optuna's {cls.__name__} "
-                f"(it takes {', '.join(sorted(accepted))})")
+        return (f"searcher.sampler.options.{', '.join(unknown)}: not an option of Optuna's "
+                f"{cls.__name__} (it takes {', '.join(sorted(accepted))})")
     return None
 
 
@@ -200,6 +196,20 @@ def propose(config: Mapping[str, Any], observations: list[Observation],
     return nest((path, value(path, hp)) for path, hp in leaves)
 
 
+def observation(hparams: dict[str, Any], *, ended: bool, stopped_early: bool,
+                reports: dict[int, float]) -> Observation | None:
+    """A trial as the sampler sees it, from whether it ended, whether its searcher stopped it
+    early and its validations of the searcher metric (length -> value); None for one that
+    ended without any."""
+    if ended and not reports:
+        return None
+    if stopped_early:
+        return Observation(hparams, "pruned", intermediate=reports)
+    if not ended:
+        return Observation(hparams, "running")
+    return Observation(hparams, "complete", value=reports[max(reports)], intermediate=reports)
+
+
 async def observations(pool: asyncpg.Pool, experiment_id: int,
                        metric: str) -> list[Observation]:
     """The experiment's trials as the sampler sees them (failed ones are left out)."""
@@ -215,16 +225,15 @@ async def observations(pool: asyncpg.Pool, experiment_id: int,
         experiment_id, metric)
     found = []
     for row in rows:
+        if row["state"] in TERMINAL_STATES and row["state"] != "COMPLETED":
+            continue
         reported = {int(s): float(v) for s, v in zip(row["steps"] or [], row["values"] or [],
                                                       strict=True) if math.isfinite(v)}
-        stopped = (row["search_status"] or "").startswith("stopped early")
-        if row["state"] not in TERMINAL_STATES:
-            found.append(Observation(row["hparams"], "pruned" if stopped else "running",
-                                     intermediate=reported if stopped else {}))
-        elif row["state"] == "COMPLETED" and reported:
-            last = reported[max(reported)]
-            found.append(Observation(row["hparams"], "pruned" if stopped else "complete",
-                                     value=None if stopped else last, intermediate=reported))
+        seen = observation(row["hparams"], ended=row["state"] == "COMPLETED",
+                           stopped_early=(row["search_status"] or "").startswith("stopped early"),
+                           reports=reported)
+        if seen is not None:
+            found.append(seen)
     return found
 
 

@@ -52,6 +52,8 @@ from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from common.expconf import validate_experiment_config  # noqa: E402
+from workflows.searchers import asha  # noqa: E402
+from workflows.searchers.asha import capped_max_rungs  # noqa: E402
 
 TRAIN = '''\
 """One synthetic learning curve (curves.py), trained step by step on the cluster."""
@@ -106,14 +108,14 @@ def search_config(name: str, trials: int, slots: int, seed: int, step_seconds: f
 
 
 def rung_lengths(config: dict[str, Any]) -> list[int]:
+    """Every length a rung of the search can need: those of its bracket with the most rungs
+    (a bracket of fewer rungs has the last of them)."""
     searcher = config["searcher"]
     top = int(searcher["max_length"]["batches"])
-    divisor = float(searcher.get("divisor", 4))
-    lengths, length = [], float(top)
-    while length >= 1:
-        lengths.append(int(length))
-        length /= divisor
-    return sorted(lengths)
+    divisor = float(searcher["divisor"])
+    rungs = searcher.get("num_rungs") or capped_max_rungs(
+        int(searcher["max_rungs"]), top, int(searcher["max_trials"]), divisor)
+    return asha.rung_lengths(rungs, divisor, top)
 
 
 def run_search(api: httpx.Client, model: Path, config: dict[str, Any],
@@ -140,6 +142,8 @@ def run_search(api: httpx.Client, model: Path, config: dict[str, Any],
 def measure(trials: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, Any]:
     top = int(config["searcher"]["max_length"]["batches"])
     lengths = rung_lengths(config)
+    # The trials' own curves: what a trial trained to the end reported there.
+    curves = curves_bench.Curves(int(config["hyperparameters"]["curve_seed"]))
     spent = sum(int(t["totalBatchesProcessed"]) for t in trials)
     overruns = []
     best = (float("inf"), float("inf"))
@@ -150,14 +154,8 @@ def measure(trials: list[dict[str, Any]], config: dict[str, Any]) -> dict[str, A
             overruns.append(trained - reached)
         else:
             hp = trial["hparams"]
-            best = min(best, (full_length_loss(hp, config), curves_bench.final_loss(hp)))
+            best = min(best, (curves.loss(hp, top), curves_bench.final_loss(hp)))
     return {"compute": spent, "overruns": overruns, "true_best": best[1]}
-
-
-def full_length_loss(hp: dict[str, Any], config: dict[str, Any]) -> float:
-    """The value the trial reported at full length (the same curve, computed here)."""
-    curves = curves_bench.Curves(int(config["hyperparameters"]["curve_seed"]))
-    return curves.loss(hp, curves_bench.T)
 
 
 def hyperband_pruner() -> Any:

@@ -51,7 +51,7 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import TrialState  # noqa: E402
 
-from activities.model_sampling import Observation, propose  # noqa: E402
+from activities.model_sampling import Observation, observation, propose  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from common.expconf import validate_experiment_config  # noqa: E402
 from workflows.searchers import make_search, trial_seed  # noqa: E402
@@ -225,18 +225,10 @@ def simulate(
 
     def observed() -> list[Observation]:
         """The trials as a sampler sees them (activities/model_sampling.observations)."""
-        seen = []
-        for rid, t in trials.items():
-            if t.hparams is None:
-                continue
-            if rid in stopped and t.done < T:
-                seen.append(Observation(t.hparams, "pruned", intermediate=dict(t.reports)))
-            elif t.done == T:
-                seen.append(Observation(t.hparams, "complete", value=t.last,
-                                        intermediate=dict(t.reports)))
-            else:
-                seen.append(Observation(t.hparams, "running"))
-        return seen
+        seen = [observation(t.hparams, ended=t.done == T, stopped_early=rid in stopped
+                            and t.done < T, reports=dict(t.reports))
+                for rid, t in trials.items() if t.hparams is not None]
+        return [o for o in seen if o is not None]
 
     def schedule(request: int) -> None:
         nonlocal seq, spent

@@ -18,7 +18,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.model_sampling import check_sampler_options, missing_package
+from activities.model_sampling import sampler_problem
 from api import auth, schemas, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
@@ -94,15 +94,8 @@ def normalized_config(text: str, default_storage: dict[str, Any],
         raise ApiError(400, "invalid experiment config", list(err.errors)) from err
     dumped = config.model_dump(mode="json")
     sampler = dumped["searcher"].get("sampler")
-    if sampler:
-        needs = missing_package(sampler["name"])
-        if needs is not None:
-            raise ApiError(400, "invalid experiment config", [
-                f"searcher.sampler.name: {sampler['name']!r} needs the {needs} package, which "
-                "this master does not have; install it there or choose another sampler"])
-        wrong = check_sampler_options(sampler["name"], sampler["options"])
-        if wrong is not None:
-            raise ApiError(400, "invalid experiment config", [f"searcher.sampler.options.{wrong}"])
+    if sampler and (problem := sampler_problem(sampler)) is not None:
+        raise ApiError(400, "invalid experiment config", [problem])
     directory = shared_fs_directory(dumped["checkpoint_storage"])
     if storage_roots is not None and directory is not None and not _under_any(
             directory, storage_roots):

@@ -48,6 +48,7 @@ from common.expconf.resources import ResourcesConfig
 from common.expconf.searchers import (
     SEARCHER_CONFIGS,
     GridConfig,
+    OptunaConfig,
     RandomConfig,
     SearcherConfig,
     SingleConfig,
@@ -77,6 +78,7 @@ __all__ = [
     "MAX_HYPERPARAMETERS",
     "MAX_TRIALS",
     "PLACEHOLDER_STORAGE",
+    "OptunaConfig",
     "RandomConfig",
     "ReproducibilityConfig",
     "ResourcesConfig",

@@ -8,11 +8,12 @@ SearchMethod the workflow drives.
 """
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from common.expconf import (
     ExperimentConfig,
+    OptunaConfig,
     RandomConfig,
     hyperparameters_grid_size,
     validate_experiment_config,
@@ -46,18 +47,25 @@ def _random(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
     return random_trials(config.hyperparameters, config.searcher.max_trials, seed)
 
 
+def _sampled(config: ExperimentConfig, seed: int) -> list[dict[str, Any] | None]:
+    assert isinstance(config.searcher, OptunaConfig)
+    return [None] * config.searcher.max_trials
+
+
 # Searchers that decide every trial up front; adaptive ones (ASHA) keep state instead.
-_GENERATORS: dict[str, Callable[[ExperimentConfig, int], list[dict[str, Any]]]] = {
+_GENERATORS: dict[str, Callable[[ExperimentConfig, int], Sequence[dict[str, Any] | None]]] = {
     "single": lambda config, seed: single_trials(config.hyperparameters),
     "grid": lambda config, seed: grid_trials(config.hyperparameters),
     "random": _random,
+    "optuna": _sampled,
 }
 
 
 def generate_trials(
     config: ExperimentConfig | Mapping[str, Any], seed: int
-) -> list[dict[str, Any]]:
-    """The hyperparameters of every trial of the experiment, in the order to create them.
+) -> Sequence[dict[str, Any] | None]:
+    """The hyperparameters of every trial of the experiment, in the order to create them; None
+    for a trial whose hyperparameters its sampler draws when it is created (optuna).
 
     ``config`` is an ExperimentConfig or its ``model_dump(mode="json")``; ``seed`` (the
     experiment seed) only matters to the random searcher. Same inputs, same list.
@@ -91,15 +99,6 @@ def make_search(
     """The search method of an experiment, fresh or restored from `state` (its snapshot)."""
     cfg = _as_config(config)
     searcher = cfg.searcher.model_dump(mode="json")
-    if cfg.searcher.name == "optuna":  # each trial's hparams drawn when it is created
-        sampled = int(searcher["max_trials"])
-        length = cfg.searcher.max_length
-        return FixedSearch(
-            lambda: [None] * sampled,
-            length.value if length is not None else None,
-            int(searcher.get("max_concurrent_trials", 0)),
-            state,
-        )
     if cfg.searcher.name in _GENERATORS:
         length = cfg.searcher.max_length
         return FixedSearch(
