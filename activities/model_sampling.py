@@ -149,41 +149,55 @@ def at_one_length(observations: list[Observation], enough: int) -> list[Observat
             for seen in observations if seen.state == "running" or at in seen.intermediate]
 
 
+def _space(config: Mapping[str, Any]) -> tuple[list[tuple[tuple[str, ...], Any]], dict[str, Any]]:
+    """The config's hyperparameters (path, definition) and Optuna's distribution of each sampled
+    one, by dotted name."""
+    parsed = validate_experiment_config(dict(config))
+    leaves = list(iter_hyperparameters(parsed.hyperparameters))
+    return leaves, {_path_name(path): d for path, hp in leaves
+                    if (d := _distribution(hp)) is not None}
+
+
+def _study(config: Mapping[str, Any], observations: list[Observation], sampler: Any = None
+           ) -> tuple[Any, list[tuple[tuple[str, ...], Any]], dict[str, Any]]:
+    """An Optuna study holding `observations` in the config's space (trials whose
+    hyperparameters are from another space, a forked experiment's, are left out)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    leaves, distributions = _space(config)
+    study = optuna.create_study(
+        direction="minimize" if config["searcher"].get("smaller_is_better", True) else "maximize",
+        sampler=sampler)
+    states = {"complete": optuna.trial.TrialState.COMPLETE,
+              "pruned": optuna.trial.TrialState.PRUNED,
+              "running": optuna.trial.TrialState.RUNNING}
+    for seen in observations:
+        try:
+            params = {_path_name(path): _param(hp, _lookup(seen.hparams, path))
+                      for path, hp in leaves if _path_name(path) in distributions}
+        except (KeyError, ValueError, TypeError):
+            continue
+        if seen.state == "complete" and seen.value is None:
+            continue
+        study.add_trial(optuna.trial.create_trial(
+            params=params, distributions=distributions, state=states[seen.state],
+            value=seen.value if seen.state == "complete" else None,
+            intermediate_values=dict(seen.intermediate)))
+    return study, leaves, distributions
+
+
 def propose(config: Mapping[str, Any], observations: list[Observation],
             seed: int) -> dict[str, Any]:
     """The next trial's hyperparameters, from the config's sampler fitted on `observations`.
 
     `config` is a stored (validated) experiment config whose searcher has a `sampler`; `seed`
     seeds the sampler (the trial's seed). Same inputs, same answer."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    parsed = validate_experiment_config(dict(config))
-    searcher = config["searcher"]
-    sampler_config = searcher["sampler"]
-    leaves = list(iter_hyperparameters(parsed.hyperparameters))
-    distributions = {_path_name(path): d for path, hp in leaves
-                     if (d := _distribution(hp)) is not None}
+    sampler_config = config["searcher"]["sampler"]
     if any(seen.state == "pruned" for seen in observations):
-        observations = at_one_length(observations, len(distributions) + 2)
-    study = optuna.create_study(
-        direction="minimize" if searcher.get("smaller_is_better", True) else "maximize",
-        sampler=make_sampler(sampler_config["name"], sampler_config.get("options") or {}, seed))
-    for seen in observations:
-        try:
-            params = {_path_name(path): _param(hp, _lookup(seen.hparams, path))
-                      for path, hp in leaves if _path_name(path) in distributions}
-        except (KeyError, ValueError, TypeError):
-            continue  # hyperparameters from another space (a forked experiment's): not ours
-        state = {"complete": optuna.trial.TrialState.COMPLETE,
-                 "pruned": optuna.trial.TrialState.PRUNED,
-                 "running": optuna.trial.TrialState.RUNNING}[seen.state]
-        if state == optuna.trial.TrialState.COMPLETE and seen.value is None:
-            continue
-        study.add_trial(optuna.trial.create_trial(
-            params=params, distributions=distributions, state=state,
-            value=seen.value if state == optuna.trial.TrialState.COMPLETE else None,
-            intermediate_values=dict(seen.intermediate)))
+        observations = at_one_length(observations, len(_space(config)[1]) + 2)
+    study, leaves, distributions = _study(config, observations, make_sampler(
+        sampler_config["name"], sampler_config.get("options") or {}, seed))
     trial = study.ask(distributions)
 
     def value(path: tuple[str, ...], hp: Any) -> Any:
@@ -194,6 +208,26 @@ def propose(config: Mapping[str, Any], observations: list[Observation],
         return copy.deepcopy(hp.val) if isinstance(hp, ConstHyperparameter) else {}
 
     return nest((path, value(path, hp)) for path, hp in leaves)
+
+
+def importance(config: Mapping[str, Any], scored: list[tuple[dict[str, Any], float]]
+               ) -> dict[str, float]:
+    """Each sampled hyperparameter's importance for the searcher metric over `scored` trials
+    (hyperparameters, metric), by Optuna's PED-ANOVA evaluator (what sets the best tenth of the
+    trials apart; 0.01 s for 1,000 trials where fANOVA takes 40 s), as shares summing to 1,
+    largest first; {} while fewer than two trials or no hyperparameter varies."""
+    import optuna
+
+    study, _, distributions = _study(
+        config, [Observation(hparams, "complete", value=value) for hparams, value in scored])
+    if len(study.trials) < 2 or not distributions:
+        return {}
+    try:
+        found = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
+    except (ValueError, RuntimeError):  # every trial alike in every hyperparameter
+        return {}
+    return {name: float(share) for name, share in found.items()}
 
 
 def observation(hparams: dict[str, Any], *, ended: bool, stopped_early: bool,

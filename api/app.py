@@ -26,6 +26,7 @@ from api.routes import (
     dashboard,
     determined,
     experiments,
+    importance,
     jobs,
     metrics,
     models,
@@ -57,7 +58,7 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> Fast
     app.add_middleware(DefaultJsonContentType)
     # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
     for module in (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
-                   determined, streams, workspaces, templates, jobs, models):
+                   determined, streams, workspaces, templates, jobs, models, importance):
         app.include_router(module.router, dependencies=[Depends(authorize)])
     app.include_router(dashboard.router)
     return app

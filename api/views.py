@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import asyncpg
 from fastapi import Query
 
-from api.errors import not_found
+from api.errors import not_found, require_choice
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
@@ -163,6 +163,21 @@ TRIAL_SORT_COLUMNS = {
 }
 
 
+# Trials also sort by a hyperparameter: `hp.optimizer.momentum`.
+HP_SORT_PREFIX = "hp."
+_HP_SORT = re.compile(r"hp\.[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}")
+
+
+def is_hp_sort(sort_by: str) -> bool:
+    return _HP_SORT.fullmatch(sort_by) is not None
+
+
+def check_trial_sort(sort_by: str) -> None:
+    """A trial sort key the API takes: Determined's, or a hyperparameter's."""
+    if not is_hp_sort(sort_by):
+        require_choice("sortBy", sort_by, TRIAL_SORT_COLUMNS)
+
+
 async def fetch_trial_page(
     conn: asyncpg.Pool | asyncpg.Connection,
     experiment_id: int,
@@ -174,14 +189,17 @@ async def fetch_trial_page(
     offset: int = 0,
 ) -> tuple[list[JSON], int]:
     """One page of an experiment's trials and how many match: ordered and cut in SQL (nulls
-    last either way, ties by id), so that only the page's rows read their validations."""
+    last either way, ties by id), so that only the page's rows read their validations.
+    `sort_by` is one of TRIAL_SORT_COLUMNS or `hp.<dotted hyperparameter name>`."""
     direction = "DESC" if order_desc else "ASC"
-    order = f" ORDER BY {TRIAL_SORT_COLUMNS[sort_by]} {direction} NULLS LAST, t.id {direction}"
+    hp_path = sort_by.removeprefix(HP_SORT_PREFIX).split(".") if is_hp_sort(sort_by) else None
+    column = "t.hparams #> $5::text[]" if hp_path else TRIAL_SORT_COLUMNS[sort_by]
+    order = f" ORDER BY {column} {direction} NULLS LAST, t.id {direction}"
     where = " WHERE t.experiment_id = $1 AND ($2::text[] IS NULL OR t.state = ANY($2))"
     rows = await conn.fetch(
         "WITH page AS (SELECT t.id FROM trials t" + where + order + " LIMIT $3 OFFSET $4) "
         + _TRIAL_SELECT + " WHERE t.id IN (SELECT id FROM page)" + order,
-        experiment_id, states, limit, offset)
+        experiment_id, states, limit, offset, *([hp_path] if hp_path else []))
     total = await conn.fetchval("SELECT count(*) FROM trials t" + where, experiment_id, states)
     return [trial_json(r) for r in rows], total
 

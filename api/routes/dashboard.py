@@ -7,11 +7,16 @@ what the CLI sees. Everything is served from here; nothing comes from the networ
 
 from __future__ import annotations
 
+import gzip
+import importlib.metadata
+import importlib.util
+from functools import cache
 from html import escape
 from pathlib import Path
 
-from fastapi import APIRouter
-from fastapi.responses import FileResponse, HTMLResponse
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, HTMLResponse, Response
 
 from api.errors import not_found
 from common.states import TERMINAL_STATES
@@ -24,6 +29,14 @@ STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in (".js", "
 MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css"}
 # Pages are tiny and the scripts change with the master: always revalidate (ETag makes it cheap).
 NO_CACHE = {"Cache-Control": "no-cache"}
+
+# plotly.js, from the installed plotly package (a dependency): its version is in the address, so
+# browsers keep it for good and a new version is a new address.
+_PLOTLY_SPEC = importlib.util.find_spec("plotly")
+PLOTLY_JS = Path(_PLOTLY_SPEC.origin if _PLOTLY_SPEC and _PLOTLY_SPEC.origin else "").parent \
+    / "package_data" / "plotly.min.js"
+PLOTLY_ADDRESS = f"/static/vendor/plotly-{importlib.metadata.version('plotly')}.min.js"
+KEEP = {"Cache-Control": "public, max-age=31536000, immutable"}
 
 _HEADER = """<header class="top"><a class="brand" href="/">Epochal</a>
 <nav><a href="/">Experiments</a><a href="/models">Models</a><a href="/cluster">Cluster</a></nav>
@@ -38,14 +51,17 @@ _LOGIN_FORM = """<form id="login-form" class="login" autocomplete="on">
 <p id="login-error" class="error" role="alert"></p></form>"""
 
 
-def _page(title: str, script: str, body: str, *, page_id: int | None = None) -> HTMLResponse:
+def _page(title: str, script: str, body: str, *, page_id: int | None = None,
+          charts: bool = False) -> HTMLResponse:
     data_id = f' data-id="{page_id}"' if page_id is not None else ""
+    # Deferred, so it runs before the page's module script (both run in document order).
+    vendor = f"<script defer src='{PLOTLY_ADDRESS}'></script>" if charts else ""
     return HTMLResponse(
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{escape(title)} · Epochal</title>"
         "<link rel='stylesheet' href='/static/style.css'>"
-        f"<script type='module' src='/static/{script}'></script></head>"
+        f"{vendor}<script type='module' src='/static/{script}'></script></head>"
         f"<body data-page='{script.removesuffix('.js')}'{data_id}"
         # The pages' scripts learn the terminal states here, from their one home.
         f" data-terminal-states='{','.join(sorted(TERMINAL_STATES))}'>{body}</body></html>",
@@ -53,12 +69,14 @@ def _page(title: str, script: str, body: str, *, page_id: int | None = None) -> 
     )
 
 
-def _app_page(title: str, script: str, page_id: int | None = None) -> HTMLResponse:
+def _app_page(title: str, script: str, page_id: int | None = None,
+              charts: bool = False) -> HTMLResponse:
     return _page(
         title,
         script,
         f"{_HEADER}<main id='main'><p class='muted'>Loading…</p></main>",
         page_id=page_id,
+        charts=charts,
     )
 
 
@@ -74,12 +92,13 @@ async def experiments_page() -> HTMLResponse:
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
 async def experiment_page(experiment_id: int) -> HTMLResponse:
-    return _app_page(f"Experiment {experiment_id}", "experiment.js", experiment_id)
+    return _app_page(f"Experiment {experiment_id}", "experiment.js", experiment_id,
+                     charts=True)
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse)
 async def trial_page(trial_id: int) -> HTMLResponse:
-    return _app_page(f"Trial {trial_id}", "trial.js", trial_id)
+    return _app_page(f"Trial {trial_id}", "trial.js", trial_id, charts=True)
 
 
 @router.get("/models", response_class=HTMLResponse)
@@ -103,3 +122,17 @@ async def static_file(name: str) -> FileResponse:
     if path is None:
         raise not_found("static file", name)
     return FileResponse(path, media_type=MEDIA_TYPES[path.suffix], headers=NO_CACHE)
+
+
+@cache
+def _plotly_gzipped() -> bytes:
+    return gzip.compress(PLOTLY_JS.read_bytes(), compresslevel=6)
+
+
+@router.get(PLOTLY_ADDRESS)
+async def plotly_js(request: Request) -> Response:
+    """plotly.js, gzipped (1.4 MB instead of 4.8) for a browser that takes it."""
+    if "gzip" not in request.headers.get("accept-encoding", ""):
+        return FileResponse(PLOTLY_JS, media_type=MEDIA_TYPES[".js"], headers=KEEP)
+    return Response(await run_in_threadpool(_plotly_gzipped), media_type=MEDIA_TYPES[".js"],
+                    headers={**KEEP, "Content-Encoding": "gzip", "Vary": "Accept-Encoding"})

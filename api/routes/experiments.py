@@ -577,8 +577,9 @@ async def list_experiment_trials(
     orderBy: views.OrderBy = "ORDER_BY_ASC",
     states: views.ListQuery = None,
 ) -> dict[str, Any]:
-    """Determined's GetExperimentTrials; limit 0 means all."""
-    require_choice("sortBy", sortBy, views.TRIAL_SORT_COLUMNS)
+    """Determined's GetExperimentTrials; limit 0 means all. `sortBy` also takes
+    `hp.<hyperparameter>` (dotted for a nested one)."""
+    views.check_trial_sort(sortBy)
     await _experiment_row(pool, experiment_id)
     page, total = await views.fetch_trial_page(
         pool, experiment_id,

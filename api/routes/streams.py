@@ -19,7 +19,7 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from api import views
 from api.deps import Pool
-from api.errors import not_found, require_choice
+from api.errors import not_found
 from api.log_stream import log_records
 from common.states import TERMINAL_STATES
 
@@ -106,7 +106,7 @@ async def stream_experiment(
     changed (polled from PostgreSQL about once a second), ending after the terminal state is
     sent. The trials are one page of them (`limit`, `offset`, `sortBy`, `orderBy` as for
     GET /experiments/{id}/trials), so an experiment of 10,000 trials streams a page, not all."""
-    require_choice("sortBy", sortBy, views.TRIAL_SORT_COLUMNS)
+    views.check_trial_sort(sortBy)
     page = TrialPage(sort_by=sortBy, order_desc=orderBy == "ORDER_BY_DESC", limit=limit,
                      offset=offset)
     if await _experiment_summary(pool, experiment_id, page) is None:

@@ -1,134 +1,143 @@
-// Two small SVG charts: lines (learning curves, one per trial) and a scatter (a hyperparameter
-// against the searcher metric). Each SVG carries data-points (how many points it drew) and
-// data-series, which the browser tests read.
+// The dashboard's charts, drawn by plotly.js (window.Plotly, loaded by the page from the plotly
+// package the master has installed): learning curves, a hyperparameter against the searcher
+// metric, parallel coordinates and hyperparameter importance. Plotly gives hover values, zoom
+// (drag; double-click resets), log axes and a legend that hides (click) or isolates
+// (double-click) a trial. Each chart's box carries data-points and data-series (what it drew),
+// which the browser tests read.
 
-const SVG = "http://www.w3.org/2000/svg";
-const WIDTH = 760;
-const HEIGHT = 300;
-const PAD = { left: 64, right: 16, top: 12, bottom: 40 };
-const COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-  "#7f7f7f", "#bcbd22", "#17becf"];
+// Distinct colours for the best trials; the others are grey, so ten colours are never reused.
+const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+  "#17becf", "#bcbd22", "#393b79"];
+const GREY = "#c4c4c4";
+const CONFIG = { displaylogo: false, responsive: true,
+  modeBarButtonsToRemove: ["select2d", "lasso2d", "autoScale2d", "sendChartToCloud"] };
+const MARGIN = { l: 64, r: 16, t: 16, b: 44 };
 
-export function color(index) {
-  return COLORS[index % COLORS.length];
+// The colour of the trial ranked `rank` (0 the best) by the searcher metric.
+export function rankColor(rank) {
+  return rank >= 0 && rank < PALETTE.length ? PALETTE[rank] : GREY;
 }
 
-function svgEl(tag, attrs = {}, text) {
-  const node = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-  if (text !== undefined) node.textContent = text;
-  return node;
+function plotly() {
+  if (!window.Plotly) throw new Error("plotly.js did not load");
+  return window.Plotly;
 }
 
-// About `count` round tick values covering [lo, hi].
-function ticks(lo, hi, count = 5) {
-  if (!(hi > lo)) return [lo];
-  const raw = (hi - lo) / count;
-  const magnitude = 10 ** Math.floor(Math.log10(raw));
-  const step = [1, 2, 5, 10].map((m) => m * magnitude).find((s) => s >= raw);
-  const out = [];
-  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push(v);
-  return out;
+function axis(title, extra = {}) {
+  return { title: { text: title }, automargin: true, zeroline: false, ...extra };
 }
 
-function label(value) {
-  const abs = Math.abs(value);
-  if (abs !== 0 && (abs < 1e-3 || abs >= 1e5)) return value.toExponential(1);
-  return String(Number(value.toPrecision(6)));
+function mark(box, points, series) {
+  box.dataset.points = String(points);
+  box.dataset.series = String(series);
 }
 
-// [lo, hi] of the values, widened by `pad` (a fraction of the span) so no mark sits on the border.
-function extent(values, pad = 0) {
-  let lo = Math.min(...values);
-  let hi = Math.max(...values);
-  if (!Number.isFinite(lo)) return [0, 1];
-  if (lo === hi) {
-    const half = Math.abs(lo) * 0.1 || 1;
-    return [lo - half, hi + half];
+function empty(box, text) {
+  if (box.classList.contains("js-plotly-plot")) plotly().purge(box);
+  box.replaceChildren(Object.assign(document.createElement("p"), { className: "empty muted",
+    textContent: text }));
+  mark(box, 0, 0);
+}
+
+// lines: [{name, group, color, width, dash, showlegend, points: [[x, y], ...], labels?, count?}]:
+// a line with `labels` names each point in its hover (a line of several trials, `count` of
+// them, separated by [null, null]). Hovering shows every drawn line's value at that step.
+export function drawLines(box, lines, { xLabel = "batches", yLabel = "", logY = false,
+  height = 320 } = {}) {
+  const drawn = lines.filter((l) => l.points.length);
+  if (!drawn.length) {
+    empty(box, "no data yet");
+    return;
   }
-  const margin = (hi - lo) * pad;
-  return [lo - margin, hi + margin];
+  const traces = drawn.map((l) => ({
+    type: "scatter", mode: l.points.length === 1 ? "markers" : "lines", name: l.name,
+    legendgroup: l.group ?? l.name, showlegend: l.showlegend ?? true,
+    x: l.points.map((p) => p[0]), y: l.points.map((p) => p[1]),
+    line: { color: l.color, width: l.width ?? 1.5, dash: l.dash ?? "solid" },
+    marker: { color: l.color, size: 6 },
+    text: l.labels, hovertemplate: `${l.labels ? "%{text}" : l.name}: %{y:.4g}<extra></extra>`,
+  }));
+  plotly().react(box, traces, {
+    // Hover shows each line's point nearest the mouse's step however far apart reports are.
+    height, margin: MARGIN, hovermode: "x unified", hoverdistance: -1, showlegend: true,
+    legend: { orientation: "v", font: { size: 11 } },
+    xaxis: axis(xLabel), yaxis: axis(yLabel, { type: logY ? "log" : "linear" }),
+    uirevision: `${yLabel}:${logY}`,  // keeps the user's zoom across live updates
+  }, CONFIG);
+  mark(box, drawn.reduce((n, l) => n + l.points.length - (l.count ?? 1) + 1, 0),
+    drawn.reduce((n, l) => n + (l.count ?? 1), 0));
 }
 
-// Axes, grid and labels for the plot area; returns the scales.
-function frame(svg, xs, ys, xLabel, yLabel, { xCategories = null, xPad = 0, yPad = 0.05 } = {}) {
-  const [x0, x1] = extent(xs, xPad);
-  const [y0, y1] = extent(ys, yPad);
-  const w = WIDTH - PAD.left - PAD.right;
-  const h = HEIGHT - PAD.top - PAD.bottom;
-  const sx = (x) => PAD.left + ((x - x0) / (x1 - x0)) * w;
-  const sy = (y) => PAD.top + h - ((y - y0) / (y1 - y0)) * h;
-  const grid = svgEl("g", { class: "grid" });
-  for (const t of ticks(y0, y1)) {
-    grid.append(svgEl("line", { x1: PAD.left, x2: PAD.left + w, y1: sy(t), y2: sy(t) }));
-    grid.append(svgEl("text", { x: PAD.left - 6, y: sy(t) + 4, "text-anchor": "end" }, label(t)));
+// points: [{x, y, text, color}]; `kind` is the hyperparameter's type (log: a log x axis;
+// categorical: one column per value).
+export function drawScatter(box, points, { xLabel = "", yLabel = "", kind = "double" } = {}) {
+  if (!points.length) {
+    empty(box, "no trial has a searcher metric yet");
+    return;
   }
-  const xTicks = xCategories ? xCategories.map((_, i) => i) : ticks(x0, x1);
-  for (const t of xTicks) {
-    grid.append(svgEl("line", { x1: sx(t), x2: sx(t), y1: PAD.top, y2: PAD.top + h }));
-    const text = xCategories ? xCategories[t] : label(t);
-    grid.append(svgEl("text", { x: sx(t), y: PAD.top + h + 16, "text-anchor": "middle" }, text));
+  plotly().react(box, [{
+    type: "scatter", mode: "markers", x: points.map((p) => p.x), y: points.map((p) => p.y),
+    text: points.map((p) => p.text), hovertemplate: "%{text}<extra></extra>",
+    marker: { size: 9, color: points.map((p) => p.color), line: { width: 1, color: "#fff" } },
+  }], {
+    height: 320, margin: MARGIN, hovermode: "closest",
+    xaxis: axis(xLabel, { type: kind === "log" ? "log" : kind === "categorical" ? "category"
+      : "linear" }),
+    yaxis: axis(yLabel),
+  }, CONFIG);
+  mark(box, points.length, 1);
+  box.dataset.xaxis = kind === "log" ? "log" : kind === "categorical" ? "category" : "linear";
+}
+
+// One line per trial across an axis per hyperparameter (each on its own scale: log10 for a log
+// hyperparameter, ticks named for a categorical one) and a last axis for the searcher metric,
+// which also colours the lines. dimensions: [{label, kind, values}] (values per trial, in order).
+export function drawParallel(box, dimensions, metric, { smallerIsBetter = true } = {}) {
+  const count = metric.values.length;
+  if (count < 2) {
+    empty(box, "parallel coordinates need two trials with a searcher metric");
+    return;
   }
-  svg.append(grid);
-  svg.append(svgEl("rect", { class: "plot-border", x: PAD.left, y: PAD.top, width: w, height: h }));
-  svg.append(svgEl("text", { class: "axis-label", x: PAD.left + w / 2, y: HEIGHT - 4,
-    "text-anchor": "middle" }, xLabel));
-  svg.append(svgEl("text", { class: "axis-label", x: 12, y: PAD.top + h / 2,
-    transform: `rotate(-90 12 ${PAD.top + h / 2})`, "text-anchor": "middle" }, yLabel));
-  return { sx, sy };
-}
-
-function emptyChart(svg, text) {
-  svg.append(svgEl("text", { x: WIDTH / 2, y: HEIGHT / 2, "text-anchor": "middle",
-    class: "empty" }, text));
-  svg.dataset.points = "0";
-  svg.dataset.series = "0";
-  return svg;
-}
-
-function newSvg(className) {
-  return svgEl("svg", { class: `chart ${className}`, viewBox: `0 0 ${WIDTH} ${HEIGHT}`,
-    preserveAspectRatio: "xMidYMid meet", role: "img" });
-}
-
-// series: [{name, color, points: [[x, y], ...]}]
-export function lineChart(series, { xLabel = "batches", yLabel = "" } = {}) {
-  const svg = newSvg("line-chart");
-  const drawn = series.filter((s) => s.points.length > 0);
-  if (!drawn.length) return emptyChart(svg, "no data yet");
-  const all = drawn.flatMap((s) => s.points);
-  const { sx, sy } = frame(svg, all.map((p) => p[0]), all.map((p) => p[1]), xLabel, yLabel);
-  for (const s of drawn) {
-    const d = s.points.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`);
-    const path = svgEl("path", { class: "series", d: d.join(""), stroke: s.color, fill: "none",
-      "data-points": s.points.length });
-    path.append(svgEl("title", {}, s.name));
-    svg.append(path);
-    if (s.points.length === 1) {
-      const [x, y] = s.points[0];
-      svg.append(svgEl("circle", { cx: sx(x), cy: sy(y), r: 3, fill: s.color }));
+  const dims = dimensions.map(({ label, kind, values }) => {
+    if (kind === "categorical") {
+      const names = [...new Set(values.map(String))].sort();
+      return { label, values: values.map((v) => names.indexOf(String(v))),
+        tickvals: names.map((_, i) => i), ticktext: names };
     }
-  }
-  svg.dataset.points = String(all.length);
-  svg.dataset.series = String(drawn.length);
-  return svg;
+    if (kind === "log") {
+      const logs = values.map((v) => Math.log10(v));
+      const lo = Math.floor(Math.min(...logs));
+      const hi = Math.ceil(Math.max(...logs));
+      const tickvals = [];
+      for (let e = lo; e <= hi; e += 1) tickvals.push(e);
+      return { label: `${label} (log)`, values: logs, tickvals,
+        ticktext: tickvals.map((e) => `1e${e}`) };
+    }
+    return { label, values };
+  });
+  dims.push({ label: metric.label, values: metric.values });
+  plotly().react(box, [{
+    type: "parcoords", dimensions: dims,
+    line: { color: metric.values, colorscale: "Viridis", reversescale: smallerIsBetter,
+      showscale: true, colorbar: { title: { text: metric.label } } },
+  }], { height: 360, margin: { l: 48, r: 48, t: 48, b: 24 } }, CONFIG);
+  mark(box, count, dims.length);
 }
 
-// points: [{x, y, label, color}]; x may be a category (string) when `categories` is given.
-export function scatterChart(points, { xLabel = "", yLabel = "", categories = null } = {}) {
-  const svg = newSvg("scatter-chart");
-  if (!points.length) return emptyChart(svg, "no trial has a searcher metric yet");
-  const xs = points.map((p) => (categories ? categories.indexOf(String(p.x)) : p.x));
-  const { sx, sy } = frame(svg, categories ? [-0.5, categories.length - 0.5] : xs,
-    points.map((p) => p.y), xLabel, yLabel,
-    { xCategories: categories, xPad: categories ? 0 : 0.08, yPad: 0.08 });
-  points.forEach((p, i) => {
-    const dot = svgEl("circle", { class: "point", cx: sx(xs[i]), cy: sy(p.y), r: 5,
-      fill: p.color || color(0) });
-    dot.append(svgEl("title", {}, p.label));
-    svg.append(dot);
-  });
-  svg.dataset.points = String(points.length);
-  svg.dataset.series = "1";
-  return svg;
+// importance: {name: share}, largest first.
+export function drawImportance(box, importance, { metric = "" } = {}) {
+  const names = Object.keys(importance);
+  if (!names.length) {
+    empty(box, "importance needs trials that differ in their hyperparameters");
+    return;
+  }
+  plotly().react(box, [{
+    type: "bar", orientation: "h", y: names.slice().reverse(),
+    x: names.map((n) => importance[n]).reverse(), marker: { color: PALETTE[0] },
+    hovertemplate: "%{y}: %{x:.3f}<extra></extra>",
+  }], {
+    height: 60 + 28 * names.length, margin: { ...MARGIN, l: 140 },
+    xaxis: axis(`importance for ${metric}`, { range: [0, 1] }), yaxis: axis(""),
+  }, CONFIG);
+  mark(box, names.length, 1);
 }

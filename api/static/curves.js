@@ -1,60 +1,92 @@
-// Learning curves of one or more trials on one chart: a training/validation toggle, a metric
-// selector and the lines, read from GET /api/v1/trials/time-series (Determined's CompareTrials).
+// Learning curves of one or more trials, read from GET /api/v1/trials/time-series (Determined's
+// CompareTrials): training, validation or both overlaid (validation solid, training dotted:
+// `validation_loss` with the training `loss`), one
+// chart per chosen metric, a linear or log y axis and smoothing. The trials are ranked by the
+// searcher metric: the best ones are drawn in full in distinct colours (the best thickest), the
+// others downsampled, in grey, as one line, so a page of many trials stays fast and readable.
 
 import { api, query } from "/static/api.js";
-import { color, lineChart } from "/static/charts.js";
+import { drawLines, rankColor } from "/static/charts.js";
 import { el, replace } from "/static/dom.js";
 
-const MAX_POINTS = 500;
-const GROUPS = ["training", "validation"];
+const FULL_POINTS = 500;
+const FEW_POINTS = 40;
+const IN_FULL = 10;
+const GROUPS = ["training", "validation", "both"];
+const DASH = { validation: "solid", training: "dot" };
+
+// TensorBoard's smoothing: an exponential moving average, debiased at the start.
+export function smooth(values, weight) {
+  if (!(weight > 0)) return values;
+  let last = 0;
+  return values.map((v, i) => {
+    last = last * weight + (1 - weight) * v;
+    return last / (1 - weight ** (i + 1));
+  });
+}
+
+// The name a series reports `metric` under: overlaid, a validation metric's training
+// counterpart is the same name without `validation_` (Keras's and Determined's convention).
+function seriesMetric(series, metric) {
+  if (series.group !== "training") return metric;
+  const has = (name) => series.data.some((p) => typeof (p.values || {})[name] === "number");
+  const base = metric.replace(/^validation_/, "");
+  return has(metric) || !has(base) ? metric : base;
+}
 
 export class CurvePanel {
   // `preferred` names the metric to show first in each group when it exists.
   constructor(container, { group = "validation", preferred = {} } = {}) {
     this.group = group;
     this.preferred = preferred;
-    this.chosen = {};
-    this.trialIds = [];
-    this.series = [];
+    this.chosen = {};  // group -> [metric names]
+    this.ranking = [];  // trial ids, best first
+    this.series = [];  // [{trialId, group, data}]
+    this.boxes = new Map();  // metric -> its chart's box
     this.groupButtons = GROUPS.map((name) => el("button", {
       type: "button", class: "toggle", "data-group": name,
       onclick: () => this.setGroup(name),
     }, name));
-    this.select = el("select", { class: "metric-select", "aria-label": "metric",
+    this.select = el("select", { class: "metric-select", multiple: true, size: 3,
+      "aria-label": "metrics", title: "ctrl-click to draw several metrics",
       onchange: () => {
-        this.chosen[this.group] = this.select.value;
+        this.chosen[this.group] = [...this.select.selectedOptions].map((o) => o.value);
         this.draw();
       } });
-    this.chartBox = el("div", { class: "chart-box" });
-    this.legend = el("div", { class: "legend" });
-    replace(container, el("div", { class: "controls" }, el("span", { class: "toggles" },
-      this.groupButtons), el("label", {}, "metric ", this.select)), this.chartBox, this.legend);
+    this.logY = el("input", { type: "checkbox", class: "log-y", onchange: () => this.draw() });
+    this.smoothing = el("input", { type: "range", class: "smoothing", min: 0, max: 0.99,
+      step: 0.01, value: 0, "aria-label": "smoothing", oninput: () => this.draw() });
+    this.charts = el("div", { class: "curve-charts" });
+    replace(container, el("div", { class: "controls" },
+      el("span", { class: "toggles" }, this.groupButtons),
+      el("label", {}, "metrics ", this.select),
+      el("label", {}, this.logY, " log y"),
+      el("label", {}, "smoothing ", this.smoothing)), this.charts);
     this.container = container;
   }
 
   setGroup(name) {
     this.group = name;
-    return this.load(this.trialIds);
+    return this.load(this.ranking);
   }
 
-  async load(trialIds) {
-    this.trialIds = [...trialIds].sort((a, b) => a - b);
+  // `ranking`: the trials to draw, best first.
+  async load(ranking) {
+    this.ranking = [...ranking];
     for (const button of this.groupButtons) {
       button.classList.toggle("active", button.dataset.group === this.group);
     }
     this.container.dataset.group = this.group;
-    if (!this.trialIds.length) {
-      this.series = [];
-      this.draw();
-      return;
-    }
-    const data = await api(`/api/v1/trials/time-series${query({
-      trialIds: this.trialIds, group: this.group, maxDatapoints: MAX_POINTS,
-    })}`);
-    this.series = data.trials.map(({ trial, metrics }) => ({
-      trialId: trial.id,
-      data: (metrics.find((m) => m.group === this.group) || { data: [] }).data,
-    }));
+    const groups = this.group === "both" ? ["validation", "training"] : [this.group];
+    const parts = [[this.ranking.slice(0, IN_FULL), FULL_POINTS],
+      [this.ranking.slice(IN_FULL), FEW_POINTS]].filter(([ids]) => ids.length);
+    const answers = await Promise.all(groups.flatMap((group) => parts.map(([ids, points]) =>
+      api(`/api/v1/trials/time-series${query({ trialIds: ids, group, maxDatapoints: points })}`)
+        .then((data) => data.trials.map(({ trial, metrics }) => ({
+          trialId: trial.id, group,
+          data: (metrics.find((m) => m.group === group) || { data: [] }).data,
+        }))))));
+    this.series = answers.flat();
     this.draw();
   }
 
@@ -70,21 +102,81 @@ export class CurvePanel {
     return [...names].sort();
   }
 
+  chosenMetrics(names) {
+    const wanted = (this.chosen[this.group] || []).filter((n) => names.includes(n));
+    if (wanted.length) return wanted;
+    const preferred = this.preferred[this.group === "both" ? "validation" : this.group];
+    if (names.includes(preferred)) return [preferred];
+    const fallback = names.find((n) => n.includes("loss")) || names[0];
+    return fallback ? [fallback] : [];
+  }
+
+  // The trials past the best IN_FULL as one grey line per group (gaps between trials): one
+  // trace draws and hovers fast however many trials it holds.
+  others(lines) {
+    const merged = new Map();
+    for (const line of lines.filter((l) => l.rank < 0 || l.rank >= IN_FULL)) {
+      const key = line.dash;
+      if (!merged.has(key)) {
+        merged.set(key, { name: `other trials${this.group === "both" ? ` ${key === "dot"
+          ? "training" : "validation"}` : ""}`, group: "other trials", color: rankColor(IN_FULL),
+        width: 1, dash: key, showlegend: key !== "dot" || this.group !== "both", points: [],
+        labels: [], count: 0 });
+      }
+      const into = merged.get(key);
+      if (!line.points.length) continue;
+      if (into.points.length) {
+        into.points.push([null, null]);
+        into.labels.push("");
+      }
+      into.points.push(...line.points);
+      into.labels.push(...line.points.map(() => line.group));
+      into.count += 1;
+    }
+    return [...merged.values()];
+  }
+
   draw() {
     const names = this.metricNames();
-    const wanted = this.chosen[this.group] || this.preferred[this.group];
-    const metric = names.includes(wanted) ? wanted : names.find((n) => n.includes("loss")) || names[0];
-    replace(this.select, names.map((n) => el("option", { value: n, selected: n === metric }, n)));
-    this.container.dataset.metric = metric || "";
-    const lines = this.series.map((s) => ({
-      name: `trial ${s.trialId}`,
-      color: color(this.trialIds.indexOf(s.trialId)),
-      points: s.data.filter((p) => typeof (p.values || {})[metric] === "number")
-        .map((p) => [p.batches, p.values[metric]]),
-    }));
-    replace(this.chartBox, lineChart(lines, { xLabel: "batches", yLabel: metric || "" }));
-    replace(this.legend, lines.filter((l) => l.points.length).map((l) => el("span",
-      { class: "legend-item" }, el("span", { class: "swatch", style: `background:${l.color}` }),
-      l.name)));
+    const metrics = this.chosenMetrics(names);
+    replace(this.select, names.map((n) => el("option", { value: n,
+      selected: metrics.includes(n) }, n)));
+    this.container.dataset.metric = metrics.join(",");
+    const weight = Number(this.smoothing.value);
+    // A metric's chart box is kept across redraws, so a live update keeps the user's zoom.
+    for (const [metric, box] of this.boxes) {
+      if (!metrics.includes(metric)) {
+        window.Plotly?.purge(box);
+        this.boxes.delete(metric);
+      }
+    }
+    const boxes = metrics.map((metric) => {
+      if (!this.boxes.has(metric)) {
+        this.boxes.set(metric, el("div", { class: "chart-box line-chart", "data-metric": metric }));
+      }
+      const box = this.boxes.get(metric);
+      const lines = this.series.map((s) => {
+        const rank = this.ranking.indexOf(s.trialId);
+        const name = seriesMetric(s, metric);
+        const points = s.data.filter((p) => typeof (p.values || {})[name] === "number");
+        const ys = smooth(points.map((p) => p.values[name]), weight);
+        return {
+          name: `trial ${s.trialId}${this.group === "both" ? ` ${s.group}` : ""}`,
+          group: `trial ${s.trialId}`,
+          showlegend: this.group !== "both" || s.group === "validation",
+          color: rankColor(rank), width: rank === 0 ? 3 : rank < IN_FULL ? 1.5 : 1,
+          dash: DASH[s.group], rank,
+          points: points.map((p, i) => [p.batches, ys[i]]),
+        };
+      });
+      const best = lines.filter((l) => l.rank >= 0 && l.rank < IN_FULL)
+        .sort((a, b) => b.rank - a.rank);  // the best drawn last, on top
+      return { box, lines: [...this.others(lines), ...best], metric };
+    });
+    replace(this.charts, boxes.length ? boxes.map(({ box }) => box)
+      : el("p", { class: "empty muted" }, "no data yet"));
+    for (const { box, lines, metric } of boxes) {
+      drawLines(box, lines, { yLabel: metric, logY: this.logY.checked });
+    }
   }
 }

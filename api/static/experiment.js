@@ -1,19 +1,22 @@
-// One experiment: its state and controls, learning curves, the trials table and a
-// hyperparameter-vs-metric scatter. The table shows one page of trials (PAGE_SIZE, sorted by id
-// or by the searcher metric, paged in SQL), and the charts draw that page's trials, so an
-// experiment of 10,000 trials loads as fast as one of ten. Live through
+// One experiment: its state and controls, learning curves, the trials table (sort, filter,
+// columns, compare), a hyperparameter against the searcher metric, parallel coordinates and
+// hyperparameter importance. The table shows one page of trials (PAGE_SIZE, sorted and filtered
+// in SQL), and the curves and scatter draw that page's trials; parallel coordinates draw the
+// best HP_VIEW_TRIALS; so an experiment of 10,000 trials loads as fast as one of ten. Live through
 // GET /api/v1/experiments/{id}/stream, which streams the same page (polling if the stream cannot
 // be had).
 
 import { api, every, follow, lastErrorLines, query, reportValues, startPage } from "/static/api.js";
-import { color, scatterChart } from "/static/charts.js";
+import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
   from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
-const MAX_CURVES = 50;
 const PAGE_SIZE = 100;
+const HP_VIEW_TRIALS = 1000;
+const HP_VIEW_SECONDS = 10;
+const HIDDEN_COLUMNS_KEY = "epochal.hiddenTrialColumns";
 const BY_METRIC = "SORT_BY_BEST_VALIDATION_METRIC";
 const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
 // Each action and when it applies: (state, archived) -> bool.
@@ -44,9 +47,16 @@ const hpSelect = el("select", { id: "hp-select", "aria-label": "hyperparameter",
   } });
 let pickedHp = null;
 const scatterBox = el("div", { class: "chart-box", id: "hp-scatter" });
+const parallelBox = el("div", { class: "chart-box", id: "hp-parallel" });
+const importanceBox = el("div", { class: "chart-box", id: "hp-importance" });
+const compareBox = el("section", { id: "compare", class: "panel" });
+const compareSlot = el("span", { class: "compare-slot" });
 let summary = null;
+let kinds = {};  // hyperparameter (dotted name) -> its type in the config
+// Trials picked for comparison, by id (kept across pages).
+const selected = new Map();
 // Which trials the table shows; a larger experiment opens on its best trials.
-const page = { offset: 0, sortBy: null, desc: null };
+const page = { offset: 0, sortBy: null, desc: null, state: null };
 let stopFollowing = () => {};
 let curves = null;
 let curveStamp = "";
@@ -176,7 +186,7 @@ function renderDetails(exp) {
 }
 
 // Nested hyperparameters as their own dotted names (`optimizer.momentum`), in the table and
-// the scatter alike.
+// the charts alike.
 function flatHparams(hparams, prefix = "", into = {}) {
   for (const [name, value] of Object.entries(hparams || {})) {
     if (value !== null && typeof value === "object" && !Array.isArray(value)) {
@@ -191,6 +201,15 @@ function flatHparams(hparams, prefix = "", into = {}) {
 function flat(trial) {
   if (!trial.flatHparams) trial.flatHparams = flatHparams(trial.hparams);
   return trial.flatHparams;
+}
+
+// Each hyperparameter's type in the config (log, double, int, categorical, const), by dotted name.
+function hpKinds(hps, prefix = "", into = {}) {
+  for (const [name, def] of Object.entries(hps || {})) {
+    if (def && typeof def === "object" && typeof def.type === "string") into[prefix + name] = def.type;
+    else if (def && typeof def === "object") hpKinds(def, `${prefix}${name}.`, into);
+  }
+  return into;
 }
 
 function hparamNames(trials) {
@@ -211,7 +230,7 @@ function descendingFirst(exp, sortBy) {
 function pageQuery(exp) {
   const descending = page.desc ?? descendingFirst(exp, page.sortBy);
   return query({ limit: PAGE_SIZE, offset: page.offset, sortBy: page.sortBy,
-    orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC" });
+    orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC", states: page.state });
 }
 
 function turnTo(offset, sortBy = page.sortBy, desc = sortBy === page.sortBy ? page.desc : null) {
@@ -249,31 +268,84 @@ function sortHeader(exp, label, sortBy) {
   label, active ? (desc ? " ▼" : " ▲") : "");
 }
 
+// Which columns the user hid, kept in the browser across pages and visits.
+const hiddenColumns = new Set(JSON.parse(localStorage.getItem(HIDDEN_COLUMNS_KEY) || "[]"));
+
+function columnChooser(names) {
+  return el("details", { id: "column-chooser", class: "chooser" }, el("summary", {}, "columns"),
+    names.map((name) => el("label", { class: "choice" }, el("input", { type: "checkbox",
+      "data-column": name, checked: !hiddenColumns.has(name), onchange: (event) => {
+        if (event.target.checked) hiddenColumns.delete(name);
+        else hiddenColumns.add(name);
+        localStorage.setItem(HIDDEN_COLUMNS_KEY, JSON.stringify([...hiddenColumns]));
+        renderTrials(summary.experiment, summary.trials, summary.pagination.total);
+      } }), name)));
+}
+
+function stateFilter() {
+  const states = ["ACTIVE", "RUNNING", "COMPLETED", "CANCELED", "ERROR"];
+  const select = el("select", { id: "trial-state-filter", "aria-label": "trial state",
+    onchange: () => {
+      page.state = select.value || null;
+      turnTo(0);
+    } }, el("option", { value: "" }, "any state"),
+  states.map((s) => el("option", { value: `STATE_${s}`, selected: page.state === `STATE_${s}` },
+    s)));
+  return select;
+}
+
+function compareButton() {
+  return el("button", { type: "button", id: "compare-button", disabled: selected.size < 2,
+    onclick: () => renderCompare().catch((error) =>
+      replace(compareBox, el("p", { class: "error" }, error.message))) },
+  `compare ${selected.size} selected`);
+}
+
 function renderTrials(exp, trials, total) {
   const hps = hparamNames(trials);
   const metric = exp.searcherMetric;
-  // The searcher's metric first, then the trial's standing, then its hyperparameters.
+  // The searcher's metric first, then the trial's standing, then its hyperparameters; every
+  // column sorts (in SQL, over all the experiment's trials).
   const columns = [
-    { label: sortHeader(exp, "Trial", "SORT_BY_ID"),
-      cell: (t) => el("a", { href: `/trials/${t.id}` }, t.id) },
-    { label: sortHeader(exp, `Best ${metric}`, BY_METRIC), class: "num best-metric",
-      cell: (t) => fmtNumber(t.searcherMetricValue) },
-    { label: `Latest ${metric}`, class: "num",
+    { name: "Trial", label: sortHeader(exp, "Trial", "SORT_BY_ID"),
+      cell: (t) => el("span", {}, el("input", { type: "checkbox", class: "select-trial",
+        "aria-label": `select trial ${t.id}`, checked: selected.has(t.id), onchange: (event) => {
+          if (event.target.checked) selected.set(t.id, t);
+          else selected.delete(t.id);
+          replace(compareSlot, compareButton());
+        } }), " ", el("a", { href: `/trials/${t.id}` }, t.id)) },
+    { name: `Best ${metric}`, label: sortHeader(exp, `Best ${metric}`, BY_METRIC),
+      class: "num best-metric", cell: (t) => fmtNumber(t.searcherMetricValue) },
+    { name: `Latest ${metric}`, label: `Latest ${metric}`, class: "num",
       cell: (t) => fmtNumber(reportValues(t.latestValidation)[metric]) },
-    { label: sortHeader(exp, "State", "SORT_BY_STATE"), cell: (t) => stateBadge(t.state) },
-    { label: sortHeader(exp, "Batches", "SORT_BY_BATCHES_PROCESSED"), class: "num batches",
-      cell: (t) => t.totalBatchesProcessed },
-    { label: sortHeader(exp, "Restarts", "SORT_BY_RESTARTS"), class: "num",
+    { name: "State", label: sortHeader(exp, "State", "SORT_BY_STATE"),
+      cell: (t) => stateBadge(t.state) },
+    { name: "Batches", label: sortHeader(exp, "Batches", "SORT_BY_BATCHES_PROCESSED"),
+      class: "num batches", cell: (t) => t.totalBatchesProcessed },
+    { name: "Restarts", label: sortHeader(exp, "Restarts", "SORT_BY_RESTARTS"), class: "num",
       cell: (t) => t.restarts },
-    { label: "Status", cell: (t) => t.searcherStatus || "" },
-    ...hps.map((name) => ({ label: name, class: "num hp", cell: (t) => hpValue(flat(t)[name]) })),
+    { name: "Status", label: "Status", cell: (t) => t.searcherStatus || "" },
+    ...hps.map((name) => ({ name, label: sortHeader(exp, name, `hp.${name}`), class: "num hp",
+      cell: (t) => hpValue(flat(t)[name]) })),
   ];
+  const shown = columns.filter((c) => c.name === "Trial" || !hiddenColumns.has(c.name));
   replace(trialBox, el("h2", {}, `Trials (${total})`),
+    el("div", { class: "controls" }, stateFilter(),
+      columnChooser(columns.slice(1).map((c) => c.name)), compareSlot),
     total > PAGE_SIZE || page.offset ? pager(exp, trials.length, total) : "",
-    table(columns, trials, (t) => ({
+    el("div", { class: "table-scroll" }, table(shown, trials, (t) => ({
       class: `trial-row${t.id === exp.bestTrialId ? " best" : ""}`, "data-trial-id": t.id,
       "data-state": shortState(t.state),
-    })));
+    }))));
+  replace(compareSlot, compareButton());
+}
+
+// The page's trials by the searcher metric, best first (those without one last).
+function ranked(trials) {
+  const sign = summary.experiment.smallerIsBetter ? 1 : -1;
+  const score = (t) => (typeof t.searcherMetricValue === "number" ? sign * t.searcherMetricValue
+    : Infinity);
+  return [...trials].sort((a, b) => score(a) - score(b) || a.id - b.id);
 }
 
 function renderScatter() {
@@ -284,31 +356,99 @@ function renderScatter() {
   const varies = (name) => new Set(trials.map((t) => JSON.stringify(flat(t)[name]))).size > 1;
   const chosen = names.includes(pickedHp) ? pickedHp : names.find(varies) || names[0];
   replace(hpSelect, names.map((n) => el("option", { value: n, selected: n === chosen }, n)));
+  const order = ranked(trials).map((t) => t.id);
   const scored = trials.filter((t) => typeof t.searcherMetricValue === "number" && chosen
     && flat(t)[chosen] !== undefined);
   const numeric = scored.every((t) => typeof flat(t)[chosen] === "number");
-  const categories = numeric ? null
-    : [...new Set(scored.map((t) => String(hpValue(flat(t)[chosen]))))].sort();
-  const ids = trials.map((t) => t.id).sort((a, b) => a - b);
-  const points = scored.map((t) => ({
+  const kind = numeric ? kinds[chosen] || "double" : "categorical";
+  drawScatter(scatterBox, scored.map((t) => ({
     x: numeric ? flat(t)[chosen] : String(hpValue(flat(t)[chosen])),
     y: t.searcherMetricValue,
-    label: `trial ${t.id}: ${chosen}=${hpValue(flat(t)[chosen])}, `
+    text: `trial ${t.id}: ${chosen}=${hpValue(flat(t)[chosen])}, `
       + `${exp.searcherMetric}=${fmtNumber(t.searcherMetricValue)}`,
-    color: color(ids.indexOf(t.id)),
-  }));
-  replace(scatterBox, scatterChart(points,
-    { xLabel: chosen || "", yLabel: `best ${exp.searcherMetric}`, categories }));
+    color: rankColor(order.indexOf(t.id)),
+  })), { xLabel: chosen || "", yLabel: `best ${exp.searcherMetric}`, kind });
 }
 
-// One chart stays readable (and one query small) with at most MAX_CURVES lines: the best trials.
-function curveTrialIds(trials) {
-  if (trials.length <= MAX_CURVES) return trials.map((t) => t.id);
-  const sign = summary.experiment.smallerIsBetter ? 1 : -1;
-  const score = (t) => (typeof t.searcherMetricValue === "number" ? sign * t.searcherMetricValue
-    : Infinity);
-  return [...trials].sort((a, b) => score(a) - score(b) || a.id - b.id).slice(0, MAX_CURVES)
-    .map((t) => t.id);
+// Parallel coordinates over the experiment's trials (up to HP_VIEW_TRIALS, the best), drawn
+// once the chart is scrolled into view (a thousand lines take a GPU-less browser seconds).
+let parallelSeen = false;
+
+async function renderParallel() {
+  const exp = summary.experiment;
+  const { trials } = await api(`/api/v1/experiments/${experimentId}/trials${query({
+    limit: HP_VIEW_TRIALS, sortBy: BY_METRIC,
+    orderBy: exp.smallerIsBetter ? "ORDER_BY_ASC" : "ORDER_BY_DESC" })}`);
+  const scored = trials.filter((t) => typeof t.searcherMetricValue === "number");
+  const names = hparamNames(scored).filter((n) => kinds[n] !== "const"
+    && new Set(scored.map((t) => JSON.stringify(flat(t)[n]))).size > 1);
+  drawParallel(parallelBox, names.map((name) => ({
+    label: name, kind: scored.every((t) => typeof flat(t)[name] === "number")
+      ? kinds[name] || "double" : "categorical",
+    values: scored.map((t) => flat(t)[name]),
+  })), { label: exp.searcherMetric, values: scored.map((t) => t.searcherMetricValue) },
+  { smallerIsBetter: exp.smallerIsBetter });
+  parallelBox.dataset.trials = String(scored.length);
+}
+
+async function renderImportance() {
+  const importance = await api(`/api/v1/experiments/${experimentId}/hyperparameter-importance`);
+  drawImportance(importanceBox, importance.importance, { metric: importance.metric });
+  importanceBox.dataset.trials = String(importance.trials);
+}
+
+function drawParallelWhenSeen() {
+  new IntersectionObserver((entries, observer) => {
+    if (!entries.some((entry) => entry.isIntersecting)) return;
+    observer.disconnect();
+    parallelSeen = true;
+    renderParallel().catch((error) => console.error(error));
+  }).observe(parallelBox);
+}
+
+// Both are re-read at most every HP_VIEW_SECONDS while the experiment's trials change.
+let hpViewStamp = "";
+let hpViewTimer = null;
+function refreshHpViews() {
+  const stamp = JSON.stringify(summary.experiment.trialStates || {})
+    + summary.experiment.bestValidation;
+  if (stamp === hpViewStamp || hpViewTimer) return;
+  hpViewStamp = stamp;
+  renderImportance().catch((error) => console.error(error));
+  if (parallelSeen) renderParallel().catch((error) => console.error(error));
+  hpViewTimer = setTimeout(() => {
+    hpViewTimer = null;
+    refreshHpViews();
+  }, HP_VIEW_SECONDS * 1000);
+}
+
+// The selected trials side by side: their curves overlaid and their hyperparameters in
+// columns, the rows where they differ highlighted.
+async function renderCompare() {
+  const trials = [...selected.values()];
+  const exp = summary.experiment;
+  const names = hparamNames(trials);
+  const rows = [
+    { name: `best ${exp.searcherMetric}`, values: trials.map((t) => fmtNumber(t.searcherMetricValue)) },
+    { name: "state", values: trials.map((t) => shortState(t.state)) },
+    { name: "batches", values: trials.map((t) => String(t.totalBatchesProcessed)) },
+    ...names.map((name) => ({ name, values: trials.map((t) => hpValue(flat(t)[name])) })),
+  ];
+  const curveHolder = el("div", { id: "compare-curves" });
+  replace(compareBox, el("h2", {}, `Comparing trials ${trials.map((t) => t.id).join(", ")}`),
+    el("button", { type: "button", id: "compare-close", onclick: () => replace(compareBox) },
+      "close"),
+    curveHolder,
+    el("table", { id: "compare-table" },
+      el("thead", {}, el("tr", {}, el("th", {}, ""),
+        trials.map((t) => el("th", {}, el("a", { href: `/trials/${t.id}` }, `trial ${t.id}`))))),
+      el("tbody", {}, rows.map((row) => el("tr", {
+        class: new Set(row.values).size > 1 ? "differs" : "same", "data-name": row.name },
+      el("th", {}, row.name), row.values.map((v) => el("td", { class: "num" }, v)))))));
+  compareBox.scrollIntoView();
+  const panel = new CurvePanel(curveHolder, { group: "validation",
+    preferred: { validation: exp.searcherMetric } });
+  await panel.load(ranked(trials).map((t) => t.id));
 }
 
 // Curves are re-read when a trial reported something new, at most every couple of seconds; a
@@ -321,7 +461,7 @@ function refreshCurves(trials) {
   if (curveTimer) return;
   curveStamp = stamp;
   pendingTrials = null;
-  curves.load(curveTrialIds(trials)).catch((error) => console.error(error));
+  curves.load(ranked(trials).map((t) => t.id)).catch((error) => console.error(error));
   curveTimer = setTimeout(() => {
     curveTimer = null;
     if (pendingTrials) refreshCurves(pendingTrials);
@@ -334,12 +474,16 @@ function show(next) {
   renderError(next.experiment).catch((error) => console.error(error));
   renderTrials(next.experiment, next.trials, next.pagination.total);
   renderScatter();
-  if (curves) refreshCurves(next.trials);
+  if (curves) {
+    refreshCurves(next.trials);
+    refreshHpViews();
+  }
   main.dataset.state = shortState(next.experiment.state);
 }
 
 async function refreshOnce() {
-  const { experiment } = await api(`/api/v1/experiments/${experimentId}`);
+  const { experiment, config } = await api(`/api/v1/experiments/${experimentId}`);
+  kinds = hpKinds(config.hyperparameters);
   if (page.sortBy === null) {
     page.sortBy = experiment.numTrials > PAGE_SIZE ? BY_METRIC : "SORT_BY_ID";
   }
@@ -363,9 +507,11 @@ async function start() {
   if (!(await startPage())) return;
   replace(main, header, errorBox,
     el("h2", {}, "Learning curves"), curveBox,
-    trialBox,
+    trialBox, compareBox,
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),
-      el("label", {}, "hyperparameter ", hpSelect), scatterBox));
+      el("label", {}, "hyperparameter ", hpSelect), scatterBox),
+    el("section", { class: "panel" }, el("h2", {}, "Parallel coordinates"), parallelBox),
+    el("section", { class: "panel" }, el("h2", {}, "Hyperparameter importance"), importanceBox));
   await refreshOnce();
   main.append(detailsBox);
   renderDetails(summary.experiment);
@@ -375,7 +521,10 @@ async function start() {
   });
   curveStamp = "";
   refreshCurves(summary.trials);
+  refreshHpViews();
+  drawParallelWhenSeen();
   followPage();
+  main.dataset.loaded = String(Math.round(performance.now()));
 }
 
 start().catch((error) => replace(main, el("p", { class: "error" }, String(error.message))));

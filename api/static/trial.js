@@ -2,7 +2,7 @@
 // (GET /api/v1/trials/{id}/logs/stream; without the stream, the lines so far).
 
 import { api, every, follow, lastErrorLines, startPage, token } from "/static/api.js";
-import { color, lineChart } from "/static/charts.js";
+import { drawLines, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
   from "/static/dom.js";
@@ -99,8 +99,8 @@ function drawSystem() {
   const points = systemReports.filter((r) => typeof r.metrics[metric] === "number")
     .map((r) => [(r.stepsCompleted - start) / 1000, r.metrics[metric]]);
   systemBox.dataset.metric = metric;
-  replace(systemChart, lineChart([{ name: metric, color: color(0), points }],
-    { xLabel: "seconds", yLabel: metric }));
+  drawLines(systemChart, [{ name: metric, color: rankColor(0), points }],
+    { xLabel: "seconds", yLabel: metric, height: 260 });
   const last = systemReports[systemReports.length - 1];
   replace(systemLatest, last ? `latest (${fmtTime(last.reportTime)}): ` + Object.entries(
     last.metrics).map(([k, v]) => `${k} ${systemValue(k, v)}`).join(" · ") : "");

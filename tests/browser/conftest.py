@@ -8,10 +8,14 @@ CI (CI=true), where they fail.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import asyncpg
 import httpx
 import pytest
 import yaml
@@ -32,7 +36,10 @@ try:
 except ImportError:  # the `test` extra is not installed
     sync_playwright = None  # type: ignore[assignment]
 
+T = TypeVar("T")
+
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
+ADMIN = "admin"
 # Long enough (about 30 s a trial) to pause and activate it while it runs.
 STEPS = 150
 LEARNING_RATES = [0.03, 0.2]
@@ -139,3 +146,25 @@ def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def log_in(page: Page, password: str) -> None:
+    page.fill("#username", ADMIN)
+    page.fill("#password", password)
+    page.click("#login-button")
+
+
+def on_database(db_url: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    """Run `work` on a connection to the cluster's database (jsonb as Python values), in a thread
+    of its own: Playwright's sync API holds this thread's event loop."""
+    async def run() -> T:
+        conn = await asyncpg.connect(db_url)
+        try:
+            await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
+                                      schema="pg_catalog")
+            return await work(conn)
+        finally:
+            await conn.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, run()).result()

@@ -9,12 +9,9 @@ of every page goes to test-artifacts/screenshots/.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import re
 import tarfile
-from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,21 +20,21 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests.browser.conftest import LEARNING_RATES, STEPS, TIMEOUT_MS, api_get, screenshot
+from tests.browser.conftest import (
+    ADMIN,
+    LEARNING_RATES,
+    STEPS,
+    TIMEOUT_MS,
+    api_get,
+    log_in,
+    on_database,
+    screenshot,
+)
 from tests.e2e.cluster import SLOW_MODEL, Cluster
 
 pytestmark = pytest.mark.slow
 
 T = TypeVar("T")
-
-ADMIN = "admin"
-
-
-def log_in(page: Page, password: str) -> None:
-    page.fill("#username", ADMIN)
-    page.fill("#password", password)
-    page.click("#login-button")
-
 
 @pytest.fixture(scope="module")
 def logged_in(
@@ -55,7 +52,7 @@ def logged_in(
 
 
 def chart_points(page: Page, selector: str, at_least: int = 2) -> int:
-    """Wait until the SVG chart at `selector` has drawn `at_least` points; return how many."""
+    """Wait until the chart at `selector` has drawn `at_least` points; return how many."""
     page.wait_for_function(
         "([sel, n]) => Number(document.querySelector(sel)?.dataset.points || 0) >= n",
         arg=[selector, at_least],
@@ -113,21 +110,23 @@ def test_experiment_page_draws_curves_trials_and_scatter(
         expect(page.get_by_role("columnheader", name=hparam, exact=True)).to_have_count(1)
 
     # Validation curves first (the searcher metric), one line per trial.
-    chart_points(page, "#curves svg.line-chart", at_least=2 * len(LEARNING_RATES))
-    expect(page.locator("#curves path.series")).to_have_count(len(LEARNING_RATES))
+    chart_points(page, "#curves .line-chart", at_least=2 * len(LEARNING_RATES))
+    expect(page.locator("#curves .line-chart")).to_have_attribute(
+        "data-series", str(len(LEARNING_RATES)))
     expect(page.locator("#curves")).to_have_attribute("data-metric", "validation_loss")
 
     page.click("#curves button[data-group='training']")
     expect(page.locator("#curves")).to_have_attribute("data-group", "training")
     expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
-    training = chart_points(page, "#curves svg.line-chart", at_least=10)
-    path = page.locator("#curves path.series").first.get_attribute("d") or ""
-    assert path.count("L") >= 5, path  # a drawn polyline, not a dot
+    training = chart_points(page, "#curves .line-chart", at_least=10)
+    drawn = page.evaluate("() => document.querySelector('#curves .line-chart').data"
+                          ".map((t) => [t.mode, t.x.length])")
+    assert all(mode == "lines" and n >= 5 for mode, n in drawn), drawn  # polylines, not dots
 
     # The scatter starts on the hyperparameter that differs between trials.
     expect(page.locator("#hp-select")).to_have_value("lr")
-    chart_points(page, "#hp-scatter svg.scatter-chart", at_least=len(LEARNING_RATES))
-    expect(page.locator("#hp-scatter circle.point")).to_have_count(len(LEARNING_RATES))
+    chart_points(page, "#hp-scatter", at_least=len(LEARNING_RATES))
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-points", str(len(LEARNING_RATES)))
 
     # Live: the trials table moves on without a reload.
     batches = page.locator("tr.trial-row td.batches").first
@@ -181,7 +180,7 @@ def test_trial_page_shows_curves_live_logs_and_checkpoints(
     expect(page.locator("#trial-header h1")).to_contain_text(f"Trial {trial['id']}")
     expect(page.locator("#trial-header")).to_contain_text(f"lr={trial['hparams']['lr']}")
 
-    chart_points(page, "#curves svg.line-chart", at_least=5)
+    chart_points(page, "#curves .line-chart", at_least=5)
     expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
     expect(page.locator("tr.checkpoint-row").first).to_be_visible()
     # A checkpoint's files download as a tar through the master (shared_fs here, S3 alike).
@@ -228,7 +227,7 @@ def test_experiment_page_follows_the_experiment_to_its_end(
     expect(page.locator("tr.trial-row[data-state='COMPLETED']")).to_have_count(len(LEARNING_RATES))
     expect(page.locator("button[data-action='pause']")).to_be_disabled()
     # Every validation (one per checkpoint, every 5 batches) of both trials is on the chart.
-    chart_points(page, "#curves svg.line-chart", at_least=len(LEARNING_RATES) * STEPS // 5)
+    chart_points(page, "#curves .line-chart", at_least=len(LEARNING_RATES) * STEPS // 5)
     expect(page.locator("#experiment-header .progress")).to_contain_text("100%")
     screenshot(page, "experiment")
 
@@ -237,22 +236,6 @@ def test_experiment_page_follows_the_experiment_to_its_end(
     expect(row.locator(".state")).to_have_text("COMPLETED")
     expect(row).to_contain_text("validation_loss")
     page.close()
-
-
-def on_database(db_url: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-    """Run `work` on a connection to the cluster's database (jsonb as Python values), in a thread
-    of its own: Playwright's sync API holds this thread's event loop."""
-    async def run() -> T:
-        conn = await asyncpg.connect(db_url)
-        try:
-            await conn.set_type_codec("jsonb", encoder=json.dumps, decoder=json.loads,
-                                      schema="pg_catalog")
-            return await work(conn)
-        finally:
-            await conn.close()
-
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run()).result()
 
 
 def seed_failed_trial(db_url: str) -> tuple[int, int]:
@@ -465,7 +448,7 @@ def test_experiment_of_many_trials_pages_its_table(
     expect(rows.first).to_have_attribute("data-trial-id", str(best_first[0]))
     expect(page.locator("#trial-sort")).to_have_value("SORT_BY_BEST_VALIDATION_METRIC")
     expect(page.locator("#trials-prev")).to_be_disabled()
-    expect(page.locator("#hp-scatter circle.point")).to_have_count(100)
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-points", "100")
     screenshot(page, "experiment-many-trials")
 
     page.click("#trials-next")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import uuid
 from pathlib import Path
 from typing import Any
@@ -220,6 +221,52 @@ async def test_trials_are_sorted_and_paged_by_their_best_validation_in_sql(
     too_many = await api.get(f"/api/v1/experiments/{experiment_id}/stream",
                              params={"limit": 100_000})
     assert too_many.status_code == 400
+    await live_master.pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)
+
+
+async def test_trials_sort_by_a_hyperparameter_and_importance_ranks_them(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Any hyperparameter (nested: dotted) sorts the trials in SQL; importance names the one
+    that decides the searcher metric."""
+    config = {"name": "by-hparam", "entrypoint": "python3 train.py",
+              "searcher": {"name": "random", "metric": "loss", "max_trials": 30,
+                           "max_length": {"batches": 10}},
+              "resources": {"resource_pool": "default"},
+              "hyperparameters": {"lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1},
+                                  "opt": {"m": {"type": "double", "minval": 0, "maxval": 1}},
+                                  "fixed": 3}}
+    rows = [(10 ** (-4 + 3 * ((i * 0.618) % 1)), (i * 0.414) % 1) for i in range(30)]
+    async with live_master.pool.acquire() as conn:
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner)"
+            " VALUES ('by-hparam', $1, '', 1, 'COMPLETED', 'admin') RETURNING id", config)
+        ids = [await conn.fetchval(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+            " searcher_metric_value) VALUES ($1, $2, $3, 1, 'COMPLETED', $4) RETURNING id",
+            experiment_id, i, {"lr": lr, "opt": {"m": m}, "fixed": 3},
+            abs(math.log10(lr) + 2.5) + 0.1 * m) for i, (lr, m) in enumerate(rows)]
+
+    async def order(**params: Any) -> list[int]:
+        answer = await api.get(f"/api/v1/experiments/{experiment_id}/trials", params=params)
+        assert answer.status_code == 200, answer.text
+        return [t["id"] for t in answer.json()["trials"]]
+
+    by_m = [ids[i] for i in sorted(range(30), key=lambda i: rows[i][1])]
+    assert await order(sortBy="hp.opt.m") == by_m
+    assert await order(sortBy="hp.opt.m", orderBy="ORDER_BY_DESC") == by_m[::-1]
+    assert await order(sortBy="hp.opt.m", limit=3, offset=2) == by_m[2:5]
+    bad = await api.get(f"/api/v1/experiments/{experiment_id}/trials",
+                        params={"sortBy": "hp.opt m; DROP TABLE trials"})
+    assert bad.status_code == 400 and "sortBy" in bad.text
+
+    answer = await api.get(f"/api/v1/experiments/{experiment_id}/hyperparameter-importance")
+    assert answer.status_code == 200, answer.text
+    found = answer.json()
+    assert (found["metric"], found["trials"]) == ("loss", 30)
+    assert list(found["importance"])[0] == "lr" and set(found["importance"]) == {"lr", "opt.m"}
+    missing = await api.get("/api/v1/experiments/987654321/hyperparameter-importance")
+    assert missing.status_code == 404
     await live_master.pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)
 
 

@@ -3,13 +3,14 @@ hyperparameters from what the trials before it reported, and the config that ask
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 from typing import Any
 
 import pytest
 
-from activities.model_sampling import Observation, at_one_length, propose
+from activities.model_sampling import Observation, at_one_length, importance, propose
 from api.errors import ApiError
 from api.routes.experiments import normalized_config
 from common.expconf import ConfigError, validate_experiment_config
@@ -111,3 +112,26 @@ def test_bad_sampler_settings_name_the_field() -> None:
         "searcher.sampler.options.n_startup: not an option of Optuna's TPESampler (it takes "
         + refused.value.details[0].split("(it takes ", 1)[1]]
     assert "n_startup_trials" in refused.value.details[0]
+
+
+def test_importance_names_the_hyperparameter_that_decides_the_metric() -> None:
+    """The loss is set by the learning rate's distance from 1e-2.5 and a little by momentum;
+    the other hyperparameters are noise. Constants are not ranked."""
+    rng = random.Random(3)
+    scored = []
+    for _ in range(300):
+        hparams = {"x": rng.random(), "lr": 10 ** rng.uniform(-4, -1),
+                   "units": rng.randint(16, 256),
+                   "layers": rng.choice(SPACE["layers"]["vals"]), "fixed": 3,
+                   "optimizer": {"momentum": rng.uniform(0.5, 0.99), "name": "sgd"}}
+        loss = abs(math.log10(hparams["lr"]) + 2.5) \
+            + 0.2 * hparams["optimizer"]["momentum"]
+        scored.append((hparams, loss))
+    shares = importance(config({"name": "random", "max_trials": 300}), scored)
+    assert set(shares) == {"x", "lr", "units", "layers", "optimizer.momentum"}
+    assert next(iter(shares)) == "lr" and shares["lr"] > 0.5, shares
+    assert sum(shares.values()) == pytest.approx(1.0)
+    # Too few trials to say anything, or trials from another space (a fork's): nothing.
+    assert importance(config({"name": "random", "max_trials": 3}), scored[:1]) == {}
+    assert importance(config({"name": "random", "max_trials": 3}),
+                      [({"other": 1}, 0.5), ({"other": 2}, 0.4)]) == {}

@@ -1,0 +1,313 @@
+"""Analysing a search in the dashboard (headless Chromium): a finished 40-trial search written to
+the database (log, double, int, categorical and nested hyperparameters; training and validation
+curves) read through its learning curves (hover, zoom, log axis, smoothing, legend), trials table
+(sort by any column, filter by state, choose columns, compare), scatter, parallel coordinates and
+hyperparameter importance; and the page of a 1,000-trial search, timed.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.browser.conftest import REPO, log_in, on_database, screenshot
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+STEPS = 20
+VALIDATE_EVERY = 5
+HPARAMS = {
+    "lr": {"type": "log", "minval": -4, "maxval": -1, "base": 10},
+    "optimizer": {"momentum": {"type": "double", "minval": 0, "maxval": 1},
+                  "name": {"type": "const", "val": "sgd"}},
+    "layers": {"type": "int", "minval": 1, "maxval": 4},
+    "activation": {"type": "categorical", "vals": ["relu", "tanh", "gelu"]},
+}
+# Every 13th trial failed (its curves are still there).
+FAILED = "r % 13 = 5"
+
+
+def seed_search(db_url: str, count: int) -> tuple[int, list[int]]:
+    """A finished random search of `count` trials; each trial's loss is set mostly by how far
+    its learning rate is from 10^-2.5 and a little by its momentum, and falls over STEPS
+    batches (training every batch, validation every VALIDATE_EVERY). Returns the experiment's
+    id and its trial ids by request id."""
+    async def seed(conn: asyncpg.Connection) -> tuple[int, list[int]]:
+        config = {"name": "analysis", "entrypoint": "python3 train.py",
+                  "searcher": {"name": "random", "metric": "validation_loss",
+                               "smaller_is_better": True, "max_trials": count,
+                               "max_length": {"batches": STEPS}},
+                  "resources": {"resource_pool": "default"}, "hyperparameters": HPARAMS}
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+            " planned_trials, end_time) VALUES ('analysis', $1, '', 1, 'COMPLETED', 'admin', $2,"
+            " now()) RETURNING id", config, count)
+        ids = await conn.fetchval(
+            "WITH h AS (SELECT r, power(10, -4 + 3 * ((r * 0.6180339887) % 1)) AS lr,"
+            "  (r * 0.41421356) % 1 AS momentum FROM generate_series(0, $2 - 1) r),"
+            " t AS (INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+            "  steps_completed, progress, end_time)"
+            "  SELECT $1, r, jsonb_build_object('lr', lr, 'optimizer',"
+            "   jsonb_build_object('momentum', momentum, 'name', 'sgd'), 'layers', 1 + r % 4,"
+            "   'activation', (ARRAY['relu', 'tanh', 'gelu'])[1 + r % 3]), r,"
+            f"   CASE WHEN {FAILED} THEN 'ERROR' ELSE 'COMPLETED' END, $3, 1, now() FROM h"
+            "  RETURNING id, request_id,"
+            "   0.1 + 0.5 * abs(log((hparams ->> 'lr')::float8) + 2.5)"
+            "   + 0.05 * (hparams #>> '{optimizer,momentum}')::float8 AS final),"
+            " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+            "  SELECT id, g, s, CASE g WHEN 'validation' THEN jsonb_build_object("
+            "    'validation_loss', final + 1.0 / (1 + s), 'accuracy', 1 - final / 2)"
+            "   ELSE jsonb_build_object('loss', final + 1.2 / (1 + s) + 0.02 * ((s * 7) % 3)) END"
+            "  FROM t, generate_series(1, $3) s, unnest(ARRAY['training', 'validation']) g"
+            "  WHERE g = 'training' OR s % $4 = 0)"
+            " SELECT array_agg(id ORDER BY request_id) FROM t",
+            experiment_id, count, STEPS, VALIDATE_EVERY)
+        await conn.execute("SELECT refresh_best_validation($1::int[])", ids)
+        return experiment_id, list(ids)
+
+    return on_database(db_url, seed)
+
+
+def final_loss(request_id: int) -> float:
+    """The validation loss seed_search gave trial `request_id` at its last step."""
+    lr = 10 ** (-4 + 3 * ((request_id * 0.6180339887) % 1))
+    momentum = (request_id * 0.41421356) % 1
+    return 0.1 + 0.5 * abs(math.log10(lr) + 2.5) + 0.05 * momentum + 1 / (1 + STEPS)
+
+
+@pytest.fixture(scope="module")
+def analyst(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
+    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(30_000)
+    page = ctx.new_page()
+    page.goto("/")
+    log_in(page, cluster.secrets["admin_password"])
+    expect(page.locator("#whoami")).to_have_text("admin")
+    page.close()
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture(scope="module")
+def search(cluster: Cluster) -> tuple[int, list[int]]:
+    return seed_search(cluster.env["EPOCHAL_DB_URL"], 40)
+
+
+def open_search(ctx: BrowserContext, experiment_id: int) -> tuple[Page, list[str]]:
+    """The experiment's page once its table and curves are drawn, and the page's JS errors."""
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page.locator("tr.trial-row")).to_have_count(40)
+    page.wait_for_function("() => Number(document.querySelector('#curves .line-chart')"
+                           "?.dataset.series || 0) === 40")
+    return page, errors
+
+
+def chart(page: Page, selector: str, expression: str) -> object:
+    """`expression` over the Plotly chart at `selector` (bound as `gd`)."""
+    return page.evaluate(f"() => {{ const gd = document.querySelector({selector!r});"
+                         f" return {expression}; }}")
+
+
+def test_learning_curves_hover_zoom_log_smoothing_and_legend(
+    analyst: BrowserContext, search: tuple[int, list[int]]
+) -> None:
+    experiment_id, ids = search
+    page, errors = open_search(analyst, experiment_id)
+    curves = "#curves .line-chart"
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "validation_loss")
+    # Ten distinct colours for the ten best trials, grey for the rest; the best drawn thickest,
+    # on top.
+    colours = chart(page, curves, "gd.data.map((t) => t.line.color)")
+    assert isinstance(colours, list) and len(set(colours)) == 11, colours
+    best = min(range(40), key=final_loss)
+    top = chart(page, curves, "[gd.data.at(-1).name, gd.data.at(-1).line.width]")
+    assert top == [f"trial {ids[best]}", 3], top
+    screenshot(page, "search-curves")
+
+    # Hover: every trial's value at the step under the mouse.
+    plot = page.locator(f"{curves} .nsewdrag").first
+    plot.scroll_into_view_if_needed()
+    box = plot.bounding_box()
+    assert box is not None
+    page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    hover = page.locator(f"{curves} .hoverlayer")
+    expect(hover).to_contain_text(f"trial {ids[best]}: ")
+    text = hover.text_content() or ""
+    assert re.search(r"trial \d+: \d+\.\d+", text), text
+    screenshot(page, "search-curves-hover")
+
+    # Zoom: drag over the middle of the x axis; a double-click resets it.
+    page.mouse.move(box["x"] + box["width"] * 0.3, box["y"] + box["height"] * 0.5)
+    page.mouse.down()
+    page.mouse.move(box["x"] + box["width"] * 0.6, box["y"] + box["height"] * 0.5, steps=8)
+    page.mouse.up()
+    page.wait_for_function(f"() => !document.querySelector({curves!r})._fullLayout"
+                           ".xaxis.autorange")
+    low, high = chart(page, curves, "gd._fullLayout.xaxis.range")  # type: ignore[misc]
+    assert 5 < low < high < 15, (low, high)
+    page.mouse.dblclick(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
+    page.wait_for_function(f"() => document.querySelector({curves!r})._fullLayout"
+                           ".xaxis.autorange")
+
+    # Log y, then smoothing (a smoothed value differs from the one reported).
+    page.check("#curves .log-y")
+    page.wait_for_function(f"() => document.querySelector({curves!r})._fullLayout"
+                           ".yaxis.type === 'log'")
+    raw = chart(page, "#curves .line-chart", "gd.data[0].y.slice()")
+    page.locator("#curves .smoothing").fill("0.9")
+    page.wait_for_function(f"([raw]) => document.querySelector({curves!r}).data[0].y[1]"
+                           " !== raw[1]", arg=[raw])
+
+    # The legend hides a trial (click) and isolates one (double-click).
+    page.locator(f"{curves} .legend .traces").first.click()
+    page.wait_for_function(f"() => document.querySelector({curves!r}).data"
+                           ".filter((t) => t.visible === 'legendonly').length === 1")
+
+    # Training and validation overlaid, and two metrics at once.
+    page.click("#curves button[data-group='both']")
+    page.wait_for_function(f"() => document.querySelector({curves!r})?.dataset.series === '80'")
+    page.click("#curves button[data-group='validation']")
+    page.select_option("#curves .metric-select", ["accuracy", "validation_loss"])
+    expect(page.locator("#curves .line-chart")).to_have_count(2)
+    screenshot(page, "search-curves-two-metrics")
+    assert not errors, errors
+    page.close()
+
+
+def test_trials_table_sorts_filters_chooses_columns_and_compares(
+    analyst: BrowserContext, search: tuple[int, list[int]]
+) -> None:
+    experiment_id, ids = search
+    page, errors = open_search(analyst, experiment_id)
+    rows = page.locator("tr.trial-row")
+    # Nested hyperparameters are their own columns.
+    for name in ("optimizer.momentum", "optimizer.name", "lr", "layers", "activation"):
+        expect(page.get_by_role("columnheader", name=name, exact=True)).to_have_count(1)
+
+    # Sort by the metric (best first), then by a hyperparameter, both ways.
+    page.click("th button[data-sort='SORT_BY_BEST_VALIDATION_METRIC']")
+    by_loss = sorted(range(40), key=final_loss)
+    expect(rows.first).to_have_attribute("data-trial-id", str(ids[by_loss[0]]))
+    expect(rows.last).to_have_attribute("data-trial-id", str(ids[by_loss[-1]]))
+    page.click("th button[data-sort='hp.optimizer.momentum']")
+    by_momentum = sorted(range(40), key=lambda r: (r * 0.41421356) % 1)
+    expect(rows.first).to_have_attribute("data-trial-id", str(ids[by_momentum[0]]))
+    page.click("th button[data-sort='hp.optimizer.momentum']")
+    expect(rows.first).to_have_attribute("data-trial-id", str(ids[by_momentum[-1]]))
+
+    # Filter by state.
+    failed = [ids[r] for r in range(40) if r % 13 == 5]
+    page.select_option("#trial-state-filter", "STATE_ERROR")
+    expect(rows).to_have_count(len(failed))
+    page.select_option("#trial-state-filter", "")
+    expect(rows).to_have_count(40)
+
+    # Hide a column; it stays hidden on the next visit.
+    page.click("#column-chooser summary")
+    page.uncheck("#column-chooser input[data-column='Restarts']")
+    expect(page.get_by_role("columnheader", name="Restarts")).to_have_count(0)
+    page.reload()
+    expect(rows).to_have_count(40)
+    expect(page.get_by_role("columnheader", name="Restarts")).to_have_count(0)
+    page.click("#column-chooser summary")
+    page.check("#column-chooser input[data-column='Restarts']")
+    expect(page.get_by_role("columnheader", name="Restarts")).to_have_count(1)
+
+    # Compare three trials: curves overlaid, hyperparameters side by side, differences marked.
+    picked = ids[:3]
+    for trial_id in picked:
+        page.check(f"tr.trial-row[data-trial-id='{trial_id}'] input.select-trial")
+    expect(page.locator("#compare-button")).to_have_text("compare 3 selected")
+    page.click("#compare-button")
+    compare = page.locator("#compare-table")
+    expect(compare.locator("thead th")).to_have_count(4)
+    expect(compare.locator("tr[data-name='lr']")).to_have_class("differs")
+    expect(compare.locator("tr[data-name='optimizer.name']")).to_have_class("same")
+    expect(compare.locator("tr[data-name='layers'] td")).to_have_text(["1", "2", "3"])
+    page.wait_for_function("() => document.querySelector('#compare-curves .line-chart')"
+                           "?.dataset.series === '3'")
+    screenshot(page, "search-compare")
+    assert not errors, errors
+    page.close()
+
+
+def test_hyperparameter_scatter_parallel_coordinates_and_importance(
+    analyst: BrowserContext, search: tuple[int, list[int]]
+) -> None:
+    experiment_id, _ = search
+    page, errors = open_search(analyst, experiment_id)
+    # The scatter of a log hyperparameter has a log axis.
+    page.select_option("#hp-select", "lr")
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-xaxis", "log")
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-points", "40")
+    page.select_option("#hp-select", "activation")
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-xaxis", "category")
+
+    # Parallel coordinates: one line per trial, an axis per varying hyperparameter and the metric
+    # (drawn once in view).
+    parallel = page.locator("#hp-parallel")
+    parallel.scroll_into_view_if_needed()
+    expect(parallel).to_have_attribute("data-points", "40")
+    labels = chart(page, "#hp-parallel", "gd.data[0].dimensions.map((d) => d.label)")
+    assert labels == ["activation", "layers", "lr (log)", "optimizer.momentum",
+                      "validation_loss"], labels
+    lengths = chart(page, "#hp-parallel", "gd.data[0].dimensions.map((d) => d.values.length)")
+    assert lengths == [40] * 5, lengths
+    expect(parallel.locator("g.parcoords-line-layers, canvas").first).to_be_attached()
+
+    # Importance: the learning rate decides the loss.
+    importance = page.locator("#hp-importance")
+    expect(importance).to_have_attribute("data-points", "4")
+    expect(importance).to_have_attribute("data-trials", "40")
+    ranked = chart(page, "#hp-importance", "gd.data[0].y.slice().reverse()")
+    assert isinstance(ranked, list) and ranked[0] == "lr", ranked
+    parallel.scroll_into_view_if_needed()
+    screenshot(page, "search-hyperparameters")
+    assert not errors, errors
+    page.close()
+
+
+def test_the_page_of_a_thousand_trial_search_loads_fast(
+    analyst: BrowserContext, cluster: Cluster
+) -> None:
+    """Measured, not asserted (speed goals belong to benches): the time from navigation until
+    the table, the curves and the scatter are drawn, and from scrolling to the parallel
+    coordinates until their 1,000 lines are, written to test-artifacts/dashboard-load.txt."""
+    experiment_id, _ = seed_search(cluster.env["EPOCHAL_DB_URL"], 1000)
+    page = analyst.new_page()
+    # Warm: plotly.js in the browser's cache and the importance computed, as for a second visit.
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page.locator("#hp-importance")).to_have_attribute("data-trials", "1000",
+                                                             timeout=60_000)
+    loads, parallels = [], []
+    for _ in range(3):
+        started = time.monotonic()
+        page.reload()
+        expect(page.locator("tr.trial-row")).to_have_count(100)
+        page.wait_for_function("() => document.querySelector('#curves .line-chart')"
+                               "?.dataset.series === '100'"
+                               " && document.querySelector('#hp-scatter').dataset.points")
+        loads.append(time.monotonic() - started)
+        started = time.monotonic()
+        page.locator("#hp-parallel").scroll_into_view_if_needed()
+        expect(page.locator("#hp-parallel")).to_have_attribute("data-points", "1000")
+        parallels.append(time.monotonic() - started)
+    screenshot(page, "search-1000-trials")
+    figure = (f"experiment page of 1,000 trials, table of 100 + curves of 100 + scatter: "
+              f"{', '.join(f'{t:.2f}' for t in loads)} s; parallel coordinates of 1,000 once "
+              f"scrolled to: {', '.join(f'{t:.2f}' for t in parallels)} s\n")
+    out = REPO / "test-artifacts" / "dashboard-load.txt"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(figure)
+    print(figure)
+    page.close()
