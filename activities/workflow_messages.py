@@ -21,6 +21,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from common.search_attributes import trial_attributes
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
     REPORT_TRIAL_CLOSED,
@@ -33,10 +34,12 @@ from workflows.types import StartTrialInput, TrialClosedInput
 
 
 class MessageActivities:
-    """Activities bound to the master's Temporal client."""
+    """Activities bound to the master's Temporal client. With `findable` (Epochal's search
+    attributes are registered), trials are started with theirs."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, *, findable: bool = False) -> None:
         self._client = client
+        self._findable = findable
 
     @activity.defn(name=START_TRIAL)
     async def start_trial(self, inp: StartTrialInput) -> None:
@@ -51,9 +54,12 @@ class MessageActivities:
                     await self._start_trial(inp, WorkflowIDReusePolicy.ALLOW_DUPLICATE)
 
     async def _start_trial(self, inp: StartTrialInput, reuse: WorkflowIDReusePolicy) -> None:
+        trial = inp.trial
         await self._client.start_workflow(
-            TRIAL_WORKFLOW, inp.trial, id=inp.workflow_id, task_queue=MASTER_TASK_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, id_reuse_policy=reuse)
+            TRIAL_WORKFLOW, trial, id=inp.workflow_id, task_queue=MASTER_TASK_QUEUE,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, id_reuse_policy=reuse,
+            search_attributes=trial_attributes(trial.experiment_id, trial.trial_id, trial.config)
+            if self._findable else None)
 
     @activity.defn(name=REPORT_TRIAL_CLOSED)
     async def report_trial_closed(self, inp: TrialClosedInput) -> bool:

@@ -46,9 +46,13 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     await app.state.preemption.close()
 
 
-def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client) -> FastAPI:
+def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client, *,
+               findable: bool = False) -> FastAPI:
+    """`findable`: Epochal's search attributes are registered in Temporal, so experiments are
+    started with them (common/search_attributes.py)."""
     app = FastAPI(title="Epochal", version=cluster.VERSION, lifespan=_lifespan)
     app.state.settings = settings
+    app.state.findable = findable
     app.state.pool = pool
     app.state.temporal = temporal
     app.state.login_throttle = LoginThrottle()

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 import asyncpg
 from fastapi import Query
 
-from api.errors import not_found, require_choice
+from api.errors import ApiError, not_found, require_choice
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
@@ -178,29 +178,108 @@ def check_trial_sort(sort_by: str) -> None:
         require_choice("sortBy", sort_by, TRIAL_SORT_COLUMNS)
 
 
+# Trials are filtered by conditions `<field><op><value>`: a hyperparameter (`hp.lr<0.01`,
+# `hp.optimizer.name=adam`) or one of these columns (`searcherMetric<=0.2`).
+TRIAL_FILTER_COLUMNS = {"searcherMetric": "t.searcher_metric_value", "batches": "t.steps_completed",
+                        "restarts": "t.restarts", "id": "t.id"}
+MAX_TRIAL_FILTERS = 20
+_FILTER = re.compile(
+    r"\s*(hp\.[A-Za-z0-9_.-]{1,200}|[A-Za-z]{1,40})\s*(<=|>=|!=|<|>|=)\s*(.{1,200}?)\s*")
+
+
+@dataclass(frozen=True)
+class TrialFilter:
+    field: str  # a TRIAL_FILTER_COLUMNS key or `hp.<dotted name>`
+    op: str
+    value: float | str  # a number compares numerically, text (= and != only) as text
+
+
+def _bad_filter(text: str, problem: str) -> ApiError:
+    return ApiError(400, "bad trial filter", [f"filter: {text!r}: {problem}"])
+
+
+def _trial_filter(text: str) -> TrialFilter:
+    match = _FILTER.fullmatch(text)
+    if match is None:
+        raise _bad_filter(text, "expected <field><op><value>, e.g. hp.lr<0.01 or "
+                                "searcherMetric<=0.2")
+    field, op, raw = match.groups()
+    if not field.startswith(HP_SORT_PREFIX) and field not in TRIAL_FILTER_COLUMNS:
+        raise _bad_filter(text, f"{field!r} is not a field: hp.<hyperparameter> or one of "
+                                f"{', '.join(TRIAL_FILTER_COLUMNS)}")
+    try:
+        value = float(raw)
+    except ValueError:
+        if op not in ("=", "!="):
+            raise _bad_filter(text, f"{raw!r} is not a number, so only = and != compare "
+                                    "it") from None
+        return TrialFilter(field, op, raw)
+    if not math.isfinite(value):
+        raise _bad_filter(text, f"{raw!r} is not a finite number")
+    return TrialFilter(field, op, value)
+
+
+def trial_states(states: list[str] | None) -> list[str] | None:
+    """The `states` query (Determined's STATE_ names) as the trials table's states."""
+    return [s.removeprefix("STATE_") for s in states] if states else None
+
+
+def trial_filters(raw: list[str] | None) -> list[TrialFilter]:
+    """The `filter` query's conditions, or a 400 naming the one that is not one."""
+    if len(raw or []) > MAX_TRIAL_FILTERS:
+        raise ApiError(400, "too many trial filters",
+                       [f"filter: at most {MAX_TRIAL_FILTERS} conditions"])
+    return [_trial_filter(text) for text in raw or []]
+
+
+def _filter_sql(filters: list[TrialFilter], params: list[Any]) -> str:
+    """The conditions as SQL over `t`, their values appended to `params`."""
+    clauses = []
+    for f in filters:
+        if f.field.startswith(HP_SORT_PREFIX):
+            params.append(f.field.removeprefix(HP_SORT_PREFIX).split("."))
+            path = f"${len(params)}::text[]"
+            params.append(f.value)
+            if isinstance(f.value, float):
+                clauses.append(f"(jsonb_typeof(t.hparams #> {path}) = 'number'"
+                               f" AND (t.hparams #>> {path})::float8 {f.op} ${len(params)})")
+            else:
+                clauses.append(f"(t.hparams #>> {path}) {f.op} ${len(params)}")
+        else:
+            params.append(f.value)
+            clauses.append(f"{TRIAL_FILTER_COLUMNS[f.field]} {f.op} ${len(params)}")
+    return "".join(f" AND {c}" for c in clauses)
+
+
 async def fetch_trial_page(
     conn: asyncpg.Pool | asyncpg.Connection,
     experiment_id: int,
     *,
     states: list[str] | None = None,
+    filters: list[TrialFilter] | None = None,
     sort_by: str = "SORT_BY_ID",
     order_desc: bool = False,
     limit: int | None = None,
     offset: int = 0,
 ) -> tuple[list[JSON], int]:
-    """One page of an experiment's trials and how many match: ordered and cut in SQL (nulls
-    last either way, ties by id), so that only the page's rows read their validations.
+    """One page of an experiment's trials and how many match: filtered, ordered and cut in SQL
+    (nulls last either way, ties by id), so that only the page's rows read their validations.
     `sort_by` is one of TRIAL_SORT_COLUMNS or `hp.<dotted hyperparameter name>`."""
+    params: list[Any] = [experiment_id, states]
+    where = (" WHERE t.experiment_id = $1 AND ($2::text[] IS NULL OR t.state = ANY($2))"
+             + _filter_sql(filters or [], params))
+    total = await conn.fetchval("SELECT count(*) FROM trials t" + where, *params)
     direction = "DESC" if order_desc else "ASC"
-    hp_path = sort_by.removeprefix(HP_SORT_PREFIX).split(".") if is_hp_sort(sort_by) else None
-    column = "t.hparams #> $5::text[]" if hp_path else TRIAL_SORT_COLUMNS[sort_by]
+    column = TRIAL_SORT_COLUMNS.get(sort_by)
+    if is_hp_sort(sort_by):
+        params.append(sort_by.removeprefix(HP_SORT_PREFIX).split("."))
+        column = f"t.hparams #> ${len(params)}::text[]"
     order = f" ORDER BY {column} {direction} NULLS LAST, t.id {direction}"
-    where = " WHERE t.experiment_id = $1 AND ($2::text[] IS NULL OR t.state = ANY($2))"
+    params += [limit, offset]
     rows = await conn.fetch(
-        "WITH page AS (SELECT t.id FROM trials t" + where + order + " LIMIT $3 OFFSET $4) "
-        + _TRIAL_SELECT + " WHERE t.id IN (SELECT id FROM page)" + order,
-        experiment_id, states, limit, offset, *([hp_path] if hp_path else []))
-    total = await conn.fetchval("SELECT count(*) FROM trials t" + where, experiment_id, states)
+        "WITH page AS (SELECT t.id FROM trials t" + where + order
+        + f" LIMIT ${len(params) - 1} OFFSET ${len(params)}) "
+        + _TRIAL_SELECT + " WHERE t.id IN (SELECT id FROM page)" + order, *params)
     return [trial_json(r) for r in rows], total
 
 

@@ -30,7 +30,7 @@ from activities.workflow_messages import MessageActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
-from common import tracing
+from common import search_attributes, tracing
 from common.checkpoint_storage import S3Location, S3Store, StorageError, s3_credentials
 from common.temporal_connection import connect
 from common.temporal_names import (
@@ -75,16 +75,17 @@ async def _retry(what: str, connect: Callable[[], Awaitable[T]]) -> T:
 def build_worker(client: Client, pool: asyncpg.Pool, *,
                  cluster_storage: dict[str, Any] | None = None,
                  providers: dict[str, tuple[ProviderBase, Provider]] | None = None,
-                 **options: Any) -> Worker:
+                 findable: bool = False, **options: Any) -> Worker:
     """The master's worker; tests pass Worker options (e.g. `max_cached_workflows=0`, which
-    replays every workflow task from history, as a restarted worker does)."""
+    replays every workflow task from history, as a restarted worker does). `findable`: the
+    search attributes are registered (common/search_attributes.py)."""
     return Worker(
         client,
         task_queue=MASTER_TASK_QUEUE,
         workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow, ProvisionerWorkflow],
         activities=[*ExperimentStore(pool, cluster_storage).all(),
                     *SchedulerActivities(client).all(),
-                    *MessageActivities(client).all(),
+                    *MessageActivities(client, findable=findable).all(),
                     SamplingActivities(pool).sample_trial_hparams,
                     *ProvisioningActivities(client, providers or {}).all()],
         **options,
@@ -200,7 +201,8 @@ async def serve(settings: Settings,
         )
         await _retry("Temporal", lambda: start_resource_pools(
             client, settings.resource_pools, tuple(providers)))
-        app = create_app(settings, pool, client)
+        findable = await search_attributes.register(client)
+        app = create_app(settings, pool, client, findable=findable)
         tracing.instrument_api(app)
         server = uvicorn.Server(
             uvicorn.Config(
@@ -212,7 +214,7 @@ async def serve(settings: Settings,
             )
         )
         worker = build_worker(client, pool, cluster_storage=settings.checkpoint_storage,
-                              providers=providers)
+                              providers=providers, findable=findable)
         gauges = (asyncio.create_task(report_pool_gauges(client, settings.resource_pools))
                   if tracing.enabled() else None)
         try:

@@ -25,6 +25,7 @@ from activities.database import apply_migrations, create_pool
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
+from common import search_attributes
 from deploy.master import build_worker
 from deploy.processes import free_port
 
@@ -39,7 +40,10 @@ async def pool(postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
-    async with build_worker(temporal_client, pool) as worker:
+    """The session's master worker, with Epochal's search attributes registered (as a master
+    registers them at boot)."""
+    assert await search_attributes.register(temporal_client)
+    async with build_worker(temporal_client, pool, findable=True) as worker:
         yield worker
 
 
@@ -84,7 +88,7 @@ async def live_master(
         admin_password=ADMIN_PASSWORD,
     )
     await ensure_admin_password(pool, ADMIN_PASSWORD)
-    app = create_app(settings, pool, temporal_client)
+    app = create_app(settings, pool, temporal_client, findable=True)
     server = uvicorn.Server(
         uvicorn.Config(
             app,

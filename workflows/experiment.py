@@ -17,9 +17,11 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
+from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from common.search_attributes import EXPERIMENT_ID, STATE
     from common.temporal_names import (
         CREATE_TRIAL,
         EXPERIMENT_WORKFLOW,
@@ -71,6 +73,11 @@ SERIAL_MESSAGES_PATCH = "experiment-messages-in-order"
 # fixed search has not started are regenerated from its seed (`pending_from`), and only the
 # running trials' request ids and validation lengths are kept.
 COMPACT_CARRY_PATCH = "experiment-compact-carry"
+# Temporal tells the truth about an experiment: one started with Epochal's search attributes
+# keeps `EpochalState` as the database does, and one that ended in ERROR or CANCELED ends
+# failed (ExperimentError, ExperimentCanceled), not completed.
+SEARCH_STATE_PATCH = "experiment-search-state"
+FAILED_END_PATCH = "experiment-ends-failed"
 
 
 def length_unit(searcher: JSON) -> str:
@@ -161,7 +168,24 @@ class ExperimentWorkflow:
             FinishExperimentInput(experiment_id=inp.experiment_id, state=final),
             timeout=GC_TIMEOUT,
         )
+        self._show_state(final)
+        if final in ("ERROR", "CANCELED") and workflow.patched(FAILED_END_PATCH):
+            if final == "ERROR":
+                raise ApplicationError(
+                    f"experiment {inp.experiment_id} ended in ERROR: all "
+                    f"{self._counts.get('ERROR', 0)} of its trials failed",
+                    type="ExperimentError", non_retryable=True)
+            raise ApplicationError(
+                f"experiment {inp.experiment_id} was "
+                f"{'killed' if self._stop == TrialMessages.KILL else 'canceled'}",
+                type="ExperimentCanceled", non_retryable=True)
         return final
+
+    def _show_state(self, state: str) -> None:
+        """The state, in the `EpochalState` search attribute of a workflow started with them."""
+        if (workflow.info().typed_search_attributes.get(EXPERIMENT_ID) is not None
+                and workflow.patched(SEARCH_STATE_PATCH)):
+            workflow.upsert_search_attributes([STATE.value_set(state)])
 
     def _active(self, search: SearchMethod) -> int:
         """Trials holding slots: running, not waiting at a rung for a promotion."""
@@ -365,6 +389,7 @@ class ExperimentWorkflow:
             RECORD_EXPERIMENT_STATE,
             RecordExperimentStateInput(experiment_id=self._experiment_id, state=state),
         )
+        self._show_state(state)
 
     async def _forward(self, signal: str) -> None:
         for trial_id in list(self._running):

@@ -45,6 +45,7 @@ from common.expconf import (
     planned_trials,
     validate_experiment_config,
 )
+from common.search_attributes import experiment_attributes, experiment_memo
 from common.states import TERMINAL_STATES
 from common.temporal_names import (
     EXPERIMENT_WORKFLOW,
@@ -130,9 +131,11 @@ async def checked_config(text: str, settings: Settings) -> dict[str, Any]:
 
 
 async def _start_experiment(
-    temporal: Temporal, experiment_id: int, config: dict[str, Any], seed: int, *, continued: bool
+    temporal: Temporal, request: Request, experiment_id: int, owner: str,
+    config: dict[str, Any], seed: int, *, continued: bool
 ) -> None:
-    """Start the experiment's workflow; a continued experiment's id was used before."""
+    """Start the experiment's workflow (findable in Temporal by its search attributes, its
+    memo a summary of its config); a continued experiment's id was used before."""
     await temporal.start_workflow(
         EXPERIMENT_WORKFLOW,
         ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
@@ -140,6 +143,9 @@ async def _start_experiment(
         task_queue=MASTER_TASK_QUEUE,
         id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if continued
                          else WorkflowIDReusePolicy.REJECT_DUPLICATE),
+        search_attributes=experiment_attributes(experiment_id, owner, config)
+        if request.app.state.findable else None,
+        memo=experiment_memo(config),
     )
 
 
@@ -215,7 +221,8 @@ async def create_experiment(
             size,
         )
         # Started inside the transaction: if Temporal refuses, no experiment row is left behind.
-        await _start_experiment(temporal, experiment_id, config, seed, continued=False)
+        await _start_experiment(temporal, request, experiment_id, owner or "", config, seed,
+                                continued=False)
     weight = config["resources"].get("weight")
     if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)
@@ -299,7 +306,8 @@ async def continue_experiment(
             trial_id)
         # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
         try:
-            await _start_experiment(temporal, experiment_id, config, seed, continued=True)
+            await _start_experiment(temporal, request, experiment_id, row["owner"], config,
+                                    seed, continued=True)
         except WorkflowAlreadyStartedError as err:
             raise ApiError(409, f"experiment {experiment_id} is still finishing: try again in"
                            " a moment") from err
@@ -576,14 +584,16 @@ async def list_experiment_trials(
     sortBy: str = "SORT_BY_ID",
     orderBy: views.OrderBy = "ORDER_BY_ASC",
     states: views.ListQuery = None,
+    filter: views.ListQuery = None,  # noqa: A002 (the query's name)
 ) -> dict[str, Any]:
     """Determined's GetExperimentTrials; limit 0 means all. `sortBy` also takes
-    `hp.<hyperparameter>` (dotted for a nested one)."""
+    `hp.<hyperparameter>` (dotted for a nested one); `filter` (repeated) keeps the trials that
+    meet every condition: `hp.lr<0.01`, `hp.optimizer.name=adam`, `searcherMetric<=0.2`."""
     views.check_trial_sort(sortBy)
     await _experiment_row(pool, experiment_id)
     page, total = await views.fetch_trial_page(
         pool, experiment_id,
-        states=[s.removeprefix("STATE_") for s in states] if states else None,
+        states=views.trial_states(states), filters=views.trial_filters(filter),
         sort_by=sortBy, order_desc=orderBy == "ORDER_BY_DESC", limit=limit or None,
         offset=offset)
     return {

@@ -1,4 +1,5 @@
-"""Server-Sent Events for the dashboard's live pages: a trial's logs, an experiment's state.
+"""Server-Sent Events for the dashboard's live pages: a trial's or an experiment's logs, an
+experiment's state.
 
 Browsers' EventSource sends no Authorization header, so these GET routes are read with the `auth`
 cookie the dashboard sets at login (api/auth.py accepts it for GET). Each stream ends with an
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -31,10 +32,24 @@ PING_SECONDS = 15
 # change worth an event.
 CLOCK_FIELDS = frozenset({"duration", "wallClockTime"})
 MAX_STREAMED_TRIALS = 1000
+# An experiment's log stream starts this many lines from its end (the dashboard keeps 5,000).
+EXPERIMENT_LOG_TAIL = 5000
 
 
 def _end() -> ServerSentEvent:
     return ServerSentEvent(data="{}", event="end")
+
+
+def _log_events(pool: Pool, where_sql: str, owner_id: int, is_done: Callable[[], Awaitable[bool]],
+                after_id: int) -> EventSourceResponse:
+    async def events() -> AsyncIterator[ServerSentEvent]:
+        logs = log_records(pool, where_sql, owner_id, follow=True, is_done=is_done,
+                           after_id=after_id)
+        async for log in logs:
+            yield ServerSentEvent(data=json.dumps(log), event="log", id=str(log["id"]))
+        yield _end()
+
+    return EventSourceResponse(events(), ping=PING_SECONDS)
 
 
 @router.get("/trials/{trial_id}/logs/stream")
@@ -51,15 +66,35 @@ async def stream_trial_logs(
         state = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
         return state in TERMINAL_STATES
 
-    async def events() -> AsyncIterator[ServerSentEvent]:
-        logs = log_records(
-            pool, "l.trial_id = $1", trial_id, follow=True, is_done=is_done, after_id=last_event_id
-        )
-        async for log in logs:
-            yield ServerSentEvent(data=json.dumps(log), event="log", id=str(log["id"]))
-        yield _end()
+    return _log_events(pool, "l.trial_id = $1", trial_id, is_done, last_event_id)
 
-    return EventSourceResponse(events(), ping=PING_SECONDS)
+
+_OF_EXPERIMENT = "l.trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)"
+
+
+@router.get("/experiments/{experiment_id}/logs/stream")
+async def stream_experiment_logs(
+    experiment_id: int,
+    pool: Pool,
+    last_event_id: Annotated[int, Header(ge=0)] = 0,
+    tail: int = Query(EXPERIMENT_LOG_TAIL, ge=1, le=EXPERIMENT_LOG_TAIL),
+) -> EventSourceResponse:
+    """All the experiment's trials' log lines as `log` events (each names its `trialId`): the
+    last `tail` lines first (an experiment of many trials has millions), then new ones until
+    the experiment is terminal and drained; a reconnect resumes after its last event's id."""
+    if await views.fetch_experiment_row(pool, experiment_id) is None:
+        raise not_found("experiment", experiment_id)
+    if not last_event_id:
+        last_event_id = await pool.fetchval(
+            f"SELECT coalesce(min(id) - 1, 0) FROM (SELECT l.id FROM task_logs l"
+            f" WHERE {_OF_EXPERIMENT} ORDER BY l.id DESC LIMIT $2) last", experiment_id, tail)
+
+    async def is_done() -> bool:
+        state = await pool.fetchval(
+            "SELECT state FROM experiments WHERE id = $1", experiment_id)
+        return state in TERMINAL_STATES
+
+    return _log_events(pool, _OF_EXPERIMENT, experiment_id, is_done, last_event_id)
 
 
 def _fingerprint(summary: dict[str, Any]) -> str:
@@ -79,6 +114,8 @@ class TrialPage:
     order_desc: bool = False
     limit: int = 100
     offset: int = 0
+    states: list[str] | None = None
+    filters: list[views.TrialFilter] | None = None
 
 
 async def _experiment_summary(pool: Pool, experiment_id: int,
@@ -87,8 +124,8 @@ async def _experiment_summary(pool: Pool, experiment_id: int,
     if row is None:
         return None
     trials, total = await views.fetch_trial_page(
-        pool, experiment_id, sort_by=page.sort_by, order_desc=page.order_desc, limit=page.limit,
-        offset=page.offset)
+        pool, experiment_id, states=page.states, filters=page.filters, sort_by=page.sort_by,
+        order_desc=page.order_desc, limit=page.limit, offset=page.offset)
     return {"experiment": views.experiment_json(row), "trials": trials,
             "pagination": views.pagination(page.offset, page.limit, len(trials), total)}
 
@@ -101,14 +138,18 @@ async def stream_experiment(
     offset: int = Query(0, ge=0),
     sortBy: str = "SORT_BY_ID",
     orderBy: views.OrderBy = "ORDER_BY_ASC",
+    states: views.ListQuery = None,
+    filter: views.ListQuery = None,  # noqa: A002 (the query's name)
 ) -> EventSourceResponse:
     """`experiment` events holding `{"experiment", "trials", "pagination"}` whenever either
     changed (polled from PostgreSQL about once a second), ending after the terminal state is
-    sent. The trials are one page of them (`limit`, `offset`, `sortBy`, `orderBy` as for
-    GET /experiments/{id}/trials), so an experiment of 10,000 trials streams a page, not all."""
+    sent. The trials are one page of them (`limit`, `offset`, `sortBy`, `orderBy`, `states`,
+    `filter` as for GET /experiments/{id}/trials), so an experiment of 10,000 trials streams a
+    page, not all."""
     views.check_trial_sort(sortBy)
     page = TrialPage(sort_by=sortBy, order_desc=orderBy == "ORDER_BY_DESC", limit=limit,
-                     offset=offset)
+                     offset=offset, states=views.trial_states(states),
+                     filters=views.trial_filters(filter))
     if await _experiment_summary(pool, experiment_id, page) is None:
         raise not_found("experiment", experiment_id)
 

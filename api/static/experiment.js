@@ -1,14 +1,15 @@
 // One experiment: its state and controls, learning curves, the trials table (sort, filter,
-// columns, compare), a hyperparameter against the searcher metric, parallel coordinates and
-// hyperparameter importance. The table shows one page of trials (PAGE_SIZE, sorted and filtered
-// in SQL), and the curves and scatter draw that page's trials; parallel coordinates draw the
-// best HP_VIEW_TRIALS; so an experiment of 10,000 trials loads as fast as one of ten. Live through
-// GET /api/v1/experiments/{id}/stream, which streams the same page (polling if the stream cannot
-// be had).
+// columns, compare), a hyperparameter against the searcher metric, parallel coordinates,
+// hyperparameter importance and the logs of all its trials. The table shows one page of trials
+// (PAGE_SIZE, sorted and filtered in SQL), and the curves and scatter draw that page's trials;
+// parallel coordinates draw the best HP_VIEW_TRIALS; so an experiment of 10,000 trials loads as
+// fast as one of ten. Live through GET /api/v1/experiments/{id}/stream, which streams the same
+// page (polling if the stream cannot be had).
 
 import { api, every, follow, lastErrorLines, query, reportValues, startPage } from "/static/api.js";
 import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
+import { LogPanel } from "/static/logs.js";
 import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
   from "/static/dom.js";
 
@@ -51,12 +52,14 @@ const parallelBox = el("div", { class: "chart-box", id: "hp-parallel" });
 const importanceBox = el("div", { class: "chart-box", id: "hp-importance" });
 const compareBox = el("section", { id: "compare", class: "panel" });
 const compareSlot = el("span", { class: "compare-slot" });
+// Every trial's lines, each naming its trial (the last 5,000, then live).
+const logs = new LogPanel({ name: `experiment-${experimentId}`, byTrial: true });
 let summary = null;
 let kinds = {};  // hyperparameter (dotted name) -> its type in the config
 // Trials picked for comparison, by id (kept across pages).
 const selected = new Map();
 // Which trials the table shows; a larger experiment opens on its best trials.
-const page = { offset: 0, sortBy: null, desc: null, state: null };
+const page = { offset: 0, sortBy: null, desc: null, state: null, filters: [] };
 let stopFollowing = () => {};
 let curves = null;
 let curveStamp = "";
@@ -230,7 +233,8 @@ function descendingFirst(exp, sortBy) {
 function pageQuery(exp) {
   const descending = page.desc ?? descendingFirst(exp, page.sortBy);
   return query({ limit: PAGE_SIZE, offset: page.offset, sortBy: page.sortBy,
-    orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC", states: page.state });
+    orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC", states: page.state,
+    filter: page.filters });
 }
 
 function turnTo(offset, sortBy = page.sortBy, desc = sortBy === page.sortBy ? page.desc : null) {
@@ -238,7 +242,10 @@ function turnTo(offset, sortBy = page.sortBy, desc = sortBy === page.sortBy ? pa
   page.sortBy = sortBy;
   page.desc = desc;
   stopFollowing();
-  refreshOnce().then(followPage).catch((error) =>
+  refreshOnce().then(() => {
+    replace(actionStatus);
+    followPage();
+  }).catch((error) =>
     replace(actionStatus, el("span", { class: "error" }, String(error.message))));
 }
 
@@ -294,6 +301,18 @@ function stateFilter() {
   return select;
 }
 
+// Conditions the master filters the trials by (GET .../trials?filter=), comma-separated.
+function conditionFilter() {
+  const input = el("input", { id: "trial-filter", type: "search", size: 36,
+    "aria-label": "filter trials", value: page.filters.join(", "),
+    placeholder: "hp.lr<0.01, searcherMetric<=0.5, hp.opt=adam",
+    onchange: () => {
+      page.filters = input.value.split(",").map((c) => c.trim()).filter(Boolean);
+      turnTo(0);
+    } });
+  return input;
+}
+
 function compareButton() {
   return el("button", { type: "button", id: "compare-button", disabled: selected.size < 2,
     onclick: () => renderCompare().catch((error) =>
@@ -330,7 +349,7 @@ function renderTrials(exp, trials, total) {
   ];
   const shown = columns.filter((c) => c.name === "Trial" || !hiddenColumns.has(c.name));
   replace(trialBox, el("h2", {}, `Trials (${total})`),
-    el("div", { class: "controls" }, stateFilter(),
+    el("div", { class: "controls" }, stateFilter(), conditionFilter(),
       columnChooser(columns.slice(1).map((c) => c.name)), compareSlot),
     total > PAGE_SIZE || page.offset ? pager(exp, trials.length, total) : "",
     el("div", { class: "table-scroll" }, table(shown, trials, (t) => ({
@@ -338,6 +357,9 @@ function renderTrials(exp, trials, total) {
       "data-state": shortState(t.state),
     }))));
   replace(compareSlot, compareButton());
+  if (trials.length && !trialBox.dataset.firstDrawn) {
+    trialBox.dataset.firstDrawn = String(Math.round(performance.now()));
+  }
 }
 
 // The page's trials by the searcher metric, best first (those without one last).
@@ -511,7 +533,9 @@ async function start() {
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),
       el("label", {}, "hyperparameter ", hpSelect), scatterBox),
     el("section", { class: "panel" }, el("h2", {}, "Parallel coordinates"), parallelBox),
-    el("section", { class: "panel" }, el("h2", {}, "Hyperparameter importance"), importanceBox));
+    el("section", { class: "panel" }, el("h2", {}, "Hyperparameter importance"), importanceBox),
+    el("section", { class: "panel", id: "experiment-logs" }, el("h2", {}, "Logs"),
+      logs.element));
   await refreshOnce();
   main.append(detailsBox);
   renderDetails(summary.experiment);
@@ -524,6 +548,8 @@ async function start() {
   refreshHpViews();
   drawParallelWhenSeen();
   followPage();
+  logs.follow(`/api/v1/experiments/${experimentId}/logs/stream`,
+    `/api/v1/experiments/${experimentId}/logs`);
   main.dataset.loaded = String(Math.round(performance.now()));
 }
 

@@ -1,14 +1,14 @@
 // One trial: what it is, its learning curves, its checkpoints and its logs as they arrive
 // (GET /api/v1/trials/{id}/logs/stream; without the stream, the lines so far).
 
-import { api, every, follow, lastErrorLines, startPage, token } from "/static/api.js";
+import { api, every, lastErrorLines, startPage } from "/static/api.js";
 import { drawLines, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
+import { LogPanel } from "/static/logs.js";
 import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
   from "/static/dom.js";
 
 const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
-const MAX_LOG_LINES = 5000;
 
 const trialId = Number(document.body.dataset.id);
 const main = document.getElementById("main");
@@ -23,28 +23,7 @@ const systemSelect = el("select", { class: "metric-select", "aria-label": "syste
 const systemChart = el("div", { class: "chart-box" });
 const systemLatest = el("p", { class: "summary" });
 let systemReports = [];
-const logBox = el("pre", { id: "logs", class: "logs", "data-lines": "0" });
-const followBox = el("input", { type: "checkbox", id: "follow-logs", checked: true });
-// Lines are kept (up to MAX_LOG_LINES) so the search and the level filter can show them again.
-const logLines = [];
-const logSearch = el("input", { type: "search", id: "log-search", placeholder: "search the logs",
-  "aria-label": "search the logs", oninput: () => filterLogs() });
-const LEVELS = ["LOG_LEVEL_DEBUG", "LOG_LEVEL_INFO", "LOG_LEVEL_WARNING", "LOG_LEVEL_ERROR",
-  "LOG_LEVEL_CRITICAL"];
-const logLevel = el("select", { id: "log-level", "aria-label": "lowest level shown",
-  onchange: () => filterLogs() },
-el("option", { value: "LOG_LEVEL_DEBUG" }, "all levels"),
-el("option", { value: "LOG_LEVEL_WARNING" }, "warnings and errors"),
-el("option", { value: "LOG_LEVEL_ERROR" }, "errors"));
-// Lines of a run on several processes carry their rank (`[rank=1] `, as Determined's launchers
-// and torch's print them): the filter offers each rank seen.
-const RANK = /^\[rank=?(\d+)\]:? /;
-const logRank = el("select", { id: "log-rank", "aria-label": "rank shown", hidden: true,
-  onchange: () => filterLogs() }, el("option", { value: "" }, "all ranks"));
-const ranksSeen = new Set();
-// The training code's own timestamp at the start of a line (Python logging, ISO 8601): the
-// line's time is shown once, from the agent.
-const OWN_TIMESTAMP = /^\[?\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\]?[ ]*/;
+const logs = new LogPanel({ name: `trial-${trialId}` });
 const errorBox = el("div", { id: "trial-error" });
 let curves = null;
 let lastStamp = "";
@@ -65,6 +44,26 @@ function renderHeader(trial, exp) {
     el("p", { class: "hparams" }, hparams));
 }
 
+// "Register as model": a new version of the model named (which must exist: the Models page
+// creates one), holding this checkpoint.
+function registerButton(checkpoint) {
+  const said = el("span", { class: "status" });
+  return el("span", {}, el("button", { type: "button", class: "register-checkpoint",
+    onclick: async () => {
+      const model = prompt("Register this checkpoint as a new version of model:");
+      if (!model) return;
+      try {
+        const { modelVersion } = await api(
+          `/api/v1/models/${encodeURIComponent(model.trim())}/versions`,
+          { method: "POST", body: { checkpointUuid: checkpoint.uuid } });
+        replace(said, " ", el("a", { href: `/models/${modelVersion.model.id}` },
+          `${modelVersion.model.name} v${modelVersion.version}`));
+      } catch (error) {
+        replace(said, " ", el("span", { class: "error" }, error.message));
+      }
+    } }, "register"), said);
+}
+
 function renderCheckpoints(checkpoints) {
   const columns = [
     { label: "UUID", cell: (c) => el("code", {}, c.uuid) },
@@ -78,6 +77,7 @@ function renderCheckpoints(checkpoints) {
     { label: "Files", cell: (c) => c.state === "STATE_COMPLETED"
       ? el("a", { href: `/api/v1/checkpoints/${c.uuid}/download`, download: `${c.uuid}.tar`,
         class: "download" }, "download") : "" },
+    { label: "Model", cell: (c) => c.state === "STATE_COMPLETED" ? registerButton(c) : "" },
   ];
   replace(checkpointBox, el("h2", {}, `Checkpoints (${checkpoints.length})`),
     checkpoints.length ? table(columns, checkpoints, (c) => ({ class: "checkpoint-row" }))
@@ -114,51 +114,6 @@ async function renderSystem() {
   if (metrics.length) drawSystem();
 }
 
-function shownLog(line) {
-  const query = logSearch.value.trim().toLowerCase();
-  return LEVELS.indexOf(line.level) >= LEVELS.indexOf(logLevel.value)
-    && (!logRank.value || line.rank === logRank.value)
-    && (!query || line.text.toLowerCase().includes(query));
-}
-
-function filterLogs() {
-  for (const line of logLines) line.node.hidden = !shownLog(line);
-}
-
-function addLog(log) {
-  const stick = followBox.checked;
-  const text = log.log.replace(OWN_TIMESTAMP, "").replace(/\n$/, "");
-  const level = LEVELS.includes(log.level) ? log.level : "LOG_LEVEL_INFO";
-  const time = new Date(log.timestamp).toLocaleTimeString(undefined, { hour12: false });
-  const node = el("span", { class: "log-line", "data-level": level.replace("LOG_LEVEL_", "") },
-    el("span", { class: "log-time", title: log.timestamp }, `${time} `),
-    el("span", { class: `level-${level.replace("LOG_LEVEL_", "").toLowerCase()}` }, `${text}\n`));
-  const rank = (RANK.exec(text) || [])[1] || "";
-  if (rank && !ranksSeen.has(rank)) {
-    ranksSeen.add(rank);
-    logRank.hidden = false;
-    const options = [...ranksSeen].sort((a, b) => a - b)
-      .map((r) => el("option", { value: r, selected: r === logRank.value }, `rank ${r}`));
-    replace(logRank, el("option", { value: "" }, "all ranks"), options);
-  }
-  const line = { node, level, text, rank, timestamp: log.timestamp };
-  node.hidden = !shownLog(line);
-  logLines.push(line);
-  logBox.append(node);
-  while (logLines.length > MAX_LOG_LINES) logLines.shift().node.remove();
-  logBox.dataset.lines = String(Number(logBox.dataset.lines) + 1);
-  if (stick) logBox.scrollTop = logBox.scrollHeight;
-}
-
-function downloadLogs() {
-  const text = logLines.map((l) => `${l.timestamp} ${l.level.replace("LOG_LEVEL_", "")} ${l.text}\n`)
-    .join("");
-  const link = el("a", { href: URL.createObjectURL(new Blob([text], { type: "text/plain" })),
-    download: `trial-${trialId}.log` });
-  link.click();
-  URL.revokeObjectURL(link.href);
-}
-
 // A trial in ERROR says why at the top: its last error lines (else its last lines).
 async function renderError(trial) {
   if (shortState(trial.state) !== "ERROR" || errorBox.dataset.trial) return;
@@ -168,17 +123,6 @@ async function renderError(trial) {
     el("strong", {}, `Trial ${trial.id} ended in ERROR`),
     trial.earlyExitReason ? ` (${trial.earlyExitReason})` : "", ". Its last error lines:",
     el("pre", {}, shown.join("\n") || "(no log lines)")));
-}
-
-// Without the stream: the lines so far, read once as NDJSON.
-async function readLogsOnce() {
-  const response = await fetch(`/api/v1/trials/${trialId}/logs`,
-    { headers: { Authorization: `Bearer ${token()}` } });
-  const text = await response.text();
-  replace(logBox);
-  logLines.length = 0;
-  logBox.dataset.lines = "0";
-  for (const line of text.split("\n")) if (line.trim()) addLog(JSON.parse(line).result);
 }
 
 async function refresh(expHolder) {
@@ -212,17 +156,13 @@ async function start() {
     systemLatest);
   replace(main, header, errorBox, status, el("h2", {}, "Learning curves"), curveBox, systemBox,
     checkpointBox,
-    el("section", { class: "panel" }, el("h2", {}, "Logs"),
-      el("div", { class: "log-controls" }, logSearch, logLevel, logRank,
-        el("label", { class: "follow" }, followBox, " follow"),
-        el("button", { type: "button", id: "log-download", onclick: downloadLogs }, "download")),
-      logBox));
+    el("section", { class: "panel" }, el("h2", {}, "Logs"), logs.element));
   const holder = { exp: null };
   let stop = null;
   stop = every(2, async () => {
     if ((await refresh(holder)) && stop) stop();
   }, status);
-  follow(`/api/v1/trials/${trialId}/logs/stream`, { log: addLog }, () => readLogsOnce());
+  logs.follow(`/api/v1/trials/${trialId}/logs/stream`, `/api/v1/trials/${trialId}/logs`);
 }
 
 start().catch((error) => replace(main, el("p", { class: "error" }, String(error.message))));

@@ -154,9 +154,15 @@ def log_in(page: Page, password: str) -> None:
     page.click("#login-button")
 
 
+def in_thread(work: Callable[[], Awaitable[T]]) -> T:
+    """Run the coroutine `work()` in a thread of its own: Playwright's sync API holds this
+    thread's event loop."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, work()).result()  # type: ignore[arg-type]
+
+
 def on_database(db_url: str, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
-    """Run `work` on a connection to the cluster's database (jsonb as Python values), in a thread
-    of its own: Playwright's sync API holds this thread's event loop."""
+    """Run `work` on a connection to the cluster's database (jsonb as Python values)."""
     async def run() -> T:
         conn = await asyncpg.connect(db_url)
         try:
@@ -166,5 +172,4 @@ def on_database(db_url: str, work: Callable[[asyncpg.Connection], Awaitable[T]])
         finally:
             await conn.close()
 
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, run()).result()
+    return in_thread(run)

@@ -260,6 +260,22 @@ async def test_trials_sort_by_a_hyperparameter_and_importance_ranks_them(
                         params={"sortBy": "hp.opt m; DROP TABLE trials"})
     assert bad.status_code == 400 and "sortBy" in bad.text
 
+    # Filters: every condition holds; numbers compare as numbers, text as text.
+    low_m = [ids[i] for i in range(30) if rows[i][1] < 0.5]
+    assert await order(filter=["hp.opt.m<0.5"]) == low_m
+    good = [ids[i] for i in range(30)
+            if abs(math.log10(rows[i][0]) + 2.5) + 0.1 * rows[i][1] <= 0.5 and rows[i][0] > 1e-3]
+    assert await order(filter=["searcherMetric<=0.5", "hp.lr > 0.001"]) == good
+    assert await order(filter=["hp.fixed=3"]) == ids and await order(filter=["hp.fixed!=3"]) == []
+    for condition, named in (("hp.lr<tiny", "not a number"), ("color=red", "not a field"),
+                             ("hp.lr", "expected <field><op><value>")):
+        bad = await api.get(f"/api/v1/experiments/{experiment_id}/trials",
+                            params={"filter": condition})
+        assert bad.status_code == 400 and named in bad.text, bad.text
+    too_many = await api.get(f"/api/v1/experiments/{experiment_id}/trials",
+                             params={"filter": ["hp.lr>0"] * 21})
+    assert too_many.status_code == 400
+
     answer = await api.get(f"/api/v1/experiments/{experiment_id}/hyperparameter-importance")
     assert answer.status_code == 200, answer.text
     found = answer.json()

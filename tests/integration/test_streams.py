@@ -118,6 +118,34 @@ async def test_log_stream_follows_new_lines_until_the_trial_ends(
         ("log", "last words\n"), ("end", None)]
 
 
+async def test_experiment_log_stream_starts_at_its_tail_and_names_each_trial(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """All the experiment's trials' lines, from the last `tail` of them (an experiment of many
+    trials has millions), each naming its trial; none of another experiment's."""
+    first = await make_trial(live_master, "COMPLETED", experiment_state="COMPLETED")
+    experiment_id = await experiment_of(live_master, first)
+    second: int = await live_master.pool.fetchval(
+        "INSERT INTO trials (experiment_id, request_id, hparams, seed, state)"
+        " VALUES ($1, 1, '{}', 1, 'COMPLETED') RETURNING id", experiment_id)
+    stranger = await make_trial(live_master, "COMPLETED")
+    for i in range(6):
+        await add_log(live_master, (first, second)[i % 2], f"line {i}\n")
+        await add_log(live_master, stranger, "not this experiment's\n")
+    path = f"/api/v1/experiments/{experiment_id}/logs/stream"
+    async with api.stream("GET", path, params={"tail": 3}) as response:
+        assert response.status_code == 200
+        got = [e async for e in events(response)]
+    assert [(e.data.get("log"), e.data.get("trialId")) for e in got] == [
+        ("line 3\n", second), ("line 4\n", first), ("line 5\n", second), (None, None)]
+    async with api.stream("GET", path) as response:  # the default tail holds them all
+        assert len([e async for e in events(response)]) == 7
+    too_long = await api.get(path, params={"tail": 10**9})
+    assert too_long.status_code == 400 and "tail" in too_long.text
+    missing = await api.get("/api/v1/experiments/987654321/logs/stream")
+    assert missing.status_code == 404
+
+
 async def test_log_stream_resumes_after_last_event_id(
     api: httpx.AsyncClient, live_master: LiveMaster
 ) -> None:

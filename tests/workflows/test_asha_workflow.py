@@ -28,6 +28,7 @@ from common.expconf import validate_experiment_config
 from common.temporal_names import MASTER_TASK_QUEUE, experiment_workflow_id
 from deploy.master import build_worker
 from tests.workflows.pool_helpers import fake_agent
+from tests.workflows.test_experiment_workflow import ended
 from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
 HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
@@ -162,7 +163,7 @@ async def run_experiment(
             result_type=str,
         )
         try:
-            result = await asyncio.wait_for(handle.result(), 120)
+            result = await ended(handle, 120)
         except TimeoutError:  # say where the search stood
             described = await handle.query("describe")
             stood = [dict(t) for t in await trials_of(pool, experiment_id)]

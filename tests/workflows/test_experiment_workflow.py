@@ -19,13 +19,22 @@ from typing import Any
 import asyncpg
 import pytest
 from temporalio import activity
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from activities.experiment_store import ExperimentStore
 from activities.workflow_messages import MessageActivities
 from agent_worker.liveness import Liveness
+from common import search_attributes
 from common.expconf import validate_experiment_config
+from common.search_attributes import experiment_attributes, experiment_memo
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
 from tests.workflows.pool_helpers import register
 from workflows.experiment import ExperimentWorkflow
@@ -65,8 +74,9 @@ def make_config(pool_name: str, **searcher: Any) -> dict[str, Any]:
 
 async def start_experiment(
     client: Client, pool: asyncpg.Pool, config: dict[str, Any],
-    task_queue: str = MASTER_TASK_QUEUE,
+    task_queue: str = MASTER_TASK_QUEUE, *, owner: str | None = None,
 ) -> tuple[int, WorkflowHandle[Any, str]]:
+    """With `owner`, started as the API starts it: with Epochal's search attributes and memo."""
     experiment_id = await pool.fetchval(
         "INSERT INTO experiments (name, config, original_config, seed)"
         " VALUES ($1, $2, '', 7) RETURNING id",
@@ -79,6 +89,9 @@ async def start_experiment(
         id=experiment_workflow_id(experiment_id),
         task_queue=task_queue,
         result_type=str,
+        search_attributes=experiment_attributes(experiment_id, owner, config)
+        if owner else None,
+        memo=experiment_memo(config) if owner else None,
     )
     return experiment_id, handle
 
@@ -144,6 +157,16 @@ async def trial_states(pool: asyncpg.Pool, experiment_id: int) -> list[str]:
         "SELECT state FROM trials WHERE experiment_id = $1 ORDER BY request_id", experiment_id
     )
     return [r["state"] for r in rows]
+
+
+async def ended(handle: WorkflowHandle[Any, str], timeout: float) -> str:
+    """The experiment's final state as its workflow ended: COMPLETED is its result; ERROR and
+    CANCELED fail it (ExperimentError, ExperimentCanceled), so Temporal shows them failed."""
+    try:
+        return await asyncio.wait_for(handle.result(), timeout)
+    except WorkflowFailureError as err:
+        assert isinstance(err.cause, ApplicationError), err.cause
+        return {"ExperimentError": "ERROR", "ExperimentCanceled": "CANCELED"}[err.cause.type]
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
@@ -253,6 +276,61 @@ async def test_a_crashing_trial_errors_after_max_restarts_while_siblings_complet
     assert restarts == 2
 
 
+async def listed(client: Client, query: str, count: int) -> list[WorkflowExecution]:
+    """The workflows Temporal's visibility finds for `query`, once it finds `count`."""
+    for _ in range(100):
+        found = [execution async for execution in client.list_workflows(query)]
+        if len(found) == count:
+            return found
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{query!r} found {len(found)} workflows, not {count}")
+
+
+async def test_temporal_finds_experiments_by_search_attributes_and_shows_errors_as_failed(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """Temporal's UI tells the truth: an experiment whose trials all fail ends FAILED (not
+    COMPLETED) with the reason, its state and owner are search attributes, its trials are
+    found by its id, and one that was canceled ends failed as ExperimentCanceled."""
+    async def crash(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
+        return RunTrialResult(exit_code=1, agent_id="fake", message="boom")
+
+    owner = f"user-{uuid.uuid4().hex[:8]}"
+    agent, pool_name = await start_agent(temporal_client, pool, crash)
+    try:
+        failing, handle = await start_experiment(
+            temporal_client, pool, make_config(pool_name), owner=owner)
+        with pytest.raises(WorkflowFailureError) as failure:
+            await asyncio.wait_for(handle.result(), 60)
+        assert isinstance(failure.value.cause, ApplicationError)
+        assert failure.value.cause.type == "ExperimentError"
+        assert "all 4 of its trials failed" in str(failure.value.cause)
+        canceled, handle = await start_experiment(
+            temporal_client, pool, make_config(pool_name), owner=owner)
+        await handle.signal("cancel")
+        assert await ended(handle, 60) == "CANCELED"
+    finally:
+        await stop_agent(agent)
+
+    [found] = await listed(temporal_client, f"EpochalOwner = '{owner}' AND EpochalState = 'ERROR'",
+                           1)
+    assert (found.id, found.status) == (experiment_workflow_id(failing),
+                                        WorkflowExecutionStatus.FAILED)
+    assert found.typed_search_attributes.get(search_attributes.EXPERIMENT_ID) == failing
+    assert found.typed_search_attributes.get(search_attributes.SEARCHER) == "grid"
+    assert (await found.memo())["metric"] == "loss"
+    [found] = await listed(
+        temporal_client, f"EpochalOwner = '{owner}' AND EpochalState = 'CANCELED'", 1)
+    assert (found.id, found.status) == (experiment_workflow_id(canceled),
+                                        WorkflowExecutionStatus.FAILED)
+    trials = await listed(temporal_client, f"EpochalExperimentId = {failing}"
+                          " AND WorkflowType = 'TrialWorkflow'", 4)
+    trial_ids = {t.typed_search_attributes.get(search_attributes.TRIAL_ID) for t in trials}
+    assert trial_ids == set(await pool.fetchval(
+        "SELECT array_agg(id) FROM trials WHERE experiment_id = $1", failing))
+    assert len(await listed(temporal_client, f"EpochalOwner = '{owner}'", 2)) == 2
+
+
 async def test_pause_preempts_trials_and_activate_resumes_them(
     temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:
@@ -281,7 +359,7 @@ async def test_kill_stops_running_trials_at_once(
     try:
         await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 2))
         await handle.signal("kill")
-        assert await asyncio.wait_for(handle.result(), 30) == "CANCELED"
+        assert await ended(handle, 30) == "CANCELED"
     finally:
         await stop_agent(agent)
     # Two trials were running and were killed; the other two were never started.
@@ -306,7 +384,7 @@ async def test_cancel_checkpoints_running_trials_and_starts_no_more(
     try:
         await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 2))
         await handle.signal("cancel")
-        assert await asyncio.wait_for(handle.result(), 30) == "CANCELED"
+        assert await ended(handle, 30) == "CANCELED"
     finally:
         await stop_agent(agent)
     # The two running trials were asked to stop and exited cleanly; the others never started.
@@ -406,7 +484,7 @@ async def test_a_quick_pause_and_activate_are_stored_in_the_order_they_came(
             assert await pool.fetchval(
                 "SELECT state FROM experiments WHERE id = $1", experiment_id) == "ACTIVE"
             await handle.signal("kill")
-            assert await asyncio.wait_for(handle.result(), 60) == "CANCELED"
+            assert await ended(handle, 60) == "CANCELED"
         finally:
             await stop_agent(agent)
 

@@ -369,13 +369,13 @@ async def _generation_at_least(pool: Pool, n: int) -> bool:
 async def test_a_trial_too_big_for_the_pool_ends_in_error_naming_pool_and_agent(
     temporal_client: Client, rp: Pool, pool: asyncpg.Pool
 ) -> None:
-    from tests.workflows.test_experiment_workflow import make_config, start_experiment
+    from tests.workflows.test_experiment_workflow import ended, make_config, start_experiment
 
     config = make_config(rp.name)
     config["resources"]["slots_per_trial"] = 12  # not a multiple of the agent's 8
     async with fake_agent(temporal_client, rp.name, rp.agent("small"), 8):
         experiment_id, handle = await start_experiment(temporal_client, pool, config)
-        assert await asyncio.wait_for(handle.result(), 60) == "ERROR"
+        assert await ended(handle, 60) == "ERROR"
     logs = await pool.fetch(
         "SELECT l.log FROM task_logs l JOIN trials t ON t.id = l.trial_id"
         " WHERE t.experiment_id = $1", experiment_id)
