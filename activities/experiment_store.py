@@ -208,13 +208,7 @@ class ExperimentStore:
             inp.experiment_id,
         )
         best_trial_id: int | None = await self._pool.fetchval(
-            "SELECT m.trial_id FROM metrics m JOIN trials t ON t.id = m.trial_id"
-            " WHERE t.experiment_id = $1 AND m.metric_group = 'validation'"
-            "   AND searcher_metric(m.metrics, $2) IS NOT NULL"
-            " ORDER BY searcher_rank(m.metrics, $2), m.id LIMIT 1",
-            inp.experiment_id,
-            searcher,
-        )
+            "SELECT best_trial($1)", inp.experiment_id)
         storage = config.get("checkpoint_storage") or {}
         policy = RetentionPolicy(
             save_experiment_best=storage.get("save_experiment_best", 0),

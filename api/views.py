@@ -296,10 +296,10 @@ async def fetch_trials_by_id(
 # would send them all).
 _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state,
-       e.owner, e.archived, coalesce(e.best_trial_id, best.id) AS best_trial_id,
+       e.owner, e.archived, best_id.id AS best_trial_id,
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
        p.workspace_id, w.name AS workspace_name, tr.num_trials, ts.trial_states,
-       best.value AS best_validation,
+       best.searcher_metric_value AS best_validation,
        -- The trials' progress against the searcher's plan: it only grows, and keeps its value
        -- when the experiment is canceled (a COMPLETED trial counts whole).
        CASE WHEN e.state = 'COMPLETED' THEN 1.0
@@ -317,14 +317,8 @@ CROSS JOIN LATERAL (
     SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}') AS trial_states
     FROM (SELECT t.state, count(*) AS n FROM trials t WHERE t.experiment_id = e.id
           GROUP BY t.state) s) ts
-LEFT JOIN LATERAL (
-    SELECT bt.id, bt.searcher_metric_value AS value
-    FROM trials bt
-    WHERE bt.experiment_id = e.id AND bt.searcher_metric_value IS NOT NULL
-      AND (e.best_trial_id IS NULL OR bt.id = e.best_trial_id)
-    ORDER BY CASE WHEN (e.config -> 'searcher' ->> 'smaller_is_better')::boolean IS false
-                  THEN -bt.searcher_metric_value ELSE bt.searcher_metric_value END, bt.id
-    LIMIT 1) best ON true
+CROSS JOIN LATERAL (SELECT coalesce(e.best_trial_id, best_trial(e.id)) AS id) best_id
+LEFT JOIN trials best ON best.id = best_id.id
 """
 _EXPERIMENT_DETAIL = _EXPERIMENT_SELECT.format(detail=""",
        e.notes, (SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}') FROM trials t

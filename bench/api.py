@@ -237,14 +237,13 @@ async def seed(db_url: str, experiments: int, trials: int, points: int,
                 "metrics", source=source(), format="text",
                 columns=["trial_id", "trial_run_id", "metric_group", "steps_completed",
                          "metrics"])
-            # Ended experiments know their best trial (finish_experiment's rule); the last
-            # RUNNING experiments do not, so their list entry still searches every validation.
+            # Each trial's best validation, as the API keeps it when reports arrive; ended
+            # experiments know their best trial (finish_experiment's rule, best_trial()); the
+            # last RUNNING experiments do not, so their answers find it among their trials.
+            await conn.execute("SELECT refresh_best_validation(array_agg(id)) FROM trials"
+                               " WHERE id = ANY($1::int[])", trial_ids)
             await conn.execute(
-                "UPDATE experiments e SET best_trial_id = ("
-                "  SELECT m.trial_id FROM metrics m JOIN trials t ON t.id = m.trial_id"
-                "  WHERE t.experiment_id = e.id AND m.metric_group = 'validation'"
-                "    AND searcher_metric(m.metrics, e.config -> 'searcher') IS NOT NULL"
-                "  ORDER BY searcher_rank(m.metrics, e.config -> 'searcher'), m.id LIMIT 1)"
+                "UPDATE experiments e SET best_trial_id = best_trial(e.id)"
                 " WHERE e.id <> ALL($1::int[])", experiment_ids[-running:] if running else [])
             await conn.execute(
                 "UPDATE experiments SET state = 'ACTIVE', progress = 0, end_time = NULL"

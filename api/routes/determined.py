@@ -73,15 +73,8 @@ async def best_searcher_validation_metric(experiment_id: int, pool: Pool) -> dic
     if searcher is None:
         raise not_found("experiment", experiment_id)
     metric = str(searcher.get("metric") or "")
-    best = "min" if searcher.get("smaller_is_better", True) else "max"
     value = await pool.fetchval(
-        f"SELECT {best}((m.metrics ->> $2)::float8) FROM metrics m"  # noqa: S608 (min or max)
-        " JOIN trials t ON t.id = m.trial_id"
-        " WHERE t.experiment_id = $1 AND m.metric_group = 'validation'"
-        " AND jsonb_typeof(m.metrics -> $2) = 'number'",
-        experiment_id,
-        metric,
-    )
+        "SELECT searcher_metric_value FROM trials WHERE id = best_trial($1)", experiment_id)
     if value is None or not math.isfinite(value):
         raise ApiError(404, f"experiment {experiment_id} has no validation of {metric!r} yet")
     return {"metric": value}

@@ -118,6 +118,7 @@ class FakeAgent:
 
 
 async def report_validation(pool: asyncpg.Pool, inp: RunTrialInput, steps: int) -> None:
+    """As the API stores a validation: the row, then the trial's best validation."""
     await pool.execute(
         "INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
         " VALUES ($1, 'validation', $2, $3) ON CONFLICT DO NOTHING",
@@ -125,6 +126,7 @@ async def report_validation(pool: asyncpg.Pool, inp: RunTrialInput, steps: int) 
         steps,
         {"loss": float(inp.hparams["lr"])},
     )
+    await pool.execute("SELECT refresh_best_validation(ARRAY[$1::int])", inp.trial_id)
 
 
 async def succeed(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
