@@ -586,7 +586,9 @@ class ResourcePoolWorkflow:
 
     @workflow.update(name=PoolMessages.RELEASE_SLOTS)
     def release_slots(self, release: SlotRelease) -> bool:
-        """True if the allocation (or the waiting request) was still held."""
+        """True if the allocation (or the waiting request) was still held. Nothing sends it
+        any more (trials release by signal), but pools' histories hold it: kept so they replay
+        (tests/replay, pool-continue-as-new-before-local-db)."""
         held = release.allocation_id in self._allocations or (
             release.allocation_id in self._pending)
         self._release(release.allocation_id)

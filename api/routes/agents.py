@@ -176,7 +176,9 @@ def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
         "registeredTime": rfc3339(row["registered_at"]),
         "lastSeen": rfc3339(row["last_seen"]),
         "enabled": row["enabled"],
-        "alive": bool(row["alive"]) and (scheduler is None or scheduler.get("alive", True)),
+        # The pool's liveness (its liveness activity's heartbeats) is the one the scheduler acts
+        # on; the last registration's age stands in only while the pool does not answer.
+        "alive": bool(scheduler["alive"]) if scheduler is not None else bool(row["alive"]),
         "version": row["version"],
         "usedSlots": len(used),
         # Determined's v1Agent (`det agent list`, `det slot list`).
