@@ -16,6 +16,7 @@ from temporalio import activity
 
 from activities.checkpoint_gc import RetentionPolicy, StoredCheckpoint, checkpoints_to_keep
 from common.checkpoint_storage import CheckpointFiles, StorageError, UnsafeCheckpointPath
+from common.expconf import RetentionCounts
 from common.temporal_names import (
     CHECK_SEARCHER_METRIC,
     CREATE_TRIAL,
@@ -210,10 +211,12 @@ class ExperimentStore:
         best_trial_id: int | None = await self._pool.fetchval(
             "SELECT best_trial($1)", inp.experiment_id)
         storage = config.get("checkpoint_storage") or {}
+        counts = RetentionCounts.model_validate(
+            {k: v for k, v in storage.items() if k in RetentionCounts.model_fields})
         policy = RetentionPolicy(
-            save_experiment_best=storage.get("save_experiment_best", 0),
-            save_trial_best=storage.get("save_trial_best", 1),
-            save_trial_latest=storage.get("save_trial_latest", 1),
+            save_experiment_best=counts.save_experiment_best,
+            save_trial_best=counts.save_trial_best,
+            save_trial_latest=counts.save_trial_latest,
             smaller_is_better=smaller,
         )
         stored = [

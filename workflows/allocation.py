@@ -22,6 +22,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from common.expconf import ResourcesConfig
     from common.temporal_names import (
         MASTER_TASK_QUEUE,
         RELEASE_SLOTS_ACTIVITY,
@@ -42,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.types import JSON
 
+_RESOURCE_DEFAULTS = ResourcesConfig()
 SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
 SCHEDULER_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
@@ -59,10 +61,12 @@ class Resources:
 
     @classmethod
     def of(cls, config: JSON) -> Resources:
+        """A stored config has every field; one stored before a field existed gets the
+        model's default (ResourcesConfig), the one home of these defaults."""
         res = config.get("resources") or {}
         return cls(
-            pool=str(res.get("resource_pool") or "default"),
-            slots=int(res.get("slots_per_trial", 1)),
+            pool=str(res.get("resource_pool") or _RESOURCE_DEFAULTS.resource_pool),
+            slots=int(res.get("slots_per_trial", _RESOURCE_DEFAULTS.slots_per_trial)),
             priority=int(res.get("priority") or DEFAULT_PRIORITY),
             max_slots=None if res.get("max_slots") is None else int(res["max_slots"]),
         )

@@ -53,7 +53,12 @@ from common.expconf.searchers import (
     SearcherConfig,
     SingleConfig,
 )
-from common.expconf.storage import CheckpointStorageConfig, S3Config, SharedFSConfig
+from common.expconf.storage import (
+    CheckpointStorageConfig,
+    RetentionCounts,
+    S3Config,
+    SharedFSConfig,
+)
 
 __all__ = [
     "BindMount",
@@ -86,6 +91,7 @@ __all__ = [
     "SEARCHER_CONFIGS",
     "SearcherConfig",
     "SearcherLength",
+    "RetentionCounts",
     "SharedFSConfig",
     "SingleConfig",
     "config_warnings",

@@ -7,15 +7,21 @@ from pydantic import Discriminator, Field, Tag, field_validator
 from common.expconf._base import NotActedOn, _fail, _keyed_tag, _Model
 
 
-class SharedFSConfig(_Model):
+class RetentionCounts(_Model):
+    """How many checkpoints the experiment's end keeps (Determined's defaults), on any
+    storage: the one home of these defaults (activities/experiment_store.py reads them here)."""
+
+    save_experiment_best: int = Field(default=0, ge=0)
+    save_trial_best: int = Field(default=1, ge=0)
+    save_trial_latest: int = Field(default=1, ge=0)
+
+
+class SharedFSConfig(RetentionCounts):
     """Checkpoints in ``host_path/<uuid>/`` (or ``host_path/storage_path/<uuid>/``)."""
 
     type: Literal["shared_fs"] = "shared_fs"
     host_path: str = Field(min_length=1)
     storage_path: str | None = None
-    save_experiment_best: int = Field(default=0, ge=0)
-    save_trial_best: int = Field(default=1, ge=0)
-    save_trial_latest: int = Field(default=1, ge=0)
     # Determined's legacy keys; the storage is mounted at host_path in task containers.
     container_path: NotActedOn = None
     propagation: NotActedOn = None
@@ -23,7 +29,7 @@ class SharedFSConfig(_Model):
     tensorboard_path: NotActedOn = None
 
 
-class S3Config(_Model):
+class S3Config(RetentionCounts):
     """Checkpoints in ``s3://bucket/prefix/<uuid>/``: Epochal's harness uploads them through
     URLs the master presigns, Determined's Core API with boto3 (common/checkpoint_storage.py)."""
 
@@ -40,9 +46,6 @@ class S3Config(_Model):
         if value is not None and ".." in value.split("/"):
             raise _fail(((), 'must not contain ".." as a path part'))
         return value
-    save_experiment_best: int = Field(default=0, ge=0)
-    save_trial_best: int = Field(default=1, ge=0)
-    save_trial_latest: int = Field(default=1, ge=0)
 
 
 _STORAGE_TYPES = ("shared_fs", "s3")
