@@ -204,12 +204,17 @@ def _trial_filter(text: str) -> TrialFilter:
         raise _bad_filter(text, "expected <field><op><value>, e.g. hp.lr<0.01 or "
                                 "searcherMetric<=0.2")
     field, op, raw = match.groups()
-    if not field.startswith(HP_SORT_PREFIX) and field not in TRIAL_FILTER_COLUMNS:
+    hparam = field.startswith(HP_SORT_PREFIX)
+    if not hparam and field not in TRIAL_FILTER_COLUMNS:
         raise _bad_filter(text, f"{field!r} is not a field: hp.<hyperparameter> or one of "
                                 f"{', '.join(TRIAL_FILTER_COLUMNS)}")
+    if "\x00" in raw:
+        raise _bad_filter(text, "a value cannot hold a NUL character")
     try:
         value = float(raw)
     except ValueError:
+        if not hparam:
+            raise _bad_filter(text, f"{raw!r} is not a number, and {field} is one") from None
         if op not in ("=", "!="):
             raise _bad_filter(text, f"{raw!r} is not a number, so only = and != compare "
                                     "it") from None
@@ -241,13 +246,14 @@ def _filter_sql(filters: list[TrialFilter], params: list[Any]) -> str:
             path = f"${len(params)}::text[]"
             params.append(f.value)
             if isinstance(f.value, float):
-                clauses.append(f"(jsonb_typeof(t.hparams #> {path}) = 'number'"
-                               f" AND (t.hparams #>> {path})::float8 {f.op} ${len(params)})")
+                # CASE, not AND: only CASE makes PostgreSQL skip the cast of a non-number.
+                clauses.append(f"CASE WHEN jsonb_typeof(t.hparams #> {path}) = 'number' THEN"
+                               f" (t.hparams #>> {path})::float8 END {f.op} ${len(params)}::float8")
             else:
-                clauses.append(f"(t.hparams #>> {path}) {f.op} ${len(params)}")
+                clauses.append(f"(t.hparams #>> {path}) {f.op} ${len(params)}::text")
         else:
             params.append(f.value)
-            clauses.append(f"{TRIAL_FILTER_COLUMNS[f.field]} {f.op} ${len(params)}")
+            clauses.append(f"{TRIAL_FILTER_COLUMNS[f.field]}::float8 {f.op} ${len(params)}::float8")
     return "".join(f" AND {c}" for c in clauses)
 
 

@@ -267,8 +267,17 @@ async def test_trials_sort_by_a_hyperparameter_and_importance_ranks_them(
             if abs(math.log10(rows[i][0]) + 2.5) + 0.1 * rows[i][1] <= 0.5 and rows[i][0] > 1e-3]
     assert await order(filter=["searcherMetric<=0.5", "hp.lr > 0.001"]) == good
     assert await order(filter=["hp.fixed=3"]) == ids and await order(filter=["hp.fixed!=3"]) == []
+    assert await order(filter=["id<=" + str(ids[2] + 0.5)]) == ids[:3]
+    # A hyperparameter that is text in some trials and a number in others compares with each.
+    await live_master.pool.execute(
+        "UPDATE trials SET hparams = jsonb_set(hparams, '{opt,m}', '\"adam\"')"
+        " WHERE id = $1", ids[0])
+    assert ids[0] not in await order(filter=["hp.opt.m<0.5"])
+    assert await order(filter=["hp.opt.m=adam"]) == [ids[0]]
     for condition, named in (("hp.lr<tiny", "not a number"), ("color=red", "not a field"),
-                             ("hp.lr", "expected <field><op><value>")):
+                             ("hp.lr", "expected <field><op><value>"),
+                             ("batches=many", "not a number"), ("hp.lr<nan", "finite"),
+                             ("id>1.5e999", "finite")):
         bad = await api.get(f"/api/v1/experiments/{experiment_id}/trials",
                             params={"filter": condition})
         assert bad.status_code == 400 and named in bad.text, bad.text
