@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from common.expconf import RetentionCounts
+
+_DEFAULT_COUNTS = RetentionCounts()
+
 
 @dataclass(frozen=True)
 class StoredCheckpoint:
@@ -20,9 +24,12 @@ class StoredCheckpoint:
 
 @dataclass(frozen=True)
 class RetentionPolicy:
-    save_experiment_best: int = 0
-    save_trial_best: int = 1
-    save_trial_latest: int = 1
+    """The config's retention counts (their defaults are RetentionCounts') and the metric's
+    direction."""
+
+    save_experiment_best: int = _DEFAULT_COUNTS.save_experiment_best
+    save_trial_best: int = _DEFAULT_COUNTS.save_trial_best
+    save_trial_latest: int = _DEFAULT_COUNTS.save_trial_latest
     smaller_is_better: bool = True
 
 

@@ -213,12 +213,7 @@ class ExperimentStore:
         storage = config.get("checkpoint_storage") or {}
         counts = RetentionCounts.model_validate(
             {k: v for k, v in storage.items() if k in RetentionCounts.model_fields})
-        policy = RetentionPolicy(
-            save_experiment_best=counts.save_experiment_best,
-            save_trial_best=counts.save_trial_best,
-            save_trial_latest=counts.save_trial_latest,
-            smaller_is_better=smaller,
-        )
+        policy = RetentionPolicy(**counts.model_dump(), smaller_is_better=smaller)
         stored = [
             StoredCheckpoint(
                 r["uuid"],

@@ -149,7 +149,10 @@ def at_one_length(observations: list[Observation], enough: int) -> list[Observat
             for seen in observations if seen.state == "running" or at in seen.intermediate]
 
 
-def _space(config: Mapping[str, Any]) -> tuple[list[tuple[tuple[str, ...], Any]], dict[str, Any]]:
+Space = tuple[list[tuple[tuple[str, ...], Any]], dict[str, Any]]
+
+
+def _space(config: Mapping[str, Any]) -> Space:
     """The config's hyperparameters (path, definition) and Optuna's distribution of each sampled
     one, by dotted name."""
     parsed = validate_experiment_config(dict(config))
@@ -158,14 +161,14 @@ def _space(config: Mapping[str, Any]) -> tuple[list[tuple[tuple[str, ...], Any]]
                     if (d := _distribution(hp)) is not None}
 
 
-def _study(config: Mapping[str, Any], observations: list[Observation], sampler: Any = None
-           ) -> tuple[Any, list[tuple[tuple[str, ...], Any]], dict[str, Any]]:
-    """An Optuna study holding `observations` in the config's space (trials whose
+def _study(config: Mapping[str, Any], space: Space, observations: list[Observation],
+           sampler: Any = None) -> Any:
+    """An Optuna study holding `observations` in the config's `space` (trials whose
     hyperparameters are from another space, a forked experiment's, are left out)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    leaves, distributions = _space(config)
+    leaves, distributions = space
     study = optuna.create_study(
         direction="minimize" if config["searcher"].get("smaller_is_better", True) else "maximize",
         sampler=sampler)
@@ -184,7 +187,7 @@ def _study(config: Mapping[str, Any], observations: list[Observation], sampler: 
             params=params, distributions=distributions, state=states[seen.state],
             value=seen.value if seen.state == "complete" else None,
             intermediate_values=dict(seen.intermediate)))
-    return study, leaves, distributions
+    return study
 
 
 def propose(config: Mapping[str, Any], observations: list[Observation],
@@ -194,9 +197,10 @@ def propose(config: Mapping[str, Any], observations: list[Observation],
     `config` is a stored (validated) experiment config whose searcher has a `sampler`; `seed`
     seeds the sampler (the trial's seed). Same inputs, same answer."""
     sampler_config = config["searcher"]["sampler"]
+    leaves, distributions = space = _space(config)
     if any(seen.state == "pruned" for seen in observations):
-        observations = at_one_length(observations, len(_space(config)[1]) + 2)
-    study, leaves, distributions = _study(config, observations, make_sampler(
+        observations = at_one_length(observations, len(distributions) + 2)
+    study = _study(config, space, observations, make_sampler(
         sampler_config["name"], sampler_config.get("options") or {}, seed))
     trial = study.ask(distributions)
 
@@ -218,9 +222,10 @@ def importance(config: Mapping[str, Any], scored: list[tuple[dict[str, Any], flo
     largest first; {} while fewer than two trials or no hyperparameter varies."""
     import optuna
 
-    study, _, distributions = _study(
-        config, [Observation(hparams, "complete", value=value) for hparams, value in scored])
-    if len(study.trials) < 2 or not distributions:
+    space = _space(config)
+    study = _study(
+        config, space, [Observation(hparams, "complete", value=value) for hparams, value in scored])
+    if len(study.trials) < 2 or not space[1]:
         return {}
     try:
         found = optuna.importance.get_param_importances(

@@ -163,18 +163,20 @@ TRIAL_SORT_COLUMNS = {
 }
 
 
-# Trials also sort by a hyperparameter: `hp.optimizer.momentum`.
-HP_SORT_PREFIX = "hp."
-_HP_SORT = re.compile(r"hp\.[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}")
+# Trials also sort and filter by a hyperparameter: `hp.optimizer.momentum`.
+_HP_FIELD = re.compile(r"hp\.([A-Za-z0-9_-]{1,100}(?:\.[A-Za-z0-9_-]{1,100}){0,9})")
 
 
-def is_hp_sort(sort_by: str) -> bool:
-    return _HP_SORT.fullmatch(sort_by) is not None
+def hp_path(field: str) -> list[str] | None:
+    """The hyperparameter `hp.<dotted name>` names, as a path into a trial's hparams; None
+    for a field that names none."""
+    match = _HP_FIELD.fullmatch(field)
+    return match[1].split(".") if match else None
 
 
 def check_trial_sort(sort_by: str) -> None:
     """A trial sort key the API takes: Determined's, or a hyperparameter's."""
-    if not is_hp_sort(sort_by):
+    if hp_path(sort_by) is None:
         require_choice("sortBy", sort_by, TRIAL_SORT_COLUMNS)
 
 
@@ -184,14 +186,15 @@ TRIAL_FILTER_COLUMNS = {"searcherMetric": "t.searcher_metric_value", "batches": 
                         "restarts": "t.restarts", "id": "t.id"}
 MAX_TRIAL_FILTERS = 20
 _FILTER = re.compile(
-    r"\s*(hp\.[A-Za-z0-9_.-]{1,200}|[A-Za-z]{1,40})\s*(<=|>=|!=|<|>|=)\s*(.{1,200}?)\s*")
+    r"\s*(hp\.[A-Za-z0-9_.-]{1,1100}|[A-Za-z]{1,40})\s*(<=|>=|!=|<|>|=)\s*(.{1,200}?)\s*")
 
 
 @dataclass(frozen=True)
 class TrialFilter:
-    field: str  # a TRIAL_FILTER_COLUMNS key or `hp.<dotted name>`
+    field: str  # a TRIAL_FILTER_COLUMNS key, or `hp.<dotted name>` with its `path`
     op: str
     value: float | str  # a number compares numerically, text (= and != only) as text
+    path: list[str] | None = None
 
 
 def _bad_filter(text: str, problem: str) -> ApiError:
@@ -204,7 +207,8 @@ def _trial_filter(text: str) -> TrialFilter:
         raise _bad_filter(text, "expected <field><op><value>, e.g. hp.lr<0.01 or "
                                 "searcherMetric<=0.2")
     field, op, raw = match.groups()
-    hparam = field.startswith(HP_SORT_PREFIX)
+    path = hp_path(field)
+    hparam = path is not None
     if not hparam and field not in TRIAL_FILTER_COLUMNS:
         raise _bad_filter(text, f"{field!r} is not a field: hp.<hyperparameter> or one of "
                                 f"{', '.join(TRIAL_FILTER_COLUMNS)}")
@@ -218,10 +222,10 @@ def _trial_filter(text: str) -> TrialFilter:
         if op not in ("=", "!="):
             raise _bad_filter(text, f"{raw!r} is not a number, so only = and != compare "
                                     "it") from None
-        return TrialFilter(field, op, raw)
+        return TrialFilter(field, op, raw, path)
     if not math.isfinite(value):
         raise _bad_filter(text, f"{raw!r} is not a finite number")
-    return TrialFilter(field, op, value)
+    return TrialFilter(field, op, value, path)
 
 
 def trial_states(states: list[str] | None) -> list[str] | None:
@@ -241,8 +245,8 @@ def _filter_sql(filters: list[TrialFilter], params: list[Any]) -> str:
     """The conditions as SQL over `t`, their values appended to `params`."""
     clauses = []
     for f in filters:
-        if f.field.startswith(HP_SORT_PREFIX):
-            params.append(f.field.removeprefix(HP_SORT_PREFIX).split("."))
+        if f.path is not None:
+            params.append(f.path)
             path = f"${len(params)}::text[]"
             params.append(f.value)
             if isinstance(f.value, float):
@@ -277,8 +281,8 @@ async def fetch_trial_page(
     total = await conn.fetchval("SELECT count(*) FROM trials t" + where, *params)
     direction = "DESC" if order_desc else "ASC"
     column = TRIAL_SORT_COLUMNS.get(sort_by)
-    if is_hp_sort(sort_by):
-        params.append(sort_by.removeprefix(HP_SORT_PREFIX).split("."))
+    if (sort_path := hp_path(sort_by)) is not None:
+        params.append(sort_path)
         column = f"t.hparams #> ${len(params)}::text[]"
     order = f" ORDER BY {column} {direction} NULLS LAST, t.id {direction}"
     params += [limit, offset]

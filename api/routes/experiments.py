@@ -131,8 +131,8 @@ async def checked_config(text: str, settings: Settings) -> dict[str, Any]:
 
 
 async def _start_experiment(
-    temporal: Temporal, request: Request, experiment_id: int, owner: str,
-    config: dict[str, Any], seed: int, *, continued: bool
+    temporal: Temporal, experiment_id: int, owner: str, config: dict[str, Any], seed: int, *,
+    continued: bool, findable: bool
 ) -> None:
     """Start the experiment's workflow (findable in Temporal by its search attributes, its
     memo a summary of its config); a continued experiment's id was used before."""
@@ -144,7 +144,7 @@ async def _start_experiment(
         id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if continued
                          else WorkflowIDReusePolicy.REJECT_DUPLICATE),
         search_attributes=experiment_attributes(experiment_id, owner, config)
-        if request.app.state.findable else None,
+        if findable else None,
         memo=experiment_memo(config),
     )
 
@@ -221,8 +221,8 @@ async def create_experiment(
             size,
         )
         # Started inside the transaction: if Temporal refuses, no experiment row is left behind.
-        await _start_experiment(temporal, request, experiment_id, owner or "", config, seed,
-                                continued=False)
+        await _start_experiment(temporal, experiment_id, owner or "", config, seed,
+                                continued=False, findable=request.app.state.findable)
     weight = config["resources"].get("weight")
     if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)
@@ -306,8 +306,8 @@ async def continue_experiment(
             trial_id)
         # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
         try:
-            await _start_experiment(temporal, request, experiment_id, row["owner"], config,
-                                    seed, continued=True)
+            await _start_experiment(temporal, experiment_id, row["owner"], config, seed,
+                                    continued=True, findable=request.app.state.findable)
         except WorkflowAlreadyStartedError as err:
             raise ApiError(409, f"experiment {experiment_id} is still finishing: try again in"
                            " a moment") from err

@@ -37,10 +37,11 @@ async def hyperparameter_importance(experiment_id: int, pool: Pool) -> dict[str,
     stamp = tuple(await pool.fetchrow(
         "SELECT count(*), max(id), sum(searcher_metric_value) FROM trials"
         " WHERE experiment_id = $1 AND searcher_metric_value IS NOT NULL", experiment_id))
-    cached = _answers.get(experiment_id)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
     async with _computing:
+        # Inside the lock: a request that waited for the same computation takes its answer.
+        cached = _answers.get(experiment_id)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
         rows = await pool.fetch(
             "SELECT hparams, searcher_metric_value FROM trials WHERE experiment_id = $1"
             " AND searcher_metric_value IS NOT NULL ORDER BY id DESC LIMIT $2",

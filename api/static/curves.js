@@ -111,19 +111,23 @@ export class CurvePanel {
     return fallback ? [fallback] : [];
   }
 
+  // Overlaid, a trial's (or the others') two lines share one legend entry: the validation one.
+  showsLegend(metricGroup) {
+    return this.group !== "both" || metricGroup === "validation";
+  }
+
   // The trials past the best IN_FULL as one grey line per group (gaps between trials): one
   // trace draws and hovers fast however many trials it holds.
   others(lines) {
     const merged = new Map();
     for (const line of lines.filter((l) => l.rank < 0 || l.rank >= IN_FULL)) {
-      const key = line.dash;
-      if (!merged.has(key)) {
-        merged.set(key, { name: `other trials${this.group === "both" ? ` ${key === "dot"
-          ? "training" : "validation"}` : ""}`, group: "other trials", color: rankColor(IN_FULL),
-        width: 1, dash: key, showlegend: key !== "dot" || this.group !== "both", points: [],
-        labels: [], count: 0 });
+      const group = line.metricGroup;
+      if (!merged.has(group)) {
+        merged.set(group, { name: `other trials${this.group === "both" ? ` ${group}` : ""}`,
+          group: "other trials", color: rankColor(IN_FULL), width: 1, dash: DASH[group],
+          showlegend: this.showsLegend(group), points: [], labels: [], count: 0 });
       }
-      const into = merged.get(key);
+      const into = merged.get(group);
       if (!line.points.length) continue;
       if (into.points.length) {
         into.points.push([null, null]);
@@ -162,10 +166,9 @@ export class CurvePanel {
         const ys = smooth(points.map((p) => p.values[name]), weight);
         return {
           name: `trial ${s.trialId}${this.group === "both" ? ` ${s.group}` : ""}`,
-          group: `trial ${s.trialId}`,
-          showlegend: this.group !== "both" || s.group === "validation",
-          color: rankColor(rank), width: rank === 0 ? 3 : rank < IN_FULL ? 1.5 : 1,
-          dash: DASH[s.group], rank,
+          group: `trial ${s.trialId}`, metricGroup: s.group,
+          showlegend: this.showsLegend(s.group),
+          color: rankColor(rank), width: rank === 0 ? 3 : 1.5, dash: DASH[s.group], rank,
           points: points.map((p, i) => [p.batches, ys[i]]),
         };
       });

@@ -278,8 +278,16 @@ function sortHeader(exp, label, sortBy) {
 // Which columns the user hid, kept in the browser across pages and visits.
 const hiddenColumns = new Set(JSON.parse(localStorage.getItem(HIDDEN_COLUMNS_KEY) || "[]"));
 
-function columnChooser(names) {
-  return el("details", { id: "column-chooser", class: "chooser" }, el("summary", {}, "columns"),
+// The table's controls are made once, so a live update (every second while trials run) keeps
+// what the user is typing and the column chooser open.
+const columnChooser = el("details", { id: "column-chooser", class: "chooser" });
+let chooserNames = "";
+
+// The chooser's checkboxes, remade only when the columns change.
+function offerColumns(names) {
+  if (names.join("\n") === chooserNames) return;
+  chooserNames = names.join("\n");
+  replace(columnChooser, el("summary", {}, "columns"),
     names.map((name) => el("label", { class: "choice" }, el("input", { type: "checkbox",
       "data-column": name, checked: !hiddenColumns.has(name), onchange: (event) => {
         if (event.target.checked) hiddenColumns.delete(name);
@@ -289,29 +297,23 @@ function columnChooser(names) {
       } }), name)));
 }
 
-function stateFilter() {
-  const states = ["ACTIVE", "RUNNING", "COMPLETED", "CANCELED", "ERROR"];
-  const select = el("select", { id: "trial-state-filter", "aria-label": "trial state",
-    onchange: () => {
-      page.state = select.value || null;
-      turnTo(0);
-    } }, el("option", { value: "" }, "any state"),
-  states.map((s) => el("option", { value: `STATE_${s}`, selected: page.state === `STATE_${s}` },
-    s)));
-  return select;
-}
+const stateFilter = el("select", { id: "trial-state-filter", "aria-label": "trial state",
+  onchange: () => {
+    page.state = stateFilter.value || null;
+    turnTo(0);
+  } }, el("option", { value: "" }, "any state"),
+["ACTIVE", "RUNNING", "COMPLETED", "CANCELED", "ERROR"].map((s) =>
+  el("option", { value: `STATE_${s}` }, s)));
 
 // Conditions the master filters the trials by (GET .../trials?filter=), comma-separated.
-function conditionFilter() {
-  const input = el("input", { id: "trial-filter", type: "search", size: 36,
-    "aria-label": "filter trials", value: page.filters.join(", "),
-    placeholder: "hp.lr<0.01, searcherMetric<=0.5, hp.opt=adam",
-    onchange: () => {
-      page.filters = input.value.split(",").map((c) => c.trim()).filter(Boolean);
-      turnTo(0);
-    } });
-  return input;
-}
+const conditionFilter = el("input", { id: "trial-filter", type: "search", size: 36,
+  "aria-label": "filter trials", placeholder: "hp.lr<0.01, searcherMetric<=0.5, hp.opt=adam",
+  onchange: () => {
+    page.filters = conditionFilter.value.split(",").map((c) => c.trim()).filter(Boolean);
+    turnTo(0);
+  } });
+const trialCount = el("h2", {});
+const trialPage = el("div", {});
 
 function compareButton() {
   return el("button", { type: "button", id: "compare-button", disabled: selected.size < 2,
@@ -348,10 +350,9 @@ function renderTrials(exp, trials, total) {
       cell: (t) => hpValue(flat(t)[name]) })),
   ];
   const shown = columns.filter((c) => c.name === "Trial" || !hiddenColumns.has(c.name));
-  replace(trialBox, el("h2", {}, `Trials (${total})`),
-    el("div", { class: "controls" }, stateFilter(), conditionFilter(),
-      columnChooser(columns.slice(1).map((c) => c.name)), compareSlot),
-    total > PAGE_SIZE || page.offset ? pager(exp, trials.length, total) : "",
+  offerColumns(columns.slice(1).map((c) => c.name));
+  replace(trialCount, `Trials (${total})`);
+  replace(trialPage, total > PAGE_SIZE || page.offset ? pager(exp, trials.length, total) : "",
     el("div", { class: "table-scroll" }, table(shown, trials, (t) => ({
       class: `trial-row${t.id === exp.bestTrialId ? " best" : ""}`, "data-trial-id": t.id,
       "data-state": shortState(t.state),
@@ -370,19 +371,33 @@ function ranked(trials) {
   return [...trials].sort((a, b) => score(a) - score(b) || a.id - b.id);
 }
 
+function varies(trials, name) {
+  return new Set(trials.map((t) => JSON.stringify(flat(t)[name]))).size > 1;
+}
+
+function allNumbers(trials, name) {
+  return trials.every((t) => typeof flat(t)[name] === "number");
+}
+
+// How a hyperparameter's axis is drawn: as its config's type says (log, int, double), or as
+// categories when a value is not a number.
+function axisKind(trials, name) {
+  return allNumbers(trials, name) ? kinds[name] || "double" : "categorical";
+}
+
 function renderScatter() {
   if (!summary) return;
   const { experiment: exp, trials } = summary;
   const names = hparamNames(trials);
   // Until the user picks one: the first hyperparameter whose value differs between trials.
-  const varies = (name) => new Set(trials.map((t) => JSON.stringify(flat(t)[name]))).size > 1;
-  const chosen = names.includes(pickedHp) ? pickedHp : names.find(varies) || names[0];
+  const chosen = names.includes(pickedHp) ? pickedHp
+    : names.find((name) => varies(trials, name)) || names[0];
   replace(hpSelect, names.map((n) => el("option", { value: n, selected: n === chosen }, n)));
   const order = ranked(trials).map((t) => t.id);
   const scored = trials.filter((t) => typeof t.searcherMetricValue === "number" && chosen
     && flat(t)[chosen] !== undefined);
-  const numeric = scored.every((t) => typeof flat(t)[chosen] === "number");
-  const kind = numeric ? kinds[chosen] || "double" : "categorical";
+  const numeric = allNumbers(scored, chosen);
+  const kind = axisKind(scored, chosen);
   drawScatter(scatterBox, scored.map((t) => ({
     x: numeric ? flat(t)[chosen] : String(hpValue(flat(t)[chosen])),
     y: t.searcherMetricValue,
@@ -402,12 +417,9 @@ async function renderParallel() {
     limit: HP_VIEW_TRIALS, sortBy: BY_METRIC,
     orderBy: exp.smallerIsBetter ? "ORDER_BY_ASC" : "ORDER_BY_DESC" })}`);
   const scored = trials.filter((t) => typeof t.searcherMetricValue === "number");
-  const names = hparamNames(scored).filter((n) => kinds[n] !== "const"
-    && new Set(scored.map((t) => JSON.stringify(flat(t)[n]))).size > 1);
+  const names = hparamNames(scored).filter((n) => kinds[n] !== "const" && varies(scored, n));
   drawParallel(parallelBox, names.map((name) => ({
-    label: name, kind: scored.every((t) => typeof flat(t)[name] === "number")
-      ? kinds[name] || "double" : "categorical",
-    values: scored.map((t) => flat(t)[name]),
+    label: name, kind: axisKind(scored, name), values: scored.map((t) => flat(t)[name]),
   })), { label: exp.searcherMetric, values: scored.map((t) => t.searcherMetricValue) },
   { smallerIsBetter: exp.smallerIsBetter });
   parallelBox.dataset.trials = String(scored.length);
@@ -527,6 +539,9 @@ function followPage() {
 
 async function start() {
   if (!(await startPage())) return;
+  replace(trialBox, trialCount,
+    el("div", { class: "controls" }, stateFilter, conditionFilter, columnChooser, compareSlot),
+    trialPage);
   replace(main, header, errorBox,
     el("h2", {}, "Learning curves"), curveBox,
     trialBox, compareBox,

@@ -356,6 +356,17 @@ def test_a_canceled_experiment_is_canceled_from_its_page_and_failed_in_temporal(
     expect(checkpoint_line.first).to_be_attached(timeout=60_000)
     expect(checkpoint_line.first.locator("a.log-trial")).to_have_text(f"[trial {trial_id}] ")
     expect(page.locator("#experiment-logs #log-trial")).to_be_visible()
+    # Live updates redraw the table but keep a condition being typed and the chooser open.
+    page.click("#column-chooser summary")
+    page.fill("#trial-filter", "hp.lr<1")
+    batches = int(page.locator("tr.trial-row td.batches").inner_text())
+    page.wait_for_function(
+        "([n]) => Number(document.querySelector('tr.trial-row td.batches').textContent) > n",
+        arg=[batches])
+    expect(page.locator("#trial-filter")).to_have_value("hp.lr<1")
+    expect(page.locator("#column-chooser")).to_have_attribute("open", "")
+    page.click("#column-chooser summary")
+    page.fill("#trial-filter", "")
     page.click("button[data-action='cancel']")
     expect(page.locator("#main")).to_have_attribute("data-state", "CANCELED", timeout=60_000)
     expect(page.locator("button[data-action='archive']")).to_be_enabled()
