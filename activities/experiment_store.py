@@ -257,9 +257,7 @@ class ExperimentStore:
             )
             await conn.execute(
                 "UPDATE experiments SET state = $2, best_trial_id = $3,"
-                " end_time = coalesce(end_time, now()),"
-                " progress = CASE WHEN $2 = 'COMPLETED' THEN 1 ELSE progress END"
-                " WHERE id = $1",
+                " end_time = coalesce(end_time, now()) WHERE id = $1",
                 inp.experiment_id,
                 inp.state,
                 best_trial_id,

@@ -19,20 +19,18 @@ from collections.abc import Callable
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client, WithStartWorkflowOperation, WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.pool_start import pool_start_operation
 from common.temporal_names import (
     RELEASE_SLOTS_ACTIVITY,
     REQUEST_SLOTS_ACTIVITY,
-    RESOURCE_POOL_WORKFLOW,
     PoolMessages,
     resource_pool_workflow_id,
 )
 from workflows.pool_types import (
-    PoolInput,
     ReleaseSlotsInput,
     RequestSlotsInput,
     SlotRelease,
@@ -77,13 +75,7 @@ class SchedulerActivities:
         return reply
 
     async def _request_starting_pool(self, inp: RequestSlotsInput) -> SlotReply:
-        start: WithStartWorkflowOperation[Any, Any] = WithStartWorkflowOperation(
-            RESOURCE_POOL_WORKFLOW,
-            PoolInput(name=inp.pool),
-            id=resource_pool_workflow_id(inp.pool),
-            task_queue=inp.master_task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
+        start = pool_start_operation(inp.pool, inp.master_task_queue)
         try:
             reply: SlotReply = await self._client.execute_update_with_start_workflow(
                 PoolMessages.REQUEST_SLOTS,

@@ -16,7 +16,6 @@ import dataclasses
 import json
 import logging
 import os
-import shlex
 import shutil
 import socket
 import tempfile
@@ -179,7 +178,7 @@ class AgentActivities:
                       slot_ids: list[int]) -> TrialLaunch:
         """A fresh working directory with the model definition and trial_info.json in it, and
         beside it Determined's info files and clean copy of the model definition."""
-        entrypoint = entrypoint_command(inp.config)
+        entrypoint: str = inp.config["entrypoint"]  # one command line: the model made it so
         owner = self.runtime.task_owner
         await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)
@@ -241,19 +240,6 @@ class AgentActivities:
                 logger.warning("cannot learn the experiment owner (%s); DET_USER=%s",
                                err, FALLBACK_USER)
         return FALLBACK_USER
-
-
-def entrypoint_command(config: dict[str, Any]) -> str:
-    """The config's `entrypoint` as a shell command line (a list is quoted word by word)."""
-    entrypoint = config.get("entrypoint")
-    if isinstance(entrypoint, list) and entrypoint and all(isinstance(w, str)
-                                                           for w in entrypoint):
-        return shlex.join(entrypoint)
-    if isinstance(entrypoint, str) and entrypoint.strip():
-        return entrypoint
-    raise ApplicationError(
-        f"the experiment config's entrypoint must be a command line (a string or a list of "
-        f"strings), got {entrypoint!r}", type="ConfigError", non_retryable=True)
 
 
 def check_storage_writable(config: dict[str, Any], agent_id: str,

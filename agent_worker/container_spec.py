@@ -14,6 +14,7 @@ containers again (agent_worker/docker_engine.py).
 from __future__ import annotations
 
 import os
+import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,18 +96,13 @@ class ContainerSpec:
 
 
 def image_for(config: Mapping[str, Any], slots: Sequence[Slot], default: str) -> str:
-    """`environment.image`: a string, or Determined's `{cpu: ..., cuda: ...}` by slot type."""
+    """`environment.image`: one name, or Determined's `{cpu: ..., cuda: ...}` by slot type (the
+    config model keeps the mapping only when the names differ)."""
     image = (config.get("environment") or {}).get("image")
     if isinstance(image, Mapping):
         kind = "cuda" if any(s.type == TYPE_CUDA for s in slots) else "cpu"
         image = image.get(kind) or image.get("cpu")
-    if image is None or (isinstance(image, str) and not image.strip()):
-        return default
-    if not isinstance(image, str):
-        raise ApplicationError(
-            f"environment.image must be an image name or a mapping of slot type to image "
-            f"name, got {image!r}", type="ConfigError", non_retryable=True)
-    return image.strip()
+    return image.strip() if isinstance(image, str) and image.strip() else default
 
 
 def gpu_device_requests(slots: Sequence[Slot]) -> list[docker.types.DeviceRequest]:
@@ -123,36 +119,18 @@ def gpu_device_requests(slots: Sequence[Slot]) -> list[docker.types.DeviceReques
 
 
 def shm_size_for(config: Mapping[str, Any]) -> int:
-    """`resources.shm_size` in bytes: a number, or a size such as '4G' or '512MiB'."""
-    raw = (config.get("resources") or {}).get("shm_size")
-    if raw is None:
-        return DEFAULT_SHM_SIZE
-    if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0:
-        return raw
-    if isinstance(raw, str):
-        m = re.fullmatch(r"\s*(\d+)\s*([kmgt]?)i?b?\s*", raw.lower())
-        if m:
-            return int(m.group(1)) * int(1024 ** " kmgt".index(m.group(2) or " "))
-    raise ApplicationError(f"resources.shm_size must be a size in bytes or like '4G', got {raw!r}",
-                           type="ConfigError", non_retryable=True)
+    """`resources.shm_size` in bytes (the config model read "4G" as bytes), else the default."""
+    size = (config.get("resources") or {}).get("shm_size")
+    return int(size) if size else DEFAULT_SHM_SIZE
 
 
 def user_mounts(config: Mapping[str, Any]) -> list[docker.types.Mount]:
-    """The config's `bind_mounts` (host_path, container_path, read_only)."""
-    out = []
-    for i, m in enumerate(config.get("bind_mounts") or []):
-        if not isinstance(m, Mapping) or not m.get("host_path") or not m.get("container_path"):
-            raise ApplicationError(
-                f"bind_mounts[{i}] needs host_path and container_path, got {m!r}",
-                type="ConfigError", non_retryable=True)
-        host, target = str(m["host_path"]), str(m["container_path"])
-        if not os.path.isabs(host) or not os.path.isabs(target):
-            raise ApplicationError(
-                f"bind_mounts[{i}]: host_path and container_path must be absolute paths, got "
-                f"{host!r} and {target!r}", type="ConfigError", non_retryable=True)
-        out.append(docker.types.Mount(target=target, source=host, type="bind",
-                                      read_only=bool(m.get("read_only", False))))
-    return out
+    """The config's `bind_mounts` (the model checked them); a relative container_path is under
+    the working directory, as on Determined."""
+    return [docker.types.Mount(target=posixpath.join(CONTAINER_WORKDIR, m["container_path"]),
+                               source=m["host_path"], type="bind",
+                               read_only=bool(m.get("read_only", False)))
+            for m in config.get("bind_mounts") or []]
 
 
 def entrypoint_command(entrypoint: str) -> list[str]:

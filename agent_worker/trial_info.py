@@ -54,33 +54,10 @@ def build_trial_info(
     }
 
 
-def user_environment(config: Mapping[str, Any], slot_type: str = "cpu") -> dict[str, str]:
-    """The config's `environment.environment_variables` as a dict of strings.
-
-    Accepts a dict, a list of "KEY=VALUE" strings, or Determined's per-device form
-    ``{"cpu": [...], "cuda": [...]}`` (the entry for `slot_type` is used).
-    """
-    env_vars = (config.get("environment") or {}).get("environment_variables") or {}
-    if isinstance(env_vars, Mapping) and set(env_vars) <= {"cpu", "cuda", "rocm"} and all(
-        isinstance(v, list | Mapping) for v in env_vars.values()
-    ):
-        env_vars = env_vars.get(slot_type) or {}
-    if isinstance(env_vars, list):
-        pairs: dict[str, Any] = {}
-        for item in env_vars:
-            key, sep, value = str(item).partition("=")
-            if sep and key:
-                pairs[key] = value
-        env_vars = pairs
-    if not isinstance(env_vars, Mapping):
-        return {}
-    return {str(k): _env_value(v) for k, v in env_vars.items() if v is not None}
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
+def user_environment(config: Mapping[str, Any]) -> dict[str, str]:
+    """The config's `environment.environment_variables`: one mapping of strings, whatever form the
+    user wrote (a list of "KEY=VALUE", per device), since the config model stored it so."""
+    return dict((config.get("environment") or {}).get("environment_variables") or {})
 
 
 def trial_environment(

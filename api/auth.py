@@ -34,6 +34,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from api.errors import ApiError
+from api.queries import users as user_queries
 from api.settings import Settings
 from common.tokens import TrialRun, verify_trial_token
 
@@ -173,20 +174,13 @@ def _digest(token: str) -> bytes:
 
 async def open_session(pool: asyncpg.Pool, user_id: int, ttl: timedelta) -> str:
     token = f"{SESSION_TOKEN_PREFIX}.{secrets.token_urlsafe(32)}"
-    await pool.execute(
-        "INSERT INTO user_sessions (token_hash, user_id, expires_at) VALUES ($1, $2, now() + $3)",
-        _digest(token),
-        user_id,
-        ttl,
-    )
+    await user_queries.insert_session(pool, _digest(token), user_id, ttl)
     return token
 
 
 async def close_session(pool: asyncpg.Pool, principal: Principal) -> None:
     if principal.session_hash is not None:
-        await pool.execute(
-            "DELETE FROM user_sessions WHERE token_hash = $1", principal.session_hash
-        )
+        await user_queries.delete_session(pool, principal.session_hash)
 
 
 async def ensure_admin_password(pool: asyncpg.Pool, password: str | None) -> None:
@@ -194,11 +188,7 @@ async def ensure_admin_password(pool: asyncpg.Pool, password: str | None) -> Non
     if not password:
         return
     stored = await hash_password(password, is_hashed=False)
-    await pool.execute(
-        "UPDATE users SET password_hash = $1, modified_at = now()"
-        " WHERE username = 'admin' AND password_hash IS NULL",
-        stored,
-    )
+    await user_queries.set_initial_admin_password(pool, stored)
 
 
 # Determined's Core API (api.TaskSession) sends its task token under this header instead.
@@ -208,10 +198,7 @@ DETERMINED_TASK_TOKEN_HEADER = "grpc-metadata-x-allocation-token"
 async def _check_run_is_live(pool: asyncpg.Pool, named: TrialRun) -> None:
     """A trial token is good only while its run is the trial's current, running one and the
     experiment's owner is active: this fences finished runs and orphaned processes."""
-    row = await pool.fetchrow(
-        "SELECT t.run_id, t.state, u.active FROM trials t"
-        " JOIN experiments e ON e.id = t.experiment_id"
-        " LEFT JOIN users u ON u.username = e.owner WHERE t.id = $1", named.trial_id)
+    row = await user_queries.fetch_trial_run_state(pool, named.trial_id)
     if row is None:
         raise ApiError(401, f"trial token for trial {named.trial_id}, which does not exist")
     if row["run_id"] != named.run_id or row["state"] != "RUNNING":
@@ -246,11 +233,7 @@ async def _resolve(token: str, pool: asyncpg.Pool, settings: Settings) -> Princi
     if hmac.compare_digest(token.encode(), settings.cluster_token.encode()):
         return Principal("agent")
     digest = _digest(token)
-    row = await pool.fetchrow(
-        "SELECT u.id, u.username, u.admin, u.active, s.expires_at < now() AS expired"
-        " FROM user_sessions s JOIN users u ON u.id = s.user_id WHERE s.token_hash = $1",
-        digest,
-    )
+    row = await user_queries.fetch_session_user(pool, digest)
     if row is None:
         raise ApiError(401, "invalid or revoked token: log in again (`epochal user login`)")
     if row["expired"]:
@@ -360,9 +343,7 @@ async def require_owner(request: Request, experiment_id: int, action: str) -> No
     principal = require_user(current(request), action)
     if principal.admin:
         return
-    owner = await request.app.state.pool.fetchval(
-        "SELECT owner FROM experiments WHERE id = $1", experiment_id
-    )
+    owner = await user_queries.fetch_experiment_owner(request.app.state.pool, experiment_id)
     if owner is not None and owner != principal.username:
         raise ApiError(
             403,
@@ -382,11 +363,7 @@ async def require_trial_write(request: Request, trial_id: int) -> None:
                 403, f"{principal.describe()} may not write reports of trial {trial_id}"
             )
         return
-    owner = await request.app.state.pool.fetchval(
-        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1",
-        trial_id,
-    )
+    owner = await user_queries.fetch_trial_owner(request.app.state.pool, trial_id)
     if owner is not None and owner != principal.username:
         raise ApiError(
             403, f"user {principal.username} may not write reports of trial {trial_id}"
@@ -400,12 +377,10 @@ async def require_files_read(request: Request, trial_id: int) -> None:
     if principal.kind == "agent" or (principal.kind == "user" and principal.admin):
         return
     pool = request.app.state.pool
-    owner = await pool.fetchval(
-        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1", trial_id)
-    reader = principal.username if principal.kind == "user" else await pool.fetchval(
-        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1", principal.trial_id)
+    owner = await user_queries.fetch_trial_owner(pool, trial_id)
+    reader = principal.username
+    if principal.kind == "trial" and principal.trial_id is not None:
+        reader = await user_queries.fetch_trial_owner(pool, principal.trial_id)
     if owner is not None and owner != reader:
         raise ApiError(403, f"{principal.describe()} may not read the files of trial "
                        f"{trial_id}'s checkpoints, which belong to {owner}")

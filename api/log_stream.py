@@ -13,46 +13,60 @@ from typing import Any
 
 import asyncpg
 
+from api.queries import experiments, logs, trials
 from api.views import log_json
+from common.states import TERMINAL_STATES
 
 POLL_SECONDS = 0.3
 BATCH = 1000
 
 
+def trial_ended(pool: asyncpg.Pool, trial_id: int) -> Callable[[], Awaitable[bool]]:
+    """A follow's `is_done` for a trial: whether it is terminal."""
+    async def ended() -> bool:
+        return await trials.fetch_trial_state(pool, trial_id) in TERMINAL_STATES
+
+    return ended
+
+
+def experiment_ended(pool: asyncpg.Pool, experiment_id: int) -> Callable[[], Awaitable[bool]]:
+    """A follow's `is_done` for an experiment: whether it is terminal."""
+    async def ended() -> bool:
+        return await experiments.fetch_experiment_state(pool, experiment_id) in TERMINAL_STATES
+
+    return ended
+
+
 async def stream_logs(
     pool: asyncpg.Pool,
-    where_sql: str,
+    of_owner: str,
     owner_id: int,
     *,
     follow: bool,
     is_done: Callable[[], Awaitable[bool]],
 ) -> AsyncIterator[bytes]:
-    """Yield NDJSON lines of task_logs rows matching `where_sql` (which uses $1 = owner_id)."""
-    async for log in log_records(pool, where_sql, owner_id, follow=follow, is_done=is_done):
+    """Yield an owner's log lines as NDJSON: `of_owner` is `logs.OF_TRIAL` or
+    `logs.OF_EXPERIMENT`, `owner_id` the trial's or the experiment's id."""
+    async for log in log_records(pool, of_owner, owner_id, follow=follow, is_done=is_done):
         yield (json.dumps({"result": log}) + "\n").encode()
 
 
 async def log_records(
     pool: asyncpg.Pool,
-    where_sql: str,
+    of_owner: str,
     owner_id: int,
     *,
     follow: bool,
     is_done: Callable[[], Awaitable[bool]],
     after_id: int = 0,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yield task_logs rows matching `where_sql` (ids above `after_id`) as TrialLog JSON, in id
-    order: NDJSON and Server-Sent Events both stream these."""
+    """Yield the log lines of the owner `of_owner` names (ids above `after_id`) as TrialLog JSON,
+    in id order: NDJSON and Server-Sent Events both stream these."""
     last_id = after_id
     while True:
         done_before = await is_done() if follow else True
         while True:
-            rows = await pool.fetch(
-                f"SELECT l.* FROM task_logs l WHERE {where_sql} AND l.id > $2"
-                f" ORDER BY l.id LIMIT {BATCH}",
-                owner_id,
-                last_id,
-            )
+            rows = await logs.fetch_log_batch(pool, of_owner, owner_id, last_id, BATCH)
             for row in rows:
                 yield log_json(row)
             if rows:

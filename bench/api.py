@@ -246,7 +246,7 @@ async def seed(db_url: str, experiments: int, trials: int, points: int,
                 "UPDATE experiments e SET best_trial_id = best_trial(e.id)"
                 " WHERE e.id <> ALL($1::int[])", experiment_ids[-running:] if running else [])
             await conn.execute(
-                "UPDATE experiments SET state = 'ACTIVE', progress = 0, end_time = NULL"
+                "UPDATE experiments SET state = 'ACTIVE', end_time = NULL"
                 " WHERE id = ANY($1::int[])", experiment_ids[-running:] if running else [])
             await conn.execute("ANALYZE")
             rows = await conn.fetchval("SELECT count(*) FROM metrics")

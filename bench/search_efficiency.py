@@ -53,7 +53,7 @@ from optuna.trial import TrialState  # noqa: E402
 
 from activities.model_sampling import Observation, observation, propose  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
-from common.expconf import validate_experiment_config  # noqa: E402
+from common.expconf import stored_config, validate_experiment_config  # noqa: E402
 from workflows.searchers import make_search, trial_seed  # noqa: E402
 from workflows.searchers.base import (  # noqa: E402
     Continue,
@@ -178,7 +178,7 @@ def simulate(
     loss: Callable[[Any, int], float],
     pace: Callable[[Any], float],
 ) -> Result:
-    search: SearchMethod = make_search(config, seed)
+    search: SearchMethod = make_search(stored_config(config), seed)
     trials: dict[int, Trial] = {}
     queue: deque[int] = deque()  # trials waiting for a worker (new, or promoted from a rung)
     events: list[tuple[float, int, int]] = []  # (time, sequence, request) of the next report

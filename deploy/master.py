@@ -24,6 +24,7 @@ from temporalio.worker import Worker
 from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
 from activities.model_sampling import SamplingActivities
+from activities.pool_start import start_pool
 from activities.provisioning import ProvisioningActivities
 from activities.scheduler import SchedulerActivities
 from activities.workflow_messages import MessageActivities
@@ -48,7 +49,6 @@ from deploy.providers.config import (
     load_master_config,
 )
 from workflows.experiment import ExperimentWorkflow
-from workflows.pool_types import PoolInput
 from workflows.provisioner import ProvisionerWorkflow
 from workflows.provisioner_types import ProvisionerInput
 from workflows.resource_pool import ResourcePoolWorkflow
@@ -96,15 +96,12 @@ async def start_resource_pools(client: Client, names: tuple[str, ...],
                                provisioned: tuple[str, ...] = ()) -> None:
     """Start each pool's scheduler, and the provisioner of each pool with a provider, unless
     they run already (a restart finds them running)."""
-    starts: list[tuple[Any, Any, str]] = [
-        *((ResourcePoolWorkflow.run, PoolInput(name=name), resource_pool_workflow_id(name))
-          for name in dict.fromkeys((*names, *provisioned))),
-        *((ProvisionerWorkflow.run, ProvisionerInput(pool=name), provisioner_workflow_id(name))
-          for name in provisioned),
-    ]
-    for workflow, arg, workflow_id in starts:
-        await client.start_workflow(workflow, arg, id=workflow_id, task_queue=MASTER_TASK_QUEUE,
-                                    id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
+    for name in dict.fromkeys((*names, *provisioned)):
+        await start_pool(client, name)
+    for name in provisioned:
+        await client.start_workflow(
+            ProvisionerWorkflow.run, ProvisionerInput(pool=name), id=provisioner_workflow_id(name),
+            task_queue=MASTER_TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
 
 
 def load_providers(settings: Settings) -> dict[str, tuple[ProviderBase, Provider]]:

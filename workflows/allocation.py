@@ -41,9 +41,7 @@ with workflow.unsafe.imports_passed_through():
         SlotReply,
         SlotRequest,
     )
-    from workflows.types import JSON
 
-_RESOURCE_DEFAULTS = ResourcesConfig()
 SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
 SCHEDULER_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
@@ -60,16 +58,11 @@ class Resources:
     max_slots: int | None
 
     @classmethod
-    def of(cls, config: JSON) -> Resources:
-        """A stored config has every field; one stored before a field existed gets the
-        model's default (ResourcesConfig), the one home of these defaults."""
-        res = config.get("resources") or {}
-        return cls(
-            pool=str(res.get("resource_pool") or _RESOURCE_DEFAULTS.resource_pool),
-            slots=int(res.get("slots_per_trial", _RESOURCE_DEFAULTS.slots_per_trial)),
-            priority=int(res.get("priority") or DEFAULT_PRIORITY),
-            max_slots=None if res.get("max_slots") is None else int(res["max_slots"]),
-        )
+    def of(cls, config: ResourcesConfig) -> Resources:
+        """The config's `resources` (the model's defaults filled in); a config without a priority
+        gets the pool's default one."""
+        return cls(pool=config.resource_pool, slots=config.slots_per_trial,
+                   priority=config.priority or DEFAULT_PRIORITY, max_slots=config.max_slots)
 
 
 class Allocator:

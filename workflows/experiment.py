@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from common.expconf import SearcherConfig, stored_config
     from common.search_attributes import EXPERIMENT_ID, STATE
     from common.temporal_names import (
         CREATE_TRIAL,
@@ -80,16 +81,6 @@ SEARCH_STATE_PATCH = "experiment-search-state"
 FAILED_END_PATCH = "experiment-ends-failed"
 
 
-def length_unit(searcher: JSON) -> str:
-    """What the searcher's lengths count: a max_length unit, or the time metric's name.
-
-    Without either (no max_length: the training code decides) trials get no target, and the
-    unit, "batches", names nothing."""
-    if searcher.get("max_length"):
-        return str(next(iter(searcher["max_length"])))
-    return str(searcher.get("time_metric") or "batches")
-
-
 @workflow.defn(name=EXPERIMENT_WORKFLOW)
 class ExperimentWorkflow:
     @workflow.init
@@ -117,8 +108,8 @@ class ExperimentWorkflow:
     @workflow.run
     async def run(self, inp: ExperimentInput) -> str:
         carried = inp.carried or {}
-        search = make_search(inp.config, inp.seed, carried.get("search"))
-        unit = length_unit(inp.config["searcher"])
+        config = stored_config(inp.config)  # the API validated it: read through the model
+        search = make_search(config, inp.seed, carried.get("search"))
         if inp.carried is None:
             await self._apply(search.initial())
         elif "pending_from" in carried:  # regenerated: the same creates, from the same seed
@@ -144,7 +135,7 @@ class ExperimentWorkflow:
             if self._stop is not None:
                 self._pending.clear()
             while self._can_start(search):
-                await self._start_trial(inp, unit)
+                await self._start_trial(inp, config.searcher)
             if self._only_waiting(search):
                 await self._apply(search.finish_waiting())
             if self._idle() and not self._pending and not self._events:
@@ -310,7 +301,7 @@ class ExperimentWorkflow:
             RecordSearchInput(trial_id=trial_id, search_length=length, rung=rung, status=status),
         )
 
-    async def _start_trial(self, inp: ExperimentInput, unit: str) -> None:
+    async def _start_trial(self, inp: ExperimentInput, searcher: SearcherConfig) -> None:
         create = self._pending.pop(0)
         request_id = int(create["request_id"])
         seed = trial_seed(inp.seed, request_id)
@@ -333,7 +324,6 @@ class ExperimentWorkflow:
         )
         self._trial_of[request_id] = trial_id
         start_paused = self._paused
-        searcher = inp.config["searcher"]
         local = workflow.patched(LOCAL_CALLS_PATCH)
         trial = TrialInput(
             experiment_id=inp.experiment_id,
@@ -344,9 +334,8 @@ class ExperimentWorkflow:
             trial_seed=seed,
             start_paused=start_paused,
             target=create["target"],
-            length_unit=unit,
-            waits_at_target=not searcher.get("stop_once", True)
-            and create["decision"] is not None,
+            length_unit=searcher.length_unit,
+            waits_at_target=searcher.waits_at_rung and create["decision"] is not None,
             revision=TRIAL_REVISION if local else 0,
         )
         workflow_id = trial_workflow_id(inp.experiment_id, trial_id)

@@ -36,6 +36,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
+    from common.expconf import SearcherConfig, stored_config
     from common.temporal_names import (
         CHECK_SEARCHER_METRIC,
         GET_RESUME_POINT,
@@ -92,16 +93,6 @@ PARTS_STOP_WAIT = timedelta(seconds=15)
 ACROSS_AGENTS_PATCH = "trial-runs-across-agents"
 
 
-def full_length(config: dict[str, object]) -> int:
-    """ASHA's whole training length (max_length, or max_time with a time metric), which classic
-    ASHA trials wait short of; 0 for a searcher without one (its trials never wait)."""
-    searcher = config["searcher"]
-    assert isinstance(searcher, dict)
-    if searcher.get("max_length"):
-        return int(next(iter(searcher["max_length"].values())))
-    return int(searcher.get("max_time") or 0)
-
-
 def restart_backoff(restarts: int) -> timedelta:
     """1 s, 2 s, 4 s, ... capped at a minute."""
     return timedelta(seconds=min(2 ** max(restarts - 1, 0), MAX_BACKOFF_SECONDS))
@@ -121,6 +112,8 @@ class TrialWorkflow:
         self._allocator = Allocator()
         self._target: int | None = None  # the length this run trains to
         self._inp: TrialInput | None = None
+        self._resources: Resources  # from the config, set by `run`
+        self._searcher: SearcherConfig
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
@@ -128,7 +121,10 @@ class TrialWorkflow:
         self._allocator.local = inp.revision >= TRIAL_REVISION
         self._paused = inp.start_paused
         self._target = inp.target
-        max_restarts = int(inp.config.get("max_restarts", 5))
+        config = stored_config(inp.config)  # the API validated it: read through the model
+        self._resources = Resources.of(config.resources)
+        self._searcher = config.searcher
+        max_restarts = config.max_restarts
         while True:
             if self._cancel or self._kill:
                 return await self._end(inp, "CANCELED")
@@ -154,7 +150,7 @@ class TrialWorkflow:
             try:
                 ended, result = await self._run_once(inp, resume, allocation)
             finally:
-                await self._allocator.release(Resources.of(inp.config), allocation.allocation_id)
+                await self._allocator.release(self._resources, allocation.allocation_id)
 
             if self._kill or (self._cancel and ended != "failed"):
                 return await self._end(inp, "CANCELED")
@@ -166,7 +162,7 @@ class TrialWorkflow:
                 ended == "completed"
                 and inp.waits_at_target
                 and not self._stop_early
-                and (run_target or 0) < full_length(inp.config)
+                and (run_target or 0) < self._searcher.total_length
             ):
                 # Classic ASHA: at its rung the trial waits (holding no slots) until the
                 # searcher promotes it to a longer target or stops it.
@@ -194,7 +190,7 @@ class TrialWorkflow:
                         await self._log(inp, f"[epochal] {error}", level="WARNING")
                         search_status = (
                             "completed without reporting the searcher metric "
-                            f'"{inp.config["searcher"]["metric"]}"'
+                            f'"{self._searcher.metric}"'
                         )
                 return await self._end(
                     inp,
@@ -237,7 +233,7 @@ class TrialWorkflow:
 
     async def _allocate(self, inp: TrialInput) -> Allocation | None:
         """Slots for this run from the pool; None when paused or stopped while waiting."""
-        resources = Resources.of(inp.config)
+        resources = self._resources
         request = SlotRequest(
             allocation_id=allocation_id(inp.experiment_id, inp.trial_id, self._run_id),
             workflow_id=workflow.info().workflow_id,
@@ -401,14 +397,13 @@ class TrialWorkflow:
 
     async def _searcher_metric_error(self, inp: TrialInput, min_length: int) -> str | None:
         """Why the trial's validations cannot serve the searcher, if they cannot."""
-        searcher = inp.config["searcher"]
         error: str | None = await self._db(
             CHECK_SEARCHER_METRIC,
             CheckSearcherMetricInput(
                 trial_id=inp.trial_id,
-                metric=searcher["metric"],
+                metric=self._searcher.metric,
                 min_length=min_length,
-                time_metric=searcher.get("time_metric"),
+                time_metric=getattr(self._searcher, "time_metric", None),  # ASHA's only
             ),
         )
         return error

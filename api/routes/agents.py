@@ -19,6 +19,11 @@ from temporalio.service import RPCError
 from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
+from api.queries import agents as queries
+from api.schemas import Empty, answers
+from api.schemas.agents import AgentAnswer, AgentList, SlotList
+from api.schemas.jobs import JobQueue
+from api.schemas.tasks import TaskList
 from api.views import rfc3339
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
@@ -101,12 +106,12 @@ async def never_fits(temporal: Client, resources: dict[str, Any]) -> str | None:
     return str(answer) if answer else None
 
 
-@router.put("/api/v1/agents/{agent_id}")
+@router.put("/api/v1/agents/{agent_id}", **answers(Empty))
 async def register_agent(
     agent_id: str, body: RegisterAgentRequest, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
     slots = [s.model_dump() for s in body.slots]
-    row = await pool.fetchrow("SELECT boot_id, enabled FROM agents WHERE id = $1", agent_id)
+    row = await queries.fetch_agent_boot(pool, agent_id)
     if row is None or row["boot_id"] != body.bootId:
         # The pool first, then the row: a failed signal is retried by the agent's next beat.
         try:
@@ -124,18 +129,7 @@ async def register_agent(
             )
         except RPCError as err:
             raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
-    await pool.execute(
-        "INSERT INTO agents (id, resource_pool, slots, version, boot_id)"
-        " VALUES ($1, $2, $3, $4, $5)"
-        " ON CONFLICT (id) DO UPDATE SET resource_pool = EXCLUDED.resource_pool,"
-        "   slots = EXCLUDED.slots, version = EXCLUDED.version, boot_id = EXCLUDED.boot_id,"
-        "   last_seen = now()",
-        agent_id,
-        body.resourcePool,
-        slots,
-        body.version,
-        body.bootId,
-    )
+    await queries.upsert_agent(pool, agent_id, body.resourcePool, slots, body.version, body.bootId)
     return {}
 
 
@@ -222,12 +216,7 @@ def _slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> list[dict[str, Any]]:
-    rows = await pool.fetch(
-        "SELECT *, last_seen > now() - make_interval(secs => $1) AS alive FROM agents"
-        " WHERE $2::text IS NULL OR id = $2 ORDER BY id",
-        AGENT_ALIVE_SECONDS,
-        agent_id,
-    )
+    rows = await queries.fetch_agents(pool, AGENT_ALIVE_SECONDS, agent_id)
     views = await _pool_views(temporal, {r["resource_pool"] for r in rows})
     out = []
     for r in rows:
@@ -237,12 +226,12 @@ async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> l
     return out
 
 
-@router.get("/api/v1/agents")
+@router.get("/api/v1/agents", **answers(AgentList))
 async def list_agents(pool: Pool, temporal: Temporal) -> dict[str, Any]:
     return {"agents": await _agents(pool, temporal)}
 
 
-@router.get("/api/v1/agents/{agent_id}")
+@router.get("/api/v1/agents/{agent_id}", **answers(AgentAnswer))
 async def get_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
     found = await _agents(pool, temporal, agent_id)
     if not found:
@@ -250,7 +239,7 @@ async def get_agent(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, 
     return {"agent": found[0]}
 
 
-@router.get("/api/v1/agents/{agent_id}/slots")
+@router.get("/api/v1/agents/{agent_id}/slots", **answers(SlotList))
 async def list_slots(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str, Any]:
     found = await _agents(pool, temporal, agent_id)
     if not found:
@@ -258,7 +247,7 @@ async def list_slots(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str,
     return {"slots": list(found[0]["slots"].values())}
 
 
-@router.get("/api/v1/tasks")
+@router.get("/api/v1/tasks", **answers(TaskList))
 async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any]:
     """Determined's GetTasks: the running allocations by id (`det slot list` names the trial
     holding each slot with it)."""
@@ -290,9 +279,7 @@ async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any
 
 
 async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client) -> None:
-    pool_name = await pool.fetchval(
-        "UPDATE agents SET enabled = $2 WHERE id = $1 RETURNING resource_pool", agent_id, enabled
-    )
+    pool_name = await queries.set_agent_enabled(pool, agent_id, enabled)
     if pool_name is None:
         raise not_found("agent", agent_id)
     try:
@@ -302,7 +289,7 @@ async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client
         raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
 
 
-@router.post("/api/v1/agents/{agent_id}/enable")
+@router.post("/api/v1/agents/{agent_id}/enable", **answers(Empty))
 async def enable_agent(
     agent_id: str, principal: CurrentPrincipal, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
@@ -311,7 +298,7 @@ async def enable_agent(
     return {}
 
 
-@router.post("/api/v1/agents/{agent_id}/disable")
+@router.post("/api/v1/agents/{agent_id}/disable", **answers(Empty))
 async def disable_agent(
     agent_id: str, principal: CurrentPrincipal, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
@@ -353,7 +340,7 @@ def _jobs_of(pool_name: str, view: dict[str, Any]) -> list[dict[str, Any]]:
     return ordered
 
 
-@router.get("/api/v1/job-queues")
+@router.get("/api/v1/job-queues", **answers(JobQueue))
 async def job_queue(
     pool: Pool,
     temporal: Temporal,
@@ -361,9 +348,8 @@ async def job_queue(
     resourcePool: str | None = Query(default=None),  # noqa: N803 (Determined's name)
 ) -> dict[str, Any]:
     """Experiments holding or waiting for slots, in the order the scheduler serves them."""
-    names = {resourcePool} if resourcePool else set(settings.resource_pools) | {
-        r["resource_pool"] for r in await pool.fetch("SELECT DISTINCT resource_pool FROM agents")
-    }
+    names = {resourcePool} if resourcePool else (
+        set(settings.resource_pools) | await queries.fetch_agent_resource_pools(pool))
     views = await _pool_views(temporal, names)
     jobs = [j for name in sorted(views) for j in _jobs_of(name, views[name])]
     return {"jobs": jobs, "pagination": {"offset": 0, "limit": len(jobs), "total": len(jobs)}}

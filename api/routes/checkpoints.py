@@ -17,11 +17,14 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from api import auth, schemas, views
+from api import auth, views
 from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
+from api.queries import checkpoints as checkpoint_queries
+from api.queries import trials as trial_queries
 from api.routes.tasks import trial_of_task
-from api.schemas import documented
+from api.schemas import Empty, answers
+from api.schemas import checkpoints as checkpoint_schemas
 from api.settings import Settings
 from common import tracing
 from common.checkpoint_storage import (
@@ -39,7 +42,7 @@ router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 MAX_PATCHED_CHECKPOINTS = 1_000
 
 
-class CheckpointTraining(BaseModel):
+class ReportedTraining(BaseModel):
     trialId: int | None = None
     experimentId: int | None = None
 
@@ -52,7 +55,7 @@ class ReportCheckpointRequest(BaseModel):
     resources: dict[str, int] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
     state: str = "STATE_COMPLETED"
-    training: CheckpointTraining | None = None
+    training: ReportedTraining | None = None
 
 
 def files_storage_type(config: dict[str, Any]) -> str:
@@ -92,7 +95,7 @@ async def _check_stored(files: CheckpointFiles, uuid: str, resources: dict[str, 
                            f"{files.s3.location.url(uuid)}, expected {size} bytes")
 
 
-@router.post("/checkpoints")
+@router.post("/checkpoints", **answers(Empty))
 async def report_checkpoint(
     body: ReportCheckpointRequest, request: Request, pool: Pool, settings: AppSettings
 ) -> dict[str, Any]:
@@ -103,11 +106,7 @@ async def report_checkpoint(
     steps = body.metadata.get("steps_completed")
     if not isinstance(steps, int) or steps < 0:
         raise ApiError(400, "metadata.steps_completed: expected a whole number >= 0")
-    config = await pool.fetchval(
-        "SELECT e.config FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1",
-        trial_id,
-    )
+    config = await trial_queries.fetch_experiment_config_of_trial(pool, trial_id)
     if config is None:
         raise not_found("trial", trial_id)
     uuid = str(body.uuid)
@@ -118,13 +117,8 @@ async def report_checkpoint(
             files = None  # an experiment stored before S3 needed credentials the master has
         if files is not None:
             await _check_stored(files, uuid, body.resources)
-    await pool.execute(
-        "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
-        " metadata, resources, storage_path, state, report_time)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, now()))"
-        " ON CONFLICT (uuid) DO UPDATE SET metadata = EXCLUDED.metadata,"
-        "   resources = EXCLUDED.resources, state = EXCLUDED.state"
-        " WHERE checkpoints.trial_id = EXCLUDED.trial_id",
+    await checkpoint_queries.upsert_checkpoint(
+        pool,
         uuid,
         trial_id,
         body.taskId,
@@ -153,16 +147,14 @@ class PatchCheckpointsRequest(BaseModel):
     checkpoints: list[PatchCheckpoint] = Field(max_length=MAX_PATCHED_CHECKPOINTS)
 
 
-@router.patch("/checkpoints")
+@router.patch("/checkpoints", **answers(Empty))
 async def patch_checkpoints(
     body: PatchCheckpointsRequest, request: Request, pool: Pool
 ) -> dict[str, Any]:
     """What is left of checkpoints after their files were deleted (Determined's Core API
     `checkpoint.delete()`): no resources left means the checkpoint is DELETED."""
     uuids = [c.uuid for c in body.checkpoints]
-    rows = await pool.fetch(
-        "SELECT uuid, trial_id FROM checkpoints WHERE uuid = ANY($1::uuid[])", uuids
-    )
+    rows = await checkpoint_queries.fetch_checkpoint_trial_ids(pool, uuids)
     trial_of = {row["uuid"]: row["trial_id"] for row in rows}
     for checkpoint_uuid in uuids:
         if checkpoint_uuid not in trial_of:
@@ -173,19 +165,15 @@ async def patch_checkpoints(
         if patch.resources is None:
             continue
         remaining = patch.resources.resources or {}
-        await pool.execute(
-            "UPDATE checkpoints SET resources = $2,"
-            " state = CASE WHEN $3 THEN 'DELETED' ELSE state END WHERE uuid = $1",
-            patch.uuid,
-            remaining,
-            not remaining,
+        await checkpoint_queries.update_checkpoint_resources(
+            pool, patch.uuid, remaining, not remaining
         )
     return {}
 
 
-@router.get("/checkpoints/{checkpoint_uuid}", responses=documented(schemas.CheckpointAnswer))
+@router.get("/checkpoints/{checkpoint_uuid}", **answers(checkpoint_schemas.CheckpointAnswer))
 async def get_checkpoint(checkpoint_uuid: uuidlib.UUID, pool: Pool) -> dict[str, Any]:
-    row = await pool.fetchrow(views.CHECKPOINT_SELECT + " WHERE c.uuid = $1", checkpoint_uuid)
+    row = await checkpoint_queries.fetch_checkpoint(pool, checkpoint_uuid)
     if row is None:
         raise not_found("checkpoint", checkpoint_uuid)
     return {"checkpoint": views.checkpoint_json(row, row["searcher_metric"])}
@@ -217,18 +205,16 @@ async def _writable_checkpoint(
     own, and only a checkpoint not yet recorded (files of a recorded one never change)."""
     trial_id = trial_of_task(task_id, "taskId")
     await auth.require_trial_write(request, trial_id)
-    config = await pool.fetchval(
-        "SELECT e.config FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1", trial_id)
+    config = await trial_queries.fetch_experiment_config_of_trial(pool, trial_id)
     if config is None:
         raise not_found("trial", trial_id)
-    if await pool.fetchval("SELECT 1 FROM checkpoints WHERE uuid = $1", checkpoint_uuid):
+    if await checkpoint_queries.checkpoint_exists(pool, checkpoint_uuid):
         raise ApiError(409, f"checkpoint {checkpoint_uuid} is already recorded: a new "
                        "checkpoint needs a new uuid")
     return trial_id, config
 
 
-@router.post("/checkpoints/{checkpoint_uuid}/upload")
+@router.post("/checkpoints/{checkpoint_uuid}/upload", **answers(checkpoint_schemas.UploadPlan))
 async def start_checkpoint_upload(
     checkpoint_uuid: uuidlib.UUID, body: StartUploadRequest, request: Request, pool: Pool,
     settings: AppSettings,
@@ -247,7 +233,7 @@ async def start_checkpoint_upload(
     return {"files": plan}
 
 
-@router.post("/checkpoints/{checkpoint_uuid}/upload/complete")
+@router.post("/checkpoints/{checkpoint_uuid}/upload/complete", **answers(Empty))
 async def complete_checkpoint_upload(
     checkpoint_uuid: uuidlib.UUID, body: CompleteUploadRequest, request: Request, pool: Pool,
     settings: AppSettings,
@@ -269,10 +255,7 @@ async def complete_checkpoint_upload(
 async def _readable_checkpoint(
     pool: asyncpg.Pool, request: Request, checkpoint_uuid: uuidlib.UUID, settings: Settings
 ) -> tuple[CheckpointFiles, str]:
-    row = await pool.fetchrow(
-        "SELECT c.trial_id, c.storage_path, c.state, e.config FROM checkpoints c"
-        " JOIN trials t ON t.id = c.trial_id JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE c.uuid = $1", checkpoint_uuid)
+    row = await checkpoint_queries.fetch_checkpoint_storage(pool, checkpoint_uuid)
     if row is None:
         raise not_found("checkpoint", checkpoint_uuid)
     await auth.require_files_read(request, row["trial_id"])
@@ -282,7 +265,7 @@ async def _readable_checkpoint(
     return await _files_of(row["config"], settings), row["storage_path"]
 
 
-@router.get("/checkpoints/{checkpoint_uuid}/files")
+@router.get("/checkpoints/{checkpoint_uuid}/files", **answers(checkpoint_schemas.DownloadPlan))
 async def checkpoint_files(
     checkpoint_uuid: uuidlib.UUID, request: Request, pool: Pool, settings: AppSettings
 ) -> dict[str, Any]:

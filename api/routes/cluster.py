@@ -7,6 +7,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from api.deps import AppSettings, Pool
+from api.queries import cluster as cluster_queries
+from api.schemas import answers
+from api.schemas.cluster import DeterminedInfo, Health, MasterInfo
 
 router = APIRouter(tags=["cluster"])
 
@@ -16,9 +19,9 @@ VERSION = "0.1.0"
 DETERMINED_API_VERSION = "0.38.1"
 
 
-@router.get("/health")
+@router.get("/health", **answers(Health))
 async def health(pool: Pool) -> dict[str, bool]:
-    await pool.fetchval("SELECT 1")
+    await cluster_queries.ping(pool)
     return {"ok": True}
 
 
@@ -38,13 +41,13 @@ def _master_fields(settings: AppSettings) -> dict[str, Any]:
     }
 
 
-@router.get("/api/v1/master")
+@router.get("/api/v1/master", **answers(MasterInfo))
 async def master_info(settings: AppSettings) -> dict[str, Any]:
     """Determined's v1GetMasterResponse (`det master info`); `version` is Epochal's."""
     return {"version": VERSION, **_master_fields(settings)}
 
 
-@router.get("/info")
+@router.get("/info", **answers(DeterminedInfo))
 async def determined_info(settings: AppSettings) -> dict[str, Any]:
     """What `det` asks first (unauthenticated), in Determined's snake_case: the version it
     compares is the Determined release Epochal's API matches."""

@@ -15,6 +15,11 @@ from pydantic import BaseModel, Field
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
+from api.queries import experiments as experiment_queries
+from api.queries import logs as log_queries
+from api.queries import trials as trial_queries
+from api.schemas import Empty, answers
+from api.schemas.experiments import BestSearcherValidation
 from common.temporal_names import task_id
 
 router = APIRouter(prefix="/api/v1", tags=["determined"])
@@ -31,7 +36,7 @@ class RunnerMetadata(BaseModel):
     state: str = Field(max_length=MAX_RUNNER_STATE_LENGTH)
 
 
-@router.post("/runs/start")
+@router.post("/runs/start", **answers(Empty))
 async def prepare_run_for_reporting(
     body: RunPrepareForReportingRequest, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -42,39 +47,29 @@ async def prepare_run_for_reporting(
     return {}
 
 
-@router.post("/trials/{trial_id}/runner/metadata")
+@router.post("/trials/{trial_id}/runner/metadata", **answers(Empty))
 async def post_runner_metadata(trial_id: int, body: RunnerMetadata, pool: Pool) -> dict[str, Any]:
     """`core.train.set_status(text)`: a short status line, kept in the trial's logs."""
-    row = await pool.fetchrow(
-        "SELECT experiment_id, run_id, agent_id FROM trials WHERE id = $1", trial_id
-    )
+    row = await trial_queries.fetch_trial_run(pool, trial_id)
     if row is None:
         raise not_found("trial", trial_id)
     task = task_id(row["experiment_id"], trial_id)
-    await pool.execute(
-        "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level, log,"
-        " timestamp) VALUES ($1, $2, $3, $4, NULL, 'INFO', $5, now())",
-        trial_id,
-        task,
-        f"{task}.{row['run_id']}",
-        row["agent_id"],
-        f"status: {body.state.replace(chr(0), '')}\n",
-    )
+    await log_queries.insert_master_line(pool, trial_id, task, f"{task}.{row['run_id']}",
+                                         row["agent_id"],
+                                         f"status: {body.state.replace(chr(0), '')}\n")
     return {}
 
 
-@router.get("/experiments/{experiment_id}/searcher/best_searcher_validation_metric")
+@router.get("/experiments/{experiment_id}/searcher/best_searcher_validation_metric",
+            **answers(BestSearcherValidation))
 async def best_searcher_validation_metric(experiment_id: int, pool: Pool) -> dict[str, Any]:
     """The best validation value of the searcher's metric over the experiment's trials
     (`core.train.get_experiment_best_validation()`); 404 while there is none, as Determined."""
-    searcher = await pool.fetchval(
-        "SELECT config -> 'searcher' FROM experiments WHERE id = $1", experiment_id
-    )
-    if searcher is None:
+    config = await experiment_queries.fetch_experiment_config(pool, experiment_id)
+    if config is None:
         raise not_found("experiment", experiment_id)
-    metric = str(searcher.get("metric") or "")
-    value = await pool.fetchval(
-        "SELECT searcher_metric_value FROM trials WHERE id = best_trial($1)", experiment_id)
+    metric = str(config["searcher"].get("metric") or "")
+    value = await experiment_queries.fetch_best_searcher_metric(pool, experiment_id)
     if value is None or not math.isfinite(value):
         raise ApiError(404, f"experiment {experiment_id} has no validation of {metric!r} yet")
     return {"metric": value}

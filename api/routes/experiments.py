@@ -19,16 +19,23 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.model_sampling import sampler_problem
-from api import auth, schemas, views
+from api import auth, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
-from api.log_stream import stream_logs
+from api.log_stream import experiment_ended, stream_logs
 from api.model_definition import build_tarball, file_content, file_tree
+from api.queries import checkpoints as checkpoint_queries
+from api.queries import experiments as experiment_queries
+from api.queries import logs as log_queries
+from api.queries import trials as trial_queries
 from api.routes import models
 from api.routes.agents import never_fits, signal_pool
 from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
-from api.schemas import documented
+from api.schemas import Empty, answers
+from api.schemas import checkpoints as checkpoint_schemas
+from api.schemas import experiments as experiment_schemas
+from api.schemas import trials as trial_schemas
 from api.settings import Settings
 from common.checkpoint_storage import (
     CheckpointFiles,
@@ -149,7 +156,7 @@ async def _start_experiment(
     )
 
 
-@router.post("/experiments")
+@router.post("/experiments", **answers(experiment_schemas.ExperimentCreated))
 async def create_experiment(
     body: CreateExperimentRequest,
     request: Request,
@@ -185,8 +192,7 @@ async def create_experiment(
             "configWarnings": config_warnings(validate_experiment_config(config)),
         }
     if body.parentId is not None and not body.modelDefinition:
-        parent_tgz = await pool.fetchval(
-            "SELECT tgz FROM model_definitions WHERE experiment_id = $1", body.parentId)
+        parent_tgz = await experiment_queries.fetch_model_definition(pool, body.parentId)
         if parent_tgz is None:
             raise ApiError(400, f"experiment {body.parentId} not found",
                            [f"parentId: no experiment {body.parentId} to fork"])
@@ -199,27 +205,20 @@ async def create_experiment(
     if seed is None:
         seed = secrets.randbelow(2**31)
     async with pool.acquire() as conn, conn.transaction():
-        experiment_id = await conn.fetchval(
-            "INSERT INTO experiments (name, description, labels, config, original_config, seed,"
-            " owner, project_id, parent_id, planned_trials)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-            config["name"],
-            config.get("description"),
-            config.get("labels") or [],
-            config,
-            body.config,
-            seed,
-            owner,
-            project_id,
-            body.parentId,
-            planned_trials(ExperimentConfig.model_validate(config)),
+        experiment_id = await experiment_queries.insert_experiment(
+            conn,
+            name=config["name"],
+            description=config.get("description"),
+            labels=config.get("labels") or [],
+            config=config,
+            original_config=body.config,
+            seed=seed,
+            owner=owner,
+            project_id=project_id,
+            parent_id=body.parentId,
+            planned_trials=planned_trials(ExperimentConfig.model_validate(config)),
         )
-        await conn.execute(
-            "INSERT INTO model_definitions (experiment_id, tgz, size_bytes) VALUES ($1, $2, $3)",
-            experiment_id,
-            tgz,
-            size,
-        )
+        await experiment_queries.insert_model_definition(conn, experiment_id, tgz, size)
         # Started inside the transaction: if Temporal refuses, no experiment row is left behind.
         await _start_experiment(temporal, experiment_id, owner or "", config, seed,
                                 continued=False, findable=request.app.state.findable)
@@ -228,7 +227,7 @@ async def create_experiment(
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)
         await signal_pool(temporal, config["resources"]["resource_pool"],
                           PoolMessages.SET_EXPERIMENT_RESOURCES, change)
-    row = await views.fetch_experiment_row(pool, experiment_id)
+    row = await experiment_queries.fetch_experiment_row(pool, experiment_id)
     assert row is not None
     if not body.activate:
         await _signal(temporal, pool, experiment_id, ExperimentMessages.PAUSE)
@@ -262,7 +261,7 @@ class ContinueExperimentRequest(BaseModel):
     overrideConfig: str | None = None
 
 
-@router.post("/experiments/continue")
+@router.post("/experiments/continue", **answers(experiment_schemas.PatchedExperiment))
 async def continue_experiment(
     body: ContinueExperimentRequest, request: Request, pool: Pool, temporal: Temporal,
     settings: AppSettings,
@@ -291,19 +290,15 @@ async def continue_experiment(
             f" got {searcher.get('name')!r}"])
     config = await checked_config(yaml.safe_dump(merged, sort_keys=False), settings)
     (trial_id,) = row["trial_ids"]
-    seed = await pool.fetchval("SELECT seed FROM experiments WHERE id = $1", experiment_id)
+    seed = await experiment_queries.fetch_experiment_seed(pool, experiment_id)
+    assert seed is not None
     try:
         await signal_pool(temporal, config["resources"]["resource_pool"], PoolMessages.REOPEN_TRIAL,
                           ReopenTrial(experiment_id=experiment_id, trial_id=trial_id))
     except RPCError as err:
         raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
     async with pool.acquire() as conn, conn.transaction():
-        await conn.execute(
-            "UPDATE experiments SET config = $2, state = 'ACTIVE', end_time = NULL WHERE id = $1",
-            experiment_id, config)
-        await conn.execute(
-            "UPDATE trials SET state = 'QUEUED', end_time = NULL, restarts = 0 WHERE id = $1",
-            trial_id)
+        await experiment_queries.reopen_experiment(conn, experiment_id, trial_id, config)
         # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
         try:
             await _start_experiment(temporal, experiment_id, row["owner"], config, seed,
@@ -316,7 +311,7 @@ async def continue_experiment(
 
 
 
-@router.get("/experiments", responses=documented(schemas.ExperimentList))
+@router.get("/experiments", **answers(experiment_schemas.ExperimentList))
 async def list_experiments(
     pool: Pool,
     limit: int = Query(100, ge=0, le=1000),
@@ -335,11 +330,11 @@ async def list_experiments(
 ) -> dict[str, Any]:
     """Determined's GetExperiments: every filter optional; `archived` omitted lists both."""
     wanted = [s.removeprefix("STATE_") for s in states] if states else None
-    require_choice("sortBy", sortBy, views.EXPERIMENT_SORT_COLUMNS)
+    require_choice("sortBy", sortBy, experiment_queries.EXPERIMENT_SORT_COLUMNS)
     limit = limit or 100  # Determined's client sends 0 for "the default"
-    rows, total = await views.fetch_experiment_rows(
+    rows, total = await experiment_queries.fetch_experiment_rows(
         pool,
-        where=views.ExperimentFilter(
+        where=experiment_queries.ExperimentFilter(
             states=wanted, archived=archived, name=name or None, description=description or None,
             labels=labels or None, users=users or None, user_ids=userIds or None,
             project_id=projectId or None,
@@ -357,13 +352,13 @@ async def list_experiments(
 
 
 async def _experiment_row(pool: Pool, experiment_id: int) -> Any:
-    row = await views.fetch_experiment_row(pool, experiment_id)
+    row = await experiment_queries.fetch_experiment_row(pool, experiment_id)
     if row is None:
         raise not_found("experiment", experiment_id)
     return row
 
 
-@router.get("/experiments/{experiment_id}", responses=documented(schemas.ExperimentAnswer))
+@router.get("/experiments/{experiment_id}", **answers(experiment_schemas.ExperimentAnswer))
 async def get_experiment(experiment_id: int, pool: Pool) -> dict[str, Any]:
     row = await _experiment_row(pool, experiment_id)
     return {"experiment": views.experiment_json(row),
@@ -399,6 +394,7 @@ def _control_route(signal: str) -> None:
     router.post(
         f"/experiments/{{experiment_id}}/{signal}",
         summary=f"{signal.capitalize()} an experiment",
+        **answers(Empty),
     )(control)
 
 
@@ -428,7 +424,7 @@ class PatchExperimentRequest(BaseModel):
     checkpointStorage: dict[str, Any] | None = None
 
 
-@router.patch("/experiments/{experiment_id}")
+@router.patch("/experiments/{experiment_id}", **answers(experiment_schemas.PatchedExperiment))
 async def patch_experiment(
     experiment_id: int, body: PatchExperimentRequest, request: Request, pool: Pool,
     temporal: Temporal,
@@ -444,16 +440,9 @@ async def patch_experiment(
     await _experiment_row(pool, experiment_id)
     if body.resources is not None:
         await change_experiment_resources(request, pool, temporal, experiment_id, body.resources)
-    await pool.execute(
-        "UPDATE experiments SET name = coalesce($2, name),"
-        " description = coalesce($3, description), labels = coalesce($4, labels),"
-        " notes = coalesce($5, notes) WHERE id = $1",
-        experiment_id,
-        body.name,
-        body.description,
-        None if body.labels is None else sorted(set(body.labels)),
-        body.notes,
-    )
+    await experiment_queries.update_experiment(
+        pool, experiment_id, name=body.name, description=body.description,
+        labels=None if body.labels is None else sorted(set(body.labels)), notes=body.notes)
     return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
 
 
@@ -469,14 +458,12 @@ async def change_experiment_resources(
     if not changes:
         return
     async with pool.acquire() as conn, conn.transaction():
-        row = await conn.fetchrow(
-            "SELECT config, state FROM experiments WHERE id = $1 FOR UPDATE", experiment_id)
+        row = await experiment_queries.lock_experiment_config(conn, experiment_id)
         if row is None:
             raise not_found("experiment", experiment_id)
         config = row["config"]
         config["resources"] = {**config["resources"], **changes}
-        await conn.execute("UPDATE experiments SET config = $2 WHERE id = $1",
-                           experiment_id, config)
+        await experiment_queries.update_experiment_config(conn, experiment_id, config)
     if row["state"] in TERMINAL_STATES:
         return
     change = ExperimentResources(experiment_id=experiment_id, priority=patch.priority,
@@ -493,7 +480,7 @@ class MoveExperimentRequest(BaseModel):
     experimentId: int | None = None
 
 
-@router.post("/experiments/{experiment_id}/move")
+@router.post("/experiments/{experiment_id}/move", **answers(Empty))
 async def move_experiment(
     experiment_id: int, body: MoveExperimentRequest, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -505,8 +492,7 @@ async def move_experiment(
     await _experiment_row(pool, experiment_id)
     project_id = await resolve_project(pool, body.destinationProjectId, {},
                                        "destinationProjectId")
-    await pool.execute("UPDATE experiments SET project_id = $2 WHERE id = $1", experiment_id,
-                       project_id)
+    await experiment_queries.move_experiment(pool, experiment_id, project_id)
     return {}
 
 
@@ -517,18 +503,17 @@ async def _set_archived(request: Request, pool: Pool, experiment_id: int, archiv
     if row["state"] not in TERMINAL_STATES:
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
                        f" experiment can be {action}d")
-    await pool.execute("UPDATE experiments SET archived = $2 WHERE id = $1", experiment_id,
-                       archived)
+    await experiment_queries.set_experiment_archived(pool, experiment_id, archived)
 
 
-@router.post("/experiments/{experiment_id}/archive")
+@router.post("/experiments/{experiment_id}/archive", **answers(Empty))
 async def archive_experiment(experiment_id: int, request: Request, pool: Pool) -> dict[str, Any]:
     """Hide an ended experiment from the default list (Determined's archive)."""
     await _set_archived(request, pool, experiment_id, True)
     return {}
 
 
-@router.post("/experiments/{experiment_id}/unarchive")
+@router.post("/experiments/{experiment_id}/unarchive", **answers(Empty))
 async def unarchive_experiment(
     experiment_id: int, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -536,7 +521,7 @@ async def unarchive_experiment(
     return {}
 
 
-@router.delete("/experiments/{experiment_id}")
+@router.delete("/experiments/{experiment_id}", **answers(Empty))
 async def delete_experiment(experiment_id: int, request: Request, pool: Pool,
                             settings: AppSettings) -> dict[str, Any]:
     """Delete an ended experiment: its checkpoints' files (only inside its storage, as the
@@ -553,17 +538,13 @@ async def delete_experiment(experiment_id: int, request: Request, pool: Pool,
         raise ApiError(409, f"experiment {experiment_id} has checkpoints registered as model"
                             f" versions ({', '.join(registered[:10])}): delete those versions"
                             " first")
-    paths = await pool.fetch(
-        "SELECT c.storage_path FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
-        " WHERE t.experiment_id = $1 AND c.state <> 'DELETED'",
-        experiment_id,
-    )
+    paths = await experiment_queries.fetch_checkpoint_paths(pool, experiment_id)
     try:
         files = CheckpointFiles.of(row["config"], settings.checkpoint_storage)
-        await asyncio.to_thread(_delete_checkpoints, files, [p["storage_path"] for p in paths])
+        await asyncio.to_thread(_delete_checkpoints, files, paths)
     except StorageError as err:
         raise ApiError(502, f"experiment {experiment_id} is kept: {err}") from None
-    await pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)
+    await experiment_queries.delete_experiment(pool, experiment_id)
     return {}
 
 
@@ -575,7 +556,7 @@ def _delete_checkpoints(files: CheckpointFiles, paths: list[str]) -> None:
             continue  # a path outside the storage is never deleted; its row goes anyway
 
 
-@router.get("/experiments/{experiment_id}/trials", responses=documented(schemas.TrialList))
+@router.get("/experiments/{experiment_id}/trials", **answers(trial_schemas.TrialList))
 async def list_experiment_trials(
     experiment_id: int,
     pool: Pool,
@@ -591,20 +572,20 @@ async def list_experiment_trials(
     meet every condition: `hp.lr<0.01`, `hp.optimizer.name=adam`, `searcherMetric<=0.2`."""
     views.check_trial_sort(sortBy)
     await _experiment_row(pool, experiment_id)
-    page, total = await views.fetch_trial_page(
+    rows, total = await trial_queries.fetch_trial_page(
         pool, experiment_id,
         states=views.trial_states(states), filters=views.trial_filters(filter),
         sort_by=sortBy, order_desc=orderBy == "ORDER_BY_DESC", limit=limit or None,
         offset=offset)
+    page = [views.trial_json(r) for r in rows]
     return {
         "trials": page,
         "pagination": views.pagination(offset, limit or total, len(page), total),
     }
 
 
-@router.get(
-    "/experiments/{experiment_id}/checkpoints", responses=documented(schemas.CheckpointList)
-)
+@router.get("/experiments/{experiment_id}/checkpoints",
+            **answers(checkpoint_schemas.CheckpointList))
 async def list_experiment_checkpoints(
     experiment_id: int,
     pool: Pool,
@@ -619,10 +600,7 @@ async def list_experiment_checkpoints(
     searcher metric)."""
     require_choice("sortByAttr", sortByAttr, views.CHECKPOINT_SORT_KEYS)
     row = await _experiment_row(pool, experiment_id)
-    rows = await pool.fetch(
-        views.CHECKPOINT_SELECT + " WHERE t.experiment_id = $1 ORDER BY c.report_time",
-        experiment_id,
-    )
+    rows = await checkpoint_queries.fetch_experiment_checkpoints(pool, experiment_id)
     return views.checkpoint_page(
         [views.checkpoint_json(r, r["searcher_metric"]) for r in rows], row["config"],
         states=states, sort_by_attr=sortByAttr, sort_by_metric=sortByMetric, order_by=orderBy,
@@ -630,21 +608,22 @@ async def list_experiment_checkpoints(
     )
 
 
-@router.get("/experiments/{experiment_id}/model_def")
+@router.get("/experiments/{experiment_id}/model_def",
+            **answers(experiment_schemas.ModelDefinition))
 async def get_model_definition(experiment_id: int, pool: Pool) -> dict[str, str]:
     tgz = await _model_definition(pool, experiment_id)
     return {"b64Tgz": base64.b64encode(tgz).decode()}
 
 
 async def _model_definition(pool: Pool, experiment_id: int) -> bytes:
-    tgz: bytes | None = await pool.fetchval(
-        "SELECT tgz FROM model_definitions WHERE experiment_id = $1", experiment_id)
+    tgz = await experiment_queries.fetch_model_definition(pool, experiment_id)
     if tgz is None:
         raise not_found("model definition of experiment", experiment_id)
     return tgz
 
 
-@router.get("/experiments/{experiment_id}/file_tree")
+@router.get("/experiments/{experiment_id}/file_tree",
+            **answers(experiment_schemas.ModelDefinitionTree))
 async def get_model_definition_tree(experiment_id: int, pool: Pool) -> dict[str, Any]:
     """Determined's GetModelDefTree: the model definition's files as a tree of FileNodes."""
     return {"files": file_tree(await _model_definition(pool, experiment_id))}
@@ -654,7 +633,8 @@ class ModelDefFileRequest(BaseModel):
     path: str = Field(min_length=1, max_length=4096)
 
 
-@router.post("/experiments/{experiment_id}/file")
+@router.post("/experiments/{experiment_id}/file",
+             **answers(experiment_schemas.ModelDefinitionFile))
 async def get_model_definition_file(
     experiment_id: int, body: ModelDefFileRequest, pool: Pool
 ) -> dict[str, str]:
@@ -671,16 +651,11 @@ async def experiment_logs(
     experiment_id: int, pool: Pool, follow: bool = False
 ) -> StreamingResponse:
     await _experiment_row(pool, experiment_id)
-
-    async def is_done() -> bool:
-        state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
-        return state in TERMINAL_STATES
-
     lines = stream_logs(
         pool,
-        "l.trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)",
+        log_queries.OF_EXPERIMENT,
         experiment_id,
         follow=follow,
-        is_done=is_done,
+        is_done=experiment_ended(pool, experiment_id),
     )
     return StreamingResponse(lines, media_type="application/x-ndjson")

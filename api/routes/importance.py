@@ -17,6 +17,9 @@ from fastapi import APIRouter
 from activities.model_sampling import importance
 from api.deps import Pool
 from api.errors import not_found
+from api.queries import experiments as experiment_queries
+from api.schemas import answers
+from api.schemas.experiments import HyperparameterImportance
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
 
@@ -27,25 +30,21 @@ _computing = asyncio.Lock()
 _answers: OrderedDict[int, tuple[tuple[Any, ...], dict[str, Any]]] = OrderedDict()
 
 
-@router.get("/experiments/{experiment_id}/hyperparameter-importance")
+@router.get("/experiments/{experiment_id}/hyperparameter-importance",
+            **answers(HyperparameterImportance))
 async def hyperparameter_importance(experiment_id: int, pool: Pool) -> dict[str, Any]:
     """Each hyperparameter's share of what sets the best trials apart on the searcher metric
     (largest first), with the metric and how many trials it was computed from."""
-    config = await pool.fetchval("SELECT config FROM experiments WHERE id = $1", experiment_id)
+    config = await experiment_queries.fetch_experiment_config(pool, experiment_id)
     if config is None:
         raise not_found("experiment", experiment_id)
-    stamp = tuple(await pool.fetchrow(
-        "SELECT count(*), max(id), sum(searcher_metric_value) FROM trials"
-        " WHERE experiment_id = $1 AND searcher_metric_value IS NOT NULL", experiment_id))
+    stamp = await experiment_queries.fetch_scored_trials_stamp(pool, experiment_id)
     async with _computing:
         # Inside the lock: a request that waited for the same computation takes its answer.
         cached = _answers.get(experiment_id)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        rows = await pool.fetch(
-            "SELECT hparams, searcher_metric_value FROM trials WHERE experiment_id = $1"
-            " AND searcher_metric_value IS NOT NULL ORDER BY id DESC LIMIT $2",
-            experiment_id, MAX_TRIALS)
+        rows = await experiment_queries.fetch_scored_trials(pool, experiment_id, MAX_TRIALS)
         shares = await asyncio.to_thread(
             importance, config, [(r["hparams"], r["searcher_metric_value"]) for r in rows])
     answer = {"metric": config["searcher"]["metric"], "trials": len(rows),

@@ -16,19 +16,22 @@ from pydantic import BaseModel
 from api import views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError
+from api.queries import agents as agent_queries
+from api.queries import jobs as queries
 from api.routes.agents import describe_pool, job_queue
 from api.routes.experiments import ResourcesPatch, change_experiment_resources
+from api.schemas import Empty, answers
+from api.schemas.jobs import JobListV2, ResourcePoolList
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
 
 
 async def _pool_names(pool: Pool, settings: AppSettings) -> list[str]:
-    names = set(settings.resource_pools) | {
-        r["resource_pool"] for r in await pool.fetch("SELECT DISTINCT resource_pool FROM agents")}
+    names = set(settings.resource_pools) | await agent_queries.fetch_agent_resource_pools(pool)
     return sorted(names)
 
 
-@router.get("/resource-pools")
+@router.get("/resource-pools", **answers(ResourcePoolList))
 async def list_resource_pools(
     pool: Pool,
     temporal: Temporal,
@@ -71,7 +74,7 @@ def _resource_pool_json(
     }
 
 
-@router.get("/job-queues-v2")
+@router.get("/job-queues-v2", **answers(JobListV2))
 async def job_queue_v2(
     request: Request,
     pool: Pool,
@@ -85,11 +88,8 @@ async def job_queue_v2(
     """Determined's GetJobsV2 (`det job list`): each job in full, in the order it is served."""
     queue = await job_queue(pool, temporal, settings, resourcePool)
     jobs = queue["jobs"]
-    rows = {r["id"]: r for r in await pool.fetch(
-        "SELECT e.id, e.name, e.owner, e.start_time, e.config -> 'resources' AS resources,"
-        " p.workspace_id, coalesce((SELECT id FROM users WHERE username = e.owner), 1) AS uid"
-        " FROM experiments e JOIN projects p ON p.id = e.project_id WHERE e.id = ANY($1)",
-        [int(j["entityId"]) for j in jobs])}
+    rows = {r["id"]: r for r in await queries.fetch_job_experiments(
+        pool, [int(j["entityId"]) for j in jobs])}
     full = []
     for job in jobs:
         row = rows.get(int(job["entityId"]))
@@ -124,7 +124,7 @@ class UpdateJobQueueRequest(BaseModel):
     updates: list[QueueControl]
 
 
-@router.post("/job-queues")
+@router.post("/job-queues", **answers(Empty))
 async def update_job_queue(
     body: UpdateJobQueueRequest, request: Request, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 `GET /trials/time-series` is Determined's CompareTrials (what its web UI draws learning curves
 from); `GET /trials/{id}/metrics` is Epochal's own list of reports with the same filters.
 
-Downsampling happens in PostgreSQL, one series (trial, group) at a time, so a long series is
-never loaded whole into the master. A series of n points (after the filters) with n above
-`maxDatapoints` (M) keeps:
+Downsampling happens in PostgreSQL (api/queries/metrics.py), one series (trial, group) at a
+time, so a long series is never loaded whole into the master. A series of n points (after the
+filters) with n above `maxDatapoints` (M) keeps:
 
 - its first and last points, always;
 - with exactly one metric named (a chart of one metric) and M >= 4: the series is cut into
@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import asyncpg
 from fastapi import APIRouter, Path, Query
 from pydantic import Field
 
 from api import views
 from api.deps import Pool
 from api.errors import ApiError, not_found
+from api.queries import metrics as metric_queries
+from api.queries import trials as trial_queries
+from api.schemas import answers
+from api.schemas import trials as trial_schemas
 
 router = APIRouter(prefix="/api/v1", tags=["metrics"])
 
@@ -47,53 +50,6 @@ INT32_MAX = 2**31 - 1
 TrialId = Annotated[int, Path(ge=0, le=INT32_MAX)]
 StepBound = Annotated[int | None, Query(ge=0, le=2**63 - 1)]
 MetricNames = Annotated[list[str] | None, Query(max_length=MAX_METRIC_NAMES)]
-
-# $1 trial ids, $2 group or NULL, $3 first step or NULL, $4 last step or NULL,
-# $5 metric names or NULL (all), $6 max points per series or NULL (all),
-# $7 the one metric whose per-bucket extremes are kept, or NULL (keep every k-th point).
-_SERIES_SQL = """
-WITH picked AS (
-    SELECT m.trial_id, m.metric_group, m.steps_completed, m.trial_run_id, m.report_time,
-           CASE WHEN $5::text[] IS NULL THEN m.metrics
-                ELSE (SELECT coalesce(jsonb_object_agg(key, value), '{}'::jsonb)
-                      FROM jsonb_each(m.metrics) WHERE key = ANY($5)) END AS metrics,
-           CASE WHEN jsonb_typeof(m.metrics -> $7::text) = 'number'
-                THEN (m.metrics ->> $7::text)::double precision END AS focus,
-           row_number() OVER series - 1 AS rn,
-           count(*) OVER (PARTITION BY m.trial_id, m.metric_group) AS n
-    FROM metrics m
-    WHERE m.trial_id = ANY($1::int[])
-      AND ($2::text IS NULL OR m.metric_group = $2)
-      AND ($3::bigint IS NULL OR m.steps_completed >= $3)
-      AND ($4::bigint IS NULL OR m.steps_completed <= $4)
-      AND ($5::text[] IS NULL OR m.metrics ?| $5)
-    WINDOW series AS (PARTITION BY m.trial_id, m.metric_group ORDER BY m.steps_completed)
-),
-bucketed AS (
-    SELECT p.*,
-           CASE WHEN $7::text IS NULL OR $6::int IS NULL OR $6::int < 4 OR p.n <= $6::int
-                THEN NULL ELSE p.rn * ((($6::int) - 2) / 2) / p.n END AS bucket
-    FROM picked p
-),
-ranked AS (
-    SELECT b.*,
-           CASE WHEN b.bucket IS NULL THEN NULL ELSE row_number() OVER (
-               PARTITION BY b.trial_id, b.metric_group, b.bucket
-               ORDER BY b.focus ASC NULLS LAST, b.rn) END AS low,
-           CASE WHEN b.bucket IS NULL THEN NULL ELSE row_number() OVER (
-               PARTITION BY b.trial_id, b.metric_group, b.bucket
-               ORDER BY b.focus DESC NULLS LAST, b.rn) END AS high
-    FROM bucketed b
-)
-SELECT trial_id, metric_group, steps_completed, trial_run_id, report_time, metrics
-FROM ranked
-WHERE $6::int IS NULL OR n <= $6::int OR rn = 0 OR rn = n - 1
-   OR (bucket IS NOT NULL AND (low = 1 OR high = 1))
-   OR (bucket IS NULL
-       AND rn % greatest(1, ceil((n - 1)::numeric / greatest(1, $6::int - 1)))::bigint = 0)
-ORDER BY trial_id, metric_group, steps_completed
-"""
-
 
 def _group(group: str | None, metric_type: str | None) -> str | None:
     """The one group asked for, from `group` or Determined's `metricType` (both must agree)."""
@@ -118,26 +74,7 @@ def _check_range(start: int | None, end: int | None) -> None:
         )
 
 
-async def fetch_series(
-    conn: asyncpg.Pool | asyncpg.Connection,
-    trial_ids: list[int],
-    *,
-    group: str | None,
-    start: int | None,
-    end: int | None,
-    names: list[str] | None,
-    max_points: int | None,
-) -> list[asyncpg.Record]:
-    """Metric rows of the trials, filtered and downsampled per (trial, group), in step order."""
-    focus = names[0] if names is not None and len(names) == 1 and max_points else None
-    return list(
-        await conn.fetch(
-            _SERIES_SQL, trial_ids, group, start, end, names, max_points, focus
-        )
-    )
-
-
-@router.get("/trials/time-series")
+@router.get("/trials/time-series", **answers(trial_schemas.CompareTrialsAnswer))
 async def compare_trials(
     pool: Pool,
     trialIds: Annotated[
@@ -158,11 +95,11 @@ async def compare_trials(
     wanted_group = _group(group, metricType)
     _check_range(startBatches, endBatches)
     ids = list(dict.fromkeys(trialIds))
-    trials = {t["id"]: t for t in await views.fetch_trials_by_id(pool, ids)}
+    trials = {t["id"]: views.trial_json(t) for t in await trial_queries.fetch_trial_rows(pool, ids)}
     missing = [i for i in ids if i not in trials]
     if missing:
         raise not_found("trial", missing[0])
-    rows = await fetch_series(
+    rows = await metric_queries.fetch_series(
         pool,
         ids,
         group=wanted_group,
@@ -199,7 +136,7 @@ async def compare_trials(
     }
 
 
-@router.get("/trials/{trial_id}/metrics")
+@router.get("/trials/{trial_id}/metrics", **answers(trial_schemas.MetricReportList))
 async def get_trial_metrics(
     trial_id: TrialId,
     pool: Pool,
@@ -212,7 +149,7 @@ async def get_trial_metrics(
     """A trial's reports in (group, step) order; every one unless `maxDatapoints` is given."""
     _check_range(startBatches, endBatches)
     await views.require_trial(pool, trial_id)
-    rows = await fetch_series(
+    rows = await metric_queries.fetch_series(
         pool,
         [trial_id],
         group=group or None,

@@ -21,6 +21,17 @@ from pydantic import BaseModel
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
+from api.queries import checkpoints as checkpoint_queries
+from api.queries import models as queries
+from api.queries.workspaces import fetch_workspace_id, workspace_exists
+from api.schemas import Empty, answers
+from api.schemas.models import (
+    ModelAnswer,
+    ModelLabels,
+    ModelList,
+    ModelVersionAnswer,
+    ModelVersionList,
+)
 from common.expconf import MAX_CONFIG_DEPTH
 
 router = APIRouter(prefix="/api/v1", tags=["models"])
@@ -30,21 +41,6 @@ TEXT_MAX = 65_536  # description, notes, comment
 LABELS_MAX = 100
 METADATA_MAX_BYTES = 65_536
 PAGE_MAX = 1_000
-
-_MODEL_SELECT = """
-SELECT m.*, coalesce((SELECT id FROM users WHERE username = m.owner), 0) AS user_id,
-       (SELECT count(*) FROM model_versions v WHERE v.model_id = m.id) AS num_versions
-FROM models m
-"""
-_MODEL_SORTS = {
-    "SORT_BY_UNSPECIFIED": "m.updated_at", "SORT_BY_NAME": "m.name",
-    "SORT_BY_DESCRIPTION": "m.description", "SORT_BY_CREATION_TIME": "m.created_at",
-    "SORT_BY_LAST_UPDATED_TIME": "m.updated_at", "SORT_BY_NUM_VERSIONS": "num_versions",
-    "SORT_BY_WORKSPACE": "m.workspace_id",
-}
-_VERSION_SORTS = {"SORT_BY_UNSPECIFIED": "version", "SORT_BY_VERSION": "version",
-                  "SORT_BY_CREATION_TIME": "created_at"}
-
 
 # -- shapes ----------------------------------------------------------------------------------
 
@@ -76,8 +72,7 @@ def version_json(row: asyncpg.Record, model: dict[str, Any],
 async def _versions_json(conn: asyncpg.Pool | asyncpg.Connection, model: asyncpg.Record,
                          rows: list[asyncpg.Record]) -> list[dict[str, Any]]:
     """Each version with its model and its checkpoint (one query for all the checkpoints)."""
-    found = await conn.fetch(views.CHECKPOINT_SELECT + " WHERE c.uuid = ANY($1::uuid[])",
-                             [r["checkpoint_uuid"] for r in rows])
+    found = await checkpoint_queries.fetch_checkpoints(conn, [r["checkpoint_uuid"] for r in rows])
     checkpoints = {r["uuid"]: views.checkpoint_json(r, r["searcher_metric"]) for r in found}
     shown = model_json(model)
     return [version_json(r, shown, checkpoints[str(r["checkpoint_uuid"])]) for r in rows]
@@ -88,9 +83,7 @@ async def _versions_json(conn: asyncpg.Pool | asyncpg.Connection, model: asyncpg
 async def fetch_model(conn: asyncpg.Pool | asyncpg.Connection, identifier: str,
                       *, lock: bool = False) -> asyncpg.Record:
     """A model by name, or by id when `identifier` is all digits (Determined's rule)."""
-    column = "m.id = $1::text::int" if identifier.isdigit() else "m.name = $1"
-    row = await conn.fetchrow(f"{_MODEL_SELECT} WHERE {column}{' FOR UPDATE OF m' if lock else ''}",
-                              identifier)
+    row = await queries.fetch_model(conn, identifier, lock=lock)
     if row is None:
         raise not_found("model", repr(identifier))
     return row
@@ -98,9 +91,7 @@ async def fetch_model(conn: asyncpg.Pool | asyncpg.Connection, identifier: str,
 
 async def _fetch_version_row(conn: asyncpg.Pool | asyncpg.Connection, model: asyncpg.Record,
                              number: int) -> asyncpg.Record:
-    row = await conn.fetchrow(
-        "SELECT v.*, coalesce((SELECT id FROM users WHERE username = v.owner), 0) AS user_id"
-        " FROM model_versions v WHERE v.model_id = $1 AND v.version = $2", model["id"], number)
+    row = await queries.fetch_version(conn, model["id"], number)
     if row is None:
         raise not_found(f"version {number} of model", repr(model["name"]))
     return row
@@ -186,21 +177,17 @@ async def _workspace_id(conn: asyncpg.Pool | asyncpg.Connection, workspace_id: i
                         workspace_name: str | None) -> int | None:
     """The workspace a request names by id or by name; None when it names none."""
     if workspace_id:
-        if await conn.fetchval("SELECT 1 FROM workspaces WHERE id = $1", workspace_id) is None:
+        if not await workspace_exists(conn, workspace_id):
             raise ApiError(400, f"workspace {workspace_id} not found",
                            [f"workspaceId: no workspace has id {workspace_id}"])
         return workspace_id
     if workspace_name:
-        found = await conn.fetchval("SELECT id FROM workspaces WHERE name = $1", workspace_name)
+        found = await fetch_workspace_id(conn, workspace_name)
         if found is None:
             raise ApiError(400, f"workspace {workspace_name!r} not found",
                            [f"workspaceName: no workspace is named {workspace_name!r}"])
-        return int(found)
+        return found
     return None
-
-
-def _order(order_by: str) -> str:
-    return "DESC" if order_by == "ORDER_BY_DESC" else "ASC"
 
 
 def _page_size(limit: int) -> int:
@@ -222,7 +209,7 @@ class ModelBody(BaseModel):
     workspaceName: str | None = None
 
 
-@router.get("/models")
+@router.get("/models", **answers(ModelList))
 async def list_models(
     pool: Pool,
     name: str | None = None,
@@ -241,66 +228,48 @@ async def list_models(
 ) -> dict[str, Any]:
     """Determined's GetModels; `name` and `description` match case-insensitive substrings, and
     a page holds at most 1,000 models (the client pages on `endIndex` and `total`)."""
-    sort = _MODEL_SORTS.get(sortBy)
-    if sort is None:
-        raise ApiError(400, "bad sortBy", [f"sortBy: one of {', '.join(_MODEL_SORTS)}"])
-    where = (
-        " WHERE ($1::text IS NULL OR strpos(lower(m.name), lower($1)) > 0)"
-        " AND ($2::text IS NULL OR strpos(lower(m.description), lower($2)) > 0)"
-        " AND ($3::int IS NULL OR m.id = $3) AND ($4::bool IS NULL OR m.archived = $4)"
-        " AND ($5::text[] IS NULL OR m.labels @> $5)"
-        " AND ($6::text[] IS NULL OR m.owner = ANY($6)"
-        "      OR m.owner IN (SELECT username FROM users WHERE id = ANY($7)))"
-        " AND ($8::int[] IS NULL OR m.workspace_id = ANY($8)"
-        "      OR m.workspace_id IN (SELECT id FROM workspaces WHERE name = ANY($9)))"
-    )
+    if sortBy not in queries.MODEL_SORTS:
+        raise ApiError(400, "bad sortBy", [f"sortBy: one of {', '.join(queries.MODEL_SORTS)}"])
     people = users or ([] if userIds else None)
     places = workspaceIds or ([] if workspaceNames else None)
-    args = (name or None, description or None, id, archived, labels or None, people,
-            userIds or [], places, workspaceNames or [])
-    total = await pool.fetchval("SELECT count(*) FROM models m" + where, *args)
+    where = queries.ModelFilter(name or None, description or None, id, archived, labels or None,
+                                people, userIds or [], places, workspaceNames or [])
+    total = await queries.count_models(pool, where)
     shown = _page_size(limit)
-    rows = await pool.fetch(
-        f"{_MODEL_SELECT}{where} ORDER BY {sort} {_order(orderBy)}, m.id"
-        f" LIMIT {shown} OFFSET $10", *args, offset)
+    rows = await queries.fetch_models(pool, where, sortBy, descending=orderBy == "ORDER_BY_DESC",
+                                      limit=shown, offset=offset)
     return {"models": [model_json(r) for r in rows],
             "pagination": views.pagination(offset, shown, len(rows), total)}
 
 
-@router.get("/model/labels")
+@router.get("/model/labels", **answers(ModelLabels))
 async def model_labels(pool: Pool, workspaceId: int | None = None) -> dict[str, Any]:  # noqa: N803
     """Determined's GetModelLabels: every label in use, most used first."""
-    rows = await pool.fetch(
-        "SELECT label FROM models, unnest(labels) AS label"
-        " WHERE $1::int IS NULL OR workspace_id = $1"
-        " GROUP BY label ORDER BY count(*) DESC, label LIMIT 10000", workspaceId)
-    return {"labels": [r["label"] for r in rows]}
+    return {"labels": await queries.fetch_model_labels(pool, workspaceId)}
 
 
-@router.post("/models")
+@router.post("/models", **answers(ModelAnswer))
 async def create_model(body: ModelBody, request: Request, pool: Pool) -> dict[str, Any]:
     principal = auth.require_user(auth.current(request), "create models")
     name = _check_name(body.name)
     workspace = await _workspace_id(pool, body.workspaceId, body.workspaceName)
     try:
-        row = await pool.fetchrow(
-            "INSERT INTO models (name, description, notes, metadata, labels, owner, workspace_id)"
-            " VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id",
-            name, _check_text("description", body.description) or "",
+        model_id = await queries.insert_model(
+            pool, name, _check_text("description", body.description) or "",
             _check_text("notes", body.notes) or "", _check_metadata(body.metadata) or {},
             _check_labels(body.labels) or [], principal.username,
             workspace or views.DEFAULT_PROJECT_ID)
     except asyncpg.UniqueViolationError:
         raise _name_taken(name) from None
-    return {"model": model_json(await fetch_model(pool, str(row["id"])))}
+    return {"model": model_json(await fetch_model(pool, str(model_id)))}
 
 
-@router.get("/models/{model_name}")
+@router.get("/models/{model_name}", **answers(ModelAnswer))
 async def get_model(model_name: str, pool: Pool) -> dict[str, Any]:
     return {"model": model_json(await fetch_model(pool, model_name))}
 
 
-@router.patch("/models/{model_name}")
+@router.patch("/models/{model_name}", **answers(ModelAnswer))
 async def patch_model(
     model_name: str, body: ModelBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -310,12 +279,8 @@ async def patch_model(
     name = _check_name(body.name) if body.name is not None else None
     workspace = await _workspace_id(pool, body.workspaceId, body.workspaceName)
     try:
-        await pool.execute(
-            "UPDATE models SET name = coalesce($2, name),"
-            " description = coalesce($3, description), notes = coalesce($4, notes),"
-            " metadata = coalesce($5, metadata), labels = coalesce($6, labels),"
-            " workspace_id = coalesce($7, workspace_id), updated_at = now() WHERE id = $1",
-            model["id"], name, _check_text("description", body.description),
+        await queries.update_model(
+            pool, model["id"], name, _check_text("description", body.description),
             _check_text("notes", body.notes), _check_metadata(body.metadata),
             _check_labels(body.labels), workspace)
     except asyncpg.UniqueViolationError:
@@ -328,15 +293,17 @@ class MoveModelBody(BaseModel):
     modelName: str | None = None
 
 
-@router.post("/models/{model_name}/move")
+@router.post("/models/{model_name}/move", **answers(Empty))
 async def move_model(
     model_name: str, body: MoveModelBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
     model = await fetch_model(pool, model_name)
     _may_change(request, model, "move")
     workspace = await _workspace_id(pool, body.destinationWorkspaceId, None)
-    await pool.execute("UPDATE models SET workspace_id = $2, updated_at = now() WHERE id = $1",
-                       model["id"], workspace)
+    if workspace is None:  # a model is always in a workspace
+        raise ApiError(400, "no destination workspace",
+                       ["destinationWorkspaceId: must name a workspace (ids start at 1)"])
+    await queries.move_model(pool, model["id"], workspace)
     return {}
 
 
@@ -346,24 +313,24 @@ def _archive_route(archived: bool) -> None:
     async def archive(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
         model = await fetch_model(pool, model_name)
         _may_change(request, model, verb)
-        await pool.execute("UPDATE models SET archived = $2, updated_at = now() WHERE id = $1",
-                           model["id"], archived)
+        await queries.set_model_archived(pool, model["id"], archived)
         return {}
 
     archive.__name__ = f"{verb}_model"
-    router.post(f"/models/{{model_name}}/{verb}", summary=f"{verb.capitalize()} a model")(archive)
+    router.post(f"/models/{{model_name}}/{verb}", summary=f"{verb.capitalize()} a model",
+                **answers(Empty))(archive)
 
 
 _archive_route(True)
 _archive_route(False)
 
 
-@router.delete("/models/{model_name}")
+@router.delete("/models/{model_name}", **answers(Empty))
 async def delete_model(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
     """Delete a model and its versions; their checkpoints stay (GC may take them afterwards)."""
     model = await fetch_model(pool, model_name)
     _may_change(request, model, "delete")
-    await pool.execute("DELETE FROM models WHERE id = $1", model["id"])
+    await queries.delete_model(pool, model["id"])
     return {}
 
 
@@ -381,7 +348,7 @@ class VersionBody(BaseModel):
     labels: list[str] | None = None
 
 
-@router.get("/models/{model_name}/versions")
+@router.get("/models/{model_name}/versions", **answers(ModelVersionList))
 async def list_versions(
     model_name: str,
     pool: Pool,
@@ -390,21 +357,19 @@ async def list_versions(
     offset: int = Query(0, ge=0),
     limit: int = Query(0, ge=0),
 ) -> dict[str, Any]:
-    sort = _VERSION_SORTS.get(sortBy)
-    if sort is None:
-        raise ApiError(400, "bad sortBy", [f"sortBy: one of {', '.join(_VERSION_SORTS)}"])
+    if sortBy not in queries.VERSION_SORTS:
+        raise ApiError(400, "bad sortBy", [f"sortBy: one of {', '.join(queries.VERSION_SORTS)}"])
     model = await fetch_model(pool, model_name)
     shown = _page_size(limit)
-    rows = await pool.fetch(
-        "SELECT v.*, coalesce((SELECT id FROM users WHERE username = v.owner), 0) AS user_id"
-        f" FROM model_versions v WHERE v.model_id = $1 ORDER BY {sort} {_order(orderBy)}, v.id"
-        f" LIMIT {shown} OFFSET $2", model["id"], offset)
+    rows = await queries.fetch_versions(pool, model["id"], sortBy,
+                                        descending=orderBy == "ORDER_BY_DESC", limit=shown,
+                                        offset=offset)
     return {"model": model_json(model),
             "modelVersions": await _versions_json(pool, model, rows),
             "pagination": views.pagination(offset, shown, len(rows), model["num_versions"])}
 
 
-@router.post("/models/{model_name}/versions")
+@router.post("/models/{model_name}/versions", **answers(ModelVersionAnswer))
 async def register_version(
     model_name: str, body: VersionBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -425,32 +390,28 @@ async def register_version(
         if model["archived"]:
             raise ApiError(409, f"model {model['name']!r} is archived: unarchive it to register"
                                 " new versions")
-        state = await conn.fetchval(
-            "SELECT state FROM checkpoints WHERE uuid = $1 FOR SHARE", checkpoint)
+        state = await queries.lock_checkpoint_state(conn, checkpoint)
         if state is None:
             raise not_found("checkpoint", checkpoint)
         if state != "COMPLETED":
             raise ApiError(409, f"checkpoint {checkpoint} is {state}: only a COMPLETED"
                                 " checkpoint can be a model version")
-        row = await conn.fetchrow(
-            "INSERT INTO model_versions (model_id, version, checkpoint_uuid, name, comment, notes,"
-            " metadata, labels, owner) VALUES ($1, (SELECT coalesce(max(version), 0) + 1 FROM"
-            " model_versions WHERE model_id = $1), $2, $3, $4, $5, $6, $7, $8) RETURNING version",
-            model["id"], checkpoint, _check_text("name", body.name) or "",
+        version = await queries.insert_version(
+            conn, model["id"], checkpoint, _check_text("name", body.name) or "",
             _check_text("comment", body.comment) or "", _check_text("notes", body.notes) or "",
             _check_metadata(body.metadata) or {}, _check_labels(body.labels) or [], owner)
-        await conn.execute("UPDATE models SET updated_at = now() WHERE id = $1", model["id"])
-    return await get_version(str(model["id"]), row["version"], pool)
+        await queries.touch_model(conn, model["id"])
+    return await get_version(str(model["id"]), version, pool)
 
 
-@router.get("/models/{model_name}/versions/{version}")
+@router.get("/models/{model_name}/versions/{version}", **answers(ModelVersionAnswer))
 async def get_version(model_name: str, version: int, pool: Pool) -> dict[str, Any]:
     model = await fetch_model(pool, model_name)
     row = await _fetch_version_row(pool, model, version)
     return {"modelVersion": (await _versions_json(pool, model, [row]))[0]}
 
 
-@router.patch("/models/{model_name}/versions/{version}")
+@router.patch("/models/{model_name}/versions/{version}", **answers(ModelVersionAnswer))
 async def patch_version(
     model_name: str, version: int, body: VersionBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -459,17 +420,14 @@ async def patch_version(
     model = await fetch_model(pool, model_name)
     _may_change(request, model, "change versions of")
     row = await _fetch_version_row(pool, model, version)
-    await pool.execute(
-        "UPDATE model_versions SET name = coalesce($2, name), comment = coalesce($3, comment),"
-        " notes = coalesce($4, notes), metadata = coalesce($5, metadata),"
-        " labels = coalesce($6, labels), updated_at = now() WHERE id = $1",
-        row["id"], _check_text("name", body.name), _check_text("comment", body.comment),
+    await queries.update_version(
+        pool, row["id"], _check_text("name", body.name), _check_text("comment", body.comment),
         _check_text("notes", body.notes), _check_metadata(body.metadata),
         _check_labels(body.labels))
     return await get_version(str(model["id"]), version, pool)
 
 
-@router.delete("/models/{model_name}/versions/{version}")
+@router.delete("/models/{model_name}/versions/{version}", **answers(Empty))
 async def delete_version(
     model_name: str, version: int, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -477,7 +435,7 @@ async def delete_version(
     model = await fetch_model(pool, model_name)
     _may_change(request, model, "delete versions of")
     row = await _fetch_version_row(pool, model, version)
-    await pool.execute("DELETE FROM model_versions WHERE id = $1", row["id"])
+    await queries.delete_version(pool, row["id"])
     return {}
 
 
@@ -492,8 +450,5 @@ async def version_metrics(model_name: str, version: int) -> dict[str, Any]:
 async def registered_versions(conn: asyncpg.Pool | asyncpg.Connection,
                               experiment_id: int) -> list[str]:
     """`model:version` for each version registered from the experiment's checkpoints."""
-    rows = await conn.fetch(
-        "SELECT m.name, v.version FROM model_versions v JOIN models m ON m.id = v.model_id"
-        " JOIN checkpoints c ON c.uuid = v.checkpoint_uuid JOIN trials t ON t.id = c.trial_id"
-        " WHERE t.experiment_id = $1 ORDER BY m.name, v.version", experiment_id)
+    rows = await queries.fetch_experiment_versions(conn, experiment_id)
     return [f"{r['name']}:{r['version']}" for r in rows]

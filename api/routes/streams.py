@@ -21,7 +21,10 @@ from sse_starlette import EventSourceResponse, ServerSentEvent
 from api import views
 from api.deps import Pool
 from api.errors import not_found
-from api.log_stream import log_records
+from api.log_stream import experiment_ended, log_records, trial_ended
+from api.queries import experiments as experiment_queries
+from api.queries import logs as log_queries
+from api.queries import trials as trial_queries
 from common.states import TERMINAL_STATES
 
 router = APIRouter(prefix="/api/v1", tags=["streams"])
@@ -40,10 +43,10 @@ def _end() -> ServerSentEvent:
     return ServerSentEvent(data="{}", event="end")
 
 
-def _log_events(pool: Pool, where_sql: str, owner_id: int, is_done: Callable[[], Awaitable[bool]],
+def _log_events(pool: Pool, of_owner: str, owner_id: int, is_done: Callable[[], Awaitable[bool]],
                 after_id: int) -> EventSourceResponse:
     async def events() -> AsyncIterator[ServerSentEvent]:
-        logs = log_records(pool, where_sql, owner_id, follow=True, is_done=is_done,
+        logs = log_records(pool, of_owner, owner_id, follow=True, is_done=is_done,
                            after_id=after_id)
         async for log in logs:
             yield ServerSentEvent(data=json.dumps(log), event="log", id=str(log["id"]))
@@ -62,14 +65,8 @@ async def stream_trial_logs(
     it), existing lines first, then new ones until the trial is terminal and drained."""
     await views.require_trial(pool, trial_id)
 
-    async def is_done() -> bool:
-        state = await pool.fetchval("SELECT state FROM trials WHERE id = $1", trial_id)
-        return state in TERMINAL_STATES
-
-    return _log_events(pool, "l.trial_id = $1", trial_id, is_done, last_event_id)
-
-
-_OF_EXPERIMENT = "l.trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)"
+    return _log_events(pool, log_queries.OF_TRIAL, trial_id, trial_ended(pool, trial_id),
+                       last_event_id)
 
 
 @router.get("/experiments/{experiment_id}/logs/stream")
@@ -82,19 +79,12 @@ async def stream_experiment_logs(
     """All the experiment's trials' log lines as `log` events (each names its `trialId`): the
     last `tail` lines first (an experiment of many trials has millions), then new ones until
     the experiment is terminal and drained; a reconnect resumes after its last event's id."""
-    if await views.fetch_experiment_row(pool, experiment_id) is None:
+    if await experiment_queries.fetch_experiment_row(pool, experiment_id) is None:
         raise not_found("experiment", experiment_id)
     if not last_event_id:
-        last_event_id = await pool.fetchval(
-            f"SELECT coalesce(min(id) - 1, 0) FROM (SELECT l.id FROM task_logs l"
-            f" WHERE {_OF_EXPERIMENT} ORDER BY l.id DESC LIMIT $2) last", experiment_id, tail)
-
-    async def is_done() -> bool:
-        state = await pool.fetchval(
-            "SELECT state FROM experiments WHERE id = $1", experiment_id)
-        return state in TERMINAL_STATES
-
-    return _log_events(pool, _OF_EXPERIMENT, experiment_id, is_done, last_event_id)
+        last_event_id = await log_queries.fetch_experiment_tail_start(pool, experiment_id, tail)
+    return _log_events(pool, log_queries.OF_EXPERIMENT, experiment_id,
+                       experiment_ended(pool, experiment_id), last_event_id)
 
 
 def _fingerprint(summary: dict[str, Any]) -> str:
@@ -115,17 +105,18 @@ class TrialPage:
     limit: int = 100
     offset: int = 0
     states: list[str] | None = None
-    filters: list[views.TrialFilter] | None = None
+    filters: list[trial_queries.TrialFilter] | None = None
 
 
 async def _experiment_summary(pool: Pool, experiment_id: int,
                               page: TrialPage) -> dict[str, Any] | None:
-    row = await views.fetch_experiment_row(pool, experiment_id)
+    row = await experiment_queries.fetch_experiment_row(pool, experiment_id)
     if row is None:
         return None
-    trials, total = await views.fetch_trial_page(
+    rows, total = await trial_queries.fetch_trial_page(
         pool, experiment_id, states=page.states, filters=page.filters, sort_by=page.sort_by,
         order_desc=page.order_desc, limit=page.limit, offset=page.offset)
+    trials = [views.trial_json(r) for r in rows]
     return {"experiment": views.experiment_json(row), "trials": trials,
             "pagination": views.pagination(page.offset, page.limit, len(trials), total)}
 

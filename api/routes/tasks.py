@@ -12,6 +12,10 @@ from pydantic import BaseModel, Field
 from api import auth
 from api.deps import Pool, Preemption
 from api.errors import ApiError, not_found
+from api.queries import logs as log_queries
+from api.queries import trials as trial_queries
+from api.schemas import Empty, answers
+from api.schemas.tasks import PreemptionSignal
 from common import tracing
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
@@ -44,7 +48,7 @@ def trial_of_task(task_id: str, where: str) -> int:
     return int(parts[1])
 
 
-@router.post("/task/logs")
+@router.post("/task/logs", **answers(Empty))
 async def post_task_logs(
     body: PostTaskLogsRequest, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -64,12 +68,7 @@ async def post_task_logs(
     for trial_id in sorted({row[0] for row in rows}):
         await auth.require_trial_write(request, trial_id)
     if rows:
-        await pool.executemany(
-            "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level,"
-            " log, timestamp) SELECT $1, $2, $3, $4, $5, $6, $7, $8"
-            " WHERE EXISTS (SELECT 1 FROM trials WHERE id = $1)",
-            rows,
-        )
+        await log_queries.insert_task_logs(pool, rows)
     return {}
 
 
@@ -83,13 +82,13 @@ def _allocation_ids(allocation_id: str) -> tuple[int, int]:
 
 async def _allocation_trial(pool: Pool, allocation_id: str) -> tuple[int, int, int]:
     trial_id, run_id = _allocation_ids(allocation_id)
-    row = await pool.fetchrow("SELECT run_id FROM trials WHERE id = $1", trial_id)
+    row = await trial_queries.fetch_trial_run(pool, trial_id)
     if row is None:
         raise not_found("allocation", allocation_id)
     return trial_id, run_id, row["run_id"]
 
 
-@router.get("/allocations/{allocation_id}/signals/preemption")
+@router.get("/allocations/{allocation_id}/signals/preemption", **answers(PreemptionSignal))
 async def allocation_preemption_signal(
     allocation_id: str,
     request: Request,
@@ -112,8 +111,7 @@ async def allocation_preemption_signal(
         async with watch.watching(trial_id) as changes:
             while True:
                 with tracing.untraced():  # one span for the poll, not one per look
-                    row = await pool.fetchrow(
-                        "SELECT preempt_requested, run_id FROM trials WHERE id = $1", trial_id)
+                    row = await trial_queries.fetch_trial_run(pool, trial_id)
                 if row is None:
                     raise not_found("allocation", allocation_id)
                 # An allocation older than the trial's current run is stale: it should stop.
@@ -132,7 +130,7 @@ async def _disconnected(request: Request) -> None:
         pass
 
 
-@router.post("/allocations/{allocation_id}/signals/ack_preemption")
+@router.post("/allocations/{allocation_id}/signals/ack_preemption", **answers(Empty))
 async def ack_allocation_preemption(allocation_id: str, pool: Pool) -> dict[str, Any]:
     await _allocation_trial(pool, allocation_id)
     return {}

@@ -17,6 +17,10 @@ from pydantic import BaseModel
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError
+from api.queries import templates as queries
+from api.queries.workspaces import workspace_exists
+from api.schemas import Empty, answers
+from api.schemas.templates import TemplateAnswer, TemplateList
 from common.expconf import MAX_CONFIG_DEPTH, ConfigError, load_config_yaml
 
 router = APIRouter(prefix="/api/v1", tags=["templates"])
@@ -53,7 +57,7 @@ def merge_under(config: dict[str, Any], template: dict[str, Any]) -> dict[str, A
 
 async def template_config(conn: asyncpg.Pool | asyncpg.Connection, name: str) -> dict[str, Any]:
     """A template's config for experiment creation; unknown names are the request's mistake."""
-    config = await conn.fetchval("SELECT config FROM templates WHERE name = $1", name)
+    config = await queries.fetch_template_config(conn, name)
     if config is None:
         raise ApiError(400, f"template {name!r} not found",
                        [f"template: no config template is named {name!r}"])
@@ -65,8 +69,8 @@ def template_json(row: asyncpg.Record) -> dict[str, Any]:
     return {"name": row["name"], "config": row["config"], "workspaceId": row["workspace_id"]}
 
 
-async def _fetch(pool: asyncpg.Pool, name: str) -> asyncpg.Record:
-    row = await pool.fetchrow("SELECT * FROM templates WHERE name = $1", name)
+async def _fetch_template(pool: asyncpg.Pool, name: str) -> asyncpg.Record:
+    row = await queries.fetch_template(pool, name)
     if row is None:
         raise ApiError(404, f"template '{name}' not found")
     return row
@@ -91,7 +95,7 @@ def _check(name: str, config: Any) -> dict[str, Any]:
 
 async def _workspace_id(pool: asyncpg.Pool, workspace_id: int | None) -> int:
     wanted = workspace_id or views.DEFAULT_PROJECT_ID
-    if await pool.fetchval("SELECT 1 FROM workspaces WHERE id = $1", wanted) is None:
+    if not await workspace_exists(pool, wanted):
         raise ApiError(400, f"workspace {wanted} not found",
                        [f"workspaceId: no workspace has id {wanted}"])
     return wanted
@@ -105,7 +109,7 @@ class TemplateBody(BaseModel):
     workspaceId: int | None = None
 
 
-@router.get("/templates")
+@router.get("/templates", **answers(TemplateList))
 async def list_templates(
     pool: Pool,
     name: str | None = None,
@@ -115,13 +119,8 @@ async def list_templates(
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
     """Determined's GetTemplates: `name` is a case-insensitive substring."""
-    direction = "DESC" if orderBy == "ORDER_BY_DESC" else "ASC"
-    rows = await pool.fetch(
-        "SELECT * FROM templates WHERE ($1::text IS NULL OR strpos(lower(name), lower($1)) > 0)"
-        " AND ($2::int[] IS NULL OR workspace_id = ANY($2))"
-        f" ORDER BY name {direction}",
-        name or None, workspaceIds or None,
-    )
+    rows = await queries.fetch_templates(pool, name or None, workspaceIds or None,
+                                         descending=orderBy == "ORDER_BY_DESC")
     templates = [template_json(r) for r in rows]
     page = templates[offset:offset + limit] if limit else templates[offset:]
     return {"templates": page,
@@ -129,27 +128,25 @@ async def list_templates(
                                            len(templates))}
 
 
-@router.get("/templates/{name}")
+@router.get("/templates/{name}", **answers(TemplateAnswer))
 async def get_template(name: str, pool: Pool) -> dict[str, Any]:
-    return {"template": template_json(await _fetch(pool, name))}
+    return {"template": template_json(await _fetch_template(pool, name))}
 
 
-@router.post("/templates/{name}")
+@router.post("/templates/{name}", **answers(TemplateAnswer))
 async def create_template(
     name: str, body: TemplateBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
     auth.require_user(auth.current(request), "create templates")
     config = _check(name, body.config)
     workspace_id = await _workspace_id(pool, body.workspaceId)
-    row = await pool.fetchrow(
-        "INSERT INTO templates (name, config, workspace_id) VALUES ($1, $2, $3)"
-        " ON CONFLICT (name) DO NOTHING RETURNING *", name, config, workspace_id)
+    row = await queries.insert_template(pool, name, config, workspace_id)
     if row is None:
         raise ApiError(409, f"template {name!r} already exists")
     return {"template": template_json(row)}
 
 
-@router.put("/templates/{name}")
+@router.put("/templates/{name}", **answers(TemplateAnswer))
 async def put_template(
     name: str, body: TemplateBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -157,32 +154,28 @@ async def put_template(
     auth.require_user(auth.current(request), "set templates")
     config = _check(name, body.config)
     workspace_id = await _workspace_id(pool, body.workspaceId)
-    row = await pool.fetchrow(
-        "INSERT INTO templates (name, config, workspace_id) VALUES ($1, $2, $3)"
-        " ON CONFLICT (name) DO UPDATE SET config = excluded.config RETURNING *",
-        name, config, workspace_id)
+    row = await queries.upsert_template(pool, name, config, workspace_id)
     return {"template": template_json(row)}
 
 
-@router.patch("/templates/{name}")
+@router.patch("/templates/{name}", **answers(TemplateAnswer))
 async def patch_template_config(
     name: str, request: Request, pool: Pool, config: Any = Body(None)  # noqa: B008
 ) -> dict[str, Any]:
     """Determined's PatchTemplateConfig: the body is the new config itself."""
     auth.require_user(auth.current(request), "change templates")
     _check(name, config)
-    row = await pool.fetchrow(
-        "UPDATE templates SET config = $2 WHERE name = $1 RETURNING *", name, config)
+    row = await queries.update_template_config(pool, name, config)
     if row is None:
         raise ApiError(404, f"template '{name}' not found")
     return {"template": template_json(row)}
 
 
-@router.delete("/templates/{name}")
+@router.delete("/templates/{name}", **answers(Empty))
 async def delete_template(name: str, request: Request, pool: Pool) -> dict[str, Any]:
     auth.require_user(auth.current(request), "remove templates")
-    await _fetch(pool, name)
-    await pool.execute("DELETE FROM templates WHERE name = $1", name)
+    await _fetch_template(pool, name)
+    await queries.delete_template(pool, name)
     return {}
 
 

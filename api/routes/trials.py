@@ -20,11 +20,17 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import auth, schemas, views
+from api import auth, views
 from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import log_records
-from api.schemas import documented
+from api.queries import checkpoints as checkpoint_queries
+from api.queries import logs as log_queries
+from api.queries import metrics as metric_queries
+from api.queries import trials as trial_queries
+from api.schemas import Empty, answers
+from api.schemas import checkpoints as checkpoint_schemas
+from api.schemas import trials as trial_schemas
 from common import metric_groups, tracing
 from common.states import TERMINAL_STATES
 from common.temporal_names import (
@@ -120,12 +126,8 @@ async def store_reports(
         # One statement for the whole batch, not one round trip per report; a batch naming
         # the same (group, step) twice keeps the last, as one-by-one upserts would.
         latest = list({(r[2], r[3]): r for r in rows}.values())
-        await conn.execute(
-            "INSERT INTO metrics (trial_id, trial_run_id, metric_group, steps_completed, metrics)"
-            " SELECT $1, * FROM unnest($2::int[], $3::text[], $4::bigint[], $5::jsonb[])"
-            " ON CONFLICT (trial_id, metric_group, steps_completed) DO UPDATE"
-            " SET metrics = EXCLUDED.metrics, trial_run_id = EXCLUDED.trial_run_id,"
-            "     report_time = now()",
+        await metric_queries.upsert_metrics(
+            conn,
             trial_id,
             [r[1] for r in latest],
             [r[2] for r in latest],
@@ -133,15 +135,10 @@ async def store_reports(
             [r[4] for r in latest],
         )
         if validations:
-            await conn.execute("SELECT refresh_best_validation($1::int[])", [trial_id])
+            await trial_queries.refresh_best_validation(conn, [trial_id])
         steps = [r[3] for r in rows if r[2] != metric_groups.SYSTEM]  # those count time
         if steps:
-            await conn.execute(
-                "UPDATE trials SET steps_completed = GREATEST(steps_completed, $2)"
-                " WHERE id = $1",
-                trial_id,
-                max(steps),
-            )
+            await trial_queries.raise_steps_completed(conn, trial_id, max(steps))
     for group in {r[2] for r in rows}:
         tracing.count("epochal.metric.reports", sum(1 for r in rows if r[2] == group),
                       group=group)
@@ -155,11 +152,7 @@ async def notify_searcher(
     """Give the experiment the first validation at or past the length its searcher waits for
     (ASHA's rungs), and wait for its decision: True when the searcher stops the trial, so the
     report's answer tells the trial at once. Other validations never reach the workflow."""
-    row = await pool.fetchrow(
-        "SELECT t.search_length, t.experiment_id, e.config -> 'searcher' AS searcher"
-        " FROM trials t JOIN experiments e ON e.id = t.experiment_id WHERE t.id = $1",
-        trial_id,
-    )
+    row = await trial_queries.fetch_search_gate(pool, trial_id)
     if row is None or row["search_length"] is None:
         return False
     searcher = row["searcher"]
@@ -180,11 +173,7 @@ async def notify_searcher(
             return False  # the experiment has ended
         # Given first, then the gate closes: a retry may give it twice (the workflow drops the
         # duplicate), never not at all. The experiment opens the gate at the next rung.
-        await pool.execute(
-            "UPDATE trials SET search_length = NULL WHERE id = $1 AND search_length <= $2",
-            trial_id,
-            int(length),
-        )
+        await trial_queries.close_search_gate(pool, trial_id, int(length))
         return stopped
     return False
 
@@ -212,16 +201,17 @@ def _is_number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-@router.get("/trials/{trial_id}", responses=documented(schemas.TrialAnswer))
+@router.get("/trials/{trial_id}", **answers(trial_schemas.TrialAnswer))
 async def get_trial(trial_id: int, pool: Pool) -> dict[str, Any]:
-    trial = await views.fetch_trial(pool, trial_id)
-    if trial is None:
+    row = await trial_queries.fetch_trial_row(pool, trial_id)
+    if row is None:
         raise not_found("trial", trial_id)
+    trial = views.trial_json(row)
     trial["summaryMetrics"] = await views.fetch_summary_metrics(pool, trial_id)
     return {"trial": trial}
 
 
-@router.post("/trials/{trial_id}/metrics")
+@router.post("/trials/{trial_id}/metrics", **answers(Empty))
 async def report_trial_metrics(
     trial_id: int, body: ReportTrialMetricsRequest, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
@@ -229,7 +219,7 @@ async def report_trial_metrics(
     return {}  # Determined's answer; its harness hears a stop through the preemption poll
 
 
-@router.post("/trials/{trial_id}/metrics/batch")
+@router.post("/trials/{trial_id}/metrics/batch", **answers(trial_schemas.MetricsBatchAnswer))
 async def report_trial_metrics_batch(
     trial_id: int, body: ReportTrialMetricsBatch, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
@@ -246,7 +236,7 @@ class ProgressReport(BaseModel):
     is_raw: bool = True
 
 
-@router.post("/trials/{trial_id}/progress")
+@router.post("/trials/{trial_id}/progress", **answers(Empty))
 async def report_trial_progress(
     trial_id: int, pool: Pool, body: Annotated[float | ProgressReport, Body()]
 ) -> dict[str, Any]:
@@ -254,18 +244,17 @@ async def report_trial_progress(
     if not 0 <= progress <= 1:
         raise ApiError(400, "bad progress", [f"progress: must be within [0, 1], got {progress}"])
     await views.require_trial(pool, trial_id)
-    await pool.execute("UPDATE trials SET progress = $2 WHERE id = $1", trial_id, progress)
+    await trial_queries.update_trial_progress(pool, trial_id, progress)
     return {}
 
 
-@router.post("/trials/{trial_id}/kill")
+@router.post("/trials/{trial_id}/kill", **answers(Empty))
 async def kill_trial(
     trial_id: int, request: Request, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
     """Determined's KillTrial (`det trial kill`): this trial ends CANCELED; its experiment and
     search go on, as when a trial is stopped by its user."""
-    row = await pool.fetchrow(
-        "SELECT experiment_id, state FROM trials WHERE id = $1", trial_id)
+    row = await trial_queries.fetch_trial_experiment_and_state(pool, trial_id)
     if row is None:
         raise not_found("trial", trial_id)
     await auth.require_owner(request, row["experiment_id"], "kill trials of")
@@ -281,20 +270,18 @@ async def kill_trial(
     return {}
 
 
-@router.post("/trials/{trial_id}/early_exit")
+@router.post("/trials/{trial_id}/early_exit", **answers(Empty))
 async def report_trial_early_exit(
     trial_id: int, body: ReportEarlyExitRequest | EarlyExit, pool: Pool
 ) -> dict[str, Any]:
     # Determined's Core API sends the bare `{"reason": ...}`.
     reason = body.earlyExit.reason if isinstance(body, ReportEarlyExitRequest) else body.reason
     await views.require_trial(pool, trial_id)
-    await pool.execute(
-        "UPDATE trials SET early_exit_reason = $2 WHERE id = $1", trial_id, reason
-    )
+    await trial_queries.update_early_exit_reason(pool, trial_id, reason)
     return {}
 
 
-@router.get("/trials/{trial_id}/checkpoints", responses=documented(schemas.CheckpointList))
+@router.get("/trials/{trial_id}/checkpoints", **answers(checkpoint_schemas.CheckpointList))
 async def list_trial_checkpoints(
     trial_id: int,
     pool: Pool,
@@ -307,14 +294,10 @@ async def list_trial_checkpoints(
 ) -> dict[str, Any]:
     """Determined's GetTrialCheckpoints (`det trial download` pages through it)."""
     require_choice("sortByAttr", sortByAttr, views.CHECKPOINT_SORT_KEYS)
-    config = await pool.fetchval(
-        "SELECT e.config FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1", trial_id)
+    config = await trial_queries.fetch_experiment_config_of_trial(pool, trial_id)
     if config is None:
         raise not_found("trial", trial_id)
-    rows = await pool.fetch(
-        views.CHECKPOINT_SELECT + " WHERE c.trial_id = $1 ORDER BY c.steps_completed", trial_id
-    )
+    rows = await checkpoint_queries.fetch_trial_checkpoints(pool, trial_id)
     return views.checkpoint_page(
         [views.checkpoint_json(r, r["searcher_metric"]) for r in rows], config, states=states,
         sort_by_attr=sortByAttr, sort_by_metric=sortByMetric, order_by=orderBy, offset=offset,
@@ -322,7 +305,7 @@ async def list_trial_checkpoints(
     )
 
 
-@router.get("/trials/{trial_id}/workloads")
+@router.get("/trials/{trial_id}/workloads", **answers(trial_schemas.WorkloadList))
 async def get_trial_workloads(
     trial_id: int,
     pool: Pool,
@@ -409,14 +392,12 @@ async def trial_logs(
 
     async def lines() -> AsyncIterator[bytes]:
         if orderBy == "ORDER_BY_DESC":
-            rows = await pool.fetch(
-                "SELECT * FROM task_logs WHERE trial_id = $1 ORDER BY id DESC", trial_id
-            )
+            rows = await log_queries.fetch_trial_logs_newest_first(pool, trial_id)
             records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]] = [
                 views.log_json(r) for r in rows
             ]
         else:
-            records = log_records(pool, "l.trial_id = $1", trial_id, follow=follow,
+            records = log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
                                   is_done=is_done)
         sent = 0
         async for log in _iterate(records):

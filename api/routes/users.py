@@ -8,15 +8,16 @@ import asyncpg
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 
-from api import auth, schemas, views
+from api import auth, views
 from api.auth import CurrentPrincipal, Principal
 from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
-from api.schemas import documented
+from api.queries import users as queries
+from api.schemas import Empty, answers
+from api.schemas.users import LoginAnswer, UserAnswer, UserList
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
 
-_USER_COLUMNS = "id, username, display_name, admin, active, modified_at"
 USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
 
 
@@ -37,7 +38,7 @@ class LoginRequest(BaseModel):
     isHashed: bool = False
 
 
-@router.post("/auth/login", responses=documented(schemas.LoginAnswer))
+@router.post("/auth/login", **answers(LoginAnswer))
 async def login(
     body: LoginRequest, request: Request, pool: Pool, settings: AppSettings
 ) -> dict[str, Any]:
@@ -47,9 +48,7 @@ async def login(
     if wait is not None:
         raise ApiError(429, f"too many failed logins for {body.username!r} from {address}; "
                        f"try again in {wait:.0f} s")
-    row = await pool.fetchrow(
-        f"SELECT {_USER_COLUMNS}, password_hash FROM users WHERE username = $1", body.username
-    )
+    row = await queries.fetch_user_with_password_hash(pool, body.username)
     matches = await auth.password_matches(
         row["password_hash"] if row else None, body.password, is_hashed=body.isHashed
     )
@@ -63,7 +62,7 @@ async def login(
     return {"token": token, "user": user_json(row)}
 
 
-@router.post("/auth/logout")
+@router.post("/auth/logout", **answers(Empty))
 async def logout(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
     await auth.close_session(pool, principal)
     return {}
@@ -71,16 +70,10 @@ async def logout(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
 
 async def _user_of(pool: asyncpg.Pool, principal: Principal) -> asyncpg.Record:
     """The user behind a principal: a trial acts for its experiment's owner."""
-    if principal.kind == "user":
-        row = await pool.fetchrow(
-            f"SELECT {_USER_COLUMNS} FROM users WHERE id = $1", principal.user_id
-        )
-    elif principal.kind == "trial":
-        row = await pool.fetchrow(
-            f"SELECT {_USER_COLUMNS} FROM users WHERE username = (SELECT e.owner FROM trials t"
-            " JOIN experiments e ON e.id = t.experiment_id WHERE t.id = $1)",
-            principal.trial_id,
-        )
+    if principal.kind == "user" and principal.user_id is not None:
+        row = await queries.fetch_user(pool, principal.user_id)
+    elif principal.kind == "trial" and principal.trial_id is not None:
+        row = await queries.fetch_trial_owner_user(pool, principal.trial_id)
     else:
         raise ApiError(403, "the cluster token is not a user")
     if row is None:
@@ -88,12 +81,12 @@ async def _user_of(pool: asyncpg.Pool, principal: Principal) -> asyncpg.Record:
     return row
 
 
-@router.get("/me", responses=documented(schemas.UserAnswer))
+@router.get("/me", **answers(UserAnswer))
 async def me(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
     return {"user": user_json(await _user_of(pool, principal))}
 
 
-@router.get("/users", responses=documented(schemas.UserList))
+@router.get("/users", **answers(UserList))
 async def list_users(
     pool: Pool,
     limit: int = Query(100, ge=0, le=1000),
@@ -102,16 +95,8 @@ async def list_users(
 ) -> dict[str, Any]:
     """Determined's GetUsers (`det user list` pages on the answer's endIndex)."""
     limit = limit or 100  # Determined's client sends 0 for "the default"
-    rows = await pool.fetch(
-        f"SELECT {_USER_COLUMNS} FROM users WHERE ($1::boolean IS NULL OR active = $1)"
-        " ORDER BY id LIMIT $2 OFFSET $3",
-        active,
-        limit,
-        offset,
-    )
-    total = await pool.fetchval(
-        "SELECT count(*) FROM users WHERE ($1::boolean IS NULL OR active = $1)", active
-    )
+    rows = await queries.fetch_users(pool, active, limit, offset)
+    total = await queries.count_users(pool, active)
     return {
         "users": [user_json(r) for r in rows],
         "pagination": views.pagination(offset, limit, len(rows), total),
@@ -119,21 +104,21 @@ async def list_users(
 
 
 async def _fetch_user(pool: asyncpg.Pool, user_id: int) -> asyncpg.Record:
-    row = await pool.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE id = $1", user_id)
+    row = await queries.fetch_user(pool, user_id)
     if row is None:
         raise not_found("user", user_id)
     return row
 
 
-@router.get("/users/{username}/by-username")
+@router.get("/users/{username}/by-username", **answers(UserAnswer))
 async def get_user_by_username(username: str, pool: Pool) -> dict[str, Any]:
-    row = await pool.fetchrow(f"SELECT {_USER_COLUMNS} FROM users WHERE username = $1", username)
+    row = await queries.fetch_user_by_username(pool, username)
     if row is None:
         raise not_found("user", username)
     return {"user": user_json(row)}
 
 
-@router.get("/users/{user_id}", responses=documented(schemas.UserAnswer))
+@router.get("/users/{user_id}", **answers(UserAnswer))
 async def get_user(user_id: int, pool: Pool) -> dict[str, Any]:
     return {"user": user_json(await _fetch_user(pool, user_id))}
 
@@ -151,7 +136,7 @@ class PostUserRequest(BaseModel):
     isHashed: bool = False
 
 
-@router.post("/users", responses=documented(schemas.UserAnswer))
+@router.post("/users", **answers(UserAnswer))
 async def create_user(
     body: PostUserRequest, principal: CurrentPrincipal, pool: Pool
 ) -> dict[str, Any]:
@@ -162,9 +147,8 @@ async def create_user(
         else None
     )
     try:
-        row = await pool.fetchrow(
-            "INSERT INTO users (username, display_name, password_hash, admin, active)"
-            f" VALUES ($1, $2, $3, $4, $5) RETURNING {_USER_COLUMNS}",
+        row = await queries.insert_user(
+            pool,
             body.user.username,
             body.user.displayName,
             stored,
@@ -192,12 +176,10 @@ async def _set_password(
     if not (principal.kind == "user" and (principal.admin or principal.user_id == user_id)):
         raise ApiError(403, f"{principal.describe()} may not change user {user_id}'s password")
     stored = await auth.hash_password(password, is_hashed=is_hashed)
-    await pool.execute(
-        "UPDATE users SET password_hash = $2, modified_at = now() WHERE id = $1", user_id, stored
-    )
+    await queries.update_user_password(pool, user_id, stored)
 
 
-@router.patch("/users/{user_id}")
+@router.patch("/users/{user_id}", **answers(UserAnswer))
 async def patch_user(
     user_id: int, body: PatchUserRequest, principal: CurrentPrincipal, pool: Pool
 ) -> dict[str, Any]:
@@ -215,20 +197,13 @@ async def patch_user(
         raise ApiError(403, f"{principal.describe()} may not rename user {user_id}")
     if body.password is not None:
         await _set_password(pool, principal, user_id, body.password, body.isHashed)
-    await pool.execute(
-        "UPDATE users SET admin = coalesce($2, admin), active = coalesce($3, active),"
-        " display_name = coalesce($4, display_name), modified_at = now() WHERE id = $1",
-        user_id,
-        body.admin,
-        body.active,
-        body.displayName,
-    )
+    await queries.update_user(pool, user_id, body.admin, body.active, body.displayName)
     if body.active is False:
-        await pool.execute("DELETE FROM user_sessions WHERE user_id = $1", user_id)
+        await queries.delete_user_sessions(pool, user_id)
     return {"user": user_json(await _fetch_user(pool, user_id))}
 
 
-@router.post("/users/{user_id}/password")
+@router.post("/users/{user_id}/password", **answers(UserAnswer))
 async def set_user_password(
     user_id: int,
     request: Request,

@@ -17,30 +17,21 @@ from pydantic import BaseModel, Field
 from api import auth, views
 from api.deps import Pool
 from api.errors import ApiError, not_found
+from api.queries import workspaces as queries
+from api.schemas import Empty, answers
+from api.schemas.workspaces import (
+    Deleted,
+    ProjectAnswer,
+    ProjectList,
+    WorkspaceAnswer,
+    WorkspaceCreated,
+    WorkspaceList,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["workspaces"])
 
 NAME_MAX = 80
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9]{1,5}$")
-ACTIVE_STATES = ("ACTIVE", "PAUSED", "STOPPING_CANCELED", "STOPPING_KILLED", "STOPPING_COMPLETED")
-
-_WORKSPACE_SELECT = """
-SELECT w.*, coalesce((SELECT id FROM users WHERE username = w.owner), 1) AS user_id,
-       (SELECT count(*) FROM projects p WHERE p.workspace_id = w.id) AS num_projects,
-       (SELECT count(*) FROM experiments e JOIN projects p ON p.id = e.project_id
-        WHERE p.workspace_id = w.id) AS num_experiments
-FROM workspaces w
-"""
-
-_PROJECT_SELECT = """
-SELECT p.*, w.name AS workspace_name,
-       coalesce((SELECT id FROM users WHERE username = p.owner), 1) AS user_id,
-       (SELECT count(*) FROM experiments e WHERE e.project_id = p.id) AS num_experiments,
-       (SELECT count(*) FROM experiments e WHERE e.project_id = p.id
-        AND e.state = ANY($1::text[])) AS num_active,
-       (SELECT max(e.start_time) FROM experiments e WHERE e.project_id = p.id) AS last_started
-FROM projects p JOIN workspaces w ON w.id = p.workspace_id
-"""
 
 
 def workspace_json(row: asyncpg.Record) -> dict[str, Any]:
@@ -70,14 +61,14 @@ def project_json(row: asyncpg.Record) -> dict[str, Any]:
 
 
 async def fetch_workspace(conn: asyncpg.Pool | asyncpg.Connection, workspace_id: int) -> Any:
-    row = await conn.fetchrow(_WORKSPACE_SELECT + " WHERE w.id = $1", workspace_id)
+    row = await queries.fetch_workspace(conn, workspace_id)
     if row is None:
         raise not_found("workspace", workspace_id)
     return row
 
 
 async def fetch_project(conn: asyncpg.Pool | asyncpg.Connection, project_id: int) -> Any:
-    row = await conn.fetchrow(_PROJECT_SELECT + " WHERE p.id = $2", ACTIVE_STATES, project_id)
+    row = await queries.fetch_project(conn, project_id)
     if row is None:
         raise not_found("project", project_id)
     return row
@@ -90,8 +81,7 @@ async def resolve_project(
     """Where a new experiment goes: the request's projectId, else the config's `workspace` and
     `project` names, else the default project. An unknown one is the request's mistake (400)."""
     if project_id:
-        found = await conn.fetchval("SELECT id FROM projects WHERE id = $1", project_id)
-        if found is None:
+        if not await queries.project_exists(conn, project_id):
             raise ApiError(400, f"project {project_id} not found",
                            [f"{field}: no project has id {project_id}"])
         return project_id
@@ -102,10 +92,7 @@ async def resolve_project(
         given, missing = ("workspace", "project") if workspace else ("project", "workspace")
         raise ApiError(400, "the config names a project only by workspace and project together",
                        [f"{missing}: needed with {given} {workspace or project!r}"])
-    row = await conn.fetchrow(
-        "SELECT w.id AS workspace_id, p.id AS project_id FROM workspaces w"
-        " LEFT JOIN projects p ON p.workspace_id = w.id AND p.name = $2 WHERE w.name = $1",
-        str(workspace), str(project))
+    row = await queries.fetch_project_by_names(conn, str(workspace), str(project))
     if row is None:
         raise ApiError(400, f"workspace {workspace!r} not found",
                        [f"workspace: no workspace is named {workspace!r}"])
@@ -130,7 +117,7 @@ def _check_name(kind: str, name: str) -> str:
 
 # -- workspaces ------------------------------------------------------------------------------
 
-@router.get("/workspaces")
+@router.get("/workspaces", **answers(WorkspaceList))
 async def list_workspaces(
     pool: Pool,
     name: str | None = None,
@@ -143,20 +130,14 @@ async def list_workspaces(
 ) -> dict[str, Any]:
     """Determined's GetWorkspaces: `name` matches regardless of case, `nameCaseSensitive`
     exactly (`det workspace describe NAME` looks a workspace up this way)."""
-    column = "w.name" if sortBy == "SORT_BY_NAME" else "w.id"
-    direction = "DESC" if orderBy == "ORDER_BY_DESC" else "ASC"
-    rows = await pool.fetch(
-        _WORKSPACE_SELECT
-        + " WHERE ($1::text IS NULL OR lower(w.name) = lower($1))"
-        " AND ($2::text IS NULL OR w.name = $2) AND ($3::boolean IS NULL OR w.archived = $3)"
-        f" ORDER BY {column} {direction}",
-        name or None, nameCaseSensitive or None, archived,
-    )
+    rows = await queries.fetch_workspaces(
+        pool, name or None, nameCaseSensitive or None, archived,
+        by_name=sortBy == "SORT_BY_NAME", descending=orderBy == "ORDER_BY_DESC")
     page, pagination = _page([workspace_json(r) for r in rows], offset, limit)
     return {"workspaces": page, "pagination": pagination}
 
 
-@router.get("/workspaces/{workspace_id}")
+@router.get("/workspaces/{workspace_id}", **answers(WorkspaceAnswer))
 async def get_workspace(workspace_id: int, pool: Pool) -> dict[str, Any]:
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id))}
 
@@ -165,15 +146,13 @@ class WorkspaceCreate(BaseModel):
     name: str = Field(max_length=NAME_MAX * 4)
 
 
-@router.post("/workspaces")
+@router.post("/workspaces", **answers(WorkspaceCreated))
 async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool) -> dict[str, Any]:
     """Determined's PostWorkspace; its per-workspace settings (agent user, pools, checkpoint
     storage, namespaces) are not kept."""
     owner = auth.require_user(auth.current(request), "create workspaces").username
     name = _check_name("workspace", body.name)
-    workspace_id = await pool.fetchval(
-        "INSERT INTO workspaces (name, owner) VALUES ($1, $2)"
-        " ON CONFLICT (name) DO NOTHING RETURNING id", name, owner)
+    workspace_id = await queries.insert_workspace(pool, name, owner)
     if workspace_id is None:
         raise ApiError(409, f"workspace {name!r} already exists")
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id)),
@@ -182,7 +161,7 @@ async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool) 
 
 # -- projects --------------------------------------------------------------------------------
 
-@router.get("/workspaces/{workspace_id}/projects")
+@router.get("/workspaces/{workspace_id}/projects", **answers(ProjectList))
 async def list_workspace_projects(
     workspace_id: int,
     pool: Pool,
@@ -196,15 +175,9 @@ async def list_workspace_projects(
     """Determined's GetWorkspaceProjects; workspace 0 means every workspace."""
     if workspace_id:
         await fetch_workspace(pool, workspace_id)
-    column = "p.name" if sortBy == "SORT_BY_NAME" else "p.id"
-    direction = "DESC" if orderBy == "ORDER_BY_DESC" else "ASC"
-    rows = await pool.fetch(
-        _PROJECT_SELECT
-        + " WHERE ($2::int = 0 OR p.workspace_id = $2) AND ($3::text IS NULL OR p.name = $3)"
-        " AND ($4::boolean IS NULL OR p.archived = $4)"
-        f" ORDER BY {column} {direction}",
-        ACTIVE_STATES, workspace_id, name or None, archived,
-    )
+    rows = await queries.fetch_projects(
+        pool, workspace_id, name or None, archived,
+        by_name=sortBy == "SORT_BY_NAME", descending=orderBy == "ORDER_BY_DESC")
     page, pagination = _page([project_json(r) for r in rows], offset, limit)
     return {"projects": page, "pagination": pagination}
 
@@ -219,8 +192,7 @@ class ProjectCreate(BaseModel):
 async def _free_key(conn: asyncpg.Connection, name: str) -> str:
     """Determined's project key when none is given: letters of the name, made unique."""
     stem = (re.sub(r"[^A-Za-z0-9]", "", name).upper() or "PRJ")[:3]
-    taken = {r["key"] for r in await conn.fetch(
-        "SELECT key FROM projects WHERE key LIKE $1 || '%'", stem)}
+    taken = await queries.fetch_project_keys(conn, stem)
     for n in range(10_000):
         key = stem if n == 0 else f"{stem}{n}"[:5]
         if key not in taken:
@@ -228,7 +200,7 @@ async def _free_key(conn: asyncpg.Connection, name: str) -> str:
     raise ApiError(409, f"no free project key starting with {stem!r}: give one with --key")
 
 
-@router.post("/workspaces/{workspace_id}/projects")
+@router.post("/workspaces/{workspace_id}/projects", **answers(ProjectAnswer))
 async def create_project(
     workspace_id: int, body: ProjectCreate, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -244,21 +216,18 @@ async def create_project(
         workspace = await fetch_workspace(conn, workspace_id)
         if workspace["archived"]:
             raise ApiError(409, f"workspace {workspace['name']!r} is archived")
-        if await conn.fetchval("SELECT 1 FROM projects WHERE workspace_id = $1 AND name = $2",
-                               workspace_id, name):
+        if await queries.project_name_taken(conn, workspace_id, name):
             raise ApiError(409, f"project {name!r} already exists in workspace"
                            f" {workspace['name']!r}")
         key = body.key.upper() if body.key else await _free_key(conn, name)
-        if await conn.fetchval("SELECT 1 FROM projects WHERE key = $1", key):
+        if await queries.project_key_taken(conn, key):
             raise ApiError(409, f"project key {key!r} is taken")
-        project_id = await conn.fetchval(
-            "INSERT INTO projects (workspace_id, name, key, description, owner)"
-            " VALUES ($1, $2, $3, $4, $5) RETURNING id",
-            workspace_id, name, key, body.description or "", owner)
+        project_id = await queries.insert_project(
+            conn, workspace_id, name, key, body.description or "", owner)
     return {"project": project_json(await fetch_project(pool, project_id))}
 
 
-@router.get("/projects/{project_id}")
+@router.get("/projects/{project_id}", **answers(ProjectAnswer))
 async def get_project(project_id: int, pool: Pool) -> dict[str, Any]:
     return {"project": project_json(await fetch_project(pool, project_id))}
 
@@ -275,7 +244,7 @@ class WorkspacePatch(BaseModel):
     name: str | None = Field(None, max_length=NAME_MAX * 4)
 
 
-@router.patch("/workspaces/{workspace_id}")
+@router.patch("/workspaces/{workspace_id}", **answers(WorkspaceAnswer))
 async def patch_workspace(
     workspace_id: int, body: WorkspacePatch, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -285,8 +254,7 @@ async def patch_workspace(
     if body.name is not None:
         name = _check_name("workspace", body.name)
         try:
-            await pool.execute("UPDATE workspaces SET name = $2 WHERE id = $1", workspace_id,
-                               name)
+            await queries.rename_workspace(pool, workspace_id, name)
         except asyncpg.UniqueViolationError as err:
             raise ApiError(409, f"workspace {name!r} already exists") from err
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id))}
@@ -298,7 +266,7 @@ class ProjectPatch(BaseModel):
     key: str | None = None
 
 
-@router.patch("/projects/{project_id}")
+@router.patch("/projects/{project_id}", **answers(ProjectAnswer))
 async def patch_project(
     project_id: int, body: ProjectPatch, request: Request, pool: Pool
 ) -> dict[str, Any]:
@@ -311,38 +279,37 @@ async def patch_project(
         raise ApiError(400, "bad project key",
                        [f"key: 1 to 5 letters or digits, got {body.key!r}"])
     try:
-        await pool.execute(
-            "UPDATE projects SET name = coalesce($2, name), description = coalesce($3,"
-            " description), key = coalesce($4, key) WHERE id = $1",
-            project_id, name, body.description, body.key.upper() if body.key else None)
+        await queries.update_project(pool, project_id, name, body.description,
+                                     body.key.upper() if body.key else None)
     except asyncpg.UniqueViolationError as err:
         raise ApiError(409, "the project's name or key is taken",
                        [f"name: {name!r}" if name else f"key: {body.key!r}"]) from err
     return {"project": project_json(await fetch_project(pool, project_id))}
 
 
-def _archive_route(kind: str, table: str, archived: bool) -> None:
+def _archive_route(kind: str, table: queries.Table, archived: bool) -> None:
     verb = "archive" if archived else "unarchive"
 
     async def archive(item_id: int, request: Request, pool: Pool) -> dict[str, Any]:
         auth.require_user(auth.current(request), f"{verb} {kind}s")
-        fetch = fetch_workspace if kind == "workspace" else fetch_project
-        _mutable(kind, await fetch(pool, item_id))
-        await pool.execute(
-            f"UPDATE {table} SET archived = $2 WHERE id = $1",  # noqa: S608 (a fixed name)
-            item_id, archived)
+        fetch_item = fetch_workspace if kind == "workspace" else fetch_project
+        _mutable(kind, await fetch_item(pool, item_id))
+        await queries.set_archived(pool, table, item_id, archived)
         return {}
 
     archive.__name__ = f"{verb}_{kind}"
-    router.post(f"/{table}/{{item_id}}/{verb}", summary=f"{verb.capitalize()} a {kind}")(archive)
+    router.post(f"/{table}/{{item_id}}/{verb}", summary=f"{verb.capitalize()} a {kind}",
+                **answers(Empty))(archive)
 
 
-for _kind, _table in (("workspace", "workspaces"), ("project", "projects")):
+_TABLES: tuple[tuple[str, queries.Table], ...] = (("workspace", "workspaces"),
+                                                  ("project", "projects"))
+for _kind, _table in _TABLES:
     for _archived in (True, False):
         _archive_route(_kind, _table, _archived)
 
 
-async def _delete(pool: Pool, kind: str, row: Any) -> dict[str, Any]:
+async def _delete(pool: Pool, kind: str, table: queries.Table, row: Any) -> dict[str, Any]:
     """Experiments and models are never deleted along: a workspace or project that holds any is
     refused (move or delete them first)."""
     _mutable(kind, row)
@@ -350,23 +317,22 @@ async def _delete(pool: Pool, kind: str, row: Any) -> dict[str, Any]:
         raise ApiError(409, f"{kind} {row['name']!r} holds {row['num_experiments']}"
                        " experiments: move or delete them first")
     if kind == "workspace":
-        holds = await pool.fetchval("SELECT count(*) FROM models WHERE workspace_id = $1",
-                                    row["id"])
+        holds = await queries.count_models_in_workspace(pool, row["id"])
         if holds:
             raise ApiError(409, f"workspace {row['name']!r} holds {holds} models in the model"
                                 " registry: move or delete them first")
-    await pool.execute(f"DELETE FROM {kind}s WHERE id = $1", row["id"])
+    await queries.delete_row(pool, table, row["id"])
     return {"completed": True}
 
 
-@router.delete("/workspaces/{workspace_id}")
+@router.delete("/workspaces/{workspace_id}", **answers(Deleted))
 async def delete_workspace(workspace_id: int, request: Request, pool: Pool) -> dict[str, Any]:
     """Delete a workspace with its projects and templates."""
     auth.require_user(auth.current(request), "delete workspaces")
-    return await _delete(pool, "workspace", await fetch_workspace(pool, workspace_id))
+    return await _delete(pool, "workspace", "workspaces", await fetch_workspace(pool, workspace_id))
 
 
-@router.delete("/projects/{project_id}")
+@router.delete("/projects/{project_id}", **answers(Deleted))
 async def delete_project(project_id: int, request: Request, pool: Pool) -> dict[str, Any]:
     auth.require_user(auth.current(request), "delete projects")
-    return await _delete(pool, "project", await fetch_project(pool, project_id))
+    return await _delete(pool, "project", "projects", await fetch_project(pool, project_id))

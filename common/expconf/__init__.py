@@ -41,12 +41,15 @@ from common.expconf.parsing import (
     PLACEHOLDER_STORAGE,
     load_config_yaml,
     parse_experiment_config,
+    stored_config,
     validate_experiment_config,
     with_default_storage,
 )
 from common.expconf.resources import ResourcesConfig
 from common.expconf.searchers import (
     SEARCHER_CONFIGS,
+    AdaptiveAshaConfig,
+    AsyncHalvingConfig,
     GridConfig,
     OptunaConfig,
     RandomConfig,
@@ -61,6 +64,8 @@ from common.expconf.storage import (
 )
 
 __all__ = [
+    "AdaptiveAshaConfig",
+    "AsyncHalvingConfig",
     "BindMount",
     "CategoricalHyperparameter",
     "CheckpointStorageConfig",
@@ -101,6 +106,7 @@ __all__ = [
     "parse_experiment_config",
     "planned_trials",
     "profiling_enabled",
+    "stored_config",
     "validate_experiment_config",
     "with_default_storage",
     "with_determined_defaults",

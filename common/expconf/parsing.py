@@ -233,6 +233,12 @@ def validate_experiment_config(data: Any, source: str = "config") -> ExperimentC
     raise ConfigError(errors, source)
 
 
+def stored_config(data: Mapping[str, Any]) -> ExperimentConfig:
+    """A config the API stored (validated and normalised at submission) as the model again, for
+    the parts that run it: trusted input, so no warnings, error report or grid checks here."""
+    return ExperimentConfig.model_validate(data)
+
+
 _HYPERPARAMETERS = TypeAdapter(dict[str, Hyperparameter])
 
 

@@ -23,6 +23,23 @@ class _SearcherBase(_Model):
     source_trial_id: Annotated[int | None, _NOT_ACTED_ON] = None
     source_checkpoint_uuid: Annotated[str | None, _NOT_ACTED_ON] = None
 
+    @property
+    def length_unit(self) -> str:
+        """What the searcher's lengths count: the max_length unit. Without one (the training
+        code decides) trials get no target, and "batches" names nothing."""
+        return self.max_length.unit if self.max_length is not None else "batches"
+
+    @property
+    def total_length(self) -> int:
+        """The whole length a trial trains to; 0 without one."""
+        return self.max_length.value if self.max_length is not None else 0
+
+    @property
+    def waits_at_rung(self) -> bool:
+        """Whether a trial that reached its target waits there for the searcher's decision
+        (classic ASHA) instead of ending."""
+        return False
+
     @classmethod
     def _unknown_field_message(cls, key: str) -> str:
         if key in _ALL_SEARCHER_FIELDS:
@@ -111,6 +128,10 @@ class _HalvingBase(_SearcherBase):
     @property
     def total_length(self) -> int:
         return self.max_length.value if self.max_length is not None else int(self.max_time or 0)
+
+    @property
+    def waits_at_rung(self) -> bool:
+        return not self.stop_once
 
 
 class AsyncHalvingConfig(_HalvingBase):

@@ -103,6 +103,9 @@ async def test_models_are_created_found_changed_and_deleted(api: httpx.AsyncClie
 
     workspace = (await api.post("/api/v1/workspaces", json={"name": unique("reg")})).json()[
         "workspace"]
+    nowhere = await api.post(f"/api/v1/models/Bert-{tag}/move",
+                             json={"destinationWorkspaceId": 0})
+    assert nowhere.status_code == 400 and "destinationWorkspaceId" in nowhere.text
     moved = await api.post(f"/api/v1/models/Bert-{tag}/move",
                            json={"destinationWorkspaceId": workspace["id"],
                                  "modelName": f"Bert-{tag}"})

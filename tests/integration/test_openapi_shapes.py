@@ -8,7 +8,10 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from api import schemas
+from api.schemas import checkpoints as checkpoint_schemas
+from api.schemas import experiments as experiment_schemas
+from api.schemas import trials as trial_schemas
+from api.schemas import users as user_schemas
 from common.tokens import mint_trial_token
 from tests.integration.test_api import create, wait_for_trials
 from tests.master_fixtures import ADMIN_PASSWORD, LiveMaster
@@ -47,25 +50,33 @@ async def test_answers_have_the_documented_shapes(
         )
         assert reported.status_code == 200, reported.text
 
-    conforms(schemas.ExperimentList, await api.get("/api/v1/experiments"))
-    conforms(schemas.ExperimentAnswer, await api.get(f"/api/v1/experiments/{experiment_id}"))
-    trials = await api.get(f"/api/v1/experiments/{experiment_id}/trials")
-    conforms(schemas.TrialList, trials)
-    answer = await api.get(f"/api/v1/trials/{trial['id']}")
-    conforms(schemas.TrialAnswer, answer)
-    assert answer.json()["trial"]["bestValidation"]["totalBatches"] == 10
-    conforms(schemas.CheckpointList, await api.get(f"/api/v1/trials/{trial['id']}/checkpoints"))
+    conforms(experiment_schemas.ExperimentList, await api.get("/api/v1/experiments"))
     conforms(
-        schemas.CheckpointList, await api.get(f"/api/v1/experiments/{experiment_id}/checkpoints")
+        experiment_schemas.ExperimentAnswer, await api.get(f"/api/v1/experiments/{experiment_id}")
     )
-    conforms(schemas.CheckpointAnswer, await api.get(f"/api/v1/checkpoints/{checkpoint}"))
-    conforms(schemas.UserAnswer, await api.get("/api/v1/me"))
-    conforms(schemas.UserList, await api.get("/api/v1/users"))
+    trials = await api.get(f"/api/v1/experiments/{experiment_id}/trials")
+    conforms(trial_schemas.TrialList, trials)
+    answer = await api.get(f"/api/v1/trials/{trial['id']}")
+    conforms(trial_schemas.TrialAnswer, answer)
+    assert answer.json()["trial"]["bestValidation"]["totalBatches"] == 10
+    conforms(
+        checkpoint_schemas.CheckpointList,
+        await api.get(f"/api/v1/trials/{trial['id']}/checkpoints"),
+    )
+    conforms(
+        checkpoint_schemas.CheckpointList,
+        await api.get(f"/api/v1/experiments/{experiment_id}/checkpoints"),
+    )
+    conforms(
+        checkpoint_schemas.CheckpointAnswer, await api.get(f"/api/v1/checkpoints/{checkpoint}")
+    )
+    conforms(user_schemas.UserAnswer, await api.get("/api/v1/me"))
+    conforms(user_schemas.UserList, await api.get("/api/v1/users"))
     async with httpx.AsyncClient(base_url=live_master.url) as anonymous:
         login = await anonymous.post(
             "/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD}
         )
-    conforms(schemas.LoginAnswer, login)
+    conforms(user_schemas.LoginAnswer, login)
     await api.post(f"/api/v1/experiments/{experiment_id}/kill")
 
 

@@ -43,6 +43,15 @@ async def test_the_default_workspace_and_project_exist(api: httpx.AsyncClient) -
     assert missing.status_code == 404 and "workspace 999999" in missing.json()["message"]
 
 
+async def test_the_schema_names_the_answer_models(api: httpx.AsyncClient) -> None:
+    paths = (await api.get("/openapi.json")).json()["paths"]
+    for path, model in (("/api/v1/workspaces/{workspace_id}", "WorkspaceAnswer"),
+                        ("/api/v1/templates", "TemplateList"),
+                        ("/api/v1/models/{model_name}/versions", "ModelVersionList")):
+        answer = paths[path]["get"]["responses"]["200"]["content"]["application/json"]
+        assert answer["schema"]["$ref"] == f"#/components/schemas/{model}", path
+
+
 async def test_workspaces_and_projects_are_created_and_hold_experiments(
     api: httpx.AsyncClient,
 ) -> None:

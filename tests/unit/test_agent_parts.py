@@ -25,6 +25,7 @@ from agent_worker.registration import Registration
 from agent_worker.runtime import TrialLaunch
 from agent_worker.slots import SlotPool, cpu_slots, discover_slots
 from agent_worker.trial_info import trial_environment, user_environment
+from common.expconf import EnvironmentConfig
 from tests.fakes.agent_master import FakeMaster
 from workflows.types import RunTrialInput
 
@@ -232,13 +233,15 @@ def test_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         parse_args(["--slots", "0"])
 
 
-def test_user_environment_forms() -> None:
+def test_user_environment_is_what_the_config_model_stored() -> None:
+    """Every form a user may write reaches the agent as the model stored it: one mapping."""
     def env(value: object) -> dict[str, str]:
-        return user_environment({"environment": {"environment_variables": value}})
+        stored = EnvironmentConfig.model_validate({"environment_variables": value})
+        return user_environment({"environment": stored.model_dump(mode="json")})
 
-    assert env({"A": "1", "B": 2, "C": True, "D": None}) == {"A": "1", "B": "2", "C": "true"}
-    assert env(["A=1", "B=x=y", "bad"]) == {"A": "1", "B": "x=y"}
-    assert env({"cpu": ["A=1"], "cuda": ["A=2"]}) == {"A": "1"}
+    assert env({"A": "1", "B": 2, "C": True}) == {"A": "1", "B": "2", "C": "true"}
+    assert env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+    assert env({"cpu": ["A=1"], "cuda": ["A=1", "B=2"]}) == {"A": "1", "B": "2"}
     assert env(None) == {} and user_environment({}) == {}
 
 

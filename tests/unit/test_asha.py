@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from common.expconf import ConfigError, validate_experiment_config
+from common.expconf import ConfigError, stored_config, validate_experiment_config
 from workflows.searchers import make_search
 from workflows.searchers.asha import (
     AshaSearch,
@@ -58,7 +58,7 @@ def halving(**fields: Any) -> dict[str, Any]:
 
 
 def new(cfg: dict[str, Any], seed: int = SEED) -> AshaSearch:
-    search = make_search(cfg, seed)
+    search = make_search(stored_config(cfg), seed)
     assert isinstance(search, AshaSearch)
     return search
 
@@ -454,7 +454,7 @@ def simulate(
     snapshot after a JSON round trip, as the workflow carries it. Returns (trace, creates).
     """
     rng = random.Random(driver_seed)
-    search: SearchMethod = make_search(cfg, seed)
+    search: SearchMethod = make_search(stored_config(cfg), seed)
     running: dict[int, int] = {}  # request -> the length of its next validation
     closing: list[int] = []
     trace: list[Any] = []
@@ -480,7 +480,7 @@ def simulate(
         events += 1
         if restore_every and events % restore_every == 0:
             state = json.loads(json.dumps(search.snapshot()))
-            search = make_search(cfg, seed, state)
+            search = make_search(stored_config(cfg), seed, state)
         if closing:
             request_id = closing.pop(0)
             trace.append(("closed", request_id, None))
@@ -589,7 +589,7 @@ def test_snapshot_is_json_and_restores_mid_search() -> None:
     s.on_validation(1, 2, 0.3)
     s.on_closed(2, ERRORED)
     state = json.loads(json.dumps(s.snapshot()))
-    r = make_search(cfg, SEED, state)
+    r = make_search(stored_config(cfg), SEED, state)
     assert isinstance(r, AshaSearch)
     assert r.snapshot() == s.snapshot()
     assert r.waiting() == s.waiting() == {0}

@@ -13,7 +13,7 @@ import pytest
 from activities.model_sampling import Observation, at_one_length, importance, propose
 from api.errors import ApiError
 from api.routes.experiments import normalized_config
-from common.expconf import ConfigError, validate_experiment_config
+from common.expconf import ConfigError, stored_config, validate_experiment_config
 from workflows.searchers import make_search
 from workflows.searchers.base import Create
 
@@ -88,15 +88,15 @@ def test_with_early_stopping_trials_are_compared_at_the_longest_length_enough_re
 
 def test_searchers_with_a_sampler_leave_hyperparameters_to_the_draw() -> None:
     optuna = config({"name": "optuna", "max_trials": 3, "max_concurrent_trials": 2})
-    creates = make_search(optuna, seed=1).initial()
+    creates = make_search(stored_config(optuna), seed=1).initial()
     assert [(c.request_id, c.hparams, c.target) for c in creates if isinstance(c, Create)] == [
         (0, None, 100), (1, None, 100), (2, None, 100)]
     asha = config({"name": "adaptive_asha", "max_trials": 8, "sampler": {"name": "tpe"}})
     assert all(isinstance(c, Create) and c.hparams is None
-               for c in make_search(asha, seed=1).initial())
+               for c in make_search(stored_config(asha), seed=1).initial())
     plain = config({"name": "adaptive_asha", "max_trials": 8})
     assert all(isinstance(c, Create) and c.hparams is not None
-               for c in make_search(plain, seed=1).initial())
+               for c in make_search(stored_config(plain), seed=1).initial())
 
 
 def test_bad_sampler_settings_name_the_field() -> None:

@@ -13,6 +13,7 @@ from temporalio.testing import ActivityEnvironment
 from agent_worker.liveness import Liveness
 from agent_worker.slots import TYPE_CPU, TYPE_CUDA, SlotPool, cpu_slots, discover_slots
 from api.settings import parse_pools
+from common.expconf import ResourcesConfig
 from workflows.allocation import Resources
 from workflows.pool_types import AgentLivenessInput
 
@@ -79,10 +80,10 @@ def test_pools_from_the_environment_always_include_default() -> None:
 
 
 def test_a_trials_resources_come_from_its_config() -> None:
-    assert Resources.of({"resources": {"resource_pool": "gpu", "slots_per_trial": 4,
-                                       "priority": 10, "max_slots": 8}}) == Resources(
+    assert Resources.of(ResourcesConfig(resource_pool="gpu", slots_per_trial=4, priority=10,
+                                        max_slots=8)) == Resources(
         pool="gpu", slots=4, priority=10, max_slots=8)
-    assert Resources.of({"resources": {"resource_pool": "default"}}) == Resources(
+    assert Resources.of(ResourcesConfig()) == Resources(
         pool="default", slots=1, priority=42, max_slots=None)
 
 

@@ -7,21 +7,28 @@ import pytest
 
 from common.expconf import (
     DoubleHyperparameter,
+    ExperimentConfig,
     IntHyperparameter,
     LogHyperparameter,
+    hyperparameters_grid_size,
+    stored_config,
     validate_experiment_config,
 )
-from workflows.searchers import generate_trials, grid_size, make_search, trial_seed
+from workflows.searchers import generate_trials, make_search, trial_seed
 from workflows.searchers.base import Create
 from workflows.searchers.hparams import grid_values
 
 
-def config(searcher: str, hparams: dict[str, Any], **searcher_fields: Any) -> dict[str, Any]:
+def raw_config(searcher: str, hparams: dict[str, Any], **searcher_fields: Any) -> dict[str, Any]:
     return {
         "entrypoint": "python3 train.py",
         "hyperparameters": hparams,
         "searcher": {"name": searcher, "metric": "loss", "max_length": 10, **searcher_fields},
     }
+
+
+def config(searcher: str, hparams: dict[str, Any], **searcher_fields: Any) -> ExperimentConfig:
+    return validate_experiment_config(raw_config(searcher, hparams, **searcher_fields))
 
 
 HPARAMS = {
@@ -92,8 +99,9 @@ def test_grid_is_the_cartesian_product_in_sorted_name_order_first_slowest() -> N
 
 
 def test_grid_over_nested_and_structured_values() -> None:
-    trials = generate_trials(config("grid", HPARAMS), seed=0)
-    assert grid_size(config("grid", HPARAMS)) == len(trials) == 2 * 2 * 3 * 2
+    cfg = config("grid", HPARAMS)
+    trials = generate_trials(cfg, seed=0)
+    assert hyperparameters_grid_size(cfg.hyperparameters) == len(trials) == 2 * 2 * 3 * 2
     assert trials[0] == {
         "act": {"name": "relu"},
         "const": 3,
@@ -114,7 +122,7 @@ def test_grid_over_nested_and_structured_values() -> None:
 
 
 def test_grid_trials_do_not_share_values() -> None:
-    cfg = validate_experiment_config(config("grid", HPARAMS))
+    cfg = config("grid", HPARAMS)
     trials = generate_trials(cfg, seed=0)
     trials[0]["act"]["name"] = "changed"
     trials[0]["lst"].append(3)
@@ -162,7 +170,7 @@ def test_double_and_log_axes() -> None:
 )
 def test_grid_size_matches_the_trials(hparams: dict[str, Any]) -> None:
     cfg = config("grid", hparams)
-    assert grid_size(cfg) == len(generate_trials(cfg, seed=0))
+    assert hyperparameters_grid_size(cfg.hyperparameters) == len(generate_trials(cfg, seed=0))
 
 
 def test_grid_without_hyperparameters_is_one_trial() -> None:
@@ -211,8 +219,7 @@ def test_random_same_seed_same_trials_other_seed_other_trials() -> None:
     cfg = config("random", RANDOM_HPARAMS, max_trials=20)
     first = generate_trials(cfg, seed=7)
     assert generate_trials(cfg, seed=7) == first
-    assert generate_trials(validate_experiment_config(cfg), seed=7) == first
-    assert generate_trials(validate_experiment_config(cfg).model_dump(mode="json"), seed=7) == first
+    assert generate_trials(stored_config(cfg.model_dump(mode="json")), seed=7) == first
     assert generate_trials(cfg, seed=8) != first
     assert len(first) == 20
 
@@ -235,9 +242,7 @@ def test_random_values_stay_in_range_and_reach_both_int_ends() -> None:
 
 
 def test_random_structured_values_are_copies() -> None:
-    cfg = validate_experiment_config(
-        config("random", {"a": {"type": "categorical", "vals": [[1]]}, "c": [9]}, max_trials=2)
-    )
+    cfg = config("random", {"a": {"type": "categorical", "vals": [[1]]}, "c": [9]}, max_trials=2)
     trials = generate_trials(cfg, seed=0)
     trials[0]["a"].append(2)
     trials[0]["c"].append(2)
@@ -265,9 +270,10 @@ def test_trial_seed_is_deterministic_and_in_range() -> None:
 )
 def test_without_max_length_trials_get_no_target(searcher: str, fields: dict[str, Any]) -> None:
     """Determined 0.38: the training code decides how long to train."""
-    cfg = config(searcher, {"x": {"type": "int", "minval": 1, "maxval": 3, "count": 3}}, **fields)
-    del cfg["searcher"]["max_length"]
-    creates = make_search(cfg, seed=1).initial()
+    raw = raw_config(searcher, {"x": {"type": "int", "minval": 1, "maxval": 3, "count": 3}},
+                     **fields)
+    del raw["searcher"]["max_length"]
+    creates = make_search(validate_experiment_config(raw), seed=1).initial()
     assert creates and all(isinstance(op, Create) for op in creates)
     assert {(op.target, op.decision) for op in creates if isinstance(op, Create)} == {(None, None)}
     with_length = make_search(config(searcher, {}, **fields), seed=1).initial()

@@ -8,15 +8,15 @@ SearchMethod the workflow drives.
 """
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from common.expconf import (
+    AdaptiveAshaConfig,
+    AsyncHalvingConfig,
     ExperimentConfig,
     OptunaConfig,
     RandomConfig,
-    hyperparameters_grid_size,
-    validate_experiment_config,
 )
 from workflows.searchers.asha import AshaSearch
 from workflows.searchers.base import JSON, SearchMethod
@@ -29,17 +29,10 @@ from workflows.searchers.single import single_trials
 __all__ = [
     "default_hparams",
     "generate_trials",
-    "grid_size",
     "make_search",
     "sample_hparams",
     "trial_seed",
 ]
-
-
-def _as_config(config: ExperimentConfig | Mapping[str, Any]) -> ExperimentConfig:
-    if isinstance(config, ExperimentConfig):
-        return config
-    return validate_experiment_config(dict(config))
 
 
 def _random(config: ExperimentConfig, seed: int) -> list[dict[str, Any]]:
@@ -61,30 +54,16 @@ _GENERATORS: dict[str, Callable[[ExperimentConfig, int], Sequence[dict[str, Any]
 }
 
 
-def generate_trials(
-    config: ExperimentConfig | Mapping[str, Any], seed: int
-) -> Sequence[dict[str, Any] | None]:
+def generate_trials(cfg: ExperimentConfig, seed: int) -> Sequence[dict[str, Any] | None]:
     """The hyperparameters of every trial of the experiment, in the order to create them; None
     for a trial whose hyperparameters its sampler draws when it is created (optuna).
 
-    ``config`` is an ExperimentConfig or its ``model_dump(mode="json")``; ``seed`` (the
-    experiment seed) only matters to the random searcher. Same inputs, same list.
+    ``seed`` (the experiment seed) only matters to the random searcher. Same inputs, same list.
     """
-    cfg = _as_config(config)
     generate = _GENERATORS.get(cfg.searcher.name)
     if generate is None:
         raise ValueError(f"the {cfg.searcher.name} searcher does not decide its trials up front")
     return generate(cfg, seed)
-
-
-def grid_size(config: ExperimentConfig | Mapping[str, Any]) -> int:
-    """How many points the grid over the config's hyperparameters has (ranges need a count).
-
-    Computed without building the grid, so a billion-point grid costs nothing to reject.
-    """
-    if isinstance(config, ExperimentConfig):
-        return hyperparameters_grid_size(config.hyperparameters)
-    return hyperparameters_grid_size(_as_config(config).hyperparameters)
 
 
 def trial_seed(experiment_seed: int, request_id: int | str) -> int:
@@ -93,18 +72,14 @@ def trial_seed(experiment_seed: int, request_id: int | str) -> int:
     return int.from_bytes(digest[:8], "big") % 2**31
 
 
-def make_search(
-    config: ExperimentConfig | Mapping[str, Any], seed: int, state: JSON | None = None
-) -> SearchMethod:
+def make_search(cfg: ExperimentConfig, seed: int, state: JSON | None = None) -> SearchMethod:
     """The search method of an experiment, fresh or restored from `state` (its snapshot)."""
-    cfg = _as_config(config)
-    searcher = cfg.searcher.model_dump(mode="json")
-    if cfg.searcher.name in _GENERATORS:
-        length = cfg.searcher.max_length
-        return FixedSearch(
-            lambda: generate_trials(cfg, seed),
-            length.value if length is not None else None,
-            int(searcher.get("max_concurrent_trials", 0)),
-            state,
-        )
-    return AshaSearch(searcher, cfg.hyperparameters, seed, state)
+    if isinstance(cfg.searcher, AsyncHalvingConfig | AdaptiveAshaConfig):
+        return AshaSearch(cfg.searcher, cfg.hyperparameters, seed, state)
+    length = cfg.searcher.max_length
+    return FixedSearch(
+        lambda: generate_trials(cfg, seed),
+        length.value if length is not None else None,
+        getattr(cfg.searcher, "max_concurrent_trials", 0),  # single has none: one trial
+        state,
+    )

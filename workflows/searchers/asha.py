@@ -23,6 +23,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from common.expconf import AdaptiveAshaConfig, AsyncHalvingConfig
 from workflows.searchers.base import (
     INVALID_HP,
     JSON,
@@ -258,35 +259,31 @@ class AshaSearch(SearchMethod):
 
     def __init__(
         self,
-        searcher: Mapping[str, Any],
+        searcher: AsyncHalvingConfig | AdaptiveAshaConfig,
         hparams: Mapping[str, Any],
         seed: int,
         state: JSON | None = None,
     ) -> None:
         self.hparams = hparams
         self.seed = seed
-        self.sampled = searcher.get("sampler") is not None  # hparams drawn at creation
-        self.sign = 1.0 if searcher.get("smaller_is_better", True) else -1.0
-        max_length = _total_length(searcher)
-        divisor = float(searcher.get("divisor", 4))
-        max_trials = int(searcher["max_trials"])
-        stop_once = bool(searcher.get("stop_once", True))
-        if searcher["name"] == "async_halving":
-            shapes = [int(searcher["num_rungs"])]
+        self.sampled = searcher.sampler is not None  # hparams drawn at creation
+        self.sign = 1.0 if searcher.smaller_is_better else -1.0
+        max_length = searcher.total_length
+        divisor = float(searcher.divisor)
+        max_trials = searcher.max_trials
+        stop_once = searcher.stop_once
+        if isinstance(searcher, AsyncHalvingConfig):
+            shapes = [searcher.num_rungs]
             trials = [max_trials]
-            concurrency = [int(searcher.get("max_concurrent_trials", 16))]
+            concurrency = [searcher.max_concurrent_trials]
         else:
-            shapes = searcher.get("bracket_rungs") or bracket_rungs_for(
-                searcher.get("mode", "standard"),
-                capped_max_rungs(
-                    int(searcher.get("max_rungs", 5)), max_length, max_trials, divisor
-                ),
+            shapes = searcher.bracket_rungs or bracket_rungs_for(
+                searcher.mode,
+                capped_max_rungs(searcher.max_rungs, max_length, max_trials, divisor),
             )
             shapes = sorted(shapes, reverse=True)
             trials = bracket_max_trials(max_trials, divisor, shapes)
-            concurrency = bracket_concurrency(
-                int(searcher.get("max_concurrent_trials", 16)), divisor, trials
-            )
+            concurrency = bracket_concurrency(searcher.max_concurrent_trials, divisor, trials)
         s = state or {}
         saved = s.get("brackets") or [None] * len(shapes)
         self.brackets = [
@@ -352,10 +349,3 @@ class AshaSearch(SearchMethod):
     def progress(self) -> float:
         total = sum(b.max_trials for b in self.brackets)
         return sum(b.progress() * b.max_trials for b in self.brackets) / total
-
-
-def _total_length(searcher: Mapping[str, Any]) -> int:
-    if searcher.get("max_length"):
-        ((_, value),) = dict(searcher["max_length"]).items()
-        return int(value)
-    return int(searcher["max_time"])

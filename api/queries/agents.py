@@ -1,0 +1,64 @@
+"""Agents as they registered: their pool, slots, boot and whether they take work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from api.queries import Conn
+
+
+async def fetch_agent_boot(conn: Conn, agent_id: str) -> asyncpg.Record | None:
+    """The agent's last boot id and enabled flag, to tell a new boot from a heartbeat."""
+    return await conn.fetchrow("SELECT boot_id, enabled FROM agents WHERE id = $1", agent_id)
+
+
+async def upsert_agent(
+    conn: Conn,
+    agent_id: str,
+    resource_pool: str,
+    slots: list[dict[str, Any]],
+    version: str | None,
+    boot_id: str,
+) -> None:
+    """Register the agent, or record its heartbeat (last seen now)."""
+    await conn.execute(
+        "INSERT INTO agents (id, resource_pool, slots, version, boot_id)"
+        " VALUES ($1, $2, $3, $4, $5)"
+        " ON CONFLICT (id) DO UPDATE SET resource_pool = EXCLUDED.resource_pool,"
+        "   slots = EXCLUDED.slots, version = EXCLUDED.version, boot_id = EXCLUDED.boot_id,"
+        "   last_seen = now()",
+        agent_id,
+        resource_pool,
+        slots,
+        version,
+        boot_id,
+    )
+
+
+async def fetch_agents(
+    conn: Conn, alive_seconds: int, agent_id: str | None = None
+) -> list[asyncpg.Record]:
+    """All agents by id (or the one named), `alive` if seen within `alive_seconds`."""
+    rows: list[asyncpg.Record] = await conn.fetch(
+        "SELECT *, last_seen > now() - make_interval(secs => $1) AS alive FROM agents"
+        " WHERE $2::text IS NULL OR id = $2 ORDER BY id",
+        alive_seconds,
+        agent_id,
+    )
+    return rows
+
+
+async def set_agent_enabled(conn: Conn, agent_id: str, enabled: bool) -> str | None:
+    """The agent's resource pool, or None if there is no such agent."""
+    pool_name: str | None = await conn.fetchval(
+        "UPDATE agents SET enabled = $2 WHERE id = $1 RETURNING resource_pool", agent_id, enabled
+    )
+    return pool_name
+
+
+async def fetch_agent_resource_pools(conn: Conn) -> set[str]:
+    """The resource pools agents registered in (besides the configured ones)."""
+    return {r["resource_pool"] for r in await conn.fetch(
+        "SELECT DISTINCT resource_pool FROM agents")}

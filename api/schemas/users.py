@@ -1,0 +1,36 @@
+"""Users and logins."""
+
+from __future__ import annotations
+
+from api.schemas import Answer, Pagination
+
+
+class User(Answer):
+    """Determined's v1User."""
+
+    id: int
+    username: str
+    displayName: str
+    admin: bool
+    active: bool
+    modifiedAt: str
+
+
+class UserAnswer(Answer):
+    """Determined's v1GetUserResponse (and the answers of the routes that change a user)."""
+
+    user: User
+
+
+class UserList(Answer):
+    """Determined's v1GetUsersResponse."""
+
+    users: list[User]
+    pagination: Pagination
+
+
+class LoginAnswer(Answer):
+    """Determined's v1LoginResponse."""
+
+    token: str
+    user: User
