@@ -26,7 +26,7 @@ demo: install
 # Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
 # starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
 test: lint docker browser torch
-	$(BIN)/python -m pytest -q -ra -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -ra -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 
 # PyTorch (CPU) for the distributed example's tests, apart from `install` so `make demo` stays
 # light.

@@ -256,11 +256,12 @@ class ExperimentStore:
                 candidates,
             )
             await conn.execute(
-                "UPDATE experiments SET state = $2, best_trial_id = $3,"
+                "UPDATE experiments SET state = $2, best_trial_id = $3, error = $4,"
                 " end_time = coalesce(end_time, now()) WHERE id = $1",
                 inp.experiment_id,
                 inp.state,
                 best_trial_id,
+                inp.error,
             )
         # Files go after the rows say DELETED, so a retry after a crash finishes the job.
         deleted = [] if files is None else await self._pool.fetch(

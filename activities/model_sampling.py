@@ -296,4 +296,8 @@ class SamplingActivities:
         except ImportError as err:  # gp needs torch, cmaes the cmaes package
             raise ApplicationError(
                 f"searcher.sampler {config['searcher']['sampler']['name']!r} cannot run on "
-                f"this master: {err}", non_retryable=True) from err
+                f"this master: {err}", type="SamplerError", non_retryable=True) from err
+        except Exception as err:  # an option of the right name but not a value it works with
+            raise ApplicationError(
+                f"searcher.sampler {config['searcher']['sampler']['name']!r} failed: "
+                f"{type(err).__name__}: {err}", type="SamplerError", non_retryable=True) from err

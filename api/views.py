@@ -219,6 +219,8 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "trialStates": {state_name(k): v for k, v in sorted(row["trial_states"].items())},
         "bestTrialId": best_id,
         "bestValidation": best_validation,
+        # Epochal's: why it ended in ERROR when its trials do not say (its sampler failed).
+        "errorMessage": row["error"],
         "archived": row["archived"],
         "username": row["owner"],
         "resourcePool": config["resources"]["resource_pool"],

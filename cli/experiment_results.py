@@ -154,6 +154,8 @@ def experiment_fields(e: Mapping[str, Any]) -> list[tuple[str, Any]]:
         ("Name", e.get("name") or "-"),
         ("State", render.state(e.get("state"))),
     ]
+    if e.get("errorMessage"):
+        rows.append(("Error", e.get("errorMessage")))
     if e.get("description"):
         rows.append(("Description", e.get("description")))
     rows += [

@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
@@ -79,6 +79,9 @@ COMPACT_CARRY_PATCH = "experiment-compact-carry"
 # failed (ExperimentError, ExperimentCanceled), not completed.
 SEARCH_STATE_PATCH = "experiment-search-state"
 FAILED_END_PATCH = "experiment-ends-failed"
+# A draw of the searcher's sampler that fails (an option it cannot work with) ends the search in
+# ERROR, saying why; before, it failed the workflow and left the experiment ACTIVE.
+SAMPLER_ERROR_PATCH = "experiment-sampler-failure-errors"
 
 
 @workflow.defn(name=EXPERIMENT_WORKFLOW)
@@ -95,6 +98,7 @@ class ExperimentWorkflow:
         self._trial_of: dict[int, int] = {int(k): v for k, v in c.get("trial_of", {}).items()}
         self._counts: dict[str, int] = c.get("counts", {})
         self._seen: dict[int, int] = {int(k): v for k, v in c.get("seen", {}).items()}
+        self._error: str | None = c.get("error")  # the sampler failed: no more trials
         self._events: list[tuple[str, Any]] = []
         # Decisions on validations whose reports wait for them (`decide_validation`): whether
         # the searcher stopped that trial, kept while someone waits, by (trial, length).
@@ -156,15 +160,17 @@ class ExperimentWorkflow:
         self._state = final
         await db_activity(
             FINISH_EXPERIMENT,
-            FinishExperimentInput(experiment_id=inp.experiment_id, state=final),
+            FinishExperimentInput(experiment_id=inp.experiment_id, state=final,
+                                  error=self._error),
             timeout=GC_TIMEOUT,
         )
         self._show_state(final)
         if final in ("ERROR", "CANCELED") and workflow.patched(FAILED_END_PATCH):
             if final == "ERROR":
                 raise ApplicationError(
-                    f"experiment {inp.experiment_id} ended in ERROR: all "
-                    f"{self._counts.get('ERROR', 0)} of its trials failed",
+                    f"experiment {inp.experiment_id} ended in ERROR: "
+                    + (self._error or f"all {self._counts.get('ERROR', 0)} of its trials "
+                                      "failed"),
                     type="ExperimentError", non_retryable=True)
             raise ApplicationError(
                 f"experiment {inp.experiment_id} was "
@@ -223,6 +229,7 @@ class ExperimentWorkflow:
             "counts": self._counts,
             "seen": {str(k): v for k, v in self._seen.items()
                      if not compact or k in self._running},
+            **({"error": self._error} if self._error is not None else {}),
         }
 
     def _regenerable_from(self, search: SearchMethod) -> int | None:
@@ -237,6 +244,8 @@ class ExperimentWorkflow:
     def _final_state(self) -> str:
         if self._stop is not None:
             return "CANCELED"
+        if self._error is not None:
+            return "ERROR"
         total = sum(self._counts.values())
         if total and self._counts.get("ERROR", 0) == total:
             return "ERROR"
@@ -270,6 +279,8 @@ class ExperimentWorkflow:
     async def _apply(self, ops: list[Op]) -> None:
         for op in ops:
             if isinstance(op, Create):
+                if self._error is not None:
+                    continue  # the sampler failed: the search creates no more trials
                 self._pending.append(
                     {
                         "request_id": op.request_id,
@@ -306,11 +317,20 @@ class ExperimentWorkflow:
         request_id = int(create["request_id"])
         seed = trial_seed(inp.seed, request_id)
         if create["hparams"] is None:  # the searcher's sampler draws them, from the reports
-            create["hparams"] = await db_activity(
-                SAMPLE_TRIAL_HPARAMS,
-                SampleHparamsInput(experiment_id=inp.experiment_id, request_id=request_id,
-                                   experiment_seed=inp.seed),
-                dict, timeout=SAMPLE_TIMEOUT, local=False)
+            try:
+                create["hparams"] = await db_activity(
+                    SAMPLE_TRIAL_HPARAMS,
+                    SampleHparamsInput(experiment_id=inp.experiment_id, request_id=request_id,
+                                       experiment_seed=inp.seed),
+                    dict, timeout=SAMPLE_TIMEOUT, local=False)
+            except ActivityError as err:
+                if not workflow.patched(SAMPLER_ERROR_PATCH):
+                    raise
+                # Running trials finish; no trial is created any more, and the search ends.
+                self._error = str(err.cause.message if isinstance(err.cause, ApplicationError)
+                                  else err)
+                self._pending.clear()
+                return
         trial_id: int = await db_activity(
             CREATE_TRIAL,
             CreateTrialInput(

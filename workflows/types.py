@@ -183,6 +183,7 @@ class ResumePoint:
 class FinishExperimentInput:
     experiment_id: int
     state: str
+    error: str | None = None  # why it is ERROR when its trials do not say (the sampler failed)
 
 
 RENDEZVOUS_PORTS = 3  # free ports a run's chief offers: torch's c10d, then the harnesses' two

@@ -17,7 +17,7 @@ from api.queries import Conn
 # would send them all).
 _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state,
-       e.owner, e.archived, best_id.id AS best_trial_id,
+       e.owner, e.archived, e.error, best_id.id AS best_trial_id,
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
        p.workspace_id, w.name AS workspace_name, tr.num_trials, ts.trial_states,
        best.searcher_metric_value AS best_validation,

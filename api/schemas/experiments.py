@@ -25,6 +25,7 @@ class Experiment(Answer):
     numTrials: int
     trialIds: list[int] | None = None  # the experiment's own answer only, not lists
     trialStates: dict[str, int]
+    errorMessage: str | None = None  # the experiment's own error (its sampler failed)
     bestTrialId: int | None
     bestValidation: float | None
     archived: bool

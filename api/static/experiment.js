@@ -116,8 +116,16 @@ function renderHeader(exp) {
 const detailsBox = el("section", { id: "details", class: "panel" });
 const errorBox = el("div", { id: "experiment-error" });
 
-// An experiment with a trial in ERROR says so at the top: which trial, and its last error lines.
+// An experiment in ERROR says why at the top: its own reason, or which trial failed and its last
+// error lines.
 async function renderError(exp) {
+  if (exp.errorMessage) {  // the experiment's own reason: its searcher's sampler failed
+    if (errorBox.dataset.reason) return;
+    errorBox.dataset.reason = "experiment";
+    replace(errorBox, el("div", { class: "error-summary" },
+      el("strong", {}, "The experiment ended in ERROR"), `: ${exp.errorMessage}`));
+    return;
+  }
   if (!(exp.trialStates || {}).STATE_ERROR || errorBox.dataset.trial) return;
   const { trials } = await api(`/api/v1/experiments/${experimentId}/trials${query(
     { states: "STATE_ERROR", limit: 1, orderBy: "ORDER_BY_DESC" })}`);

@@ -269,6 +269,28 @@ def seed_failed_trial(db_url: str) -> tuple[int, int]:
     return on_database(db_url, seed)
 
 
+def test_an_experiment_whose_sampler_failed_says_so(
+    logged_in: BrowserContext, cluster: Cluster
+) -> None:
+    """No trial failed: the experiment's own reason is shown (its searcher's sampler failed)."""
+    async def seed(conn: asyncpg.Connection) -> int:
+        config = {"name": "sampling", "entrypoint": "python3 train.py",
+                  "searcher": {"name": "optuna", "metric": "loss", "max_trials": 4,
+                               "max_length": {"batches": 1}},
+                  "resources": {"resource_pool": "default"}}
+        experiment_id: int = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+            " planned_trials, end_time, error) VALUES ('sampling', $1, '', 1, 'ERROR', 'admin',"
+            " 4, now(), $2) RETURNING id", config, "searcher.sampler 'tpe' failed: TypeError")
+        return experiment_id
+
+    experiment_id = on_database(cluster.env["EPOCHAL_DB_URL"], seed)
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page.locator("#experiment-error .error-summary")).to_have_text(
+        "The experiment ended in ERROR: searcher.sampler 'tpe' failed: TypeError")
+
+
 def test_a_failure_says_why_and_the_logs_filter(
     logged_in: BrowserContext, cluster: Cluster
 ) -> None:

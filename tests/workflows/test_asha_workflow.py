@@ -266,6 +266,23 @@ async def test_search_state_survives_continue_as_new(
     assert {t["hparams"]["lr"]: t["steps_completed"] for t in trials}[0.1] == 40
 
 
+async def test_a_sampler_that_fails_ends_the_search_in_error_saying_why(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """An option Optuna takes by name but cannot work with fails the first draw: the experiment
+    ends in ERROR with the sampler's error as its reason, and no trial is created (before, the
+    draw was retried for ever and the experiment stayed ACTIVE)."""
+    trainer = ScriptedTrainer(pool, temporal_client)
+    config = asha_config(pool_name(),
+                         sampler={"name": "tpe", "options": {"n_startup_trials": "ten"}})
+    experiment_id, _, result = await run_experiment(temporal_client, pool, trainer, config)
+    assert result == "ERROR"
+    row = await pool.fetchrow("SELECT state, error FROM experiments WHERE id = $1", experiment_id)
+    assert row["state"] == "ERROR"
+    assert row["error"].startswith("searcher.sampler 'tpe' failed: TypeError"), row["error"]
+    assert await trials_of(pool, experiment_id) == []
+
+
 async def test_asha_with_a_sampler_draws_each_trial_from_the_reports_before_it(
     temporal_client: Client, temporal_address: str, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:
