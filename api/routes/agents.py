@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from activities.pool_start import signal_pool
 from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
@@ -26,12 +27,10 @@ from api.schemas.jobs import JobQueue
 from api.schemas.tasks import TaskList
 from api.views import rfc3339
 from common.temporal_names import (
-    MASTER_TASK_QUEUE,
-    RESOURCE_POOL_WORKFLOW,
     PoolMessages,
     resource_pool_workflow_id,
 )
-from workflows.pool_types import AgentEnabled, AgentRegistration, PoolInput, SlotRequest
+from workflows.pool_types import AgentEnabled, AgentRegistration, SlotRequest
 
 router = APIRouter(tags=["agents"])
 
@@ -67,18 +66,6 @@ def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
         except (TypeError, ValueError):
             ids.append(i)
     return ids
-
-
-async def signal_pool(temporal: Client, pool_name: str, signal: str, arg: object) -> None:
-    """Signal a pool's scheduler, starting it if it does not run yet."""
-    await temporal.start_workflow(
-        RESOURCE_POOL_WORKFLOW,
-        PoolInput(name=pool_name),
-        id=resource_pool_workflow_id(pool_name),
-        task_queue=MASTER_TASK_QUEUE,
-        start_signal=signal,
-        start_signal_args=[arg],
-    )
 
 
 async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | None:

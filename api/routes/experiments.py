@@ -19,6 +19,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.model_sampling import sampler_problem
+from activities.pool_start import signal_pool
 from api import auth, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
@@ -29,7 +30,7 @@ from api.queries import experiments as experiment_queries
 from api.queries import logs as log_queries
 from api.queries import trials as trial_queries
 from api.routes import models
-from api.routes.agents import never_fits, signal_pool
+from api.routes.agents import never_fits
 from api.routes.templates import merge_under, template_config
 from api.routes.workspaces import resolve_project
 from api.schemas import Empty, answers
