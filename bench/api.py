@@ -216,8 +216,8 @@ async def seed(db_url: str, experiments: int, trials: int, points: int,
         async with pool.acquire() as conn:
             experiment_ids = [
                 await conn.fetchval(
-                    "INSERT INTO experiments (name, config, original_config, seed, state,"
-                    " progress) VALUES ($1, $2, '', $3, 'COMPLETED', 1) RETURNING id",
+                    "INSERT INTO experiments (name, config, original_config, seed, state)"
+                    " VALUES ($1, $2, '', $3, 'COMPLETED') RETURNING id",
                     f"bench-{i}", experiment_config(i), i)
                 for i in range(experiments)
             ]

@@ -445,8 +445,8 @@ def seed_many_trials(db_url: str, count: int) -> tuple[int, list[int]]:
                   "hyperparameters": {"x": {"type": "double", "minval": 0, "maxval": 1}}}
         experiment_id = await conn.fetchval(
             "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
-            " progress, end_time) VALUES ('many-trials', $1, '', 1, 'COMPLETED', 'admin',"
-            " 1, now()) RETURNING id", config)
+            " end_time) VALUES ('many-trials', $1, '', 1, 'COMPLETED', 'admin', now())"
+            " RETURNING id", config)
         ids = await conn.fetchval(
             "WITH t AS (INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
             "  steps_completed, progress, end_time)"
