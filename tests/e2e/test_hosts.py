@@ -110,9 +110,13 @@ def runs_of_metrics(cluster: Cluster, trial_id: int) -> list[tuple[int, int]]:
 def trial_processes(agent: SecondAgent, host: Host) -> list[int]:
     """Processes in the host's network other than its agent (and the agent's helpers)."""
     assert agent.proc is not None
-    agent_tree = {agent.proc.pid} | {
-        p.pid for p in psutil.Process(agent.proc.pid).children(recursive=True)
-        if "train.py" not in " ".join(p.cmdline())}
+    agent_tree = {agent.proc.pid}
+    for child in psutil.Process(agent.proc.pid).children(recursive=True):
+        try:
+            if "train.py" not in " ".join(child.cmdline()):
+                agent_tree.add(child.pid)
+        except psutil.NoSuchProcess:  # it ended since it was listed (a stopping run's, say)
+            continue
     return sorted(host.pids() - agent_tree)
 
 
