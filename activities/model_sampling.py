@@ -34,7 +34,7 @@ from common.expconf import (
     IntHyperparameter,
     LogHyperparameter,
     iter_hyperparameters,
-    validate_experiment_config,
+    stored_config,
 )
 from common.states import TERMINAL_STATES
 from common.temporal_names import SAMPLE_TRIAL_HPARAMS
@@ -155,7 +155,7 @@ Space = tuple[list[tuple[tuple[str, ...], Any]], dict[str, Any]]
 def _space(config: Mapping[str, Any]) -> Space:
     """The config's hyperparameters (path, definition) and Optuna's distribution of each sampled
     one, by dotted name."""
-    parsed = validate_experiment_config(dict(config))
+    parsed = stored_config(config)
     leaves = list(iter_hyperparameters(parsed.hyperparameters))
     return leaves, {_path_name(path): d for path, hp in leaves
                     if (d := _distribution(hp)) is not None}

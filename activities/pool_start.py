@@ -1,9 +1,10 @@
 """The one place a resource pool's scheduler (`ResourcePoolWorkflow`) is started.
 
-Three parts of the master may find a pool not running yet: its boot (the pools it is configured
-with), an agent's registration (a pool the agent names), and a trial's first slot request (a pool
-its config names). Each starts it here, so the workflow id, input, queue and the rule "use the
-one that runs" are written once.
+Several parts of the master may find a pool not running yet: its boot (the pools it is
+configured with), the API's signals to a pool (an agent's registration or drain, an experiment's
+weight, a continued trial), and a trial's first slot request (a pool its config names). Each
+starts it here, so the workflow id, input, queue and the rule "use the one that runs" are
+written once.
 """
 
 from __future__ import annotations

@@ -22,17 +22,19 @@ BATCH = 1000
 
 
 def trial_ended(pool: asyncpg.Pool, trial_id: int) -> Callable[[], Awaitable[bool]]:
-    """A follow's `is_done` for a trial: whether it is terminal."""
+    """A follow's `is_done` for a trial: whether it is terminal, or gone (deleted meanwhile)."""
     async def ended() -> bool:
-        return await trials.fetch_trial_state(pool, trial_id) in TERMINAL_STATES
+        state = await trials.fetch_trial_state(pool, trial_id)
+        return state is None or state in TERMINAL_STATES
 
     return ended
 
 
 def experiment_ended(pool: asyncpg.Pool, experiment_id: int) -> Callable[[], Awaitable[bool]]:
-    """A follow's `is_done` for an experiment: whether it is terminal."""
+    """A follow's `is_done` for an experiment: whether it is terminal, or gone (deleted)."""
     async def ended() -> bool:
-        return await experiments.fetch_experiment_state(pool, experiment_id) in TERMINAL_STATES
+        state = await experiments.fetch_experiment_state(pool, experiment_id)
+        return state is None or state in TERMINAL_STATES
 
     return ended
 

@@ -23,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import auth, views
 from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
-from api.log_stream import log_records
+from api.log_stream import log_records, trial_ended
 from api.queries import checkpoints as checkpoint_queries
 from api.queries import logs as log_queries
 from api.queries import metrics as metric_queries
@@ -387,9 +387,6 @@ async def trial_logs(
         before=_timestamp(timestampBefore, "timestampBefore"),
     )
 
-    async def is_done() -> bool:
-        return await views.require_trial(pool, trial_id) in TERMINAL_STATES
-
     async def lines() -> AsyncIterator[bytes]:
         if orderBy == "ORDER_BY_DESC":
             rows = await log_queries.fetch_trial_logs_newest_first(pool, trial_id)
@@ -398,7 +395,7 @@ async def trial_logs(
             ]
         else:
             records = log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
-                                  is_done=is_done)
+                                  is_done=trial_ended(pool, trial_id))
         sent = 0
         async for log in _iterate(records):
             if not keep.keeps(log):

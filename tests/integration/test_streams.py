@@ -118,6 +118,26 @@ async def test_log_stream_follows_new_lines_until_the_trial_ends(
         ("log", "last words\n"), ("end", None)]
 
 
+async def test_a_followed_log_stream_ends_when_its_trial_is_deleted(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """A deleted trial never becomes terminal: its stream ends rather than waiting for ever."""
+    trial_id = await make_trial(live_master, "RUNNING")
+    await add_log(live_master, trial_id, "before\n")
+    async with api.stream("GET", f"/api/v1/trials/{trial_id}/logs/stream") as response:
+        stream = events(response)
+        first = await asyncio.wait_for(anext(stream), 10)
+        assert first.data["log"] == "before\n"
+        await live_master.pool.execute(
+            "DELETE FROM experiments WHERE id = $1", await experiment_of(live_master, trial_id))
+        rest = await asyncio.wait_for(_all(stream), 10)
+    assert [e.event for e in rest] == ["end"]
+
+
+async def _all(stream: AsyncIterator[Event]) -> list[Event]:
+    return [e async for e in stream]
+
+
 async def test_experiment_log_stream_starts_at_its_tail_and_names_each_trial(
     api: httpx.AsyncClient, live_master: LiveMaster
 ) -> None:
