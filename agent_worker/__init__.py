@@ -8,7 +8,7 @@ the `run_trial` activity, and runs each trial with a `Runtime`: a process group 
 from agent_worker.activities import AgentActivities
 from agent_worker.main import Agent, AgentConfig, main
 from agent_worker.process_runtime import ProcessRuntime
-from agent_worker.runtime import ExitStatus, Runtime, TrialLaunch
+from agent_worker.runtime import ExitStatus, Launch, Runtime
 
 __all__ = [
     "Agent",
@@ -17,6 +17,6 @@ __all__ = [
     "ExitStatus",
     "ProcessRuntime",
     "Runtime",
-    "TrialLaunch",
+    "Launch",
     "main",
 ]

@@ -40,8 +40,8 @@ from agent_worker.model_def import ModelDefinitions
 from agent_worker.private_files import make_private, write_private
 from agent_worker.runtime import (
     ExitStatus,
+    Launch,
     Runtime,
-    TrialLaunch,
     checkpoint_cache_dir,
     run_tmp_dir,
 )
@@ -144,11 +144,12 @@ class AgentActivities:
         of which this agent is the chief."""
         return free_ports(max(1, min(int(count), MAX_PORTS)))
 
-    async def _run(self, launch: TrialLaunch, master_url: str) -> ExitStatus:
+    async def _run(self, launch: Launch, master_url: str) -> ExitStatus:
         """Run the launch, shipping its output. The run is not over before its output is
         delivered, however long the master is away (heartbeating meanwhile); on a cancel or a
         shutdown the last lines are still shipped, for at most `log_close_timeout`."""
         inp = launch.input
+        assert isinstance(inp, RunTrialInput)
         shipper = LogShipper(
             self.http, master_url,
             task_id=task_id(inp.experiment_id, inp.trial_id),
@@ -175,7 +176,7 @@ class AgentActivities:
         return status
 
     async def prepare(self, inp: RunTrialInput, master_url: str,
-                      slot_ids: list[int]) -> TrialLaunch:
+                      slot_ids: list[int]) -> Launch:
         """A fresh working directory with the model definition and trial_info.json in it, and
         beside it Determined's info files and clean copy of the model definition."""
         entrypoint: str = inp.config["entrypoint"]  # one command line: the model made it so
@@ -214,7 +215,7 @@ class AgentActivities:
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
                                 username=username)
         env.update(determined_environment(info, username=username))
-        launch = TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
+        launch = Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
                              slot_ids=slot_ids)
         if launch.checkpoint_cache is not None:
             await asyncio.to_thread(prune_checkpoint_caches, self.work_dir / "trials")

@@ -31,9 +31,11 @@ from agent_worker.determined_env import (
     determined_info_dir,
     determined_model_dir,
 )
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
+from common.temporal_names import task_allocation_id
+from workflows.types import RunTaskInput
 
 CONTAINER_WORKDIR = "/run/epochal/workdir"
 CONTAINER_INFO_DIR = "/run/epochal/info"
@@ -144,14 +146,19 @@ def entrypoint_command(entrypoint: str) -> list[str]:
     return ["/bin/sh", "-c", f"trap : TERM\n{entrypoint}"]
 
 
-def container_name(agent_id: str, launch: TrialLaunch) -> str:
+def container_name(agent_id: str, launch: Launch) -> str:
     inp = launch.input
+    if isinstance(inp, RunTaskInput):
+        return _NAME_BAD.sub("_", f"epochal-{agent_id}-{task_allocation_id(inp.task_id)}")
     return _NAME_BAD.sub("_", f"epochal-{agent_id}-{inp.experiment_id}.{inp.trial_id}."
                               f"{inp.run_id}")
 
 
-def container_labels(agent_id: str, launch: TrialLaunch) -> dict[str, str]:
+def container_labels(agent_id: str, launch: Launch) -> dict[str, str]:
     inp = launch.input
+    if isinstance(inp, RunTaskInput):
+        return {LABEL_MANAGED: "true", LABEL_AGENT: agent_id, LABEL_TASK: inp.task_id,
+                LABEL_ALLOCATION: task_allocation_id(inp.task_id)}
     task = f"{inp.experiment_id}.{inp.trial_id}"
     return {
         LABEL_MANAGED: "true",
@@ -165,7 +172,7 @@ def container_labels(agent_id: str, launch: TrialLaunch) -> dict[str, str]:
 
 
 def container_spec(
-    launch: TrialLaunch,
+    launch: Launch,
     *,
     agent_id: str,
     slots: Sequence[Slot],
@@ -175,23 +182,22 @@ def container_spec(
     memory_limit: str | None = None,
 ) -> ContainerSpec:
     """The container for one run: image, mounts, environment, labels, GPUs."""
-    config = launch.input.config
+    config = launch.config
     by_id = {s.id: s for s in slots}
     run_slots = [by_id[i] for i in launch.slot_ids if i in by_id]
     env = dict(launch.env)
     env["TINI_KILL_PROCESS_GROUP"] = "1"
-    env[TRIAL_INFO_ENV] = CONTAINER_TRIAL_INFO
     env["PYTHONPATH"] = CONTAINER_WORKDIR
     env.update(gpu_environment(run_slots))
     if user and not user.startswith("0:"):
         env.setdefault("HOME", "/tmp")  # an arbitrary uid has no home in the image
     run_dir = str(launch.run_dir)
-    mounts = [
-        docker.types.Mount(target=CONTAINER_WORKDIR, source=run_dir, type="bind"),
-        docker.types.Mount(target=CONTAINER_TRIAL_INFO,
-                           source=str(launch.run_dir / TRIAL_INFO_FILE), type="bind",
-                           read_only=True),
-    ]
+    mounts = [docker.types.Mount(target=CONTAINER_WORKDIR, source=run_dir, type="bind")]
+    if not isinstance(launch.input, RunTaskInput):  # an interactive task has no trial info
+        env[TRIAL_INFO_ENV] = CONTAINER_TRIAL_INFO
+        mounts.append(docker.types.Mount(target=CONTAINER_TRIAL_INFO,
+                                         source=str(launch.run_dir / TRIAL_INFO_FILE),
+                                         type="bind", read_only=True))
     det_info = determined_info_dir(launch.run_dir)
     if det_info.is_dir():  # what Determined's Core API reads (agent_worker/determined_env.py)
         mounts.append(docker.types.Mount(target=DETERMINED_INFO_DIR, source=str(det_info),

@@ -35,7 +35,7 @@ from agent_worker.docker_engine import (
     split_lines,
 )
 from agent_worker.process_runtime import describe_exit, kill_grace_from_env
-from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
+from agent_worker.runtime import ExitStatus, Launch, LogSink, Runtime
 from agent_worker.slots import Slot
 
 logger = logging.getLogger(__name__)
@@ -87,7 +87,7 @@ class DockerRuntime(Runtime):
             self._default_image = default_task_image()
         return self._default_image
 
-    def spec(self, launch: TrialLaunch) -> ContainerSpec:
+    def spec(self, launch: Launch) -> ContainerSpec:
         return container_spec(launch, agent_id=self.agent_id, slots=self.slots,
                               default_image=self.default_image,
                               force_pull=self.pull_policy == "always", user=self.user,
@@ -101,9 +101,8 @@ class DockerRuntime(Runtime):
                            len(removed), self.agent_id, ", ".join(removed))
 
     async def run(
-        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]
+        self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None]
     ) -> ExitStatus:
-        inp = launch.input
         spec = self.spec(launch)
         heartbeat()
         try:
@@ -119,8 +118,8 @@ class DockerRuntime(Runtime):
             await asyncio.to_thread(container.start)
             started = await asyncio.to_thread(container_state, container)
             launch.root_pid = started.get("Pid") or None
-            logger.info("trial %s run %s: started container %s (%s) from %s", inp.trial_id,
-                        inp.run_id, spec.name, container.short_id, spec.image)
+            logger.info("%s: started container %s (%s) from %s", launch, spec.name,
+                        container.short_id, spec.image)
             for stdtype in ("stdout", "stderr"):
                 readers.append(in_thread(
                     lambda st=stdtype: self._follow(container, st, logs, loop),  # type: ignore[misc]
@@ -142,8 +141,7 @@ class DockerRuntime(Runtime):
                 message += f": {state['Error']}"
             return ExitStatus(exit_code=code, message=message, oom_killed=oom)
         except asyncio.CancelledError:
-            logger.info("trial %s run %s: cancelled; stopping container %s", inp.trial_id,
-                        inp.run_id, spec.name)
+            logger.info("%s: cancelled; stopping container %s", launch, spec.name)
             await uninterruptible(asyncio.to_thread(self._stop, container))
             await uninterruptible(self._drain(readers))
             raise

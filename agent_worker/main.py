@@ -42,6 +42,7 @@ from agent_worker.runtime import Runtime
 from agent_worker.sandbox import TASK_USER_ENV, TaskUser, TaskUserError, task_user_for_agent
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
+from agent_worker.task_runs import TaskActivities
 from agent_worker.trial_firewall import TrialFirewall
 from common import tracing
 from common.temporal_connection import TemporalConnectionError, TemporalSecurity, connect
@@ -388,7 +389,7 @@ class Agent:
                 client,
                 task_queue=agent_task_queue(cfg.agent_id),
                 activities=[activities.run_trial, activities.reserve_ports,
-                            self.liveness.agent_liveness],
+                            TaskActivities(activities).run_task, self.liveness.agent_liveness],
                 # The scheduler decides how many runs come; room for liveness (two briefly,
                 # while the pool continues as new) and slot-less runs.
                 max_concurrent_activities=n + 4,

@@ -45,7 +45,7 @@ from agent_worker.determined_env import (
 )
 from agent_worker.logs import pump_lines
 from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups
-from agent_worker.runtime import ExitStatus, LogSink, Runtime, TrialLaunch
+from agent_worker.runtime import ExitStatus, Launch, LogSink, Runtime
 from agent_worker.sandbox import ROOT_ENVIRONMENT, SandboxPlan, TaskUser, TaskUserError
 from agent_worker.task_env import HarnessPath, TaskEnvironment
 from common.checkpoint_storage import shared_fs_directory
@@ -161,7 +161,7 @@ def can_make_mount_namespaces() -> bool:
     return done.returncode == 0
 
 
-def _plan_file(launch: TrialLaunch) -> Path:
+def _plan_file(launch: Launch) -> Path:
     """Where a sandboxed run's plan waits for it: beside its run directory, root's alone."""
     return launch.run_dir.with_name(launch.run_dir.name + ".sandbox.json")
 
@@ -238,13 +238,13 @@ class ProcessRuntime(Runtime):
             return self.task_env.describe()
         return f"the agent's own environment (python3 = {self.python_bin_dir / 'python3'})"
 
-    def sandbox_plan(self, launch: TrialLaunch) -> SandboxPlan:
+    def sandbox_plan(self, launch: Launch) -> SandboxPlan:
         """What the sandbox hides and keeps for this run (agent_worker/sandbox.py)."""
         assert self.task_user is not None
         hide = list(self.hidden_from_trials)
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
-        storage = shared_fs_directory(launch.input.config.get("checkpoint_storage"))
+        storage = shared_fs_directory(launch.config.get("checkpoint_storage"))
         cache = launch.checkpoint_cache
         keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else []),
                 *([cache] if cache else []), *self.shared_with_trials]
@@ -276,7 +276,7 @@ class ProcessRuntime(Runtime):
                 paths.extend(entry.resolve() for entry in directory.iterdir())
         return paths
 
-    def command(self, launch: TrialLaunch, cgroup: Path | None = None,
+    def command(self, launch: Launch, cgroup: Path | None = None,
                 plan_file: Path | None = None) -> list[str]:
         """The argv that runs the entrypoint: in `cgroup` when given; in the sandbox whose plan
         is `plan_file`, else in a mount namespace of its own when possible."""
@@ -294,7 +294,7 @@ class ProcessRuntime(Runtime):
             return argv
         return ["/bin/sh", "-c", JOIN_THEN_RUN, "epochal-join", str(cgroup), *argv]
 
-    def environment(self, launch: TrialLaunch) -> dict[str, str]:
+    def environment(self, launch: Launch) -> dict[str, str]:
         """The agent's variables trials may see, the launch's, and PATH/PYTHONPATH put first.
 
         With a task environment, PYTHONPATH holds the run directory and the harness alone, and
@@ -317,11 +317,9 @@ class ProcessRuntime(Runtime):
         return env
 
     async def run(
-        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]
+        self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None]
     ) -> ExitStatus:
-        inp = launch.input
-        cgroup = await asyncio.to_thread(
-            self.cgroups.create, f"trial-{inp.trial_id}-run-{inp.run_id}")
+        cgroup = await asyncio.to_thread(self.cgroups.create, launch.name)
         try:
             return await self._run(launch, logs, heartbeat, cgroup)
         finally:
@@ -330,11 +328,10 @@ class ProcessRuntime(Runtime):
             # Whatever the run started and left behind, setsid grandchildren included.
             left = await uninterruptible(asyncio.to_thread(self.cgroups.kill, cgroup))
             if left:
-                logger.info("trial %s run %s: killed %d processes it left behind",
-                            inp.trial_id, inp.run_id, left)
+                logger.info("%s: killed %d processes it left behind", launch, left)
 
     async def _run(
-        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None],
+        self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None],
         cgroup: Path | None,
     ) -> ExitStatus:
         if self.task_user is not None:
@@ -358,8 +355,7 @@ class ProcessRuntime(Runtime):
                                    type="EntrypointError", non_retryable=True) from err
         assert proc.stdout is not None and proc.stderr is not None
         pgid = launch.root_pid = proc.pid  # a new session's leader leads its process group
-        logger.info("trial %s run %s: started process group %s: %s", launch.input.trial_id,
-                    launch.input.run_id, pgid, launch.entrypoint)
+        logger.info("%s: started process group %s: %s", launch, pgid, launch.entrypoint)
         stderr_tail = _TailingSink(logs)
         readers = [
             asyncio.create_task(pump_lines(proc.stdout, "stdout", logs)),
@@ -374,16 +370,14 @@ class ProcessRuntime(Runtime):
                 if done or proc.returncode is not None:
                     break
         except asyncio.CancelledError:
-            logger.info("trial %s run %s: cancelled; stopping process group %s",
-                        launch.input.trial_id, launch.input.run_id, pgid)
+            logger.info("%s: cancelled; stopping process group %s", launch, pgid)
             await uninterruptible(self._stop_group(pgid, waiter))
             await uninterruptible(self._settle(proc, waiter, cgroup))
             await uninterruptible(self._drain(readers))
             raise
         # The entrypoint is done; anything it left behind in its group goes with it.
         if await asyncio.to_thread(group_alive, pgid):
-            logger.info("trial %s run %s: killing what the entrypoint left running",
-                        launch.input.trial_id, launch.input.run_id)
+            logger.info("%s: killing what the entrypoint left running", launch)
             _signal_group(pgid, signal.SIGKILL)
         code = await self._settle(proc, waiter, cgroup)
         await self._drain(readers)

@@ -1,7 +1,8 @@
-"""The seam between a prepared trial run and what executes it (a process or a Docker container).
+"""The seam between a prepared run and what executes it (a process or a Docker container).
 
-The `run_trial` activity prepares the run (working directory, model definition, trial info,
-environment, log shipper) and hands it to a `Runtime`, which runs the entrypoint to its end.
+The `run_trial` activity prepares a trial's run (working directory, model definition, trial
+info, environment, log shipper), `run_task` an interactive task's, and each hands it to a
+`Runtime`, which runs the entrypoint to its end.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
-from workflows.types import RunTrialInput
+from workflows.types import RunTaskInput, RunTrialInput
 
 
 class LogSink(Protocol):
@@ -21,10 +22,11 @@ class LogSink(Protocol):
 
 
 @dataclass
-class TrialLaunch:
-    """One prepared run. `run_dir` holds the extracted model definition and trial_info.json."""
+class Launch:
+    """One prepared run of a trial (`run_dir` holds the extracted model definition and
+    trial_info.json) or of an interactive task (`run_dir` holds its context files)."""
 
-    input: RunTrialInput
+    input: RunTrialInput | RunTaskInput
     run_dir: Path
     entrypoint: str  # a shell command line
     env: dict[str, str]  # added to the runtime's own environment (EPOCHAL_*, the user's)
@@ -32,6 +34,26 @@ class TrialLaunch:
     # The run's first process on this host, once the runtime started it (system metrics
     # sample it and what it starts).
     root_pid: int | None = None
+    # An interactive task's service: the host:port it listens on (None: a trial, a command).
+    service: str | None = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The experiment's config, or the task's."""
+        return self.input.config
+
+    @property
+    def name(self) -> str:
+        """Unique among the agent's runs: cgroups and containers are named after it."""
+        if isinstance(self.input, RunTaskInput):
+            return f"task-{self.input.task_id}"
+        return f"trial-{self.input.trial_id}-run-{self.input.run_id}"
+
+    def __str__(self) -> str:
+        """For the agent's log lines: "trial 5 run 2", "task 0b1c..."."""
+        if isinstance(self.input, RunTaskInput):
+            return f"task {self.input.task_id}"
+        return f"trial {self.input.trial_id} run {self.input.run_id}"
 
     @property
     def tmp_dir(self) -> Path:
@@ -42,7 +64,7 @@ class TrialLaunch:
     @property
     def checkpoint_cache(self) -> Path | None:
         """The trial's S3 checkpoint cache on this agent (kept across its runs), if it uses S3."""
-        storage = self.input.config.get("checkpoint_storage") or {}
+        storage = self.config.get("checkpoint_storage") or {}
         return checkpoint_cache_dir(self.run_dir) if storage.get("type") == "s3" else None
 
 
@@ -75,7 +97,7 @@ class Runtime(ABC):
 
     @abstractmethod
     async def run(
-        self, launch: TrialLaunch, logs: LogSink, heartbeat: Callable[[], None]
+        self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None]
     ) -> ExitStatus:
         """Run the entrypoint to its end, sending its output to `logs`.
 

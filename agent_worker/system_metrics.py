@@ -20,9 +20,10 @@ from types import ModuleType
 import httpx
 import psutil
 
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from agent_worker.slots import TYPE_CUDA, Slot, load_nvml
 from common.metric_groups import SYSTEM
+from workflows.types import RunTrialInput
 
 logger = logging.getLogger(__name__)
 
@@ -141,13 +142,15 @@ def _gain(now: dict[int, float] | dict[int, int], before: dict[int, float] | dic
     return float(sum(max(0.0, value - before.get(pid, 0)) for pid, value in now.items()))
 
 
-async def report_system_metrics(http: httpx.AsyncClient, master_url: str, launch: TrialLaunch,
+async def report_system_metrics(http: httpx.AsyncClient, master_url: str, launch: Launch,
                                 slots: list[Slot], interval: float) -> None:
     """Sample the run every `interval` seconds and store each sample, until cancelled.
 
     Sent with the run's own token, so a sample of a run that is over is refused. A sample the
     master does not take is dropped (the next one follows): they are a view, not a record."""
     inp = launch.input
+    if not isinstance(inp, RunTrialInput):
+        return  # an interactive task's samples have no trial to be stored under
     sampler = SystemSampler(lambda: [launch.root_pid] if launch.root_pid else [], slots)
     headers = {"Authorization": f"Bearer {inp.session_token}"} if inp.session_token else {}
     try:

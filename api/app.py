@@ -30,6 +30,8 @@ from api.routes import (
     jobs,
     metrics,
     models,
+    ntsc,
+    proxy,
     streams,
     tasks,
     templates,
@@ -62,7 +64,9 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client, *,
     app.add_middleware(DefaultJsonContentType)
     # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
     for module in (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
-                   determined, streams, workspaces, templates, jobs, models, importance):
+                   determined, streams, workspaces, templates, jobs, models, importance, ntsc):
         app.include_router(module.router, dependencies=[Depends(authorize)])
+    # /proxy/<taskId>/: resolves the caller itself (the cookie for every method, Jupyter POSTs).
+    app.include_router(proxy.router)
     app.include_router(dashboard.router)
     return app

@@ -64,7 +64,10 @@ BODY_SCOPED_WRITES = frozenset(
         ("POST", "/api/v1/checkpoints/{checkpoint_uuid}/upload/complete"),  # body: taskId
     }
 )
-AGENT_WRITES = frozenset({("PUT", "/api/v1/agents/{agent_id}")})
+AGENT_WRITES = frozenset({
+    ("PUT", "/api/v1/agents/{agent_id}"),
+    ("POST", "/api/v1/tasks/{task_id}/ready"),
+})
 READ_METHODS = frozenset({"GET", "HEAD"})
 
 _hasher = PasswordHasher()

@@ -1,8 +1,10 @@
 """Refuse request bodies over a size limit with 413, before they are read into memory.
 
-Experiment creation carries the model definition (up to 96 MiB of files, base64 in JSON), so it
-gets a larger limit than every other route. A declared Content-Length is checked at once; a body
-sent without one is counted as it streams in, and the route's body parsing stops with the 413.
+Experiment creation carries the model definition (up to 96 MiB of files, base64 in JSON), and an
+interactive task's launch its context files, so they get a larger limit than the API's other
+routes; the proxy to interactive tasks passes uploads to a notebook (api/routes/proxy.py).
+A declared Content-Length is checked at once; a body sent without one is counted as it
+streams in, and the route's body parsing stops with the 413.
 """
 
 from __future__ import annotations
@@ -16,11 +18,17 @@ MiB = 1024 * 1024
 DEFAULT_LIMIT = 16 * MiB
 # 96 MiB of files grow by a third in base64, plus the JSON around them.
 EXPERIMENT_CREATE_LIMIT = 136 * MiB
+PROXY_LIMIT = 1024 * MiB
+# The routes that take files: experiments, and Determined's interactive tasks (with --context).
+WITH_FILES = frozenset(f"/api/v1/{kind}" for kind in (
+    "experiments", "commands", "notebooks", "shells", "tensorboards"))
 
 
 def limit_for(method: str, path: str) -> int:
-    if method == "POST" and path.rstrip("/") == "/api/v1/experiments":
+    if method == "POST" and path.rstrip("/") in WITH_FILES:
         return EXPERIMENT_CREATE_LIMIT
+    if path.startswith("/proxy/"):
+        return PROXY_LIMIT
     return DEFAULT_LIMIT
 
 

@@ -46,10 +46,6 @@ INT32 = range(-(2**31), 2**31)
 # Determined's API route families Epochal does not serve, by the path's first segment under
 # /api/v1 (or first two): a call to one answers 501 naming the feature, not a bare 404.
 UNSERVED_FEATURES = {
-    "notebooks": "notebooks are not served by Epochal (interactive tasks)",
-    "commands": "commands are not served by Epochal (interactive tasks)",
-    "shells": "shells are not served by Epochal (interactive tasks)",
-    "tensorboards": "TensorBoards are not served by Epochal (interactive tasks)",
     "generic-tasks": "generic tasks are not served by Epochal",
     "tasks/count": "task counts are not served by Epochal (interactive tasks)",
     "webhooks": "webhooks are not served by Epochal",

@@ -20,6 +20,7 @@ from cli import (
     experiment,
     image,
     model,
+    ntsc,
     scheduling,
     trial,
     user,
@@ -97,6 +98,7 @@ app.add_typer(workspace.workspace_app, name="workspace")
 app.add_typer(workspace.project_app, name="project")
 app.add_typer(workspace.template_app, name="template")
 app.add_typer(model.app, name="model")
+ntsc.register(app)  # cmd, notebook, shell, tensorboard
 
 master_app = typer.Typer(help="Run the master.", no_args_is_help=True)
 app.add_typer(master_app, name="master")

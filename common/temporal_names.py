@@ -13,6 +13,7 @@ DEFAULT_RESOURCE_POOL = "default"
 RUN_TRIAL = "run_trial"
 AGENT_LIVENESS = "agent_liveness"
 RESERVE_PORTS = "reserve_ports"  # free ports on the chief agent of a run on several agents
+RUN_TASK = "run_task"  # an interactive task (command, notebook, shell, TensorBoard), to its end
 
 
 def pool_task_queue(pool: str) -> str:
@@ -41,6 +42,16 @@ def allocation_id(experiment_id: int, trial_id: int, run_id: int) -> str:
     return f"{experiment_id}.{trial_id}.{run_id}"
 
 
+def task_workflow_id(task_id: str) -> str:
+    """The workflow of an interactive task (a command, notebook, shell or TensorBoard)."""
+    return f"task-{task_id}"
+
+
+def task_allocation_id(task_id: str) -> str:
+    """An interactive task runs once: its one allocation, as Determined names them."""
+    return f"{task_id}.1"
+
+
 def resource_pool_workflow_id(pool: str) -> str:
     """The one scheduler workflow of a resource pool (started by the master at boot)."""
     return f"resource-pool-{pool}"
@@ -63,6 +74,7 @@ EXPERIMENT_WORKFLOW = "ExperimentWorkflow"
 TRIAL_WORKFLOW = "TrialWorkflow"
 RESOURCE_POOL_WORKFLOW = "ResourcePoolWorkflow"
 PROVISIONER_WORKFLOW = "ProvisionerWorkflow"
+TASK_WORKFLOW = "TaskWorkflow"
 
 # The master's activities (activities/experiment_store.py, activities/scheduler.py), on the
 # master's queue; workflows call them through workflows/db_activities.py.
@@ -80,6 +92,8 @@ RELEASE_SLOTS_ACTIVITY = "release_slots"
 REPORT_TRIAL_CLOSED = "report_trial_closed"  # signals the experiment through the master's client
 START_TRIAL = "start_trial"  # starts a trial's workflow through the master's client
 SAMPLE_TRIAL_HPARAMS = "sample_trial_hparams"  # a sampler's draw (activities/model_sampling.py)
+RECORD_TASK_STATE = "record_task_state"  # an interactive task's state (activities/task_store.py)
+TASK_IDLE_SECONDS = "task_idle_seconds"  # how long since its proxy last carried a request
 
 
 class ExperimentMessages:
@@ -110,6 +124,15 @@ class TrialMessages:
     CANCEL = "cancel"
     KILL = "kill"
     DESCRIBE = "describe"  # query
+
+
+class TaskMessages:
+    """TaskWorkflow's signals: the pool's answers (named as a trial's) and the user's kill."""
+
+    SLOTS_GRANTED = TrialMessages.SLOTS_GRANTED
+    SLOTS_FAILED = TrialMessages.SLOTS_FAILED
+    SLOTS_WAITING = TrialMessages.SLOTS_WAITING
+    KILL = "kill"  # from the API (`det cmd kill`, the dashboard)
 
 
 class PoolMessages:

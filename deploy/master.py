@@ -27,6 +27,7 @@ from activities.model_sampling import SamplingActivities
 from activities.pool_start import start_pool
 from activities.provisioning import ProvisioningActivities
 from activities.scheduler import SchedulerActivities
+from activities.task_store import TaskStore
 from activities.workflow_messages import MessageActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
@@ -52,6 +53,7 @@ from workflows.experiment import ExperimentWorkflow
 from workflows.provisioner import ProvisionerWorkflow
 from workflows.provisioner_types import ProvisionerInput
 from workflows.resource_pool import ResourcePoolWorkflow
+from workflows.task import TaskWorkflow
 from workflows.trial import TrialWorkflow
 
 log = logging.getLogger("epochal.master")
@@ -82,8 +84,10 @@ def build_worker(client: Client, pool: asyncpg.Pool, *,
     return Worker(
         client,
         task_queue=MASTER_TASK_QUEUE,
-        workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow, ProvisionerWorkflow],
+        workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow, ProvisionerWorkflow,
+                   TaskWorkflow],
         activities=[*ExperimentStore(pool, cluster_storage).all(),
+                    *TaskStore(pool).all(),
                     *SchedulerActivities(client).all(),
                     *MessageActivities(client, findable=findable).all(),
                     SamplingActivities(pool).sample_trial_hparams,

@@ -228,3 +228,49 @@ class RunTrialResult:
     oom_killed: bool = False
     message: str = ""
     extra: JSON = field(default_factory=dict)
+
+
+# Interactive tasks (commands, notebooks, shells, TensorBoards): workflows/task.py.
+
+TASK_TYPES = ("COMMAND", "NOTEBOOK", "SHELL", "TENSORBOARD")
+
+
+@dataclass
+class TaskInput:
+    """TaskWorkflow's input. The task's row (config, files, secrets) stays in the database: the
+    agent fetches its launch from the master, so no credential is written in a history."""
+
+    task_id: str
+    task_type: str  # one of TASK_TYPES
+    resource_pool: str
+    slots: int
+    priority: int | None = None
+    # Stop the task after this long without a request through the proxy (None: never).
+    idle_timeout_seconds: float | None = None
+
+
+@dataclass
+class RunTaskInput:
+    """The agent's `run_task` activity: run the task on these slots until it ends."""
+
+    task_id: str
+    task_type: str
+    slot_ids: list[int]
+    master_url: str = ""  # empty: the agent uses the master URL it was started with
+    # Filled in by the agent from the launch it fetches (never sent through Temporal).
+    config: JSON = field(default_factory=dict)
+
+
+@dataclass
+class RunTaskResult:
+    exit_code: int
+    agent_id: str
+    message: str = ""
+
+
+@dataclass
+class RecordTaskStateInput:
+    task_id: str
+    state: str  # QUEUED, STARTING, RUNNING, TERMINATING, TERMINATED
+    agent_id: str | None = None
+    exit_status: str | None = None

@@ -63,3 +63,31 @@ async def insert_master_line(conn: Conn, trial_id: int, task_id: str, allocation
         "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level, log,"
         " timestamp) VALUES ($1, $2, $3, $4, NULL, 'INFO', $5, now())",
         trial_id, task_id, allocation_id, agent_id, line)
+
+
+# An interactive task's lines (a command's, a notebook's ...): trial_id NULL, by the task's id.
+TaskLineRow = tuple[str, str | None, str | None, str | None, str | None, str, datetime]
+
+
+async def insert_task_lines(conn: Conn, rows: list[TaskLineRow]) -> None:
+    """Rows of (task id, allocation id, agent id, stdtype, level, log, timestamp); those of a
+    task that does not exist (any more) are dropped."""
+    await conn.executemany(
+        "INSERT INTO task_logs (trial_id, task_id, allocation_id, agent_id, stdtype, level,"
+        " log, timestamp) SELECT NULL, $1, $2, $3, $4, $5, $6, $7"
+        " WHERE EXISTS (SELECT 1 FROM tasks WHERE id = $1)",
+        rows,
+    )
+
+
+async def fetch_task_lines(conn: Conn, task_id: str, after_id: int, limit: int, *,
+                           newest_first: bool = False) -> list[asyncpg.Record]:
+    """At most `limit` of a task's lines: those after `after_id` in id order, or with
+    `newest_first` those before it (`after_id` 0: from the newest)."""
+    if newest_first:
+        where, order = "AND ($2 = 0 OR id < $2)", "DESC"
+    else:
+        where, order = "AND id > $2", "ASC"
+    return list(await conn.fetch(
+        f"SELECT * FROM task_logs WHERE task_id = $1 AND trial_id IS NULL {where}"
+        f" ORDER BY id {order} LIMIT $3", task_id, after_id, limit))

@@ -21,16 +21,23 @@ from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found
 from api.queries import agents as queries
+from api.queries import tasks as task_queries
 from api.schemas import Empty, answers
 from api.schemas.agents import AgentAnswer, AgentList, SlotList
 from api.schemas.jobs import JobQueue
 from api.schemas.tasks import TaskList
-from api.views import rfc3339
+from api.views import job_id, rfc3339
 from common.temporal_names import (
     PoolMessages,
     resource_pool_workflow_id,
+    task_allocation_id,
 )
-from workflows.pool_types import AgentEnabled, AgentRegistration, SlotRequest
+from workflows.pool_types import (
+    DEFAULT_PRIORITY,
+    AgentEnabled,
+    AgentRegistration,
+    SlotRequest,
+)
 
 router = APIRouter(tags=["agents"])
 
@@ -237,31 +244,38 @@ async def list_slots(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str,
 @router.get("/api/v1/tasks", **answers(TaskList))
 async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any]:
     """Determined's GetTasks: the running allocations by id (`det slot list` names the trial
-    holding each slot with it)."""
+    holding each slot with it), and every interactive task not over yet, queued ones too."""
+    tasks = {task_allocation_id(r["id"]): r for r in await task_queries.fetch_active_tasks(pool)}
     summaries: dict[str, dict[str, Any]] = {}
+
+    def summary(allocation_id: str, name: str, resource_pool: str) -> dict[str, Any]:
+        return summaries.setdefault(allocation_id, {
+            "taskId": allocation_id.rsplit(".", 1)[0], "allocationId": allocation_id,
+            "name": name, "resourcePool": resource_pool, "slotsNeeded": 0, "resources": [],
+            "schedulerType": "priority",
+        })
+
     for agent in await _agents(pool, temporal):
         for slot in agent["slots"].values():
             container = slot["container"]
             if container is None:
                 continue
             allocation_id = container["id"]
-            task = allocation_id.rsplit(".", 1)[0]
-            summary = summaries.setdefault(allocation_id, {
-                "taskId": task,
-                "allocationId": allocation_id,
-                "name": f"Trial {slot['trialId']} (Experiment {slot['experimentId']})",
-                "resourcePool": agent["resourcePool"],
-                "slotsNeeded": 0,
-                "resources": [],
-                "schedulerType": "priority",
-            })
-            summary["slotsNeeded"] += 1
-            if not summary["resources"]:
-                summary["resources"].append({
+            name = (f"Trial {slot['trialId']} (Experiment {slot['experimentId']})"
+                    if slot["experimentId"] else f"Task {allocation_id.rsplit('.', 1)[0]}")
+            held = summary(allocation_id, name, agent["resourcePool"])
+            held["slotsNeeded"] += 1
+            if not held["resources"]:
+                held["resources"].append({
                     "resourcesId": allocation_id, "resourcesType": "agent",
                     "allocationId": allocation_id, "containerId": allocation_id,
                     "agentDevices": {}, "started": {}, "exited": None,
                 })
+    for allocation_id, row in tasks.items():
+        summary(allocation_id, row["description"], row["resource_pool"]).update(
+            name=row["description"], slotsNeeded=row["slots"],
+            taskType=f"TASK_TYPE_{row['task_type']}", username=row["username"],
+            state=f"STATE_{row['state']}", priority=row["priority"] or DEFAULT_PRIORITY)
     return {"allocationIdToSummary": summaries}
 
 
@@ -295,31 +309,40 @@ async def disable_agent(
     return {}
 
 
-def _jobs_of(pool_name: str, view: dict[str, Any]) -> list[dict[str, Any]]:
-    """One job per experiment: slots held and wanted, in the order the scheduler serves them."""
-    by_exp: dict[int, dict[str, Any]] = {}
+def _jobs_of(pool_name: str, view: dict[str, Any],
+             task_types: dict[str, str]) -> list[dict[str, Any]]:
+    """One job per experiment, and one per interactive task (its requests name experiment 0;
+    `task_types` gives the tasks' types by id): slots held and wanted, in the order the
+    scheduler serves them."""
+    by_job: dict[str, dict[str, Any]] = {}
 
-    def job(exp: int, priority: int) -> dict[str, Any]:
-        return by_exp.setdefault(exp, {
-            "jobId": f"experiment-{exp}", "type": "TYPE_EXPERIMENT", "entityId": str(exp),
-            "resourcePool": pool_name, "priority": priority, "allocatedSlots": 0,
+    def job(entry: dict[str, Any]) -> dict[str, Any]:
+        experiment_id, task_id = entry["experiment_id"], entry["allocation_id"].rsplit(".", 1)[0]
+        key, job_type, entity = (
+            (job_id(experiment_id), "TYPE_EXPERIMENT", str(experiment_id)) if experiment_id
+            else (task_id, f"TYPE_{task_types.get(task_id, 'GENERIC')}", task_id))
+        return by_job.setdefault(key, {
+            "jobId": key, "type": job_type, "entityId": entity,
+            "resourcePool": pool_name, "priority": entry["priority"], "allocatedSlots": 0,
             "requestedSlots": 0, "runningTrials": 0, "queuedTrials": 0, "firstQueued": None,
         })
 
     for a in view.get("allocations", []):
-        j = job(a["experiment_id"], a["priority"])
+        j = job(a)
         j["allocatedSlots"] += a["slots"]
         j["runningTrials"] += 1
     for i, r in enumerate(view.get("queue", [])):
-        j = job(r["experiment_id"], r["priority"])
+        j = job(r)
         j["requestedSlots"] += r["slots"]
         j["queuedTrials"] += 1
         if r.get("waiting") and "waiting" not in j:  # larger than the pool as it is now
             j["waiting"] = r["waiting"]
         if j["firstQueued"] is None:
             j["firstQueued"] = i
-    ordered = sorted(by_exp.values(), key=lambda j: (
-        j["firstQueued"] is not None, j["firstQueued"] or 0, j["priority"], int(j["entityId"])))
+    ordered = sorted(by_job.values(), key=lambda j: (
+        j["firstQueued"] is not None, j["firstQueued"] or 0, j["priority"],
+        j["type"] != "TYPE_EXPERIMENT", int(j["entityId"]) if j["entityId"].isdigit() else 0,
+        j["entityId"]))
     for ahead, j in enumerate(ordered):
         state = "STATE_QUEUED" if j["runningTrials"] == 0 else "STATE_SCHEDULED"
         j["summary"] = {"state": state, "jobsAhead": ahead}
@@ -334,9 +357,11 @@ async def job_queue(
     settings: AppSettings,
     resourcePool: str | None = Query(default=None),  # noqa: N803 (Determined's name)
 ) -> dict[str, Any]:
-    """Experiments holding or waiting for slots, in the order the scheduler serves them."""
+    """Experiments and interactive tasks holding or waiting for slots, in the order the
+    scheduler serves them."""
     names = {resourcePool} if resourcePool else (
         set(settings.resource_pools) | await queries.fetch_agent_resource_pools(pool))
     views = await _pool_views(temporal, names)
-    jobs = [j for name in sorted(views) for j in _jobs_of(name, views[name])]
+    task_types = {r["id"]: r["task_type"] for r in await task_queries.fetch_active_tasks(pool)}
+    jobs = [j for name in sorted(views) for j in _jobs_of(name, views[name], task_types)]
     return {"jobs": jobs, "pagination": {"offset": 0, "limit": len(jobs), "total": len(jobs)}}

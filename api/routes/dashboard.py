@@ -10,15 +10,18 @@ from __future__ import annotations
 import gzip
 import importlib.metadata
 import importlib.util
+import uuid
 from functools import cache
 from html import escape
 from pathlib import Path
+from urllib.parse import quote
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, HTMLResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
-from api.errors import not_found
+from api.auth import AUTH_COOKIE
+from api.errors import not_found, require_choice
 from common.states import TERMINAL_STATES
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
@@ -38,8 +41,14 @@ PLOTLY_JS = Path(_PLOTLY_SPEC.origin if _PLOTLY_SPEC and _PLOTLY_SPEC.origin els
 PLOTLY_ADDRESS = f"/static/vendor/plotly-{importlib.metadata.version('plotly')}.min.js"
 KEEP = {"Cache-Control": "public, max-age=31536000, immutable"}
 
+# The pages `det notebook start` and `det tensorboard start` print (Determined's web UI,
+# /det/interactive/<id>/<service>/...), by service: the task's own page, this path under
+# /proxy/<id>/.
+INTERACTIVE_PAGES = {"jupyter-lab": "lab", "tensorboard": ""}
+
 _HEADER = """<header class="top"><a class="brand" href="/">Epochal</a>
-<nav><a href="/">Experiments</a><a href="/models">Models</a><a href="/cluster">Cluster</a></nav>
+<nav><a href="/">Experiments</a><a href="/tasks">Tasks</a><a href="/models">Models</a>
+<a href="/cluster">Cluster</a></nav>
 <span id="whoami"></span><a href="/login" id="logout">Log out</a></header>"""
 
 _LOGIN_FORM = """<form id="login-form" class="login" autocomplete="on">
@@ -114,6 +123,25 @@ async def model_page(model_id: int) -> HTMLResponse:
 @router.get("/cluster", response_class=HTMLResponse)
 async def cluster_page() -> HTMLResponse:
     return _app_page("Cluster", "cluster.js")
+
+
+@router.get("/tasks", response_class=HTMLResponse)
+async def tasks_page() -> HTMLResponse:
+    return _app_page("Tasks", "tasks.js")
+
+
+@router.get("/det/interactive/{task_id}/{service}/{rest:path}")
+@router.get("/interactive/{task_id}/{service}/{rest:path}")
+async def interactive_task_page(task_id: uuid.UUID, service: str,
+                                request: Request) -> RedirectResponse:
+    """Determined's address of a notebook or TensorBoard (`/det/interactive/<id>/jupyter-lab/
+    <description>/<pool>/<wait page>`) opens the task through the proxy, which takes the
+    dashboard's cookie: without one, the login page first."""
+    require_choice("service", service, INTERACTIVE_PAGES)
+    target = f"/proxy/{task_id}/{INTERACTIVE_PAGES[service]}"
+    if not request.cookies.get(AUTH_COOKIE):
+        target = f"/login?next={quote(target, safe='')}"
+    return RedirectResponse(target, status_code=302)
 
 
 @router.get("/static/{name}")

@@ -1,5 +1,6 @@
 """Determined's job queue and resource pools as `det job list` and `det resource-pool list` read
-them: the pools' schedulers (`ResourcePoolWorkflow.describe`) joined with the experiments.
+them: the pools' schedulers (`ResourcePoolWorkflow.describe`) joined with the experiments and
+the interactive tasks behind the jobs.
 
 The queue itself is computed once, in api/routes/agents.py (`GET /job-queues`); this module
 gives it Determined's v2 shape (`GET /job-queues-v2`) and lets `det job update` change an
@@ -18,6 +19,7 @@ from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError
 from api.queries import agents as agent_queries
 from api.queries import jobs as queries
+from api.queries import tasks as task_queries
 from api.routes.agents import describe_pool, job_queue
 from api.routes.experiments import ResourcesPatch, change_experiment_resources
 from api.schemas import Empty, answers
@@ -85,23 +87,36 @@ async def job_queue_v2(
     limit: int = Query(0, ge=0),
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
-    """Determined's GetJobsV2 (`det job list`): each job in full, in the order it is served."""
+    """Determined's GetJobsV2 (`det job list`): each job in full, in the order it is served;
+    an experiment's or an interactive task's."""
     queue = await job_queue(pool, temporal, settings, resourcePool)
     jobs = queue["jobs"]
-    rows = {r["id"]: r for r in await queries.fetch_job_experiments(
-        pool, [int(j["entityId"]) for j in jobs])}
+    experiments = {r["id"]: r for r in await queries.fetch_job_experiments(
+        pool, [int(j["entityId"]) for j in jobs if j["type"] == "TYPE_EXPERIMENT"])}
+    tasks = {r["id"]: r for r in await task_queries.fetch_active_tasks(pool)}
     full = []
     for job in jobs:
-        row = rows.get(int(job["entityId"]))
-        if row is None:
-            continue  # deleted while it still held slots
-        weight = (row["resources"] or {}).get("weight")
+        if job["type"] == "TYPE_EXPERIMENT":
+            row = experiments.get(int(job["entityId"]))
+            about = None if row is None else {
+                "name": row["name"], "username": row["owner"], "userId": row["uid"],
+                "submissionTime": views.rfc3339(row["start_time"]),
+                "workspaceId": row["workspace_id"],
+                "weight": (row["resources"] or {}).get("weight")}
+        else:
+            task = tasks.get(job["entityId"])
+            about = None if task is None else {
+                "name": task["description"], "username": task["username"],
+                "userId": task["owner_id"], "submissionTime": views.rfc3339(task["created_at"]),
+                "workspaceId": task["workspace_id"], "weight": None}
+        if about is None:
+            continue  # deleted, or over, while it still held slots
+        weight = about.pop("weight")
         full.append({"full": {
-            **job, "name": row["name"], "username": row["owner"], "userId": row["uid"],
+            **job, **about,
             # Determined counts the slots a job holds among those it needs ("1/1").
             "requestedSlots": job["allocatedSlots"] + job["requestedSlots"],
-            "submissionTime": views.rfc3339(row["start_time"]),
-            "workspaceId": row["workspace_id"], "isPreemptible": True,
+            "isPreemptible": True,
             "weight": float(weight) if isinstance(weight, int | float) else 1.0,
         }})
     if orderBy == "ORDER_BY_DESC":
@@ -146,5 +161,7 @@ def _experiment_of(job_id: str) -> int:
     prefix = "experiment-"
     number = job_id.removeprefix(prefix)
     if not job_id.startswith(prefix) or not number.isdigit():
-        raise ApiError(400, "bad job id", [f"jobId: experiment-<id>, got {job_id!r}"])
+        raise ApiError(400, "bad job id", [
+            f"jobId: experiment-<id>, got {job_id!r} (an interactive task's priority is set"
+            " with `det cmd|notebook|shell|tensorboard set priority`)"])
     return int(number)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import datetime
 from typing import Any
 
@@ -48,27 +49,34 @@ def trial_of_task(task_id: str, where: str) -> int:
     return int(parts[1])
 
 
+# An interactive task's id (a command's, a notebook's ...): a UUID, as Determined's.
+_TASK_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
 @router.post("/task/logs", **answers(Empty))
 async def post_task_logs(
     body: PostTaskLogsRequest, request: Request, pool: Pool
 ) -> dict[str, Any]:
-    rows = [
-        (
-            trial_of_task(log.taskId, f"logs[{i}].taskId"),
-            log.taskId,
-            log.allocationId,
-            log.agentId,
-            log.stdtype,
-            log.level,
-            log.log.replace("\x00", ""),
-            log.timestamp or datetime.now().astimezone(),
-        )
-        for i, log in enumerate(body.logs)
-    ]
-    for trial_id in sorted({row[0] for row in rows}):
+    """Lines of trials (task ids `EXP.TRIAL`), and of interactive tasks (UUIDs), which only
+    agents ship; lines of a trial or task that does not exist are dropped."""
+    trial_rows: list[log_queries.TaskLogRow] = []
+    task_rows: list[log_queries.TaskLineRow] = []
+    for i, log in enumerate(body.logs):
+        line = (log.taskId, log.allocationId, log.agentId, log.stdtype, log.level,
+                log.log.replace("\x00", ""), log.timestamp or datetime.now().astimezone())
+        if _TASK_UUID.match(log.taskId):
+            task_rows.append(line)
+        else:
+            trial_rows.append((trial_of_task(log.taskId, f"logs[{i}].taskId"), *line))
+    if task_rows and auth.current(request).kind != "agent":
+        raise ApiError(403, f"{auth.current(request).describe()} may not write the logs of"
+                       f" task {task_rows[0][0]}: only agents ship a task's output")
+    for trial_id in sorted({row[0] for row in trial_rows}):
         await auth.require_trial_write(request, trial_id)
-    if rows:
-        await log_queries.insert_task_logs(pool, rows)
+    if trial_rows:
+        await log_queries.insert_task_logs(pool, trial_rows)
+    if task_rows:
+        await log_queries.insert_task_lines(pool, task_rows)
     return {}
 
 

@@ -1,5 +1,6 @@
 // The cluster: agents and their slots (GET /api/v1/agents) and the job queue in the order the
-// scheduler serves it (GET /api/v1/job-queues), refreshed every two seconds.
+// scheduler serves it (GET /api/v1/job-queues: experiments and interactive tasks, each task
+// linked to its row on the Tasks page), refreshed every two seconds.
 
 import { api, every, startPage } from "/static/api.js";
 import { el, fmtTime, message, replace, shortState, table } from "/static/dom.js";
@@ -12,6 +13,14 @@ const queueBox = el("section", { id: "queue", class: "panel" });
 
 function yesNo(value, yes, no) {
   return el("span", { class: value ? "ok" : "bad" }, value ? yes : no);
+}
+
+// A trial's slot names the trial; an interactive task's (allocation `<taskId>.1`) the task.
+function heldBy(slot) {
+  if (slot.trialId) return el("a", { href: `/trials/${slot.trialId}` }, `trial ${slot.trialId}`);
+  if (!slot.allocationId) return "free";
+  const taskId = slot.allocationId.replace(/\.\d+$/, "");
+  return el("a", { href: `/tasks#${taskId}` }, `task ${taskId.slice(0, 8)}`);
 }
 
 function renderAgents(agents) {
@@ -36,17 +45,18 @@ function renderAgents(agents) {
     { label: "Type", cell: (s) => (s.type || "").replace(/^TYPE_/, "") },
     { label: "Device", cell: (s) => (s.device ? s.device.brand || s.device.uuid || "" : "") },
     { label: "Enabled", cell: (s) => yesNo(s.enabled, "yes", "no") },
-    { label: "In use by", cell: (s) => (s.trialId
-      ? el("a", { href: `/trials/${s.trialId}` }, `trial ${s.trialId}`) : "free") },
+    { label: "In use by", cell: heldBy },
   ];
   replace(slotBox, el("h2", {}, `Slots (${slots.length})`),
-    table(slotColumns, slots, (s) => ({ class: "slot-row", "data-busy": Boolean(s.trialId) })));
+    table(slotColumns, slots, (s) => ({ class: "slot-row", "data-busy": Boolean(s.allocationId) })));
 }
 
 function renderQueue(jobs) {
   const columns = [
     { label: "Job", cell: (j) => (j.type === "TYPE_EXPERIMENT"
-      ? el("a", { href: `/experiments/${j.entityId}` }, j.jobId) : j.jobId) },
+      ? el("a", { href: `/experiments/${j.entityId}` }, j.jobId)
+      : el("a", { href: `/tasks#${j.entityId}` },
+        `${j.type.replace(/^TYPE_/, "").toLowerCase()} ${j.entityId.slice(0, 8)}`)) },
     { label: "Pool", cell: (j) => j.resourcePool },
     { label: "Priority", class: "num", cell: (j) => j.priority },
     { label: "State", cell: (j) => shortState(j.summary.state) },

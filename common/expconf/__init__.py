@@ -62,6 +62,12 @@ from common.expconf.storage import (
     S3Config,
     SharedFSConfig,
 )
+from common.expconf.task import (
+    TaskConfig,
+    TaskResourcesConfig,
+    task_config_warnings,
+    validate_task_config,
+)
 
 __all__ = [
     "AdaptiveAshaConfig",
@@ -99,6 +105,8 @@ __all__ = [
     "RetentionCounts",
     "SharedFSConfig",
     "SingleConfig",
+    "TaskConfig",
+    "TaskResourcesConfig",
     "config_warnings",
     "hyperparameters_grid_size",
     "iter_hyperparameters",
@@ -107,7 +115,9 @@ __all__ = [
     "planned_trials",
     "profiling_enabled",
     "stored_config",
+    "task_config_warnings",
     "validate_experiment_config",
+    "validate_task_config",
     "with_default_storage",
     "with_determined_defaults",
 ]

@@ -161,14 +161,14 @@ async def test_trial_finds_its_cluster_info(det_venv: Path, tmp_path: Path) -> N
 
 
 def test_without_mount_namespaces_the_entrypoint_runs_as_before(tmp_path: Path) -> None:
-    from agent_worker.runtime import TrialLaunch
+    from agent_worker.runtime import Launch
 
     runtime = ProcessRuntime()
     run_dir = tmp_path / "run-1"
     determined_info_dir(run_dir).mkdir(parents=True)
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config=CONFIG,
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    launch = TrialLaunch(input=inp, run_dir=run_dir, entrypoint="python3 train.py", env={})
+    launch = Launch(input=inp, run_dir=run_dir, entrypoint="python3 train.py", env={})
     if runtime.private_mounts:
         assert runtime.command(launch)[:2] == ["unshare", "--mount"]
         assert runtime.command(launch)[-1] == "python3 train.py"

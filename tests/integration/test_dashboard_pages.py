@@ -11,6 +11,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PAGES = {"/login": "login.js", "/": "experiments.js", "/experiments/7": "experiment.js",
          "/trials/9": "trial.js", "/cluster": "cluster.js", "/models": "models.js",
+         "/tasks": "tasks.js",
          "/models/3": "model.js"}
 
 

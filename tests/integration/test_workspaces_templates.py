@@ -256,10 +256,7 @@ async def test_routes_epochal_does_not_serve_answer_501_naming_the_feature(
     api: httpx.AsyncClient,
 ) -> None:
     for method, path, words in (
-        ("GET", "/api/v1/notebooks", "notebooks are not served by Epochal"),
-        ("POST", "/api/v1/commands", "commands are not served by Epochal"),
-        ("POST", "/api/v1/shells", "shells are not served by Epochal"),
-        ("POST", "/api/v1/tensorboards", "TensorBoards are not served by Epochal"),
+        ("GET", "/api/v1/generic-tasks", "generic tasks are not served by Epochal"),
         ("GET", "/api/v1/webhooks", "webhooks"),
         ("GET", "/api/v1/groups/3", "user groups"),
         ("GET", "/api/v1/experiments/1/tensorboard-files", "experiments/{id}/tensorboard-files"),

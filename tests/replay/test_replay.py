@@ -1,8 +1,9 @@
 """Recorded workflow histories still replay: a change to workflow code that would break running
 workflows (a reordered activity, a removed timer) fails here instead of in production.
 
-Histories come from tests/workflows with EPOCHAL_RECORD_HISTORIES=1; re-record them only when a
-change is meant to be incompatible (and then guard it with `workflow.patched`).
+Histories come from tests/workflows with EPOCHAL_RECORD_HISTORIES=1 (interactive tasks' from a
+local cluster: a command, a killed one, a notebook stopped by idle_timeout); re-record them only
+when a change is meant to be incompatible (and then guard it with `workflow.patched`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from temporalio.worker import Replayer
 from workflows.experiment import ExperimentWorkflow
 from workflows.provisioner import ProvisionerWorkflow
 from workflows.resource_pool import ResourcePoolWorkflow
+from workflows.task import TaskWorkflow
 from workflows.trial import TrialWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
@@ -31,5 +33,5 @@ def test_histories_are_recorded() -> None:
 async def test_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
     replayer = Replayer(workflows=[ExperimentWorkflow, TrialWorkflow, ResourcePoolWorkflow,
-                                   ProvisionerWorkflow])
+                                   ProvisionerWorkflow, TaskWorkflow])
     await replayer.replay_workflow(history)

@@ -22,7 +22,7 @@ from agent_worker.process_runtime import (
     kill_grace_from_env,
 )
 from agent_worker.registration import Registration
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from agent_worker.slots import SlotPool, cpu_slots, discover_slots
 from agent_worker.trial_info import trial_environment, user_environment
 from common.expconf import EnvironmentConfig
@@ -39,7 +39,7 @@ def shipper(master_url: str, http: httpx.AsyncClient, **kwargs: Any) -> LogShipp
 def test_public_names() -> None:
     assert set(agent_worker.__all__) == {
         "Agent", "AgentActivities", "AgentConfig", "ExitStatus", "ProcessRuntime", "Runtime",
-        "TrialLaunch", "main"}
+        "Launch", "main"}
 
 
 async def test_shipper_retries_until_the_master_takes_the_lines(
@@ -251,7 +251,7 @@ def test_epochal_variables_win_over_the_users(tmp_path: Path) -> None:
     env = trial_environment(config, trial_info_path="/t/trial_info.json", master_url="http://m")
     assert env["EPOCHAL_MASTER"] == "http://m"
     assert env["EPOCHAL_TRIAL_INFO"] == "/t/trial_info.json"
-    launch = TrialLaunch(
+    launch = Launch(
         input=RunTrialInput(experiment_id=1, trial_id=1, run_id=1, hparams={}, config=config,
                             trial_seed=0, latest_checkpoint=None, steps_completed=0),
         run_dir=tmp_path, entrypoint="true", env=env)
@@ -269,7 +269,7 @@ def test_a_trial_inherits_no_secret_of_the_agent(
                         ("EPOCHAL_ADMIN_PASSWORD", "admin-secret"), ("LC_ALL", "C.UTF-8"),
                         ("HOME", "/home/agent"), ("https_proxy", "http://proxy:3128")):
         monkeypatch.setenv(name, value)
-    launch = TrialLaunch(
+    launch = Launch(
         input=RunTrialInput(experiment_id=1, trial_id=1, run_id=1, hparams={}, config={},
                             trial_seed=0, latest_checkpoint=None, steps_completed=0),
         run_dir=tmp_path, entrypoint="true", env={"MINE": "x"})

@@ -24,7 +24,7 @@ from agent_worker.docker_engine import split_lines
 from agent_worker.docker_runtime import DockerRuntime
 from agent_worker.main import AgentConfig, make_runtime, parse_args
 from agent_worker.process_runtime import ProcessRuntime
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots, discover_slots
 from common.expconf import ResourcesConfig
 from deploy import local_cluster
@@ -37,13 +37,13 @@ GPUS = [Slot(id=i, type=TYPE_CUDA, brand="NVIDIA A100", uuid=f"GPU-{i}aaa-{i}bbb
 
 
 def launch(tmp_path: Path, config: dict[str, Any] | None = None,
-           slot_ids: list[int] | None = None) -> TrialLaunch:
+           slot_ids: list[int] | None = None) -> Launch:
     cfg = {"entrypoint": "python3 train.py", "resources": {"resource_pool": "default"},
            "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "ckpt")},
            **(config or {})}
     inp = RunTrialInput(experiment_id=3, trial_id=9, run_id=2, hparams={}, config=cfg,
                         trial_seed=1, latest_checkpoint=None, steps_completed=0)
-    return TrialLaunch(input=inp, run_dir=tmp_path / "run", entrypoint="python3 train.py",
+    return Launch(input=inp, run_dir=tmp_path / "run", entrypoint="python3 train.py",
                        env={"EPOCHAL_TRIAL_INFO": str(tmp_path / "run" / "trial_info.json"),
                             "EPOCHAL_MASTER": "http://127.0.0.1:8080", "MINE": "x"},
                        slot_ids=slot_ids if slot_ids is not None else [0])

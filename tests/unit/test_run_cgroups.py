@@ -15,7 +15,7 @@ import pytest
 
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups, cgroup2_mount
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from workflows.types import RunTrialInput
 
 
@@ -38,10 +38,10 @@ def alive(pid: int) -> bool:
         return False
 
 
-def launch(run_dir: Path, entrypoint: str, run_id: int = 1) -> TrialLaunch:
+def launch(run_dir: Path, entrypoint: str, run_id: int = 1) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=run_id, hparams={}, config={},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env={})
+    return Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env={})
 
 
 def test_the_cgroup_v2_mount_is_found() -> None:

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from agent_worker.activities import check_storage_writable, writable_by
 from agent_worker.private_files import make_private
 from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespaces, closed_ancestor
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from agent_worker.sandbox import TaskUser, TaskUserError, task_user_for_agent
 from agent_worker.sandbox_init import outermost
 from workflows.types import RunTrialInput
@@ -87,10 +87,10 @@ def test_storage_must_be_writable_by_the_task_user(tmp_path: Path) -> None:
 
 
 def _launch(run_dir: Path, entrypoint: str, config: dict[str, Any] | None = None,
-            **env: str) -> TrialLaunch:
+            **env: str) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config=config or {},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
+    return Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from agent_worker.main import parse_args
 from agent_worker.process_runtime import ProcessRuntime
-from agent_worker.runtime import TrialLaunch
+from agent_worker.runtime import Launch
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment
 from workflows.types import RunTrialInput
 
@@ -28,10 +28,10 @@ def fake_env(tmp_path: Path, *, conda: bool = False) -> Path:
     return prefix
 
 
-def launch(run_dir: Path, entrypoint: str = "true", **env: str) -> TrialLaunch:
+def launch(run_dir: Path, entrypoint: str = "true", **env: str) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config={},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    return TrialLaunch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
+    return Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
 
 
 def test_open_names_the_option_the_path_and_what_is_wrong(tmp_path: Path) -> None:

@@ -1,0 +1,146 @@
+"""Interactive tasks (commands, notebooks, shells, TensorBoards): their rows, as the API creates,
+lists and kills them, the proxy finds them, and agents launch them and say they are ready."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import asyncpg
+
+from api.queries import Conn
+
+# The columns every answer about a task reads (never the context's bytes nor the secrets).
+_TASK_COLUMNS = (
+    "t.id, t.task_type, t.owner_id, u.username, t.workspace_id, t.description, t.config,"
+    " t.state, t.exit_status, t.resource_pool, t.slots, t.priority, t.agent_id,"
+    " t.proxy_address, t.ready, t.agent_user, t.experiment_ids, t.trial_ids, t.created_at,"
+    " t.started_at, t.ended_at, t.last_activity, t.context IS NOT NULL AS has_context"
+)
+
+
+async def insert_task(conn: Conn, *, task_id: str, task_type: str, owner_id: int,
+                      workspace_id: int, description: str, config: dict[str, Any],
+                      context: bytes | None, resource_pool: str, slots: int,
+                      priority: int | None, secret: str, public_key: str | None,
+                      private_key: str | None, experiment_ids: list[int],
+                      trial_ids: list[int]) -> None:
+    await conn.execute(
+        "INSERT INTO tasks (id, task_type, owner_id, workspace_id, description, config,"
+        " context, resource_pool, slots, priority, secret, public_key, private_key,"
+        " experiment_ids, trial_ids)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        task_id, task_type, owner_id, workspace_id, description, config, context,
+        resource_pool, slots, priority, secret, public_key, private_key, experiment_ids,
+        trial_ids)
+
+
+async def fetch_task(conn: Conn, task_id: str) -> asyncpg.Record | None:
+    """One task with its owner's name (no context bytes, no secrets)."""
+    return await conn.fetchrow(
+        f"SELECT {_TASK_COLUMNS} FROM tasks t JOIN users u ON u.id = t.owner_id"
+        " WHERE t.id = $1", task_id)
+
+
+async def fetch_tasks(conn: Conn, *, task_type: str | None, usernames: list[str] | None,
+                      workspace_id: int | None, limit: int) -> list[asyncpg.Record]:
+    """Tasks, oldest first, of a type (None: every type), of these users (None: everyone's),
+    in a workspace (None: any); at most `limit`."""
+    return list(await conn.fetch(
+        f"SELECT {_TASK_COLUMNS} FROM tasks t JOIN users u ON u.id = t.owner_id"
+        " WHERE ($1::text IS NULL OR t.task_type = $1)"
+        " AND ($2::text[] IS NULL OR u.username = ANY($2))"
+        " AND ($3::int IS NULL OR t.workspace_id = $3)"
+        " ORDER BY t.created_at, t.id LIMIT $4",
+        task_type, usernames, workspace_id, limit))
+
+
+async def fetch_active_tasks(conn: Conn) -> list[asyncpg.Record]:
+    """Tasks not terminated yet (the job queue and the cluster page list them)."""
+    return list(await conn.fetch(
+        f"SELECT {_TASK_COLUMNS} FROM tasks t JOIN users u ON u.id = t.owner_id"
+        " WHERE t.state <> 'TERMINATED' ORDER BY t.created_at, t.id"))
+
+
+async def fetch_task_owner(conn: Conn, task_id: str) -> asyncpg.Record | None:
+    """The owner's id and name, and the state (who may read, kill or reach a task)."""
+    return await conn.fetchrow(
+        "SELECT t.owner_id, u.username, t.state, t.task_type FROM tasks t"
+        " JOIN users u ON u.id = t.owner_id WHERE t.id = $1", task_id)
+
+
+async def fetch_proxy_target(conn: Conn, task_id: str) -> asyncpg.Record | None:
+    """What the master's proxy needs: owner, type, state, where the service listens and the
+    credential it sends there."""
+    return await conn.fetchrow(
+        "SELECT t.owner_id, u.username, t.task_type, t.state, t.proxy_address, t.ready,"
+        " t.secret FROM tasks t JOIN users u ON u.id = t.owner_id WHERE t.id = $1", task_id)
+
+
+async def touch_task(conn: Conn, task_id: str) -> None:
+    """A request went through the proxy; written at most every few seconds per task."""
+    await conn.execute(
+        "UPDATE tasks SET last_activity = now() WHERE id = $1"
+        " AND last_activity < now() - interval '5 seconds'", task_id)
+
+
+async def fetch_task_launch(conn: Conn, task_id: str) -> asyncpg.Record | None:
+    """What an agent needs to start the task (secrets included: agents only)."""
+    return await conn.fetchrow(
+        "SELECT t.id, t.task_type, t.owner_id, u.username, t.config, t.secret, t.public_key,"
+        " t.experiment_ids, t.trial_ids, t.state, t.context IS NOT NULL AS has_context"
+        " FROM tasks t JOIN users u ON u.id = t.owner_id WHERE t.id = $1", task_id)
+
+
+async def set_task_session(conn: Conn, task_id: str, session_hash: bytes) -> bytes | None:
+    """Record the session minted for the task's code; answers the one it replaces (revoke it)."""
+    old: bytes | None = await conn.fetchval(
+        "UPDATE tasks t SET session_hash = $2 FROM (SELECT session_hash FROM tasks WHERE id = $1"
+        " FOR UPDATE) old WHERE t.id = $1 RETURNING old.session_hash", task_id, session_hash)
+    return old
+
+
+async def fetch_task_context(conn: Conn, task_id: str) -> bytes | None:
+    context: bytes | None = await conn.fetchval(
+        "SELECT context FROM tasks WHERE id = $1", task_id)
+    return context
+
+
+async def set_task_ready(conn: Conn, task_id: str, proxy_address: str | None,
+                         agent_user: str | None = None) -> bool:
+    """The agent says the task's service answers at `proxy_address` (None: a command, which
+    serves nothing) and runs as `agent_user`; its idle time counts from now. False when the task
+    is over (a late report)."""
+    row = await conn.fetchval(
+        "UPDATE tasks SET ready = true, proxy_address = $2, agent_user = $3, state = 'RUNNING',"
+        " last_activity = now()"
+        " WHERE id = $1 AND state IN ('QUEUED', 'STARTING', 'RUNNING') RETURNING id",
+        task_id, proxy_address, agent_user)
+    return row is not None
+
+
+async def delete_task(conn: Conn, task_id: str) -> None:
+    """A task whose workflow could not be started is not kept."""
+    await conn.execute("DELETE FROM tasks WHERE id = $1", task_id)
+
+
+async def fetch_shell_keys(conn: Conn, task_id: str) -> asyncpg.Record | None:
+    """A shell's key pair (what `det shell open` connects with: its owner's and admins' only)."""
+    return await conn.fetchrow(
+        "SELECT public_key, private_key FROM tasks WHERE id = $1", task_id)
+
+
+async def set_task_priority(conn: Conn, task_id: str, priority: int) -> bool:
+    """A new priority for a task not over yet, in its row and its config; False otherwise."""
+    row = await conn.fetchval(
+        "UPDATE tasks SET priority = $2, config = jsonb_set(config, '{resources,priority}',"
+        " to_jsonb($2::int)) WHERE id = $1 AND state <> 'TERMINATED' RETURNING id",
+        task_id, priority)
+    return row is not None
+
+
+async def fetch_missing_ids(conn: Conn, table: Literal["experiments", "trials"],
+                            ids: list[int]) -> list[int]:
+    """Which of the ids no row of `table` has (a TensorBoard's experiments or trials)."""
+    return [r["id"] for r in await conn.fetch(
+        "SELECT id FROM unnest($1::int[]) AS given(id)"
+        f" WHERE NOT EXISTS (SELECT 1 FROM {table} t WHERE t.id = given.id) ORDER BY id", ids)]

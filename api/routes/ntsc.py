@@ -1,0 +1,619 @@
+"""Interactive tasks as Determined's API has them: commands, notebooks, shells and TensorBoards
+(`/api/v1/{commands,notebooks,shells,tensorboards}`), the task behind each (`/api/v1/tasks/{id}`
+and its logs), and the agents' side of one: its launch, its files, and that it is ready.
+
+A launch stores the task's row (the config validated and normalized, its files as a .tar.gz, a
+secret for its service, a shell's key pair) and then starts its TaskWorkflow (workflows/task.py),
+which asks the task's pool for slots, runs it on an agent and records its states; if Temporal
+refuses, the row is deleted. A kill is the workflow's `kill` signal; a task whose workflow is gone
+is marked TERMINATED here. Every user may list and read tasks; only the owner or an admin may kill
+one or change its priority.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import secrets
+import textwrap
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Any, Literal
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import StreamingResponse
+from pydantic import AliasChoices, BaseModel, Field, field_validator
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.task_store import TaskStore
+from api import auth, views
+from api.deps import AppSettings, Pool, Temporal
+from api.errors import ApiError, not_found, require_choice
+from api.model_definition import build_tarball
+from api.queries import logs as log_queries
+from api.queries import tasks as task_queries
+from api.queries import users as user_queries
+from api.queries import workspaces as workspace_queries
+from api.routes import trials as trial_routes
+from api.routes.agents import never_fits
+from api.routes.experiments import ModelFile
+from api.routes.templates import merge_under, template_config
+from api.schemas import Empty, answers
+from api.schemas.ntsc import KIND_ANSWERS, TaskAnswer, TaskLaunch
+from api.settings import Settings
+from common.expconf import (
+    ConfigError,
+    TaskConfig,
+    TaskResourcesConfig,
+    task_config_warnings,
+    validate_task_config,
+)
+from common.temporal_names import (
+    MASTER_TASK_QUEUE,
+    TASK_WORKFLOW,
+    TaskMessages,
+    task_allocation_id,
+    task_workflow_id,
+)
+from workflows.types import RecordTaskStateInput, TaskInput
+
+router = APIRouter(prefix="/api/v1", tags=["tasks"])
+
+# The session a task's code runs with (DET_USER_TOKEN); revoked when the task ends.
+TASK_SESSION_TTL = timedelta(days=7)
+MAX_LISTED = 10_000
+MAX_SOURCES = 100  # a TensorBoard's experiments, and its trials
+LOG_BATCH = 1000
+LOG_POLL_SECONDS = 0.3
+TRIAL_TASK = re.compile(r"^(\d+)\.(\d+)$")  # a trial's task id, EXP.TRIAL
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A kind of task as the API names it: its type, its routes' path and its answers' key."""
+
+    task_type: str
+    path: str
+    key: str
+    title: str  # what its default description says it is
+
+
+KINDS = (
+    Kind("COMMAND", "commands", "command", "Command"),
+    Kind("NOTEBOOK", "notebooks", "notebook", "JupyterLab"),
+    Kind("SHELL", "shells", "shell", "Shell"),
+    Kind("TENSORBOARD", "tensorboards", "tensorboard", "TensorBoard"),
+)
+SERVED_TYPES = frozenset({"NOTEBOOK", "TENSORBOARD"})  # reached at /proxy/<id>/ over HTTP
+
+
+def task_item_json(row: Mapping[str, Any], keys: Mapping[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """Determined's v1Command, v1Notebook, v1Shell or v1Tensorboard of a task's row; a shell's
+    key pair only when `keys` is given (its owner's and admins' answers)."""
+    task_id, task_type = row["id"], row["task_type"]
+    item: dict[str, Any] = {
+        "id": task_id, "description": row["description"], "state": f"STATE_{row['state']}",
+        "startTime": views.rfc3339(row["created_at"]), "username": row["username"],
+        "userId": row["owner_id"], "workspaceId": row["workspace_id"],
+        "resourcePool": row["resource_pool"], "jobId": task_id,
+        "exitStatus": row["exit_status"],
+    }
+    if task_type in SERVED_TYPES:
+        item["serviceAddress"] = f"/proxy/{task_id}/"
+    if task_type == "TENSORBOARD":
+        item["experimentIds"] = list(row["experiment_ids"])
+        item["trialIds"] = list(row["trial_ids"])
+    if task_type == "SHELL":
+        # `det shell open` logs in as this user ("root" when none is named): its sshd's.
+        item["agentUserGroup"] = {"user": row["agent_user"]}
+        item["addresses"] = []
+        if keys is not None:
+            item["publicKey"], item["privateKey"] = keys["public_key"], keys["private_key"]
+    return item
+
+
+def task_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Determined's v1Task: the task and its one allocation."""
+    state, ended = f"STATE_{row['state']}", views.rfc3339(row["ended_at"])
+    return {
+        "taskId": row["id"], "taskType": f"TASK_TYPE_{row['task_type']}",
+        "startTime": views.rfc3339(row["created_at"]), "endTime": ended,
+        "allocations": [{
+            "allocationId": task_allocation_id(row["id"]), "taskId": row["id"],
+            "slots": row["slots"], "state": state, "isReady": row["ready"],
+            "startTime": views.rfc3339(row["started_at"]), "endTime": ended,
+            "exitReason": row["exit_status"],
+        }],
+    }
+
+
+# -- launching -------------------------------------------------------------------------------
+
+class LaunchRequest(BaseModel):
+    """Determined's v1Launch{Command,Notebook,Shell,Tensorboard}Request."""
+
+    config: dict[str, Any] | None = None
+    # The files of --context and --include, as Determined's list of v1File.
+    files: list[ModelFile] = Field(default_factory=list, max_length=100_000)
+    # `det cmd run` and `det shell start` send it as template_name.
+    templateName: str | None = Field(
+        None, max_length=256, validation_alias=AliasChoices("templateName", "template_name"))
+    workspaceId: int | None = None
+    preview: bool = False  # a notebook's: answer the config, start nothing
+    experimentIds: list[int] = Field(default_factory=list, max_length=MAX_SOURCES)
+    trialIds: list[int] = Field(default_factory=list, max_length=MAX_SOURCES)
+    filters: dict[str, Any] | None = None
+
+    @field_validator("files", "experimentIds", "trialIds", mode="before")
+    @classmethod
+    def _null_is_none(cls, value: Any) -> Any:
+        """Determined's client sends null for a list it has nothing for."""
+        return [] if value is None else value
+
+
+def _misplaced_fields(kind: Kind, body: LaunchRequest) -> list[str]:
+    given = {
+        "preview": body.preview and kind.task_type != "NOTEBOOK",
+        "experimentIds": bool(body.experimentIds) and kind.task_type != "TENSORBOARD",
+        "trialIds": bool(body.trialIds) and kind.task_type != "TENSORBOARD",
+        "filters": body.filters is not None,
+    }
+    return ["filters: not supported by Epochal; list the experiments in experimentIds"
+            if name == "filters" else f"{name}: a {kind.key} does not take it"
+            for name, wrong in given.items() if wrong]
+
+
+def _template_part(template: dict[str, Any], kind: Kind) -> dict[str, Any]:
+    """What of a config template applies to a task: Determined's task config takes the fields
+    it has (an experiment's template holds a searcher and the like)."""
+    part = {k: v for k, v in template.items() if k in TaskConfig.model_fields}
+    if kind.task_type != "COMMAND":
+        part.pop("entrypoint", None)
+    resources = part.get("resources")
+    if isinstance(resources, dict):
+        part["resources"] = {k: v for k, v in resources.items()
+                             if k in TaskResourcesConfig.model_fields and k != "slots_per_trial"}
+    return part
+
+
+def _within(path: str, roots: tuple[str, ...]) -> bool:
+    path = os.path.normpath(path)
+    return any(os.path.commonpath([path, os.path.normpath(root)]) == os.path.normpath(root)
+               for root in roots)
+
+
+def normalized_task_config(data: Any, kind: Kind, roots: tuple[str, ...]) -> dict[str, Any]:
+    """The task's config validated and normalized; bind mounts only from the directories the
+    cluster lets tasks mount (a task runs as the agent's user: a mount of its home or the
+    cluster's state would hand the task their secrets)."""
+    try:
+        config = validate_task_config(data, kind.task_type)
+    except ConfigError as err:
+        raise ApiError(400, f"invalid {kind.key} config", list(err.errors)) from err
+    outside = [f"bind_mounts[{i}].host_path: {mount.host_path} is outside the directories this"
+               f" cluster lets tasks mount ({', '.join(roots)}); an admin can allow more with"
+               " EPOCHAL_STORAGE_ROOTS"
+               for i, mount in enumerate(config.bind_mounts) if not _within(mount.host_path, roots)]
+    if outside:
+        raise ApiError(400, f"invalid {kind.key} config", outside)
+    return config.model_dump(mode="json")
+
+
+async def _workspace_id(pool: Pool, workspace_id: int | None) -> int:
+    """The workspace a task goes to: the request's, else the default project's."""
+    if workspace_id is None:
+        project = await workspace_queries.fetch_project(pool, views.DEFAULT_PROJECT_ID)
+        assert project is not None  # migration 0007 made it, and nothing deletes it
+        return int(project["workspace_id"])
+    row = await workspace_queries.fetch_workspace(pool, workspace_id)
+    if row is None:
+        raise ApiError(400, f"workspace {workspace_id} not found",
+                       [f"workspaceId: no workspace has id {workspace_id}"])
+    if row["archived"]:
+        raise ApiError(400, f"workspace {row['name']!r} is archived",
+                       [f"workspaceId: workspace {workspace_id} is archived; unarchive it first"])
+    return workspace_id
+
+
+async def _check_sources(pool: Pool, body: LaunchRequest) -> None:
+    """A TensorBoard's experiments and trials: some, and every one there."""
+    if not body.experimentIds and not body.trialIds:
+        raise ApiError(400, "a TensorBoard needs experiments or trials to show",
+                       ["experimentIds: give experiment ids, or trial ids in trialIds"])
+    problems = []
+    sources: tuple[tuple[str, Literal["experiments", "trials"], list[int]], ...] = (
+        ("experimentIds", "experiments", body.experimentIds),
+        ("trialIds", "trials", body.trialIds))
+    for field, table, ids in sources:
+        missing = await task_queries.fetch_missing_ids(pool, table, ids)
+        problems += [f"{field}: no {table[:-1]} has id {i}" for i in missing]
+    if problems:
+        raise ApiError(400, "a TensorBoard's experiments and trials must exist", problems)
+
+
+def _default_description(kind: Kind, task_id: str, config: dict[str, Any],
+                         body: LaunchRequest) -> str:
+    if kind.task_type == "COMMAND":
+        return f"Command {textwrap.shorten(config['entrypoint'], 60, placeholder='...')}"
+    if kind.task_type == "TENSORBOARD":
+        sources = [f"experiment {i}" for i in body.experimentIds]
+        sources += [f"trial {i}" for i in body.trialIds]
+        return f"TensorBoard ({textwrap.shorten(', '.join(sources), 60, placeholder='...')})"
+    return f"{kind.title} ({task_id[:8]})"
+
+
+def _shell_keys() -> tuple[str, str]:
+    """A shell's key pair: the public key its sshd admits, and the private key in OpenSSH's
+    PEM, as Determined's `privateKey` (which `det shell open` hands to ssh)."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                           serialization.PublicFormat.OpenSSH)
+    return public.decode(), private.decode()
+
+
+async def _context(files: list[ModelFile], settings: Settings) -> bytes | None:
+    """The task's files as one .tar.gz (None without files), within the model definition's
+    bound."""
+    if not files:
+        return None
+    limit = settings.max_model_definition_bytes
+    try:
+        tgz, _ = await asyncio.to_thread(build_tarball, [f.model_dump() for f in files], limit)
+    except ApiError as err:
+        if err.status == 413:
+            raise ApiError(413, f"the task's files are over the limit of {limit / 2**20:.0f} MiB;"
+                           " leave large files out (.detignore)",
+                           [f"files: at most {limit:,} bytes"]) from None
+        raise ApiError(err.status, err.message.replace("modelDefinition", "files"),
+                       [d.replace("modelDefinition", "files") for d in err.details]) from None
+    return tgz
+
+
+async def _launch(kind: Kind, body: LaunchRequest, request: Request, pool: Pool,
+                  temporal: Temporal, settings: Settings) -> dict[str, Any]:
+    principal = auth.require_user(auth.current(request), f"launch {kind.path}")
+    misplaced = _misplaced_fields(kind, body)
+    if misplaced:
+        raise ApiError(400, f"invalid {kind.key} request", misplaced)
+    data = body.config or {}
+    if body.templateName:
+        template = await template_config(pool, body.templateName)
+        data = merge_under(data, _template_part(template, kind))
+    config = await asyncio.to_thread(normalized_task_config, data, kind,
+                                     settings.allowed_storage_roots())
+    workspace_id = await _workspace_id(pool, body.workspaceId)
+    if kind.task_type == "TENSORBOARD":
+        await _check_sources(pool, body)
+    resources = config["resources"]
+    too_big = await never_fits(temporal, {"resource_pool": resources["resource_pool"],
+                                          "slots_per_trial": resources["slots"]})
+    if too_big is not None:
+        raise ApiError(400, f"invalid {kind.key} config", [f"resources.slots: {too_big}"])
+    task_id = str(uuid.uuid4())
+    config["description"] = config["description"] or _default_description(
+        kind, task_id, config, body)
+    warnings = task_config_warnings(TaskConfig.model_validate(config))
+    if body.preview:
+        unsaved = {"id": task_id, "task_type": kind.task_type, "description":
+                   config["description"], "state": "QUEUED", "created_at": datetime.now(UTC),
+                   "username": principal.username, "owner_id": principal.user_id,
+                   "workspace_id": workspace_id, "resource_pool": resources["resource_pool"],
+                   "exit_status": None}
+        return {kind.key: task_item_json(unsaved), "config": config, "warnings": [],
+                "configWarnings": warnings}
+    context = await _context(body.files, settings)
+    public_key, private_key = _shell_keys() if kind.task_type == "SHELL" else (None, None)
+    assert principal.user_id is not None
+    await task_queries.insert_task(
+        pool, task_id=task_id, task_type=kind.task_type, owner_id=principal.user_id,
+        workspace_id=workspace_id, description=config["description"], config=config,
+        context=context, resource_pool=resources["resource_pool"], slots=resources["slots"],
+        priority=resources["priority"], secret=secrets.token_urlsafe(32), public_key=public_key,
+        private_key=private_key, experiment_ids=body.experimentIds, trial_ids=body.trialIds)
+    try:
+        await temporal.start_workflow(
+            TASK_WORKFLOW,
+            TaskInput(task_id=task_id, task_type=kind.task_type,
+                      resource_pool=resources["resource_pool"], slots=resources["slots"],
+                      priority=resources["priority"], idle_timeout_seconds=config["idle_timeout"]),
+            id=task_workflow_id(task_id), task_queue=MASTER_TASK_QUEUE)
+    except BaseException as err:
+        await task_queries.delete_task(pool, task_id)
+        if isinstance(err, RPCError):
+            raise ApiError(503, f"cannot start the {kind.key}: {err.message}") from err
+        raise
+    row = await task_queries.fetch_task(pool, task_id)
+    assert row is not None
+    keys = {"public_key": public_key, "private_key": private_key}
+    return {kind.key: task_item_json(row, keys), "config": config, "warnings": [],
+            "configWarnings": warnings}
+
+
+# -- each kind's routes ----------------------------------------------------------------------
+
+async def _task_of_kind(pool: Pool, kind: Kind, task_id: uuid.UUID) -> Any:
+    row = await task_queries.fetch_task(pool, str(task_id))
+    if row is None or row["task_type"] != kind.task_type:
+        raise not_found(kind.key, task_id)
+    return row
+
+
+def _owns(principal: auth.Principal, row: Mapping[str, Any]) -> bool:
+    return principal.kind == "user" and (principal.admin or principal.user_id == row["owner_id"])
+
+
+async def _item(pool: Pool, principal: auth.Principal, row: Mapping[str, Any]) -> dict[str, Any]:
+    """The task's item as `principal` may see it (a shell's keys only for its owner and
+    admins)."""
+    keys = None
+    if row["task_type"] == "SHELL" and _owns(principal, row):
+        keys = await task_queries.fetch_shell_keys(pool, row["id"])
+    return task_item_json(row, keys)
+
+
+async def _changed_row(request: Request, pool: Pool, kind: Kind, task_id: uuid.UUID,
+                       action: str) -> Any:
+    """The task, when the caller may `action` it: its owner or an admin."""
+    principal = auth.require_user(auth.current(request), f"{action} {kind.path}")
+    row = await _task_of_kind(pool, kind, task_id)
+    if not _owns(principal, row):
+        raise ApiError(403, f"user {principal.username} may not {action} {kind.key} {task_id},"
+                       f" which belongs to {row['username']}")
+    return row
+
+
+async def kill_task(pool: Pool, temporal: Temporal, task_id: str) -> None:
+    """Tell the task's workflow to stop it; a task whose workflow is gone is over already, so
+    its row says so."""
+    handle = temporal.get_workflow_handle(task_workflow_id(task_id))
+    try:
+        await handle.signal(TaskMessages.KILL)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise ApiError(503, f"cannot reach task {task_id}'s workflow: {err.message}") from err
+        await TaskStore(pool).record_task_state(RecordTaskStateInput(
+            task_id=task_id, state="TERMINATED", exit_status="killed"))
+
+
+class PriorityRequest(BaseModel):
+    """Determined's v1Set{Command,Notebook,Shell,Tensorboard}PriorityRequest."""
+
+    priority: int = Field(ge=1, le=99)
+
+
+def _kind_routes(kind: Kind) -> None:
+    kind_answers = KIND_ANSWERS[kind.task_type]
+    item_path = f"/{kind.path}/{{task_id}}"
+
+    async def launch(body: LaunchRequest, request: Request, pool: Pool, temporal: Temporal,
+                     settings: AppSettings) -> dict[str, Any]:
+        return await _launch(kind, body, request, pool, temporal, settings)
+
+    async def list_of_kind(
+        pool: Pool,
+        users: views.ListQuery = None,
+        userIds: Annotated[list[int] | None, Query(max_length=MAX_SOURCES)] = None,  # noqa: N803
+        workspaceId: int | None = None,  # noqa: N803
+        limit: int = Query(0, ge=0),
+        offset: int = Query(0, ge=0),
+        sortBy: str = "SORT_BY_START_TIME",  # noqa: N803
+        orderBy: views.OrderBy = "ORDER_BY_ASC",  # noqa: N803
+    ) -> dict[str, Any]:
+        sort_keys = {"SORT_BY_UNSPECIFIED": "startTime", "SORT_BY_ID": "id",
+                     "SORT_BY_DESCRIPTION": "description", "SORT_BY_START_TIME": "startTime",
+                     "SORT_BY_WORKSPACE_ID": "workspaceId"}
+        require_choice("sortBy", sortBy, sort_keys)
+        names = list(users or [])
+        for user_id in userIds or []:
+            user = await user_queries.fetch_user(pool, user_id)
+            names += [user["username"]] if user is not None else []
+        rows = await task_queries.fetch_tasks(
+            pool, task_type=kind.task_type, usernames=names if users or userIds else None,
+            workspace_id=workspaceId, limit=MAX_LISTED)
+        items = [task_item_json(r) for r in rows]
+        items.sort(key=lambda i: i[sort_keys[sortBy]], reverse=orderBy == "ORDER_BY_DESC")
+        page = items[offset:offset + limit] if limit else items[offset:]
+        return {kind.path: page,
+                "pagination": views.pagination(offset, limit or len(items), len(page),
+                                               len(items))}
+
+    async def get_one(task_id: uuid.UUID, request: Request, pool: Pool) -> dict[str, Any]:
+        row = await _task_of_kind(pool, kind, task_id)
+        return {kind.key: await _item(pool, auth.current(request), row), "config": row["config"]}
+
+    async def kill(task_id: uuid.UUID, request: Request, pool: Pool,
+                   temporal: Temporal) -> dict[str, Any]:
+        """Stop the task (nothing to do once it is over)."""
+        row = await _changed_row(request, pool, kind, task_id, "kill")
+        if row["state"] != "TERMINATED":
+            await kill_task(pool, temporal, row["id"])
+            row = await _task_of_kind(pool, kind, task_id)
+        return {kind.key: await _item(pool, auth.current(request), row)}
+
+    async def set_priority(task_id: uuid.UUID, body: PriorityRequest, request: Request,
+                           pool: Pool) -> dict[str, Any]:
+        """The task's priority, for its next request for slots (a waiting request keeps its
+        place)."""
+        row = await _changed_row(request, pool, kind, task_id, "change")
+        if not await task_queries.set_task_priority(pool, row["id"], body.priority):
+            raise ApiError(409, f"{kind.key} {task_id} is over: its priority no longer matters")
+        row = await _task_of_kind(pool, kind, task_id)
+        return {kind.key: await _item(pool, auth.current(request), row)}
+
+    for function, name in ((launch, "launch"), (list_of_kind, "list"), (get_one, "get"),
+                           (kill, "kill"), (set_priority, "set_priority")):
+        function.__name__ = f"{name}_{kind.key}"
+    router.post(f"/{kind.path}", **answers(kind_answers.launched))(launch)
+    router.get(f"/{kind.path}", **answers(kind_answers.listed))(list_of_kind)
+    router.get(item_path, **answers(kind_answers.one))(get_one)
+    router.post(f"{item_path}/kill", **answers(kind_answers.changed))(kill)
+    router.post(f"{item_path}/set_priority", **answers(kind_answers.changed))(set_priority)
+
+
+for _kind in KINDS:
+    _kind_routes(_kind)
+
+
+# -- the task behind each, and its logs -------------------------------------------------------
+
+async def _task_row(pool: Pool, task_id: str) -> Any:
+    row = await task_queries.fetch_task(pool, task_id)
+    if row is None:
+        raise not_found("task", task_id)
+    return row
+
+
+@router.get("/tasks/{task_id}", **answers(TaskAnswer))
+async def get_task(task_id: str, pool: Pool) -> dict[str, Any]:
+    """Determined's GetTask of an interactive task."""
+    return {"task": task_json(await _task_row(pool, task_id))}
+
+
+async def _task_lines(pool: Pool, task_id: str, keeps: Callable[[dict[str, Any]], bool], *,
+                      follow: bool, newest_first: bool, limit: int) -> AsyncIterator[bytes]:
+    """The task's lines that `keeps` keeps, at most `limit` (0: all), as NDJSON TaskLogs in id
+    order (newest first: backwards, never followed); followed, until the task is TERMINATED
+    (or deleted) and every line is sent."""
+    last_id, sent = 0, 0
+    while True:
+        owner = await task_queries.fetch_task_owner(pool, task_id) if follow else None
+        over = not follow or owner is None or owner["state"] == "TERMINATED"
+        while True:
+            rows = await log_queries.fetch_task_lines(pool, task_id, last_id, LOG_BATCH,
+                                                      newest_first=newest_first)
+            for log in ({**views.log_json(r), "allocationId": r["allocation_id"]} for r in rows):
+                if keeps(log):
+                    yield (json.dumps({"result": log}) + "\n").encode()
+                    sent += 1
+                    if sent == limit:
+                        return
+            last_id = rows[-1]["id"] if rows else last_id
+            if len(rows) < LOG_BATCH:
+                break
+        if over:
+            return
+        await asyncio.sleep(LOG_POLL_SECONDS)
+
+
+@router.get("/tasks/{task_id}/logs")
+async def task_logs(
+    task_id: str,
+    pool: Pool,
+    follow: bool = False,
+    limit: int = Query(0, ge=0),
+    orderBy: views.OrderBy = "ORDER_BY_ASC",  # noqa: N803
+    levels: views.ListQuery = None,
+    stdtypes: views.ListQuery = None,
+    agentIds: views.ListQuery = None,  # noqa: N803
+    allocationIds: views.ListQuery = None,  # noqa: N803
+    containerIds: views.ListQuery = None,  # noqa: N803
+    rankIds: Annotated[list[int] | None, Query()] = None,  # noqa: N803
+    sources: views.ListQuery = None,
+    searchText: str | None = Query(None, max_length=1000),  # noqa: N803
+    enableRegex: bool = False,  # noqa: N803
+    timestampAfter: datetime | None = None,  # noqa: N803
+    timestampBefore: datetime | None = None,  # noqa: N803
+) -> StreamingResponse:
+    """Determined's TaskLogs (`det task logs`, `det cmd run`): NDJSON `{"result": TaskLog}`
+    lines. `limit` with orderBy DESC is `--tail N` (newest first). A trial's task id
+    (`EXP.TRIAL`) answers the trial's logs."""
+    if enableRegex:
+        raise ApiError(400, "regular expressions are not supported",
+                       ["enableRegex: searchText matches literally in Epochal"])
+    after = timestampAfter.astimezone(UTC).isoformat() if timestampAfter else None
+    before = timestampBefore.astimezone(UTC).isoformat() if timestampBefore else None
+    trial = TRIAL_TASK.match(task_id)
+    if trial is not None:
+        return await trial_routes.trial_logs(
+            int(trial.group(2)), pool, follow=follow, limit=limit, orderBy=orderBy,
+            levels=levels, stdtypes=stdtypes, agentIds=agentIds, searchText=searchText,
+            timestampAfter=after, timestampBefore=before)
+    await _task_row(pool, task_id)
+    keep = trial_routes.LogFilter(
+        levels={views.log_level(v) for v in levels} if levels else None,
+        stdtypes=set(stdtypes) if stdtypes else None,
+        agent_ids=set(agentIds) if agentIds else None,
+        search_text=searchText or None, after=after, before=before)
+    only = {"allocationId": allocationIds, "containerId": containerIds, "rankId": rankIds,
+            "source": sources}
+
+    def keeps(log: dict[str, Any]) -> bool:
+        return keep.keeps(log) and not any(
+            wanted and log.get(field) not in wanted for field, wanted in only.items())
+
+    lines = _task_lines(pool, task_id, keeps, follow=follow,
+                        newest_first=orderBy == "ORDER_BY_DESC", limit=limit)
+    return StreamingResponse(lines, media_type="application/x-ndjson")
+
+
+# -- the agents' side -------------------------------------------------------------------------
+
+def _require_agent(request: Request, action: str) -> None:
+    principal = auth.current(request)
+    if principal.kind != "agent":
+        raise ApiError(403, f"only agents (the cluster token) {action}"
+                       f" ({principal.describe()} is not one)")
+
+
+@router.get("/tasks/{task_id}/launch", **answers(TaskLaunch))
+async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, Any]:
+    """What the agent granted the task's slots starts. Each fetch mints a new session of the
+    task's owner for the task's code (DET_USER_TOKEN) and revokes the one it replaces."""
+    _require_agent(request, "launch tasks")
+    row = await task_queries.fetch_task_launch(pool, task_id)
+    if row is None:
+        raise not_found("task", task_id)
+    if row["state"] == "TERMINATED":
+        raise ApiError(409, f"task {task_id} is over: it is not launched again")
+    token = await auth.open_session(pool, row["owner_id"], TASK_SESSION_TTL)
+    digest = auth._digest(token)
+    replaced = await task_queries.set_task_session(pool, task_id, digest)
+    if replaced is not None:
+        await user_queries.delete_session(pool, replaced)
+    now = await task_queries.fetch_task_owner(pool, task_id)
+    if now is None or now["state"] == "TERMINATED":  # it ended meanwhile: nobody revokes it
+        await user_queries.delete_session(pool, digest)
+        raise ApiError(409, f"task {task_id} is over: it is not launched again")
+    return {
+        "taskId": row["id"], "taskType": row["task_type"], "config": row["config"],
+        "secret": row["secret"], "publicKey": row["public_key"], "username": row["username"],
+        "userToken": token, "experimentIds": list(row["experiment_ids"]),
+        "trialIds": list(row["trial_ids"]), "hasContext": row["has_context"],
+    }
+
+
+@router.get("/tasks/{task_id}/context", response_class=Response)
+async def task_context(task_id: str, request: Request, pool: Pool) -> Response:
+    """The task's files (--context, --include) as a .tar.gz."""
+    _require_agent(request, "read a task's files")
+    context = await task_queries.fetch_task_context(pool, task_id)
+    if context is None:
+        raise ApiError(404, f"task {task_id} has no files (or does not exist)")
+    return Response(context, media_type="application/gzip")
+
+
+class ReadyRequest(BaseModel):
+    # Where the task's service listens (host:port on its agent); null for a command.
+    proxyAddress: str | None = Field(None, max_length=300,
+                                     pattern=r"^[A-Za-z0-9.\-\[\]:%]+:[0-9]{1,5}$")
+    user: str | None = Field(None, max_length=64)  # who the task runs as, on its agent
+
+
+@router.post("/tasks/{task_id}/ready", **answers(Empty))
+async def task_ready(task_id: str, body: ReadyRequest, request: Request,
+                     pool: Pool) -> dict[str, Any]:
+    """The agent says the task's service answers (the proxy forwards to it from now on)."""
+    _require_agent(request, "say a task is ready")
+    await _task_row(pool, task_id)
+    if not await task_queries.set_task_ready(pool, task_id, body.proxyAddress, body.user):
+        raise ApiError(409, f"task {task_id} is over: it cannot be ready")
+    return {}
