@@ -23,12 +23,15 @@ import shutil
 import struct
 import sys
 import termios
+import warnings
 from typing import Any
 
 PUBLIC_KEY_ENV = "EPOCHAL_SHELL_PUBLIC_KEY"
 
 try:
-    import asyncssh
+    with warnings.catch_warnings():  # older releases import ciphers cryptography deprecates
+        warnings.simplefilter("ignore")
+        import asyncssh
 except ImportError:  # the task environment lacks it: say so in one line
     asyncssh = None  # type: ignore[assignment]
 

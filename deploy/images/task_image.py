@@ -229,7 +229,7 @@ def _build_top(client: docker.DockerClient, base: str, tag: str, *,
         (ctx / "Dockerfile").write_text(
             f"FROM {base}\n"
             "COPY harness /usr/lib/python3/dist-packages/harness\n"
-            "RUN python3 -c 'import harness.core, httpx, numpy, sklearn'\n"
+            "RUN python3 -c 'import harness.core, httpx, numpy, sklearn, asyncssh'\n"
             "LABEL ai.epochal.image=task\n")
         say(f"adding the harness: {tag}")
         try:

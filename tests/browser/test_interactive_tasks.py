@@ -157,15 +157,19 @@ def test_an_idle_notebook_is_stopped(det: Det, cluster: Cluster, tmp_path: Path)
 
 
 def test_det_shell_start_runs_a_command_over_the_proxy(det: Det, cluster: Cluster) -> None:
-    shell = det.run("shell", "start", "--detach").stdout.strip()
-    assert UUID.fullmatch(shell), shell
+    """`det shell start -- CMD` waits for the shell, runs CMD over ssh through Determined's
+    tunnel and the master's proxy; the shell keeps running for `det shell open`."""
+    started = det.run("shell", "start", "--", "echo", "shell says $DET_TASK_TYPE")
+    found = re.search(r"det shell open (\S+)", started.stdout)
+    assert found, started.stdout + started.stderr
+    shell = found.group(1)
     try:
-        wait_ready(cluster, shell)
-        result = det.run("shell", "open", shell, "--", "echo", "shell says $DET_TASK_TYPE")
-        logs = httpx.get(f"{cluster.url}/api/v1/tasks/{shell}/logs", headers=cluster.headers,
-                         timeout=30).text
-        assert "shell says SHELL" in result.stdout, (
-            f"{result.stdout}\n{result.stderr}\ntask logs: {logs[-3000:]}")
+        assert "shell says SHELL" in started.stdout, started.stdout + started.stderr
+        # It logs in as the user the shell runs as on its agent (the agent's task user).
+        user = api_get(cluster, f"/api/v1/shells/{shell}")["shell"]["agentUserGroup"]["user"]
+        again = det.run("shell", "open", shell, "--", "id", "-un")
+        assert user in [line.strip() for line in again.stdout.splitlines()], (
+            again.stdout + again.stderr)
     finally:
         det.run("shell", "kill", shell, check=False)
     wait_ended(cluster, shell)
@@ -188,7 +192,13 @@ def test_det_tensorboard_shows_the_loss_curve(det: Det, cluster: Cluster, page: 
         runs = wait_for(lambda: httpx.get(
             f"{cluster.url}/proxy/{board}/data/plugin/scalars/tags", headers=cluster.headers,
             timeout=30).json() or None, timeout=60, what="TensorBoard's scalar tags")
-        assert any("loss" in tag for tags in runs.values() for tag in tags), runs
+        run, tags = next(iter(runs.items()))
+        assert "Determined/loss" in tags, runs
+        points = httpx.get(f"{cluster.url}/proxy/{board}/data/plugin/scalars/scalars",
+                           params={"run": run, "tag": "Determined/loss"},
+                           headers=cluster.headers, timeout=30).json()
+        assert len(points) >= 2, points  # a curve: the loss at every reported step
+        assert [p[1] for p in points] == sorted(p[1] for p in points)
         sign_in(page, cluster)
         page.goto(f"/proxy/{board}/#timeseries")
         page.get_by_text(re.compile("loss")).first.wait_for(timeout=TIMEOUT_MS * 2)

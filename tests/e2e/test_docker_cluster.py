@@ -8,6 +8,7 @@ dev server (the e2e namespace), the CLI in subprocesses.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -133,3 +134,23 @@ def test_bad_image_fails_fast_with_a_clear_message(docker_cluster: Cluster,
     logs = docker_cluster.run("trial", "logs", str(trial_of(docker_cluster, experiment_id)["id"]))
     assert "'epochal-test/no-such-image:404'" in logs.stdout
     assert "cannot be pulled" in logs.stdout
+
+
+def test_interactive_tasks_run_in_containers(docker_cluster: Cluster,
+                                             docker_client: docker.DockerClient,
+                                             tmp_path: Path) -> None:
+    """A command with its context files, and a shell (the task image's SSH server, reached
+    through the master's proxy), each in a task container that goes when the task ends."""
+    (tmp_path / "data.txt").write_text("from the context\n")
+    done = docker_cluster.run("cmd", "run", "--context", str(tmp_path),
+                              "cat data.txt && test -f /.dockerenv && echo in a container",
+                              timeout=300)
+    assert done.stdout.splitlines() == ["from the context", "in a container"], done.stderr
+    shell = docker_cluster.run("shell", "start", "--", "echo", "a $DET_TASK_TYPE in",
+                               "$(test -f /.dockerenv && echo a container)", timeout=300)
+    assert "a SHELL in a container" in shell.stdout, shell.stdout + shell.stderr
+    reopen = re.search(r"epochal shell open (\S+)", shell.stderr)
+    assert reopen, shell.stderr
+    docker_cluster.run("shell", "kill", reopen.group(1))
+    wait_for(lambda: agent_containers(docker_client, AGENT_ID) == [], timeout=60,
+             what="the tasks' containers to go")
