@@ -529,10 +529,7 @@ def test_workspaces_projects_and_templates(det: Det, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("command", "feature"), [
-    (("notebook", "list"), "notebooks are not served by Epochal (interactive tasks)"),
-    (("cmd", "run", "echo", "hi"), "commands are not served by Epochal (interactive tasks)"),
-    (("shell", "start"), "shells are not served by Epochal (interactive tasks)"),
-    (("tensorboard", "start", "1"), "TensorBoards are not served by Epochal"),
+    (("master", "config"), "the master's config is not served by Epochal"),
     (("user", "link-with-agent-user", "admin", "--agent-uid", "1000", "--agent-gid", "1000",
       "--agent-user", "me", "--agent-group", "me"),
      "linking a user with an agent user is not served"),
