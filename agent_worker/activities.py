@@ -150,15 +150,8 @@ class AgentActivities:
         shutdown the last lines are still shipped, for at most `log_close_timeout`."""
         inp = launch.input
         assert isinstance(inp, RunTrialInput)
-        shipper = LogShipper(
-            self.http, master_url,
-            task_id=task_id(inp.experiment_id, inp.trial_id),
-            allocation_id=allocation_id(inp.experiment_id, inp.trial_id, inp.run_id),
-            agent_id=self.agent_id,
-            flush_interval=self.log_flush_interval,
-            max_spool_bytes=self.log_spool_bytes,
-            spool_dir=self.work_dir / "log-spool",
-        )
+        shipper = self.log_shipper(master_url, task_id(inp.experiment_id, inp.trial_id),
+                                   allocation_id(inp.experiment_id, inp.trial_id, inp.run_id))
         shipper.start()
         sampler = asyncio.create_task(report_system_metrics(
             self.http, master_url, launch, self.slots.of(launch.slot_ids),
@@ -175,6 +168,14 @@ class AgentActivities:
                 await asyncio.gather(sampler, return_exceptions=True)
         return status
 
+    def log_shipper(self, master_url: str, task: str, allocation: str) -> LogShipper:
+        """Where a run's output goes: the master's task logs, spooled on this agent's disk while
+        the master is away."""
+        return LogShipper(self.http, master_url, task_id=task, allocation_id=allocation,
+                          agent_id=self.agent_id, flush_interval=self.log_flush_interval,
+                          max_spool_bytes=self.log_spool_bytes,
+                          spool_dir=self.work_dir / "log-spool")
+
     async def prepare(self, inp: RunTrialInput, master_url: str,
                       slot_ids: list[int]) -> Launch:
         """A fresh working directory with the model definition and trial_info.json in it, and
@@ -183,10 +184,10 @@ class AgentActivities:
         owner = self.runtime.task_owner
         await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)
-        await asyncio.to_thread(_fresh_dir, run_dir)
-        await asyncio.to_thread(_fresh_dir, determined_info_dir(run_dir))
-        await asyncio.to_thread(_fresh_dir, determined_model_dir(run_dir))
-        await asyncio.to_thread(_fresh_dir, run_tmp_dir(run_dir))
+        await asyncio.to_thread(fresh_dir, run_dir)
+        await asyncio.to_thread(fresh_dir, determined_info_dir(run_dir))
+        await asyncio.to_thread(fresh_dir, determined_model_dir(run_dir))
+        await asyncio.to_thread(fresh_dir, run_tmp_dir(run_dir))
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
         await self.model_defs.extract_to(inp.experiment_id, determined_model_dir(run_dir))
         if inp.session_token is None and self.cluster_token:
@@ -322,7 +323,8 @@ def remove_run_files(run_dir: Path) -> None:
         run_dir.parent.rmdir()
 
 
-def _fresh_dir(path: Path) -> None:
+def fresh_dir(path: Path) -> None:
+    """An empty directory at `path`, whatever was there before (a crashed run's files)."""
     if path.exists():
         shutil.rmtree(path)
     path.mkdir(parents=True)

@@ -28,9 +28,8 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_worker.activities import AgentActivities, free_ports
+from agent_worker.activities import AgentActivities, free_ports, fresh_dir
 from agent_worker.aio import uninterruptible
-from agent_worker.logs import LogShipper
 from agent_worker.private_files import make_private
 from agent_worker.runtime import ExitStatus, Launch
 from agent_worker.slots import gpu_environment
@@ -81,8 +80,7 @@ class TaskActivities:
         spec = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/launch")
         assert isinstance(spec, dict)
         run_dir = self.run_dir(inp.task_id)
-        await asyncio.to_thread(shutil.rmtree, run_dir, True)
-        await asyncio.to_thread(run_dir.mkdir, parents=True)
+        await asyncio.to_thread(fresh_dir, run_dir)
         if spec.get("hasContext"):
             archive = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/context",
                                       raw=True)
@@ -105,12 +103,7 @@ class TaskActivities:
         """Run it, say when it is ready, ship its output (delivered before the run is over)."""
         inp = launch.input
         assert isinstance(inp, RunTaskInput)
-        shipper = LogShipper(
-            self.agent.http, master_url, task_id=inp.task_id,
-            allocation_id=task_allocation_id(inp.task_id), agent_id=self.agent.agent_id,
-            flush_interval=self.agent.log_flush_interval,
-            max_spool_bytes=self.agent.log_spool_bytes,
-            spool_dir=self.agent.work_dir / "log-spool")
+        shipper = self.agent.log_shipper(master_url, inp.task_id, task_allocation_id(inp.task_id))
         shipper.start()
         run = asyncio.ensure_future(self.agent.runtime.run(launch, shipper, activity.heartbeat))
         ready = asyncio.ensure_future(self._tell_ready(inp.task_id, launch.service, master_url,

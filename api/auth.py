@@ -335,6 +335,12 @@ def require_admin(principal: Principal, action: str) -> None:
         raise ApiError(403, f"only an admin may {action} ({principal.describe()} is not one)")
 
 
+def require_agent(principal: Principal, action: str) -> None:
+    if principal.kind != "agent":
+        raise ApiError(403, f"only agents (the cluster token) may {action}"
+                       f" ({principal.describe()} is not one)")
+
+
 def require_user(principal: Principal, action: str) -> Principal:
     if principal.kind != "user":
         raise ApiError(403, f"{principal.describe()} may not {action}: log in as a user")

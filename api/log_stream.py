@@ -1,19 +1,19 @@
-"""Trial logs as NDJSON (`{"result": log}` a line, as Determined streams them), maybe followed.
+"""Log lines as NDJSON (`{"result": log}` a line, as Determined streams them), maybe followed.
 
-Following polls PostgreSQL for rows newer than the last one sent and stops once the owner (a trial
-or an experiment) is terminal and nothing new arrived after that.
+Following polls PostgreSQL for rows newer than the last one sent and stops once the owner (a
+trial, an experiment or an interactive task) is terminal and nothing new arrived after that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncpg
 
-from api.queries import experiments, logs, trials
+from api.queries import experiments, logs, tasks, trials
 from api.views import log_json
 from common.states import TERMINAL_STATES
 
@@ -39,6 +39,15 @@ def experiment_ended(pool: asyncpg.Pool, experiment_id: int) -> Callable[[], Awa
     return ended
 
 
+def task_ended(pool: asyncpg.Pool, task_id: str) -> Callable[[], Awaitable[bool]]:
+    """A follow's `is_done` for an interactive task: whether it is TERMINATED, or gone."""
+    async def ended() -> bool:
+        row = await tasks.fetch_task_owner(pool, task_id)
+        return row is None or row["state"] == "TERMINATED"
+
+    return ended
+
+
 async def stream_logs(
     pool: asyncpg.Pool,
     of_owner: str,
@@ -56,21 +65,23 @@ async def stream_logs(
 async def log_records(
     pool: asyncpg.Pool,
     of_owner: str,
-    owner_id: int,
+    owner_id: int | str,
     *,
     follow: bool,
     is_done: Callable[[], Awaitable[bool]],
     after_id: int = 0,
+    to_json: Callable[[asyncpg.Record], dict[str, Any]] = log_json,
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yield the log lines of the owner `of_owner` names (ids above `after_id`) as TrialLog JSON,
-    in id order: NDJSON and Server-Sent Events both stream these."""
+    """Yield the log lines of the owner `of_owner` names (ids above `after_id`) as TrialLog JSON
+    (or what `to_json` makes of a row), in id order: NDJSON and Server-Sent Events both stream
+    these."""
     last_id = after_id
     while True:
         done_before = await is_done() if follow else True
         while True:
             rows = await logs.fetch_log_batch(pool, of_owner, owner_id, last_id, BATCH)
             for row in rows:
-                yield log_json(row)
+                yield to_json(row)
             if rows:
                 last_id = rows[-1]["id"]
             if len(rows) < BATCH:
@@ -78,3 +89,26 @@ async def log_records(
         if done_before:
             return
         await asyncio.sleep(POLL_SECONDS)
+
+
+async def ndjson_lines(
+    records: AsyncIterator[dict[str, Any]] | Iterable[dict[str, Any]],
+    keeps: Callable[[dict[str, Any]], bool],
+    limit: int,
+) -> AsyncIterator[bytes]:
+    """The records `keeps` keeps, at most `limit` (0: all), as NDJSON `{"result": log}` lines
+    (the trial and task log routes' answers)."""
+    sent = 0
+    iterator = records if isinstance(records, AsyncIterator) else _aiter(records)
+    async for log in iterator:
+        if not keeps(log):
+            continue
+        yield (json.dumps({"result": log}) + "\n").encode()
+        sent += 1
+        if limit and sent >= limit:
+            return
+
+
+async def _aiter(records: Iterable[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
+    for record in records:
+        yield record

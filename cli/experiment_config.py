@@ -19,36 +19,46 @@ def _invalid(path: str, errors: Sequence[str]) -> CliError:
     return CliError(f"invalid experiment config {path}:", list(errors), exit_code=2)
 
 
+def read_config_text(path: Path, what: str = "experiment config") -> str:
+    """The config file's text (exit 2 naming the file when it cannot be read)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CliError(f"{what} {path} does not exist", exit_code=2) from None
+    except IsADirectoryError:
+        raise CliError(f"{what} {path} is a directory", exit_code=2) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CliError(f"cannot read {what} {path}: {exc}", exit_code=2) from None
+
+
+def config_mapping(text: str, path: Path, what: str = "experiment config") -> dict[str, Any]:
+    """A config's YAML as a mapping, not validated (the master validates what a template
+    completes; exit 2 with every error at once if it is no mapping)."""
+    from common.expconf import ConfigError, load_config_yaml
+
+    try:
+        data = load_config_yaml(text, source=str(path))
+    except ConfigError as exc:
+        raise CliError(f"invalid {what} {path}:", list(exc.errors), exit_code=2) from None
+    if not isinstance(data, dict):
+        raise CliError(f"invalid {what} {path}:", ["a config is a mapping of config fields"],
+                       exit_code=2)
+    return data
+
+
 def load_config(path: Path, partial: bool = False) -> tuple[str, Any]:
     """The config's text and model, validated locally (exit 2 with every error at once if it is
     wrong). A `partial` config (a template completes it on the master, which validates the
     merge) is only read as YAML."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise CliError(f"experiment config {path} does not exist", exit_code=2) from None
-    except IsADirectoryError:
-        raise CliError(f"experiment config {path} is a directory", exit_code=2) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise CliError(f"cannot read experiment config {path}: {exc}", exit_code=2) from None
+    text = read_config_text(path)
+    if partial:
+        data = config_mapping(text, path)
+        return text, SimpleNamespace(entrypoint=data.get("entrypoint"))
 
     import yaml
 
-    from common.expconf import (
-        PLACEHOLDER_STORAGE,
-        ConfigError,
-        load_config_yaml,
-        parse_experiment_config,
-    )
+    from common.expconf import PLACEHOLDER_STORAGE, ConfigError, parse_experiment_config
 
-    if partial:
-        try:
-            data = load_config_yaml(text, source=str(path))
-        except ConfigError as exc:
-            raise _invalid(str(path), exc.errors) from None
-        if not isinstance(data, dict):
-            raise _invalid(str(path), ["a config is a mapping of config fields"])
-        return text, SimpleNamespace(entrypoint=data.get("entrypoint"))
     try:
         parsed = parse_experiment_config(
             text, source=str(path), default_storage=PLACEHOLDER_STORAGE

@@ -26,12 +26,13 @@ import typer
 
 from cli import model_dir, render
 from cli.client import UPLOAD_TIMEOUT, Client, CliError, master_url
+from cli.experiment_config import config_mapping, read_config_text
+from common.temporal_names import is_task_uuid
 
 # How long `start` waits for a notebook, shell or TensorBoard to answer (Determined's: 30 min).
 READY_TIMEOUT_SECONDS = 30 * 60.0
 READY_POLL_SECONDS = 1.0
 EXIT_ENDED_OTHERWISE = 1  # `cmd run`: the command was killed or failed to start
-UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 @dataclass(frozen=True)
@@ -111,22 +112,9 @@ def _override_value(key: str, text: str) -> Any:
 
 def read_config(config_file: Path | None, overrides: list[str] | None) -> dict[str, Any]:
     """The config file (YAML) with the `--config key=value` overrides over it."""
-    from common.expconf import ConfigError, load_config_yaml
-
     config: dict[str, Any] = {}
     if config_file is not None:
-        try:
-            text = config_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CliError(f"cannot read {config_file}: {exc}", exit_code=2) from None
-        try:
-            data = load_config_yaml(text, source=str(config_file)) or {}
-        except ConfigError as err:
-            raise CliError(f"invalid config {config_file}:", err.errors, exit_code=2) from None
-        if not isinstance(data, dict):
-            raise CliError(f"invalid config {config_file}: a config is a mapping of fields",
-                           exit_code=2)
-        config = data
+        config = config_mapping(read_config_text(config_file, "config"), config_file, "config")
     for override in overrides or []:
         key, sep, text = override.partition("=")
         if not sep or not key:
@@ -204,7 +192,7 @@ def _wait_ready(client: Client, kind: Kind, task_id: str) -> None:
 
 def expand_id(client: Client, kind: Kind, prefix: str) -> str:
     """A task id from a unique prefix of it, as `det` takes them."""
-    if UUID.match(prefix):
+    if is_task_uuid(prefix):
         return prefix
     ids = [t["id"] for t in client.get(f"/{kind.path}").get(kind.path) or []
            if str(t.get("id", "")).startswith(prefix)]

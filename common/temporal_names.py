@@ -5,6 +5,8 @@ callers use them, so a name is written once.
 They are stored in Temporal histories, so changing one breaks running workflows.
 """
 
+import re
+
 MASTER_TASK_QUEUE = "epochal-master"
 DEFAULT_NAMESPACE = "default"
 DEFAULT_RESOURCE_POOL = "default"
@@ -45,6 +47,15 @@ def allocation_id(experiment_id: int, trial_id: int, run_id: int) -> str:
 def task_workflow_id(task_id: str) -> str:
     """The workflow of an interactive task (a command, notebook, shell or TensorBoard)."""
     return f"task-{task_id}"
+
+
+_TASK_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def is_task_uuid(value: str) -> bool:
+    """An interactive task's whole id (a UUID, as Determined's), not a trial's `EXP.TRIAL` nor
+    a prefix."""
+    return _TASK_UUID.match(value) is not None
 
 
 def task_allocation_id(task_id: str) -> str:

@@ -12,13 +12,15 @@ from api.queries import Conn
 # Whose lines a read takes: a condition over `task_logs l`, $1 the trial's or experiment's id.
 OF_TRIAL = "l.trial_id = $1"
 OF_EXPERIMENT = "l.trial_id IN (SELECT id FROM trials WHERE experiment_id = $1)"
+# An interactive task's: no trial, $1 the task's id.
+OF_TASK = "l.trial_id IS NULL AND l.task_id = $1"
 
 
 async def fetch_log_batch(
-    conn: Conn, of_owner: str, owner_id: int, after_id: int, limit: int
+    conn: Conn, of_owner: str, owner_id: int | str, after_id: int, limit: int
 ) -> list[asyncpg.Record]:
-    """The first `limit` lines with ids above `after_id` of the owner `of_owner` names (OF_TRIAL
-    or OF_EXPERIMENT)."""
+    """The first `limit` lines with ids above `after_id` of the owner `of_owner` names (OF_TRIAL,
+    OF_EXPERIMENT or OF_TASK)."""
     return list(await conn.fetch(
         f"SELECT l.* FROM task_logs l WHERE {of_owner} AND l.id > $2"
         f" ORDER BY l.id LIMIT {limit}",
@@ -80,14 +82,10 @@ async def insert_task_lines(conn: Conn, rows: list[TaskLineRow]) -> None:
     )
 
 
-async def fetch_task_lines(conn: Conn, task_id: str, after_id: int, limit: int, *,
-                           newest_first: bool = False) -> list[asyncpg.Record]:
-    """At most `limit` of a task's lines: those after `after_id` in id order, or with
-    `newest_first` those before it (`after_id` 0: from the newest)."""
-    if newest_first:
-        where, order = "AND ($2 = 0 OR id < $2)", "DESC"
-    else:
-        where, order = "AND id > $2", "ASC"
+async def fetch_task_lines_newest_first(conn: Conn, task_id: str, before_id: int,
+                                        limit: int) -> list[asyncpg.Record]:
+    """At most `limit` of a task's lines below `before_id` (0: from the newest), newest first
+    (`det task logs --tail N` reads the first N)."""
     return list(await conn.fetch(
-        f"SELECT * FROM task_logs WHERE task_id = $1 AND trial_id IS NULL {where}"
-        f" ORDER BY id {order} LIMIT $3", task_id, after_id, limit))
+        "SELECT * FROM task_logs WHERE task_id = $1 AND trial_id IS NULL"
+        " AND ($2 = 0 OR id < $2) ORDER BY id DESC LIMIT $3", task_id, before_id, limit))

@@ -13,13 +13,12 @@ one or change its priority.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import secrets
 import textwrap
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
@@ -35,6 +34,7 @@ from activities.task_store import TaskStore
 from api import auth, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
+from api.log_stream import log_records, ndjson_lines, task_ended
 from api.model_definition import build_tarball
 from api.queries import logs as log_queries
 from api.queries import tasks as task_queries
@@ -70,7 +70,6 @@ TASK_SESSION_TTL = timedelta(days=7)
 MAX_LISTED = 10_000
 MAX_SOURCES = 100  # a TensorBoard's experiments, and its trials
 LOG_BATCH = 1000
-LOG_POLL_SECONDS = 0.3
 TRIAL_TASK = re.compile(r"^(\d+)\.(\d+)$")  # a trial's task id, EXP.TRIAL
 
 
@@ -478,30 +477,22 @@ async def get_task(task_id: str, pool: Pool) -> dict[str, Any]:
     return {"task": task_json(await _task_row(pool, task_id))}
 
 
-async def _task_lines(pool: Pool, task_id: str, keeps: Callable[[dict[str, Any]], bool], *,
-                      follow: bool, newest_first: bool, limit: int) -> AsyncIterator[bytes]:
-    """The task's lines that `keeps` keeps, at most `limit` (0: all), as NDJSON TaskLogs in id
-    order (newest first: backwards, never followed); followed, until the task is TERMINATED
-    (or deleted) and every line is sent."""
-    last_id, sent = 0, 0
+def _task_log_json(row: Mapping[str, Any]) -> dict[str, Any]:
+    """Determined's TaskLog: a log line with the allocation it came from."""
+    return {**views.log_json(row), "allocationId": row["allocation_id"]}
+
+
+async def _newest_first(pool: Pool, task_id: str) -> AsyncIterator[dict[str, Any]]:
+    """The task's lines backwards, in batches (never followed)."""
+    before_id = 0
     while True:
-        owner = await task_queries.fetch_task_owner(pool, task_id) if follow else None
-        over = not follow or owner is None or owner["state"] == "TERMINATED"
-        while True:
-            rows = await log_queries.fetch_task_lines(pool, task_id, last_id, LOG_BATCH,
-                                                      newest_first=newest_first)
-            for log in ({**views.log_json(r), "allocationId": r["allocation_id"]} for r in rows):
-                if keeps(log):
-                    yield (json.dumps({"result": log}) + "\n").encode()
-                    sent += 1
-                    if sent == limit:
-                        return
-            last_id = rows[-1]["id"] if rows else last_id
-            if len(rows) < LOG_BATCH:
-                break
-        if over:
+        rows = await log_queries.fetch_task_lines_newest_first(pool, task_id, before_id,
+                                                               LOG_BATCH)
+        for row in rows:
+            yield _task_log_json(row)
+        if len(rows) < LOG_BATCH:
             return
-        await asyncio.sleep(LOG_POLL_SECONDS)
+        before_id = rows[-1]["id"]
 
 
 @router.get("/tasks/{task_id}/logs")
@@ -550,25 +541,20 @@ async def task_logs(
         return keep.keeps(log) and not any(
             wanted and log.get(field) not in wanted for field, wanted in only.items())
 
-    lines = _task_lines(pool, task_id, keeps, follow=follow,
-                        newest_first=orderBy == "ORDER_BY_DESC", limit=limit)
-    return StreamingResponse(lines, media_type="application/x-ndjson")
+    records = (_newest_first(pool, task_id) if orderBy == "ORDER_BY_DESC" else log_records(
+        pool, log_queries.OF_TASK, task_id, follow=follow, is_done=task_ended(pool, task_id),
+        to_json=_task_log_json))
+    return StreamingResponse(ndjson_lines(records, keeps, limit),
+                             media_type="application/x-ndjson")
 
 
 # -- the agents' side -------------------------------------------------------------------------
-
-def _require_agent(request: Request, action: str) -> None:
-    principal = auth.current(request)
-    if principal.kind != "agent":
-        raise ApiError(403, f"only agents (the cluster token) {action}"
-                       f" ({principal.describe()} is not one)")
-
 
 @router.get("/tasks/{task_id}/launch", **answers(TaskLaunch))
 async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, Any]:
     """What the agent granted the task's slots starts. Each fetch mints a new session of the
     task's owner for the task's code (DET_USER_TOKEN) and revokes the one it replaces."""
-    _require_agent(request, "launch tasks")
+    auth.require_agent(auth.current(request), "launch tasks")
     row = await task_queries.fetch_task_launch(pool, task_id)
     if row is None:
         raise not_found("task", task_id)
@@ -594,7 +580,7 @@ async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, A
 @router.get("/tasks/{task_id}/context", response_class=Response)
 async def task_context(task_id: str, request: Request, pool: Pool) -> Response:
     """The task's files (--context, --include) as a .tar.gz."""
-    _require_agent(request, "read a task's files")
+    auth.require_agent(auth.current(request), "read a task's files")
     context = await task_queries.fetch_task_context(pool, task_id)
     if context is None:
         raise ApiError(404, f"task {task_id} has no files (or does not exist)")
@@ -612,7 +598,7 @@ class ReadyRequest(BaseModel):
 async def task_ready(task_id: str, body: ReadyRequest, request: Request,
                      pool: Pool) -> dict[str, Any]:
     """The agent says the task's service answers (the proxy forwards to it from now on)."""
-    _require_agent(request, "say a task is ready")
+    auth.require_agent(auth.current(request), "say a task is ready")
     await _task_row(pool, task_id)
     if not await task_queries.set_task_ready(pool, task_id, body.proxyAddress, body.user):
         raise ApiError(409, f"task {task_id} is over: it cannot be ready")

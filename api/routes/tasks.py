@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from datetime import datetime
 from typing import Any
 
@@ -18,6 +17,7 @@ from api.queries import trials as trial_queries
 from api.schemas import Empty, answers
 from api.schemas.tasks import PreemptionSignal
 from common import tracing
+from common.temporal_names import is_task_uuid
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
@@ -49,10 +49,6 @@ def trial_of_task(task_id: str, where: str) -> int:
     return int(parts[1])
 
 
-# An interactive task's id (a command's, a notebook's ...): a UUID, as Determined's.
-_TASK_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-
-
 @router.post("/task/logs", **answers(Empty))
 async def post_task_logs(
     body: PostTaskLogsRequest, request: Request, pool: Pool
@@ -64,13 +60,12 @@ async def post_task_logs(
     for i, log in enumerate(body.logs):
         line = (log.taskId, log.allocationId, log.agentId, log.stdtype, log.level,
                 log.log.replace("\x00", ""), log.timestamp or datetime.now().astimezone())
-        if _TASK_UUID.match(log.taskId):
+        if is_task_uuid(log.taskId):
             task_rows.append(line)
         else:
             trial_rows.append((trial_of_task(log.taskId, f"logs[{i}].taskId"), *line))
-    if task_rows and auth.current(request).kind != "agent":
-        raise ApiError(403, f"{auth.current(request).describe()} may not write the logs of"
-                       f" task {task_rows[0][0]}: only agents ship a task's output")
+    if task_rows:  # a task's output comes from the agent that runs it
+        auth.require_agent(auth.current(request), f"write the logs of task {task_rows[0][0]}")
     for trial_id in sorted({row[0] for row in trial_rows}):
         await auth.require_trial_write(request, trial_id)
     if trial_rows:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api import auth, views
 from api.deps import Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
-from api.log_stream import log_records, trial_ended
+from api.log_stream import log_records, ndjson_lines, trial_ended
 from api.queries import checkpoints as checkpoint_queries
 from api.queries import logs as log_queries
 from api.queries import metrics as metric_queries
@@ -387,33 +386,12 @@ async def trial_logs(
         before=_timestamp(timestampBefore, "timestampBefore"),
     )
 
-    async def lines() -> AsyncIterator[bytes]:
-        if orderBy == "ORDER_BY_DESC":
-            rows = await log_queries.fetch_trial_logs_newest_first(pool, trial_id)
-            records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]] = [
-                views.log_json(r) for r in rows
-            ]
-        else:
-            records = log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
-                                  is_done=trial_ended(pool, trial_id))
-        sent = 0
-        async for log in _iterate(records):
-            if not keep.keeps(log):
-                continue
-            yield (json.dumps({"result": log}) + "\n").encode()
-            sent += 1
-            if limit and sent >= limit:
-                return
-
-    return StreamingResponse(lines(), media_type="application/x-ndjson")
-
-
-async def _iterate(
-    records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]],
-) -> AsyncIterator[dict[str, Any]]:
-    if isinstance(records, list):
-        for record in records:
-            yield record
+    records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]]
+    if orderBy == "ORDER_BY_DESC":
+        rows = await log_queries.fetch_trial_logs_newest_first(pool, trial_id)
+        records = [views.log_json(r) for r in rows]
     else:
-        async for record in records:
-            yield record
+        records = log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
+                              is_done=trial_ended(pool, trial_id))
+    return StreamingResponse(ndjson_lines(records, keep.keeps, limit),
+                             media_type="application/x-ndjson")
