@@ -8,8 +8,11 @@ harness, the CLI) talks to it over real HTTP.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -18,6 +21,7 @@ import pytest
 import pytest_asyncio
 import uvicorn
 from fastapi import FastAPI
+from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
 from temporalio.client import Client
 from temporalio.worker import Worker
 
@@ -38,13 +42,39 @@ async def pool(postgres_url: str) -> AsyncIterator[asyncpg.Pool]:
     await pool.close()
 
 
+@asynccontextmanager
+async def serving_master(client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
+    """A master worker on `client`'s namespace, with Epochal's search attributes registered
+    there (as a master registers them at boot)."""
+    assert await search_attributes.register(client)
+    async with build_worker(client, pool, findable=True) as worker:
+        yield worker
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
-    """The session's master worker, with Epochal's search attributes registered (as a master
-    registers them at boot)."""
-    assert await search_attributes.register(temporal_client)
-    async with build_worker(temporal_client, pool, findable=True) as worker:
+    """The session's master worker."""
+    async with serving_master(temporal_client, pool) as worker:
         yield worker
+
+
+async def fresh_namespace(temporal_address: str, prefix: str) -> Client:
+    """A client of a new Temporal namespace `<prefix>-<hex>` on the session's dev server, so its
+    workflows meet nobody else's (ids, task queues, a worker's backlog)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    admin = await Client.connect(temporal_address)
+    await admin.workflow_service.register_namespace(
+        RegisterNamespaceRequest(namespace=name,
+                                 workflow_execution_retention_period=timedelta(days=1))
+    )
+    for _ in range(100):  # the namespace cache takes a moment to see it
+        try:
+            client = await Client.connect(temporal_address, namespace=name)
+            await client.count_workflows()
+            return client
+        except Exception:
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"namespace {name} never became usable")
 
 
 # The session master's secrets: agents started by tests present the cluster token.

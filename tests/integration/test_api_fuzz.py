@@ -20,7 +20,6 @@ import sys
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
@@ -28,8 +27,6 @@ import httpx
 import pytest
 import pytest_asyncio
 import uvicorn
-from temporalio.api.workflowservice.v1 import RegisterNamespaceRequest
-from temporalio.client import Client
 
 from activities.database import apply_migrations, create_pool
 from api.app import create_app
@@ -40,6 +37,7 @@ from deploy.master import build_worker
 from deploy.processes import free_port
 from tests.conftest import fresh_database
 from tests.integration.test_api import config_yaml, model_definition
+from tests.master_fixtures import fresh_namespace
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -63,24 +61,6 @@ class FuzzMaster:
     pool: asyncpg.Pool
 
 
-async def _namespace(temporal_address: str) -> Client:
-    """A Temporal namespace of the fuzzer's own, so its workflow ids collide with nobody's."""
-    name = f"fuzz-{uuid.uuid4().hex[:8]}"
-    admin = await Client.connect(temporal_address)
-    await admin.workflow_service.register_namespace(
-        RegisterNamespaceRequest(namespace=name,
-                                 workflow_execution_retention_period=timedelta(days=1))
-    )
-    for _ in range(100):  # the namespace cache takes a moment to see it
-        try:
-            client = await Client.connect(temporal_address, namespace=name)
-            await client.count_workflows()
-            return client
-        except Exception:
-            await asyncio.sleep(0.2)
-    raise AssertionError(f"namespace {name} never became usable")
-
-
 @pytest_asyncio.fixture(loop_scope="session")
 async def fuzz_master(
     postgres_url: str, temporal_address: str, tmp_path: Path
@@ -89,7 +69,7 @@ async def fuzz_master(
         pool = await create_pool(db_url)
         await apply_migrations(pool)
         await ensure_admin_password(pool, PASSWORD)
-        temporal = await _namespace(temporal_address)
+        temporal = await fresh_namespace(temporal_address, "fuzz")
         port = free_port()
         settings = Settings(db_url=db_url, api_port=port, checkpoint_dir=str(tmp_path),
                             cluster_token=uuid.uuid4().hex, admin_password=PASSWORD)

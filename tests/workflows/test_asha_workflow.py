@@ -291,7 +291,8 @@ async def test_asha_with_a_sampler_draws_each_trial_from_the_reports_before_it(
     ASHA stops trials as before. A worker that caches nothing replays every task (a draw comes
     back from history, never drawn again), and the search continues as new with trials still
     to draw."""
-    forgetful = build_worker(await Client.connect(temporal_address), pool,
+    own_client = await Client.connect(temporal_address, namespace=temporal_client.namespace)
+    forgetful = build_worker(own_client, pool,
                              max_cached_workflows=0,
                              workflow_failure_exception_types=[NondeterminismError])
     async with forgetful:
@@ -354,7 +355,7 @@ async def test_a_search_survives_workers_that_forget_everything(
 ) -> None:
     """A second master worker that caches no workflow rebuilds the search from history on every
     task it takes, as a restarted worker does: the search still ends with the same outcome."""
-    own_client = await Client.connect(temporal_address)
+    own_client = await Client.connect(temporal_address, namespace=temporal_client.namespace)
     forgetful = build_worker(
         own_client,
         pool,
