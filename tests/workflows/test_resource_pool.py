@@ -8,7 +8,6 @@ them); `GrantSink` workflows stand in for trials waiting for `slots_granted`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -101,11 +100,8 @@ async def sinks(temporal_client: Client) -> AsyncIterator[str]:
 
 @pytest_asyncio.fixture(loop_scope="session")
 async def rp(temporal_client: Client, master_worker: Worker, sinks: str) -> AsyncIterator[Pool]:
-    """A fresh pool, terminated after the test (its liveness activities stop with it)."""
-    pool = Pool(temporal_client, sinks)
-    yield pool
-    with contextlib.suppress(Exception):  # never started
-        await pool.handle.terminate("test over")
+    """A fresh pool (terminated after the test with its other workflows: conftest.py)."""
+    yield Pool(temporal_client, sinks)
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
