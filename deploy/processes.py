@@ -29,16 +29,29 @@ class ClusterError(RuntimeError):
     """A part of the local cluster could not start, answer or stop; the message says why."""
 
 
-def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last `lines` lines of a log file ('' if it does not exist yet)."""
+def _end_of(path: Path) -> list[str]:
+    """The lines of a log file's last 64 KiB ([] if it does not exist yet)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - 64 * 1024))
-            text = f.read().decode("utf-8", errors="replace")
+            return f.read().decode("utf-8", errors="replace").splitlines()
     except FileNotFoundError:
-        return ""
-    return "\n".join(text.splitlines()[-lines:])
+        return []
+
+
+def tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
+    """The last `lines` lines of a log file ('' if it does not exist yet)."""
+    return "\n".join(_end_of(path)[-lines:])
+
+
+def crash_line(path: Path) -> str | None:
+    """The last `panic:` or `fatal error:` line of a Go program's log: its stack dump follows
+    it and pushes it out of the tail."""
+    for line in reversed(_end_of(path)):
+        if line.startswith(("panic:", "fatal error:")):
+            return line
+    return None
 
 
 def failure(part: str, reason: str, log_file: Path | None) -> ClusterError:
@@ -46,6 +59,9 @@ def failure(part: str, reason: str, log_file: Path | None) -> ClusterError:
     message = f"{part}: {reason}"
     if log_file is not None:
         message += f"\nlog file: {log_file}"
+        crash = crash_line(log_file)
+        if crash:
+            message += f"\nit crashed with: {crash}"
         last = tail(log_file)
         if last:
             message += f"\nlast lines of the log:\n{last}"
@@ -212,10 +228,22 @@ class DetachedServer:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port nobody listens on right now (for tests and throwaway servers)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
+    """A TCP port nobody listens on right now (for tests and throwaway servers).
+
+    The port is left in TIME_WAIT (a connection to it, closed by the listening side first), so
+    the kernel does not hand it to another `bind(0)` for a minute while whoever asked for it
+    starts its server (which may still bind it: servers set SO_REUSEADDR). Without that, the
+    Temporal dev server's own choice of ports for its internal services could take it first.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        # The connection left in TIME_WAIT inherits this; without it, the port stays unbindable.
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host, 0))
+        listener.listen(1)
+        port: int = listener.getsockname()[1]
+        with socket.create_connection((host, port), timeout=5):
+            accepted, _ = listener.accept()
+            accepted.close()
         return port
 
 

@@ -74,6 +74,9 @@ class TemporalDevServer(processes.DetachedServer):
     flushes and exits on SIGTERM, given `stop_grace`."""
 
     stop_grace = 15.0
+    # The dev server picks free ports for its internal services itself, and another process can
+    # bind one before it does; it then panics at start. That is worth another try, not a failure.
+    start_attempts = 3
 
     def __init__(self, db_file: Path, *, log_file: Path, pid_file: Path):
         super().__init__(log_file=log_file, pid_file=pid_file)
@@ -88,26 +91,38 @@ class TemporalDevServer(processes.DetachedServer):
         """
         address = f"{ip}:{port}"
         pid = self.pid()
-        if pid is None:
-            ports = [port] if headless else [port, ui_port or port + 1000]
-            for p in ports:
-                if processes.port_in_use(p, ip):
-                    raise failure("temporal", f"port {p} on {ip} is already in use by another "
-                                  "process", self.log_file)
-            self.db_file.parent.mkdir(parents=True, exist_ok=True)
-            cmd: list[str | Path] = [
-                temporal_binary(), "server", "start-dev",
-                "--db-filename", self.db_file, "--ip", _bind_address(ip), "--port", str(port),
-                "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
-                "--namespace", NAMESPACE, "--log-level", "warn"]
-            for namespace in extra_namespaces:
-                cmd += ["--namespace", namespace]
-            if headless:
-                cmd.append("--headless")
-            else:
-                cmd += ["--ui-port", str(ui_port or port + 1000), "--ui-disable-news-fetch"]
+        if pid is not None:
+            self._wait_until_it_answers(address, pid, timeout)
+            return address
+        ports = [port] if headless else [port, ui_port or port + 1000]
+        for p in ports:
+            if processes.port_in_use(p, ip):
+                raise failure("temporal", f"port {p} on {ip} is already in use by another "
+                              "process", self.log_file)
+        self.db_file.parent.mkdir(parents=True, exist_ok=True)
+        cmd: list[str | Path] = [
+            temporal_binary(), "server", "start-dev",
+            "--db-filename", self.db_file, "--ip", _bind_address(ip), "--port", str(port),
+            "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
+            "--namespace", NAMESPACE, "--log-level", "warn"]
+        for namespace in extra_namespaces:
+            cmd += ["--namespace", namespace]
+        if headless:
+            cmd.append("--headless")
+        else:
+            cmd += ["--ui-port", str(ui_port or port + 1000), "--ui-disable-news-fetch"]
+        attempts_left = self.start_attempts
+        while True:
             pid = processes.spawn(cmd, log_file=self.log_file, pid_file=self.pid_file).pid
+            attempts_left -= 1
+            try:
+                self._wait_until_it_answers(address, pid, timeout)
+                return address
+            except processes.ClusterError:
+                if attempts_left == 0 or processes.is_alive(pid):
+                    raise
+
+    def _wait_until_it_answers(self, address: str, pid: int, timeout: float) -> None:
         processes.wait_until(lambda: answers(address), part="temporal", log_file=self.log_file,
                              timeout=timeout, pid=pid, interval=0.3)
-        return address
 

@@ -70,3 +70,34 @@ def test_a_server_that_dies_shows_its_log(tmp_path: Path) -> None:
     assert message.startswith("temporal: exited before it answered")
     assert str(tmp_path / "temporal.log") in message
     assert "last lines of the log" in message
+
+
+def test_a_start_that_crashes_is_tried_again_and_a_crash_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The dev server chooses its internal ports itself and panics when another process took
+    one first: the first start here panics as it would, the second is the real server."""
+    real = temporal_server.temporal_binary()
+    crashed_once = tmp_path / "crashed-once"
+    flaky = tmp_path / "temporal"
+    flaky.write_text(
+        "#!/bin/sh\n"
+        f'if [ ! -e "{crashed_once}" ]; then touch "{crashed_once}"\n'
+        '  echo "panic: listen tcp 127.0.0.1:40000: bind: address already in use"\n'
+        '  echo "goroutine 1 [running]:"; exit 2; fi\n'
+        f'exec "{real}" "$@"\n')
+    flaky.chmod(0o755)
+    monkeypatch.setattr(temporal_server, "temporal_binary", lambda: flaky)
+    dev = TemporalDevServer(tmp_path / "temporal.db", log_file=tmp_path / "temporal.log",
+                            pid_file=tmp_path / "temporal.pid")
+    try:
+        address = dev.start(free_port(), headless=True, timeout=30)
+        assert crashed_once.exists() and temporal_server.answers(address)
+    finally:
+        dev.stop(grace=5)
+
+    monkeypatch.setattr(TemporalDevServer, "start_attempts", 1)
+    crashed_once.unlink()
+    with pytest.raises(ClusterError) as err:
+        dev.start(free_port(), headless=True, timeout=30)
+    assert "it crashed with: panic: listen tcp 127.0.0.1:40000: bind: address already in use" \
+        in str(err.value)
