@@ -2,14 +2,16 @@
 
 `live_master` serves the real FastAPI app with uvicorn on a free port inside the test session's
 event loop, backed by the session's PostgreSQL and Temporal dev server; code under test (the
-harness, the CLI) talks to it over real HTTP.
+harness, the CLI) talks to it over real HTTP. Its workflows run on `master_worker`, in a thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -51,11 +53,43 @@ async def serving_master(client: Client, pool: asyncpg.Pool) -> AsyncIterator[Wo
         yield worker
 
 
-@pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def master_worker(temporal_client: Client, pool: asyncpg.Pool) -> AsyncIterator[Worker]:
-    """The session's master worker."""
-    async with serving_master(temporal_client, pool) as worker:
-        yield worker
+@pytest.fixture(scope="session")
+def master_worker(temporal_address: str, postgres_url: str) -> Iterator[Worker]:
+    """The session's master worker, on an event loop of its own in a thread (with its own
+    Temporal client and database pool), as a real master's worker never stands still: the
+    session's loop does not run during synchronous tests, and a worker on it let its workflow
+    tasks time out meanwhile, then lagged behind for the tests after."""
+    started: queue.SimpleQueue[Worker | BaseException] = queue.SimpleQueue()
+    loop = asyncio.new_event_loop()
+    stop = asyncio.Event()
+
+    async def serve() -> None:
+        try:
+            client = await Client.connect(temporal_address)
+            own_pool = await create_pool(postgres_url)
+        except BaseException as error:
+            started.put(error)
+            raise
+        try:
+            async with serving_master(client, own_pool) as worker:
+                started.put(worker)
+                await stop.wait()
+        except BaseException as error:
+            started.put(error)
+            raise
+        finally:
+            await own_pool.close()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(serve(),),
+                              name="session-master-worker", daemon=True)
+    thread.start()
+    worker = started.get(timeout=120)
+    if isinstance(worker, BaseException):
+        raise worker
+    yield worker
+    loop.call_soon_threadsafe(stop.set)
+    thread.join(timeout=60)
+    loop.close()
 
 
 async def fresh_namespace(temporal_address: str, prefix: str) -> Client:

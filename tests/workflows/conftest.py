@@ -1,10 +1,9 @@
 """The workflow tests' own Temporal namespace and master worker.
 
-The session's master worker serves namespace `default` for every module, and it stands still
-whenever a synchronous test runs (the session's event loop is not running then): its backlog, and
-what other modules left running there, must not decide whether these tests, which time trials
-against their timeouts, pass. A test's workflows are terminated when it ends, so one that fails
-leaves no search running into the next.
+The session's master worker serves namespace `default` for every module: its backlog, and what
+other modules left running there, must not decide whether these tests, which time trials against
+their timeouts, pass. A test's workflows are terminated when it ends, so one that fails leaves no
+search running into the next.
 """
 
 from __future__ import annotations
