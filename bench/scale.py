@@ -8,6 +8,8 @@ and exits; `max_concurrent_trials` = slots) and waits for it to complete. Measur
     divided by trials), which includes starting each trial's Python;
   - the platform's CPU per trial: user+system seconds of the master, Temporal, PostgreSQL (all
     its backends) and the agent process (not the trials), from psutil, before and after;
+  - the CPU of the trials' own processes per trial (sandbox, Python, harness, script), which
+    the overhead includes and the platform's CPU does not;
   - the largest workflow history (events) among the experiment's, the trials' and the pool's;
   - reads of the finished experiment, p50/p99 of `--requests` each: its detail, a page of 100
     trials (by id and by best validation, at random offsets), and `epochal experiment describe`
@@ -95,6 +97,16 @@ def cpu_seconds(parts: dict[str, list[psutil.Process]]) -> dict[tuple[str, int],
     return used
 
 
+def trial_cpu_seconds(parts: dict[str, list[psutil.Process]]) -> float:
+    """User+system seconds of the agent's ended children: the trials' processes (the sandbox's
+    init, the trial's Python with its harness, the script), counted once each is reaped."""
+    agent = parts.get("agent", [])
+    if not agent:
+        return 0.0
+    t = agent[0].cpu_times()
+    return t.children_user + t.children_system
+
+
 def cpu_by_part(before: dict[tuple[str, int], float],
                 after: dict[tuple[str, int], float]) -> dict[str, float]:
     """Core-seconds each part spent between the two readings (a process started in between
@@ -166,6 +178,7 @@ def main() -> None:
         headers = admin_headers(info.api_url, info.admin_password)
         api = httpx.Client(base_url=info.api_url, headers=headers, timeout=120)
         before = cpu_seconds(platform_processes(settings))
+        trials_before = trial_cpu_seconds(platform_processes(settings))
         started = time.perf_counter()
         answer = api.post("/api/v1/experiments", json={
             "config": config(args.trials, args.slots, args.trial_seconds),
@@ -186,6 +199,7 @@ def main() -> None:
             time.sleep(1.0)
         wall = time.perf_counter() - started
         after = cpu_seconds(platform_processes(settings))
+        trials_cpu = trial_cpu_seconds(platform_processes(settings)) - trials_before
         if state != "STATE_COMPLETED":
             raise SystemExit(f"the search ended {state or 'not at all'} after {wall:.0f} s")
         spent = cpu_by_part(before, after)
@@ -203,6 +217,8 @@ def main() -> None:
     print(f"wall time:             {wall:.1f} s")
     print(f"platform CPU:          {cpu:.1f} core-s (" + ", ".join(
         f"{part} {used / n:.3f}" for part, used in spent.items()) + " core-s per trial)")
+    print(f"trial processes' CPU:  {trials_cpu / n:.3f} core-s per trial (part of the overhead, "
+          "not of the platform's CPU)")
     print(f"largest history:       {history} events")
     worst_name, worst = max(reads.items(), key=lambda item: item[1])
     print(f"scale: {rate:.2f} trials/s, overhead {overhead:.2f} slot-s per trial, platform CPU "
