@@ -58,10 +58,6 @@ class MessageActivities:
         await self._client.start_workflow(
             TRIAL_WORKFLOW, trial, id=inp.workflow_id, task_queue=MASTER_TASK_QUEUE,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, id_reuse_policy=reuse,
-            # The first workflow task comes back in the answer to this worker (the master's,
-            # on this client) instead of through matching: a tenth of Temporal's CPU per
-            # trial (bench/scale.py). Without a free slot here it is dispatched as usual.
-            request_eager_start=True,
             search_attributes=trial_attributes(trial.experiment_id, trial.trial_id, trial.config)
             if self._findable else None)
 
