@@ -177,8 +177,8 @@ def main() -> None:
         (Path(model) / "train.py").write_text(TRAIN)
         headers = admin_headers(info.api_url, info.admin_password)
         api = httpx.Client(base_url=info.api_url, headers=headers, timeout=120)
-        before = cpu_seconds(platform_processes(settings))
-        trials_before = trial_cpu_seconds(platform_processes(settings))
+        parts = platform_processes(settings)
+        before, trials_before = cpu_seconds(parts), trial_cpu_seconds(parts)
         started = time.perf_counter()
         answer = api.post("/api/v1/experiments", json={
             "config": config(args.trials, args.slots, args.trial_seconds),
@@ -198,8 +198,8 @@ def main() -> None:
                       "trials so far", flush=True)
             time.sleep(1.0)
         wall = time.perf_counter() - started
-        after = cpu_seconds(platform_processes(settings))
-        trials_cpu = trial_cpu_seconds(platform_processes(settings)) - trials_before
+        parts = platform_processes(settings)  # PostgreSQL's backends changed meanwhile
+        after, trials_cpu = cpu_seconds(parts), trial_cpu_seconds(parts) - trials_before
         if state != "STATE_COMPLETED":
             raise SystemExit(f"the search ended {state or 'not at all'} after {wall:.0f} s")
         spent = cpu_by_part(before, after)

@@ -67,18 +67,15 @@ def master_worker(temporal_address: str, postgres_url: str) -> Iterator[Worker]:
         try:
             client = await Client.connect(temporal_address)
             own_pool = await create_pool(postgres_url)
+            try:
+                async with serving_master(client, own_pool) as worker:
+                    started.put(worker)
+                    await stop.wait()
+            finally:
+                await own_pool.close()
         except BaseException as error:
-            started.put(error)
+            started.put(error)  # read only when it failed before the worker started
             raise
-        try:
-            async with serving_master(client, own_pool) as worker:
-                started.put(worker)
-                await stop.wait()
-        except BaseException as error:
-            started.put(error)
-            raise
-        finally:
-            await own_pool.close()
 
     thread = threading.Thread(target=loop.run_until_complete, args=(serve(),),
                               name="session-master-worker", daemon=True)
