@@ -2,7 +2,8 @@
 
 Starts a local cluster (process runtime, `--slots` slots) in a temporary state dir, submits a
 random search of `--trials` trials (each sleeps `--trial-seconds`, reports its validation loss
-and exits; `max_concurrent_trials` = slots) and waits for it to complete. Measured:
+and exits; `max_concurrent_trials` is `--concurrent`, by default the slots, and more lets the
+next trials wait in the pool's queue) and waits for it to complete. Measured:
   - trials/s over the whole search (from the create request to COMPLETED);
   - overhead per trial: slot time beyond the trial's own (wall x slots - trials x trial time,
     divided by trials), which includes starting each trial's Python;
@@ -16,7 +17,8 @@ and exits; `max_concurrent_trials` = slots) and waits for it to complete. Measur
     (the CLI in a subprocess: wall time, best of 3).
 The last line is the one-line summary.
 
-    .venv/bin/python bench/scale.py [--trials 10000] [--slots 8] [--trial-seconds 0] [--smoke]
+    .venv/bin/python bench/scale.py [--trials 10000] [--slots 8] [--concurrent 16]
+        [--trial-seconds 0] [--smoke]
 """
 
 from __future__ import annotations
@@ -59,13 +61,13 @@ with harness.core.init() as core:
 PARTS = ("master", "temporal", "postgres", "agent")
 
 
-def config(trials: int, slots: int, seconds: float) -> str:
+def config(trials: int, concurrent: int, seconds: float) -> str:
     return yaml.safe_dump({
         "name": f"scale-{trials}", "entrypoint": "python3 train.py",
         "hyperparameters": {"seconds": seconds,
                             "x": {"type": "double", "minval": 0.0, "maxval": 1.0}},
         "searcher": {"name": "random", "metric": "loss", "max_trials": trials,
-                     "max_length": {"batches": 1}, "max_concurrent_trials": slots},
+                     "max_length": {"batches": 1}, "max_concurrent_trials": concurrent},
         "max_restarts": 0,
     })
 
@@ -166,6 +168,8 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=10_000)
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--trial-seconds", type=float, default=0.0)
+    p.add_argument("--concurrent", type=int, default=0,
+                   help="the search's max_concurrent_trials (default: --slots)")
     p.add_argument("--timeout", type=float, default=6 * 3600)
     p.add_argument("--requests", type=int, default=200, help="requests per read")
     add_smoke_option(p, trials=12, slots=2, requests=10)
@@ -181,7 +185,7 @@ def main() -> None:
         before, trials_before = cpu_seconds(parts), trial_cpu_seconds(parts)
         started = time.perf_counter()
         answer = api.post("/api/v1/experiments", json={
-            "config": config(args.trials, args.slots, args.trial_seconds),
+            "config": config(args.trials, args.concurrent or args.slots, args.trial_seconds),
             "modelDefinition": package(Path(model))})
         answer.raise_for_status()
         experiment_id = answer.json()["experiment"]["id"]

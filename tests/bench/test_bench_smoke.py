@@ -35,4 +35,4 @@ def test_the_bench_runs_at_its_smoke_size(bench: Path, request: pytest.FixtureRe
     assert result.returncode == 0, f"{bench.name} --smoke failed:\n{output[-4000:]}"
     last = result.stdout.strip().splitlines()[-1]
     # The one-line summary: figures with units.
-    assert re.search(r"\d+(\.\d+)? ?(s|ms|us|rows/s|trials/s|x)\b", last), last
+    assert re.search(r"\d+(\.\d+)? ?(s|ms|us|rows/s|trials/s|workflows/s|core-s|x)\b", last), last
