@@ -74,10 +74,10 @@ sys.path.insert(0, str(REPO))
 from activities.database import apply_migrations, create_pool  # noqa: E402
 from bench.common.reads import ReadPath, time_reads  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.temporal import dev_server  # noqa: E402
 from common.tokens import mint_trial_token  # noqa: E402
 from deploy import processes  # noqa: E402
 from deploy.postgres import EmbeddedPostgres  # noqa: E402
-from deploy.temporal_server import TemporalDevServer  # noqa: E402
 from harness import core  # noqa: E402
 from harness.core._info import TrialInfo  # noqa: E402
 
@@ -128,16 +128,6 @@ def postgres(root: Path) -> Iterator[EmbeddedPostgres]:
     server.start(processes.free_port())
     try:
         yield server
-    finally:
-        server.stop()
-
-
-@contextmanager
-def temporal(root: Path) -> Iterator[str]:
-    server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
-                               pid_file=root / "temporal.pid")
-    try:
-        yield server.start(processes.free_port(), headless=True)
     finally:
         server.stop()
 
@@ -315,7 +305,7 @@ def run(args: argparse.Namespace) -> None:
         root = Path(tmp)
         root.chmod(0o755)
         mlflow_bin = None if args.skip_mlflow else ensure_mlflow_venv()
-        with postgres(root) as pg, temporal(root) as temporal_address:
+        with postgres(root) as pg, dev_server(root) as (temporal_address, _):
             db_url = pg.ensure_database("epochal_bench")
             began = time.perf_counter()
             seeded = asyncio.run(seed(db_url, args.experiments, args.trials, args.points))

@@ -45,13 +45,12 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker  # noqa: E402
 from activities.scheduler import SchedulerActivities  # noqa: E402
 from agent_worker.liveness import Liveness  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
+from bench.common.temporal import dev_server  # noqa: E402
 from common.temporal_names import (  # noqa: E402
     MASTER_TASK_QUEUE,
     agent_task_queue,
     resource_pool_workflow_id,
 )
-from deploy.processes import free_port  # noqa: E402
-from deploy.temporal_server import TemporalDevServer  # noqa: E402
 from workflows.allocation import Allocator, Resources  # noqa: E402
 from workflows.pool_types import (  # noqa: E402
     AgentRegistration,
@@ -286,13 +285,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="epochal-bench-") as tmp:
         root = Path(tmp)
-        server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
-                                   pid_file=root / "temporal.pid")
-        address = server.start(free_port(), headless=True)
-        try:
+        with dev_server(root) as (address, _):
             print(asyncio.run(bench(args, address)))
-        finally:
-            server.stop()
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
-from deploy.processes import free_port  # noqa: E402
-from deploy.temporal_server import NAMESPACE, TemporalDevServer  # noqa: E402
+from bench.common.temporal import dev_server  # noqa: E402
+from deploy.temporal_server import NAMESPACE  # noqa: E402
 
 WORKFLOW_QUEUE = "floor-workflows"
 ACTIVITY_QUEUE = "floor-agent"
@@ -121,19 +121,12 @@ def main() -> None:
     if args.signals < 1:
         p.error("--signals: at least 1 (a trial's close is told; the bench waits for those)")
 
-    with tempfile.TemporaryDirectory(prefix="epochal-floor-") as state:
-        server = TemporalDevServer(Path(state) / "temporal.db", log_file=Path(state) / "t.log",
-                                   pid_file=Path(state) / "t.pid")
-        address = server.start(free_port(), headless=True)
-        try:
-            pid = server.pid()
-            assert pid is not None
-            temporal, me = psutil.Process(pid), psutil.Process()
-            before = cpu(temporal), cpu(me)
-            wall = asyncio.run(run(address, args.workflows, args.concurrent, args.signals))
-            after = cpu(temporal), cpu(me)
-        finally:
-            server.stop()
+    with tempfile.TemporaryDirectory(prefix="epochal-floor-") as state, \
+            dev_server(Path(state)) as (address, pid):
+        temporal, me = psutil.Process(pid), psutil.Process()
+        before = cpu(temporal), cpu(me)
+        wall = asyncio.run(run(address, args.workflows, args.concurrent, args.signals))
+        after = cpu(temporal), cpu(me)
     n = args.workflows
     server_cpu, worker_cpu = (after[0] - before[0]) / n, (after[1] - before[1]) / n
     print(f"workflows:        {n}, {args.concurrent} at a time, one activity and "
