@@ -67,9 +67,11 @@ class SeaweedFSServer(processes.DetachedServer):
                 weed_binary(), "server", f"-dir={self.data_dir}", f"-ip={ip}",
                 f"-ip.bind={ip}", "-filer", "-s3", f"-s3.config={identities}",
                 # Each bucket is a collection of volumes of its own: with the default cap of
-                # 8 volumes the third bucket cannot be written. Smaller volumes, as many as
-                # the disk holds.
-                "-master.volumeSizeLimitMB=256", "-volume.max=0", "-master.telemetry=false",
+                # 8 volumes the third bucket cannot be written. Smaller volumes and a fixed cap
+                # (volumes grow as written, so the cap reserves no disk): with -volume.max=0 the
+                # cap follows the disk's free space at start, and on a nearly full disk a new
+                # bucket got no volume and every write to it failed.
+                "-master.volumeSizeLimitMB=256", "-volume.max=1000", "-master.telemetry=false",
                 "-volume.preStopSeconds=0",  # it stops at once on SIGTERM
                 *(f"-{name}={p}" for name, p in ports(port).items() if name != "s3"),
                 f"-s3.port={port}"]
