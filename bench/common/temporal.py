@@ -16,8 +16,8 @@ def dev_server(root: Path) -> Iterator[tuple[str, int]]:
     """Its address and pid (benches read its CPU) while the block runs."""
     server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
                                pid_file=root / "temporal.pid")
-    address = server.start(free_port(), headless=True)
     try:
+        address = server.start(free_port(), headless=True)
         pid = server.pid()
         assert pid is not None, "the dev server answered without a pid file"
         yield address, pid
