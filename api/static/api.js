@@ -23,7 +23,13 @@ export function forgetToken() {
   document.cookie = "auth=; path=/; max-age=0; SameSite=Strict";
 }
 
+// Set once the page is on its way to /login: a 401 answered after that (a poll sent with the
+// token that "Log out" has just revoked) must not turn the way out into "/login?next=here".
+let leaving = false;
+
 export function toLogin() {
+  if (leaving) return;
+  leaving = true;
   forgetToken();
   const here = location.pathname + location.search;
   location.assign(`/login?next=${encodeURIComponent(here)}`);
@@ -171,6 +177,7 @@ export async function startPage() {
   }
   document.getElementById("logout").addEventListener("click", async (event) => {
     event.preventDefault();
+    leaving = true;
     try {
       await api("/api/v1/auth/logout", { method: "POST" });
     } finally {

@@ -522,3 +522,34 @@ def test_log_out_ends_the_session(chromium: Browser, cluster: Cluster) -> None:
         expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
     finally:
         ctx.close()
+
+
+def test_a_401_answered_while_logging_out_does_not_send_the_user_back(
+        chromium: Browser, cluster: Cluster) -> None:
+    """A page's poll sent before "Log out" comes back 401 once the token is revoked: it must not
+    turn the way out into "/login?next=<this page>" (which logs the next user into it)."""
+    ctx = chromium.new_context(base_url=cluster.url)
+    try:
+        page = ctx.new_page()
+        page.goto("/cluster")
+        log_in(page, cluster.secrets["admin_password"])
+        expect(page).to_have_url(re.compile(r"/cluster$"))
+        # A call in flight whose 401 lands just after the page has forgotten the token, while
+        # the browser is still fetching /login: the moment a slow poll's answer arrives.
+        page.evaluate("""() => {
+            const realFetch = window.fetch;
+            window.fetch = async (path, init) => {
+                if (path !== "/api/v1/me") return realFetch(path, init);
+                while (localStorage.getItem("epochal.token")) {
+                    await new Promise((resolve) => setTimeout(resolve, 0));
+                }
+                return new Response("{}", { status: 401 });
+            };
+            import("/static/api.js").then((m) => m.api("/api/v1/me")).catch(() => {});
+        }""")
+        page.click("#logout")
+        expect(page).to_have_url(re.compile(r"/login$"))
+        page.wait_for_load_state()
+        expect(page).to_have_url(re.compile(r"/login$"))
+    finally:
+        ctx.close()
