@@ -501,55 +501,56 @@ def test_experiment_of_many_trials_pages_its_table(
     page.close()
 
 
-def test_log_out_ends_the_session(chromium: Browser, cluster: Cluster) -> None:
+@pytest.fixture
+def session_to_end(chromium: Browser, cluster: Cluster) -> Iterator[Page]:
+    """The cluster page in a browser context of its own, just logged in: a session a test may
+    end without logging out the module's other tests."""
     ctx = chromium.new_context(base_url=cluster.url)
     try:
         page = ctx.new_page()
         page.goto("/cluster")
         log_in(page, cluster.secrets["admin_password"])
         expect(page).to_have_url(re.compile(r"/cluster$"))
-        token = page.evaluate("() => localStorage.getItem('epochal.token')")
-        assert token and any(c["name"] == "auth" for c in ctx.cookies())
-
-        page.click("#logout")
-        expect(page).to_have_url(re.compile(r"/login$"))
-        assert page.evaluate("() => localStorage.getItem('epochal.token')") is None
-        assert not any(c["name"] == "auth" for c in ctx.cookies())
-        revoked = httpx.get(f"{cluster.url}/api/v1/me",
-                            headers={"Authorization": f"Bearer {token}"}, timeout=30)
-        assert revoked.status_code == 401
-        page.goto("/")
-        expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
+        yield page
     finally:
         ctx.close()
+
+
+def test_log_out_ends_the_session(session_to_end: Page, cluster: Cluster) -> None:
+    page, ctx = session_to_end, session_to_end.context
+    token = page.evaluate("() => localStorage.getItem('epochal.token')")
+    assert token and any(c["name"] == "auth" for c in ctx.cookies())
+
+    page.click("#logout")
+    expect(page).to_have_url(re.compile(r"/login$"))
+    assert page.evaluate("() => localStorage.getItem('epochal.token')") is None
+    assert not any(c["name"] == "auth" for c in ctx.cookies())
+    revoked = httpx.get(f"{cluster.url}/api/v1/me",
+                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    assert revoked.status_code == 401
+    page.goto("/")
+    expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
 
 
 def test_a_401_answered_while_logging_out_does_not_send_the_user_back(
-        chromium: Browser, cluster: Cluster) -> None:
+        session_to_end: Page) -> None:
     """A page's poll sent before "Log out" comes back 401 once the token is revoked: it must not
     turn the way out into "/login?next=<this page>" (which logs the next user into it)."""
-    ctx = chromium.new_context(base_url=cluster.url)
-    try:
-        page = ctx.new_page()
-        page.goto("/cluster")
-        log_in(page, cluster.secrets["admin_password"])
-        expect(page).to_have_url(re.compile(r"/cluster$"))
-        # A call in flight whose 401 lands just after the page has forgotten the token, while
-        # the browser is still fetching /login: the moment a slow poll's answer arrives.
-        page.evaluate("""() => {
-            const realFetch = window.fetch;
-            window.fetch = async (path, init) => {
-                if (path !== "/api/v1/me") return realFetch(path, init);
-                while (localStorage.getItem("epochal.token")) {
-                    await new Promise((resolve) => setTimeout(resolve, 0));
-                }
-                return new Response("{}", { status: 401 });
-            };
-            import("/static/api.js").then((m) => m.api("/api/v1/me")).catch(() => {});
-        }""")
-        page.click("#logout")
-        expect(page).to_have_url(re.compile(r"/login$"))
-        page.wait_for_load_state()
-        expect(page).to_have_url(re.compile(r"/login$"))
-    finally:
-        ctx.close()
+    page = session_to_end
+    # A call in flight whose 401 lands just after the page has forgotten the token, while the
+    # browser is still fetching /login: the moment a slow poll's answer arrives.
+    page.evaluate("""() => {
+        const realFetch = window.fetch;
+        window.fetch = async (path, init) => {
+            if (path !== "/api/v1/me") return realFetch(path, init);
+            while (localStorage.getItem("epochal.token")) {
+                await new Promise((resolve) => setTimeout(resolve, 0));
+            }
+            return new Response("{}", { status: 401 });
+        };
+        import("/static/api.js").then((m) => m.api("/api/v1/me")).catch(() => {});
+    }""")
+    page.click("#logout")
+    expect(page).to_have_url(re.compile(r"/login$"))
+    page.wait_for_load_state()
+    expect(page).to_have_url(re.compile(r"/login$"))
