@@ -134,6 +134,9 @@ def _init(plan: dict[str, Any]) -> NoReturn:
     except OSError as err:
         _say(f"cannot set up the trial's sandbox: {err}")
         os._exit(125)
+    # The agent stops a run by SIGTERM to its process group, which holds this process too.
+    stopping: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.append(signum))
     entrypoint = os.fork()
     if entrypoint == 0:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -149,7 +152,24 @@ def _init(plan: dict[str, Any]) -> NoReturn:
         except ChildProcessError:
             os._exit(125)
         if pid == entrypoint:
+            if stopping:
+                _wait_for_the_group()
             os._exit(_exit_code(status))
+
+
+def _wait_for_the_group() -> None:
+    """Reap what is left of the run's process group before this init's exit ends the namespace.
+
+    The shell that runs the entrypoint dies of SIGTERM at once, while the program it started
+    (the same group, so signalled too) may still be handling it: saving a checkpoint, printing
+    its last lines. Leaving now would SIGKILL it mid-way. What left the group (setsid) is not
+    waited for; the agent's SIGKILL after the grace period bounds the wait.
+    """
+    while True:
+        try:
+            os.waitpid(0, 0)
+        except ChildProcessError:
+            return
 
 
 def main(argv: list[str]) -> NoReturn:
