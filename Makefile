@@ -6,16 +6,24 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# The suite often waits (on clusters, trials, browsers): a worker more than the two cores keeps
+# both busy; a fourth made it slower, every process of every cluster then waiting for a core.
+PYTEST_WORKERS ?= 3
+# Each stage of `make test` notes its wall time here (deploy/stages.py); `test` prints them last.
+ifndef EPOCHAL_STAGES_FILE
+export EPOCHAL_STAGES_FILE := $(shell mktemp -u -t epochal-stages.XXXXXX)
+endif
+STAGE := $(PYTHON) -m deploy.stages run
 
-.PHONY: install demo test lint docker browser torch down
+.PHONY: install demo test lint docker browser torch determined down
 
 install: $(STAMP)
 
 # Re-run only when pyproject.toml changed (or the virtualenv is missing).
 $(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	test -x $(BIN)/python || $(STAGE) install -- $(PYTHON) -m venv $(VENV)
+	$(STAGE) install -- $(BIN)/python -m pip install --quiet --upgrade pip
+	$(STAGE) install -- $(BIN)/python -m pip install --quiet -e '.[test,bench]'
 	touch $(STAMP)
 
 demo: install
@@ -25,33 +33,40 @@ demo: install
 
 # Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
 # starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
-test: lint docker browser torch
-	$(BIN)/python -m pytest -q -ra -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+# At the end, pass or fail, the wall time of each stage.
+test: lint docker browser torch determined
+	$(STAGE) pytest -- $(BIN)/python -m pytest -q -ra -p no:cacheprovider --durations=25 \
+		-n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; $(PYTHON) -m deploy.stages report; exit $$status
 
 # PyTorch (CPU) for the distributed example's tests, apart from `install` so `make demo` stays
 # light.
 TORCH_STAMP := $(VENV)/.torch-installed
 torch: $(TORCH_STAMP)
 $(TORCH_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[torch]'
+	$(STAGE) torch -- $(BIN)/python -m pip install --quiet -e '.[torch]'
 	touch $(TORCH_STAMP)
+
+# Determined 0.38.1's client and a task environment for its training code, in a venv apart,
+# cached by content under ~/.cache/epochal (tests/determined/det_venv.py): built once per machine.
+determined: install
+	$(STAGE) determined -- $(BIN)/python -m tests.determined.det_venv
 
 # The Docker runtime's tests need an engine and the task image: in CI (or as root) this installs
 # Debian's docker.io, starts dockerd if none answers and builds the image once (cached by content
 # hash); elsewhere without an engine it says so and those tests skip.
 docker: install
-	$(BIN)/python -m deploy.docker_engine --build-image
+	$(STAGE) docker -- $(BIN)/python -m deploy.docker_engine --build-image
 
 # The dashboard's browser tests drive Debian's chromium through Playwright: in CI (or as root)
 # this installs it when /usr/bin/chromium is missing; elsewhere it says how to.
 browser: install
-	$(BIN)/python -m deploy.browser --check
+	$(STAGE) browser -- $(BIN)/python -m deploy.browser --check
 
 # ruff and mypy come with the `test` extra; mypy reads its packages and options from
 # [tool.mypy] in pyproject.toml.
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/mypy
+	$(STAGE) lint -- $(BIN)/ruff check .
+	$(STAGE) lint -- $(BIN)/mypy
 
 down: install
 	$(BIN)/epochal cluster down

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -32,9 +33,78 @@ pytest_plugins = ["tests.master_fixtures", "tests.docker_fixtures", "tests.agent
                   "tests.s3_fixtures", "tests.tls_proxy",
                   "tests.determined.det_venv"]
 
+# The CLIs the tests run write to pipes and shape their tables to COLUMNS when it is set: xdist's
+# workers are given a terminal's size (80x24) their output never reaches, which would cut columns.
+for _variable in ("COLUMNS", "LINES"):
+    os.environ.pop(_variable, None)
+
 # End-to-end clusters share the session's Temporal server in their own namespace, so that the
 # session's in-process master worker (namespace `default`) never takes their tasks.
 E2E_NAMESPACE = "epochal-e2e"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Shape the run for `make test`'s workers (pytest-xdist, `--dist loadgroup`).
+
+    Tests that share a fixture wider than a test and narrower than the session (a module's
+    cluster or browser, the workflow tests' namespace and worker) form one group, which runs on
+    one worker so that fixture starts once; every other test is scheduled on its own. Slow tests
+    (marked `slow`: they start clusters) come first, so that the quick ones fill the workers'
+    last minutes instead of one cluster test running alone at the end. A stable sort, so a
+    serial run keeps each module's tests together and in their order.
+    """
+    for item in items:
+        group = _shared_fixture_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test prints the end of the logs of every cluster it used (tests/e2e/cluster.py's
+    `failure_logs`), so a failure in CI explains itself without a rerun."""
+    report = yield
+    if report.failed:
+        for fixture in _fixture_values(item):
+            failure_logs = getattr(fixture, "failure_logs", None)
+            if callable(failure_logs):
+                for name, text in failure_logs():
+                    report.sections.append((f"cluster log {name}", text))
+    return report
+
+
+def _fixture_values(item: pytest.Item) -> list[Any]:
+    """The values of the fixtures `item` used that are still set up."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return []
+    cached = (definitions[-1].cached_result for definitions in info.name2fixturedefs.values())
+    return [result[0] for result in cached if result is not None and result[0] is not None]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """pytest 9.2 ids tests in a way pytest-xdist 3.8's `--dist loadgroup` cannot mark (its issue
+    1386): every test of a module with a cluster would start one, on every worker. Refuse rather
+    than run so, slowly (pyproject.toml pins pytest below 9.2)."""
+    if config.getoption("dist", "no") == "loadgroup" and pytest.version_tuple >= (9, 2):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} breaks pytest-xdist's --dist loadgroup (tests of one "
+            "group are spread over the workers): install pytest<9.2, as pyproject.toml says")
+
+
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The package or module whose fixtures `item` shares with its neighbours, if any."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    scopes = {definitions[-1].scope for definitions in info.name2fixturedefs.values()}
+    if "package" in scopes:
+        return str(item.path.parent.relative_to(item.config.rootpath))
+    if scopes & {"module", "class"}:
+        return item.nodeid.split("::")[0]
+    return None
 
 
 @contextmanager

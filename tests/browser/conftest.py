@@ -22,17 +22,11 @@ import yaml
 
 from deploy.browser import CHROMIUM, CHROMIUM_ARGS
 from deploy.debian_packages import in_ci
-from tests.e2e.cluster import (
-    REPO,
-    SLOW_MODEL,
-    Cluster,
-    created_id,
-    shared_servers_cluster,
-    wait_for,
-)
+from tests.e2e.cluster import REPO, SLOW_MODEL, Cluster, created_id, shared_servers_cluster
+from tests.waiting import wait_for
 
 try:
-    from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
+    from playwright.sync_api import Browser, BrowserContext, Page, expect, sync_playwright
 except ImportError:  # the `test` extra is not installed
     sync_playwright = None  # type: ignore[assignment]
 
@@ -44,6 +38,10 @@ ADMIN = "admin"
 STEPS = 150
 LEARNING_RATES = [0.03, 0.2]
 TIMEOUT_MS = 30_000
+if sync_playwright is not None:
+    # Assertions wait for the page as long as actions do (Playwright's default is 5 s): the
+    # suite's workers share two cores, and a busy machine shows a state later, never wrongly.
+    expect.set_options(timeout=TIMEOUT_MS)
 
 
 def require_chromium(chromium: Path = CHROMIUM) -> None:

@@ -20,7 +20,8 @@ from playwright.sync_api import BrowserContext, Page, expect
 
 from tests.browser.conftest import ADMIN, TIMEOUT_MS, api_get, log_in, screenshot
 from tests.determined.test_det_cli import Det
-from tests.e2e.cluster import DIGITS, Cluster, created_id, wait_for
+from tests.e2e.cluster import DIGITS, Cluster, created_id
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -19,6 +19,7 @@ from playwright.sync_api import Browser, BrowserContext, Page, expect
 
 from tests.browser.conftest import ADMIN, TIMEOUT_MS, api_get, log_in, screenshot
 from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -59,6 +60,17 @@ def launched(cluster: Cluster) -> Iterator[dict[str, dict[str, Any]]]:
     for task in tasks.values():
         killed = post(cluster, f"/api/v1/{task['path']}/{task['id']}/kill", {})
         assert killed.status_code == 200, killed.text
+
+
+@pytest.fixture
+def admin_page(page: Page, cluster: Cluster) -> Page:
+    """`page` on /cluster, its context logged in as admin whatever ran before (the first test
+    logs in through the redirect it tests; a test run alone, or after a 401, finds no token)."""
+    page.goto("/login?next=%2Fcluster")
+    log_in(page, cluster.secrets["admin_password"])
+    expect(page).to_have_url(re.compile(r"/cluster$"))
+    expect(page.locator("#whoami")).to_have_text(ADMIN)
+    return page
 
 
 def row(page: Page, task_id: str) -> Any:
@@ -114,9 +126,9 @@ def test_tasks_are_listed_opened_and_killed(
 
 
 def test_the_cluster_page_links_a_running_task(
-        page: Page, launched: dict[str, dict[str, Any]]) -> None:
+        admin_page: Page, launched: dict[str, dict[str, Any]]) -> None:
+    page = admin_page
     notebook = launched["notebook"]["id"]
-    page.goto("/cluster")
     queued = page.locator(f"#queue a[href='/tasks#{notebook}']")
     expect(queued).to_have_text(f"notebook {notebook[:8]}")
     expect(page.locator(f"#slots a[href='/tasks#{notebook}']")).to_have_count(1)
@@ -126,9 +138,12 @@ def test_the_cluster_page_links_a_running_task(
 
 
 def test_determineds_notebook_address_opens_the_notebook(
-        page: Page, cluster: Cluster, det_venv: Path, tmp_path: Path,
+        admin_page: Page, cluster: Cluster, det_venv: Path, tmp_path: Path,
         launched: dict[str, dict[str, Any]]) -> None:
+    page = admin_page
     notebook = launched["notebook"]
+    wait_for(lambda: api_get(cluster, f"/api/v1/notebooks/{notebook['id']}")["notebook"]["state"]
+             == "STATE_RUNNING", READY_MS / 1000, "the notebook to run")
     printed = subprocess.run(
         [str(det_venv / "python"), "-c", DETERMINED_URL, notebook["id"],
          notebook["serviceAddress"], notebook["description"], notebook["resourcePool"],

@@ -1,5 +1,6 @@
-"""Run by `.venv-det/bin/python` (Determined 0.38.1): every call `determined.core` makes on the
-way through a training script, made with Determined's own classes against an Epochal master.
+"""Run by the Determined venv's python (Determined 0.38.1): every call `determined.core` makes
+on the way through a training script, made with Determined's own classes against an Epochal
+master.
 
 Reads DET_MASTER, DET_SESSION_TOKEN, and EPOCHAL_TEST_{TRIAL,EXPERIMENT}_ID, EPOCHAL_TEST_TASK_ID,
 EPOCHAL_TEST_ALLOCATION_ID, EPOCHAL_TEST_{CHECKPOINT,DELETED}_UUID; prints what came back as JSON.

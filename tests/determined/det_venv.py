@@ -1,17 +1,23 @@
-"""Session fixture `det_venv`: Determined 0.38.1's client in its own virtualenv, `.venv-det/`.
+"""Session fixture `det_venv`: Determined 0.38.1's client in a virtualenv of its own.
 
 Determined's pins (an older urllib3, protobuf ...) must not shape Epochal's own environment, so
 its `det` CLI and Core API live apart and tests run them as subprocesses from this bin directory.
 The same venv is the task environment of the tests that run Determined users' training code
 (`--task-env`), so it also holds torch (CPU): torch lands there and never in Epochal's .venv.
-The venv is made once and reused; a lock keeps two pytest sessions from building it together,
-and markers written only after a complete install tell a finished venv from an interrupted one
-(the task packages have their own, so an older venv gets them added, not rebuilt).
+
+It is built once per machine and cached by content: its directory's name holds a hash of what
+goes in (Determined's version, the task packages, the interpreter), under `~/.cache/epochal/`
+(`EPOCHAL_CACHE_DIR`), so a fresh clone finds it ready and a change of content builds a new one.
+`make test` builds it before the suite (`python -m tests.determined.det_venv`); a lock keeps two
+builds apart, and a marker written only after a complete install tells a finished venv from an
+interrupted one.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -20,41 +26,44 @@ from pathlib import Path
 import pytest
 
 DETERMINED_VERSION = "0.38.1"
-REPO_ROOT = Path(__file__).resolve().parents[2]
-VENV_DIR = REPO_ROOT / ".venv-det"
-_MARKER = "epochal-determined-version"
 # What Determined users' training code needs besides `determined` (PyTorchTrial writes
 # TensorBoard files). `torch==2.13.0` exactly: a CPU build of it lies on this kind of machine's
 # disk; any other torch downloads a CUDA build.
 TASK_PACKAGES = ("torch==2.13.0", "tensorboard==2.21.0")
-_TASK_MARKER = "epochal-task-packages"
+_MARKER = "epochal-venv-complete"
 
 
-def ensure_det_venv(venv: Path = VENV_DIR, version: str = DETERMINED_VERSION) -> Path:
-    """The bin directory of a venv holding exactly `determined==version`, built if needed."""
+def _cache_root() -> Path:
+    configured = os.environ.get("EPOCHAL_CACHE_DIR")
+    if configured:
+        return Path(configured)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "epochal"
+
+
+def _content_key() -> str:
+    content = "\n".join([DETERMINED_VERSION, *TASK_PACKAGES, sys.version,
+                          str(Path(sys.base_prefix).resolve())])
+    return hashlib.sha256(content.encode()).hexdigest()[:12]
+
+
+VENV_DIR = _cache_root() / f"determined-{DETERMINED_VERSION}-{_content_key()}"
+
+
+def ensure_det_venv(venv: Path = VENV_DIR) -> Path:
+    """The bin directory of `venv`, holding `determined` and the task packages, built if
+    missing or left half-built."""
     bin_dir = venv / "bin"
+    venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _installed_version(venv) != version:
+        if not (venv / _MARKER).is_file():
             shutil.rmtree(venv, ignore_errors=True)
             _run([sys.executable, "-m", "venv", str(venv)])
-            _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-input",
-                  f"determined=={version}"])
-            (venv / _MARKER).write_text(version)
-        task_marker = venv / _TASK_MARKER
-        wanted = " ".join(TASK_PACKAGES)
-        if not task_marker.is_file() or task_marker.read_text().strip() != wanted:
-            _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-input",
-                  *TASK_PACKAGES])
-            task_marker.write_text(wanted)
+            for packages in ([f"determined=={DETERMINED_VERSION}"], TASK_PACKAGES):
+                _run([str(bin_dir / "python"), "-m", "pip", "install", "--quiet", "--no-input",
+                      *packages])
+            (venv / _MARKER).write_text(_content_key())
     return bin_dir
-
-
-def _installed_version(venv: Path) -> str | None:
-    marker = venv / _MARKER
-    if not marker.is_file() or not (venv / "bin" / "det").exists():
-        return None
-    return marker.read_text().strip()
 
 
 def _run(cmd: list[str]) -> None:
@@ -67,5 +76,9 @@ def _run(cmd: list[str]) -> None:
 
 @pytest.fixture(scope="session")
 def det_venv() -> Path:
-    """bin directory of `.venv-det/` (its `python` imports determined, its `det` is the CLI)."""
+    """bin directory of the venv (its `python` imports determined, its `det` is the CLI)."""
     return ensure_det_venv()
+
+
+if __name__ == "__main__":
+    print(ensure_det_venv().parent)

@@ -1,6 +1,6 @@
 """The Determined Core API example, and a PyTorchTrial, in task containers (the Docker runtime).
 
-Epochal's task image has no `determined`, so the tests lend it the one in `.venv-det` (with
+Epochal's task image has no `determined`, so the tests lend it the one in the Determined venv (with
 torch): its site-packages bind-mounted read-only, on PYTHONPATH or where the image's Python
 looks for site packages (a Determined user would name an image with `determined` installed
 instead). The container finds its cluster info at /run/determined/info, the clean model copy at
@@ -32,7 +32,7 @@ PYTORCH_TRIAL = Path(__file__).resolve().parent / "pytorch_trial"
 @pytest.fixture(scope="module")
 def docker_cluster(postgres_url: str, temporal_address: str,
                    task_image: str) -> Iterator[Cluster]:
-    # The tests mount Determined's packages from the repository's .venv-det into the container;
+    # The tests mount Determined's packages from the Determined venv into the container;
     # the master lets trials mount only what its roots allow.
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("EPOCHAL_STORAGE_ROOTS", f"/tmp:{VENV_DIR}")

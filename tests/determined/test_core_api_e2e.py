@@ -2,9 +2,9 @@
 
 A local cluster (real master and agent processes, the process runtime) runs
 examples/determined_core/train.py, config and entrypoint (`python3 train.py`) unchanged, in the
-task environment `.venv-det` (Determined 0.38.1, no Epochal: `cluster up --task-env`), the way
-a Determined user's image provides `python3` with `determined` installed. What the script
-reports is read back through Epochal's own API and CLI.
+Determined venv as task environment (Determined 0.38.1, no Epochal: `cluster up --task-env`),
+the way a Determined user's image provides `python3` with `determined` installed. What the
+script reports is read back through Epochal's own API and CLI.
 """
 
 from __future__ import annotations
@@ -20,15 +20,9 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.cluster import (
-    REPO,
-    Cluster,
-    SecondAgent,
-    created_id,
-    shared_servers_cluster,
-    wait_for,
-)
+from tests.e2e.cluster import REPO, Cluster, SecondAgent, created_id, shared_servers_cluster
 from tests.s3_fixtures import S3Server
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -120,7 +114,7 @@ def pause_and_activate(cluster: Cluster, config_path: Path) -> tuple[int, int, d
     wait until it completes: (experiment id, trial id, the trial as it was paused)."""
     experiment_id = created_id(
         cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
-    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
+    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), 60, "the trial")[0]["id"]
     wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
              "a first checkpoint")
     cluster.run("experiment", "pause", str(experiment_id))
@@ -180,7 +174,7 @@ def test_cancel_stops_the_script_through_should_preempt(cluster: Cluster, tmp_pa
                                 validation_period=50, seconds_per_batch=0.01)
     experiment_id = created_id(
         cluster.run("experiment", "create", str(config_path), str(EXAMPLE)).stdout)
-    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), what="the trial")[0]["id"]
+    trial_id = wait_for(lambda: trials_of(cluster, experiment_id), 60, "the trial")[0]["id"]
     wait_for(lambda: get(cluster, f"/trials/{trial_id}/checkpoints")["checkpoints"], 120,
              "a first checkpoint")
     cluster.run("experiment", "cancel", str(experiment_id))

@@ -1,4 +1,4 @@
-"""Determined's own client classes (0.38.1, in `.venv-det`) against a live Epochal master.
+"""Determined's own client classes (0.38.1, in the Determined venv) against a live Epochal master.
 
 The calls are those a Core API script makes (tests/determined/det_client_calls.py), with the
 trial's token sent the way Determined sends it; what they store is read back through Epochal's

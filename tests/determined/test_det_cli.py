@@ -1,8 +1,8 @@
 """Determined 0.38.1's own `det` CLI against an Epochal cluster: each command prints what it
 prints against a Determined master (same columns, same states), with Epochal's data.
 
-A real local cluster (master and agent processes) and the real `det` binary from `.venv-det/`,
-run as a subprocess with a private HOME; it logs in as admin through DET_USER/DET_PASS the way
+A real local cluster (master and agent processes) and the real `det` binary from the Determined
+venv, run as a subprocess with a private HOME; it logs in as admin through DET_USER/DET_PASS the way
 Determined's client does (POST /api/v1/auth/login with the hashed password). One finished
 digits experiment serves the read-only checks; a slow one is paused, activated and killed.
 """
@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.cluster import DIGITS, SLOW_MODEL, Cluster, shared_servers_cluster, wait_for
+from tests.e2e.cluster import DIGITS, SLOW_MODEL, Cluster, shared_servers_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -71,8 +72,8 @@ class Finished:
 
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterator[Cluster]:
-    # Its trials run `.venv-det/bin/python` by path: it stays visible where the sandbox would
-    # hide it (under /tmp, which each run has of its own, when the repository is there).
+    # Its trials run the Determined venv's python by path: it stays visible where the sandbox
+    # would hide it (under the agent user's home, or /tmp, which each run has of its own).
     share = {"EPOCHAL_SHARE_WITH_TRIALS": str(det_venv.parent.resolve())}
     with shared_servers_cluster(postgres_url, temporal_address, "det-cli", "--slots", "2",
                                 env_extra=share) as c:
@@ -264,11 +265,20 @@ def _experiment_state(det: Det, experiment: str) -> str:
     return next(r for r in det.rows("experiment", "list", "--all") if r[0] == experiment)[4]
 
 
-def test_pause_activate_kill_and_delete(det: Det, tmp_path: Path) -> None:
+def _wait_for_trial(cluster: Cluster, det: Det, experiment: str, state: str, timeout: float,
+                    what: str) -> None:
+    """Wait through the API (a `det` process per poll costs a third of a core), then check that
+    `det experiment list-trials` says `state` too."""
+    wait_for(lambda: [t["state"] for t in cluster.trials(int(experiment))] == [f"STATE_{state}"],
+             timeout, what)
+    assert _trial_state(det, experiment)[1] == state
+
+
+def test_pause_activate_kill_and_delete(det: Det, cluster: Cluster, tmp_path: Path) -> None:
     created = det.run("experiment", "create", str(_slow_config(tmp_path, "det-slow")),
                       str(SLOW_MODEL)).stdout
     experiment = re.search(r"Created experiment (\d+)", created).group(1)  # type: ignore[union-attr]
-    wait_for(lambda: _trial_state(det, experiment)[1] == "RUNNING", 90, "the trial to run")
+    _wait_for_trial(cluster, det, experiment, "RUNNING", 90, "the trial to run")
     trial = _trial_state(det, experiment)[0]
 
     busy = [r for r in det.rows("slot", "list") if r[5] != "FREE"]
@@ -277,13 +287,13 @@ def test_pause_activate_kill_and_delete(det: Det, tmp_path: Path) -> None:
 
     assert det.run("experiment", "pause", experiment).stdout.strip() == (
         f"Paused experiment {experiment}")
-    wait_for(lambda: _trial_state(det, experiment)[1] == "PAUSED", 60, "the trial to pause")
+    _wait_for_trial(cluster, det, experiment, "PAUSED", 60, "the trial to pause")
     assert _experiment_state(det, experiment) == "PAUSED"
     assert det.run("experiment", "wait", experiment, check=False).returncode != 0  # paused
 
     assert det.run("experiment", "activate", experiment).stdout.strip() == (
         f"Activated experiment {experiment}")
-    wait_for(lambda: _trial_state(det, experiment)[1] == "RUNNING", 90, "the trial to resume")
+    _wait_for_trial(cluster, det, experiment, "RUNNING", 90, "the trial to resume")
     assert _experiment_state(det, experiment) == "ACTIVE"
 
     assert det.run("experiment", "kill", experiment).stdout.strip() == (
@@ -310,14 +320,14 @@ def test_cancel(det: Det, tmp_path: Path) -> None:
     assert _experiment_state(det, experiment) == "CANCELED"
 
 
-def test_trial_kill_ends_that_trial_only(det: Det, tmp_path: Path) -> None:
+def test_trial_kill_ends_that_trial_only(det: Det, cluster: Cluster, tmp_path: Path) -> None:
     created = det.run("experiment", "create", str(_slow_config(tmp_path, "det-trial-kill")),
                       str(SLOW_MODEL)).stdout
     experiment = re.search(r"Created experiment (\d+)", created).group(1)  # type: ignore[union-attr]
-    wait_for(lambda: _trial_state(det, experiment)[1] == "RUNNING", 90, "the trial to run")
+    _wait_for_trial(cluster, det, experiment, "RUNNING", 90, "the trial to run")
     trial = _trial_state(det, experiment)[0]
     det.run("trial", "kill", trial)
-    wait_for(lambda: _trial_state(det, experiment)[1] == "CANCELED", 60, "the trial to end")
+    _wait_for_trial(cluster, det, experiment, "CANCELED", 60, "the trial to end")
     # Its search had one trial, now stopped by its user: the experiment ends, not in error.
     wait_for(lambda: _experiment_state(det, experiment) == "COMPLETED", 60, "the experiment")
     again = det.run("trial", "kill", trial, check=False)
@@ -378,7 +388,7 @@ def test_a_core_api_script_driven_by_det_from_create_to_completion(
     trial = _trial_state(det, experiment)[0]
 
     det.run("experiment", "pause", experiment)
-    wait_for(lambda: _trial_state(det, experiment)[1] == "PAUSED", 120, "the trial to pause")
+    _wait_for_trial(cluster, det, experiment, "PAUSED", 120, "the trial to pause")
     preempted = det.run("trial", "logs", trial).stdout
     assert "preempted at batch" in preempted
 
@@ -414,7 +424,9 @@ def _jobs(det: Det) -> dict[str, list[str]]:
     return {r[1]: r for r in det.rows("job", "list")}
 
 
-def test_job_list_and_experiment_scheduling_changes(det: Det, tmp_path: Path) -> None:
+def test_job_list_and_experiment_scheduling_changes(
+    det: Det, cluster: Cluster, tmp_path: Path
+) -> None:
     """`det job list` shows what runs and what waits in the scheduler's order; `det experiment
     set priority|max-slots|weight` and `det job update` reorder what waits."""
     paths = []
@@ -425,7 +437,7 @@ def test_job_list_and_experiment_scheduling_changes(det: Det, tmp_path: Path) ->
         path.write_text(yaml.safe_dump(config))
         paths.append(path)
     first = _created(det.run("experiment", "create", str(paths[0]), str(SLOW_MODEL)).stdout)
-    wait_for(lambda: _trial_state(det, first)[1] == "RUNNING", 90, "the first trial to run")
+    _wait_for_trial(cluster, det, first, "RUNNING", 90, "the first trial to run")
     second = _created(det.run("experiment", "create", str(paths[1]), str(SLOW_MODEL)).stdout)
     third = _created(det.run("experiment", "create", str(paths[2]), str(SLOW_MODEL)).stdout)
     try:

@@ -1,11 +1,11 @@
 """A Determined user's own Python environment runs their trials: `epochal cluster up --task-env`.
 
 One local cluster (real master and agent processes, the process runtime) whose agent runs trials
-in `.venv-det/`, a virtualenv with Determined 0.38.1 and torch (CPU) but without Epochal: its
-`python3` is the entrypoint's and every launcher's, Epochal's harness is reachable without being
-installed there, a PyTorchTrial written as Determined's tutorials write one trains, checkpoints,
-pauses and resumes with the real `det` client, and code that needs a module the environment
-lacks fails at once, saying so.
+in the Determined venv (tests/determined/det_venv.py), a virtualenv with Determined 0.38.1 and
+torch (CPU) but without Epochal: its `python3` is the entrypoint's and every launcher's, Epochal's
+harness is reachable without being installed there, a PyTorchTrial written as Determined's
+tutorials write one trains, checkpoints, pauses and resumes with the real `det` client, and code
+that needs a module the environment lacks fails at once, saying so.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.cluster import DIGITS, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.cluster import DIGITS, Cluster, created_id, shared_servers_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -16,17 +16,19 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from deploy.processes import free_port
 from tests.conftest import E2E_NAMESPACE, fresh_database
 from tests.e2e.hosts import Host
 from tests.e2e.namespace import fresh_ids, start_clean
+from tests.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
@@ -66,6 +68,29 @@ class Cluster:
 
     def json(self, *args: str) -> Any:
         return json.loads(self.run(*args, "--json").stdout)
+
+    def get(self, path: str, **params: Any) -> Any:
+        """GET `/api/v1{path}` as the admin the CLI is logged in as. Tests poll through this:
+        a CLI process per poll costs a third of a core, which a suite of them ran short of."""
+        answer = httpx.get(f"{self.url}/api/v1{path}", params=params, headers=self.headers,
+                           timeout=30)
+        answer.raise_for_status()
+        return answer.json()
+
+    def experiment(self, experiment_id: int) -> dict[str, Any]:
+        return dict(self.get(f"/experiments/{experiment_id}")["experiment"])
+
+    def trials(self, experiment_id: int) -> list[dict[str, Any]]:
+        """Every trial of the experiment, in the order trials were created."""
+        return list(self.get(f"/experiments/{experiment_id}/trials")["trials"])
+
+    def failure_logs(self, lines: int = 40) -> list[tuple[str, str]]:
+        """The last `lines` of each of the cluster's logs (its parts', and other agents' beside
+        them): what a failed test that used it prints (tests/conftest.py)."""
+        logs = [*sorted((self.state_dir / "logs").glob("*.log")),
+                *sorted(self.state_dir.glob("*.log"))]
+        return [(path.name, "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+                for path in logs if path.is_file()]
 
     @property
     def secrets(self) -> dict[str, str]:
@@ -172,7 +197,7 @@ class SecondAgent:
         wait_for(lambda: self.alive(), timeout=60, what=f"{self.agent_id} to register")
 
     def alive(self) -> bool:
-        agents = self.cluster.json("agent", "list")["agents"]
+        agents = self.cluster.get("/agents")["agents"]
         return any(a["id"] == self.agent_id and a["alive"] for a in agents)
 
     def kill(self) -> None:
@@ -186,12 +211,3 @@ def created_id(output: str) -> int:
     assert match, output
     return int(match.group(1))
 
-
-def wait_for(check: Callable[[], Any], timeout: float = 60, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")

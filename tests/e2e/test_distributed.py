@@ -17,14 +17,8 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.cluster import (
-    REPO,
-    Cluster,
-    SecondAgent,
-    created_id,
-    shared_servers_cluster,
-    wait_for,
-)
+from tests.e2e.cluster import REPO, Cluster, SecondAgent, created_id, shared_servers_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 pytest.importorskip("torch", reason="make test installs torch (the `torch` extra)")
@@ -69,18 +63,14 @@ def create(cluster: Cluster, path: Path) -> int:
     return created_id(cluster.run("experiment", "create", str(path), str(TORCH_DIGITS)).stdout)
 
 
-def describe(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
-    return dict(cluster.json("experiment", "describe", str(experiment_id)))
-
-
 def wait_done(cluster: Cluster, experiment_id: int, timeout: float = 240) -> str:
     return str(wait_for(
-        lambda: (s := describe(cluster, experiment_id)["experiment"]["state"]) in TERMINAL and s,
+        lambda: (s := cluster.experiment(experiment_id)["state"]) in TERMINAL and s,
         timeout=timeout, what=f"experiment {experiment_id} to end"))
 
 
 def trial(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
-    return dict(describe(cluster, experiment_id)["trials"][0])
+    return cluster.trials(experiment_id)[0]
 
 
 def logs(cluster: Cluster, trial_id: int) -> list[dict[str, Any]]:

@@ -22,9 +22,10 @@ import yaml
 from agent_worker.docker_engine import agent_containers
 from deploy.local_cluster import AGENT_ID
 from deploy.processes import read_pid
-from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster, wait_for
+from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster
 from tests.e2e.test_local_cluster import long_single_config, trial_of
 from tests.s3_fixtures import S3Server
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -17,14 +17,8 @@ import pytest
 import yaml
 
 from deploy.processes import read_pid
-from tests.e2e.cluster import (
-    SLOW_MODEL,
-    Cluster,
-    SecondAgent,
-    created_id,
-    shared_servers_cluster,
-    wait_for,
-)
+from tests.e2e.cluster import SLOW_MODEL, Cluster, SecondAgent, created_id, shared_servers_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -70,11 +64,11 @@ def create(cluster: Cluster, config: Path) -> int:
 
 
 def trials(cluster: Cluster, experiment_id: int) -> list[dict[str, Any]]:
-    return list(cluster.json("experiment", "describe", str(experiment_id))["trials"])
+    return cluster.trials(experiment_id)
 
 
 def state(cluster: Cluster, experiment_id: int) -> str:
-    return str(cluster.json("experiment", "describe", str(experiment_id))["experiment"]["state"])
+    return str(cluster.experiment(experiment_id)["state"])
 
 
 def wait_done(cluster: Cluster, experiment_id: int, timeout: float = 180) -> str:

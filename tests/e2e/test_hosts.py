@@ -23,9 +23,10 @@ import yaml
 
 from deploy.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK
-from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster, wait_for
+from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster
 from tests.e2e.hosts import Host, HostNetwork
 from tests.e2e.test_faults import create, trials, wait_done
+from tests.waiting import wait_for
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(HostNetwork.available() is not None,

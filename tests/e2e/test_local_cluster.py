@@ -21,14 +21,8 @@ import yaml
 
 from common.states import TERMINAL_STATES
 from deploy.processes import free_port
-from tests.e2e.cluster import (
-    DIGITS,
-    EPOCHAL,
-    Cluster,
-    created_id,
-    shared_servers_cluster,
-    wait_for,
-)
+from tests.e2e.cluster import DIGITS, EPOCHAL, Cluster, created_id, shared_servers_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -78,12 +72,11 @@ def long_single_config(tmp_path: Path) -> Path:
 
 
 def trial_of(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
-    described = cluster.json("experiment", "describe", str(experiment_id))
-    return described["trials"][0]
+    return cluster.trials(experiment_id)[0]
 
 
 def experiment_state(cluster: Cluster, experiment_id: int) -> str:
-    return cluster.json("experiment", "describe", str(experiment_id))["experiment"]["state"]
+    return str(cluster.experiment(experiment_id)["state"])
 
 
 def training_processes(cluster: Cluster) -> list[psutil.Process]:
@@ -107,18 +100,18 @@ def test_pause_activate_and_kill(cluster: Cluster, tmp_path: Path) -> None:
     experiment_id = created_id(result.stdout)
     wait_for(
         lambda: trial_of(cluster, experiment_id)["totalBatchesProcessed"] > 0,
-        what="the first training metrics",
+        timeout=60, what="the first training metrics",
     )
 
     cluster.run("experiment", "pause", str(experiment_id))
     wait_for(
         lambda: trial_of(cluster, experiment_id)["state"] == "STATE_PAUSED",
-        what="the trial to pause",
+        timeout=60, what="the trial to pause",
     )
     assert experiment_state(cluster, experiment_id) == "STATE_PAUSED"
     paused = trial_of(cluster, experiment_id)
     assert paused["latestCheckpointUuid"], "a preempted trial checkpoints before it stops"
-    wait_for(lambda: not training_processes(cluster), what="the training process to exit")
+    wait_for(lambda: not training_processes(cluster), 60, "the training process to exit")
 
     cluster.run("experiment", "activate", str(experiment_id))
     wait_for(
@@ -126,7 +119,7 @@ def test_pause_activate_and_kill(cluster: Cluster, tmp_path: Path) -> None:
             trial_of(cluster, experiment_id)["runId"] == 2
             and trial_of(cluster, experiment_id)["state"] == "STATE_RUNNING"
         ),
-        what="the trial to run again",
+        timeout=60, what="the trial to run again",
     )
     logs = wait_for(
         lambda: (
@@ -134,7 +127,7 @@ def test_pause_activate_and_kill(cluster: Cluster, tmp_path: Path) -> None:
             in (out := cluster.run("trial", "logs", str(paused["id"])).stdout)
             and out
         ),
-        what="the resumed run's log line",
+        timeout=60, what="the resumed run's log line",
     )
     assert paused["latestCheckpointUuid"] in logs
 
@@ -334,7 +327,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     victim = created_id(cluster.run("experiment", "create", str(victim_config),
                                     str(victim_dir)).stdout)
     agent_dir = cluster.state_dir / "agent"
-    wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), what="the victim")
+    wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), 60, "the victim")
 
     name = f"mallory{free_port()}"
     cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "mallorys-password"})

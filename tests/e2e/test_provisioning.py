@@ -18,8 +18,9 @@ import pytest
 import yaml
 
 from deploy.providers.process import pid_files
-from tests.e2e.cluster import Cluster, shared_servers_cluster, wait_for
+from tests.e2e.cluster import Cluster, shared_servers_cluster
 from tests.e2e.test_faults import create, trials, wait_done
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def agent_processes(cluster: Cluster) -> list[psutil.Process]:
 
 
 def pool_agents(cluster: Cluster) -> list[dict[str, Any]]:
-    return [a for a in cluster.json("agent", "list")["agents"] if a["resourcePool"] == POOL]
+    return [a for a in cluster.get("/agents")["agents"] if a["resourcePool"] == POOL]
 
 
 class FirstAgentFreezer(threading.Thread):

@@ -15,8 +15,9 @@ from minio import Minio
 from deploy.local_cluster import S3_BUCKET
 from deploy.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK
-from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster, wait_for
+from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster
 from tests.e2e.test_faults import create, slow_config, state, trials, wait_done
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

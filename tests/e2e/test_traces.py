@@ -19,7 +19,8 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
 )
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.e2e.cluster import DIGITS, Cluster, created_id, shared_servers_cluster, wait_for
+from tests.e2e.cluster import DIGITS, Cluster, created_id, shared_servers_cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 

@@ -39,7 +39,7 @@ from tests.conftest import fresh_database
 from tests.integration.test_api import config_yaml, model_definition
 from tests.master_fixtures import fresh_namespace
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.slow]
 
 PASSWORD = "fuzz-admin-password"
 SELF_LOCKING = (

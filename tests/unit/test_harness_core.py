@@ -25,6 +25,7 @@ from harness.core import (
 from harness.core._session import Backoff, Session
 from harness.core._train import SpoolFull, _Sender
 from tests.fakes.harness_master import FakeMaster
+from tests.waiting import wait_for
 
 FAST = Backoff(initial=0.001, maximum=0.01)
 
@@ -64,15 +65,6 @@ def make_core(
     )
 
 
-def wait_for(predicate, timeout: float = 3.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.005)
-    return predicate()
-
-
 def test_public_names() -> None:
     assert sorted(harness.core.__all__) == [
         "APIError",
@@ -101,7 +93,7 @@ def test_reports_go_in_batches_of_at_most_200(tmp_path) -> None:
         for step in range(1, 451):
             core.train.report_training_metrics(step, {"loss": 1.0 / step})
         # 400 reports filled two batches; the other 50 wait for the interval or the close.
-        assert wait_for(lambda: len(fake.steps("training")) == 400)
+        wait_for(lambda: len(fake.steps("training")) == 400, 3, "two full batches", interval=0.005)
         time.sleep(0.05)
         assert len(fake.steps("training")) == 400
     assert fake.steps("training") == list(range(1, 451))
@@ -123,7 +115,8 @@ def test_a_few_reports_are_sent_after_the_interval(tmp_path) -> None:
     with make_core(fake, tmp_path, interval=0.2) as core:
         core.train.report_training_metrics(10, {"loss": 0.5})
         core.train.report_training_metrics(20, {"loss": 0.4})
-        assert wait_for(lambda: fake.steps("training") == [10, 20], timeout=2.0)
+        wait_for(lambda: fake.steps("training") == [10, 20], 2, "the interval's batch",
+                 interval=0.005)
         assert len(fake.batches) == 1
 
 
@@ -386,11 +379,11 @@ def test_unsupported_storage_is_refused(tmp_path) -> None:
 def test_preemption_is_watched_in_the_background_and_acked_once(tmp_path) -> None:
     fake = FakeMaster()
     with make_core(fake, tmp_path) as core:
-        assert wait_for(lambda: len(fake.polls) >= 2)
+        wait_for(lambda: len(fake.polls) >= 2, 3, "two polls", interval=0.005)
         assert core.preempt.should_preempt() is False
         assert fake.polls[0] == "0" and fake.polls[1] == "60"
         fake.preempt.set()
-        assert wait_for(core.preempt.should_preempt)
+        wait_for(core.preempt.should_preempt, 3, "should_preempt()", interval=0.005)
         assert core.preempt.should_preempt() is True
         assert fake.acks == 1
 
@@ -415,7 +408,7 @@ def test_preemption_watcher_survives_errors(tmp_path, caplog) -> None:
     fake.fail_polls = 3
     fake.preempt.set()
     with caplog.at_level(logging.WARNING, logger="harness.core"), make_core(fake, tmp_path) as core:
-        assert wait_for(core.preempt.should_preempt)
+        wait_for(core.preempt.should_preempt, 3, "should_preempt()", interval=0.005)
     assert caplog.text.count("preemption check failed") == 3
     assert fake.acks == 1
 

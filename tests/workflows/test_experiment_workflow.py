@@ -36,6 +36,7 @@ from common import search_attributes
 from common.expconf import validate_experiment_config
 from common.search_attributes import experiment_attributes, experiment_memo
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
+from tests.waiting import eventually
 from tests.workflows.pool_helpers import register
 from workflows.experiment import ExperimentWorkflow
 from workflows.types import (
@@ -169,13 +170,6 @@ async def ended(handle: WorkflowHandle[Any, str], timeout: float) -> str:
     except WorkflowFailureError as err:
         assert isinstance(err.cause, ApplicationError), err.cause
         return {"ExperimentError": "ERROR", "ExperimentCanceled": "CANCELED"}[err.cause.type]
-
-
-async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 30) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
 
 
 async def run_with_agent(
@@ -340,9 +334,11 @@ async def test_pause_preempts_trials_and_activate_resumes_them(
         temporal_client, pool, wait_for_preemption, max_concurrent_trials=4
     )
     try:
-        await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 4))
+        await eventually(lambda: _count(pool, experiment_id, "RUNNING", 4), 30,
+                         "4 trials to run")
         await handle.signal("pause")
-        await wait_until(lambda: _count(pool, experiment_id, "PAUSED", 4))
+        await eventually(lambda: _count(pool, experiment_id, "PAUSED", 4), 30,
+                         "4 trials to pause")
         state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
         assert state == "PAUSED"
         await handle.signal("activate")
@@ -359,7 +355,8 @@ async def test_kill_stops_running_trials_at_once(
 ) -> None:
     agent, _, handle, experiment_id = await run_with_agent(temporal_client, pool, hang)
     try:
-        await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 2))
+        await eventually(lambda: _count(pool, experiment_id, "RUNNING", 2), 30,
+                         "2 trials to run")
         await handle.signal("kill")
         assert await ended(handle, 30) == "CANCELED"
     finally:
@@ -384,7 +381,8 @@ async def test_cancel_checkpoints_running_trials_and_starts_no_more(
         temporal_client, pool, wait_for_preemption
     )
     try:
-        await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 2))
+        await eventually(lambda: _count(pool, experiment_id, "RUNNING", 2), 30,
+                         "2 trials to run")
         await handle.signal("cancel")
         assert await ended(handle, 30) == "CANCELED"
     finally:
@@ -478,10 +476,11 @@ async def test_a_quick_pause_and_activate_are_stored_in_the_order_they_came(
         experiment_id, handle = await start_experiment(temporal_client, pool, config,
                                                        task_queue=queue)
         try:
-            await wait_until(lambda: _count(pool, experiment_id, "RUNNING", 1))
+            await eventually(lambda: _count(pool, experiment_id, "RUNNING", 1), 30,
+                             "the trial to run")
             await handle.signal("pause")
             await handle.signal("activate")
-            await wait_until(both_stored)
+            await eventually(both_stored, 30, "both pauses to be stored")
             assert stored == ["PAUSED", "ACTIVE"]
             assert await pool.fetchval(
                 "SELECT state FROM experiments WHERE id = $1", experiment_id) == "ACTIVE"

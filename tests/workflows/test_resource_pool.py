@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ from temporalio.client import (
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from tests.waiting import eventually
 from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
 from workflows.pool_types import (
     AgentEnabled,
@@ -104,13 +105,6 @@ async def rp(temporal_client: Client, master_worker: Worker, sinks: str) -> Asyn
     yield Pool(temporal_client, sinks)
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
-
-
 async def test_lower_priority_number_runs_first(temporal_client: Client, rp: Pool) -> None:
     async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 1):
         first = await rp.request(1)
@@ -168,7 +162,7 @@ async def test_changed_experiment_resources_reorder_the_queue_and_survive_contin
             assert (await rp.request(experiment)).status == "queued"
         assert [r["experiment_id"] for r in (await rp.describe())["queue"]] == [3, 4]
         await rp.handle.signal("set_experiment_resources", ExperimentResources(4, priority=10))
-        await eventually(lambda: _queue_is(rp, [4, 3]))
+        await eventually(lambda: _queue_is(rp, [4, 3]), 20, "the queue [4, 3]")
         assert [r["priority"] for r in (await rp.describe())["queue"]] == [10, 42]
         # max_slots 0 holds experiment 4 back: a freed slot goes to experiment 3.
         await rp.handle.signal("set_experiment_resources", ExperimentResources(4, max_slots=0))
@@ -181,7 +175,7 @@ async def test_changed_experiment_resources_reorder_the_queue_and_survive_contin
         for i in range(6):  # churn until the pool continues as new with its overrides
             await rp.request(9, key=f"9.{i}.1")
             await rp.release(f"9.{i}.1")
-        await eventually(lambda: _generation_at_least(rp, 1))
+        await eventually(lambda: _generation_at_least(rp, 1), 20, "a continue-as-new")
         later = await rp.request(4, key="4.99.1")
         assert later.status == "queued"
         queue = (await rp.describe())["queue"]
@@ -201,7 +195,7 @@ async def test_weight_scales_fair_share(temporal_client: Client, rp: Pool) -> No
         assert [r["experiment_id"] for r in (await rp.describe())["queue"]] == [2, 1]
         # Weight 4: experiment 1's two slots count as half a slot, less than 2's one.
         await rp.handle.signal("set_experiment_resources", ExperimentResources(1, weight=4.0))
-        await eventually(lambda: _queue_is(rp, [1, 2]))
+        await eventually(lambda: _queue_is(rp, [1, 2]), 20, "the queue [1, 2]")
 
 
 async def _queue_is(pool: Pool, experiments: list[int]) -> bool:
@@ -317,7 +311,7 @@ async def test_a_lost_agent_frees_its_slots(temporal_client: Client, rp: Pool) -
         reply = await rp.request(1)
         assert reply.allocation is not None and reply.allocation.agent_id == doomed
     # The agent's worker is gone: its liveness activity ends, the pool frees its slots.
-    await eventually(lambda: rp.agent_alive(doomed, False))
+    await eventually(lambda: rp.agent_alive(doomed, False), 20, "the agent to be dead")
     described = await rp.describe()
     assert described["allocations"] == []
     assert described["agents"][0]["lostReason"]
@@ -338,7 +332,7 @@ async def test_continue_as_new_keeps_agents_allocations_and_queue(
         for i in range(6):  # churn: requests withdrawn while queued grow the history
             await rp.request(8, key=f"8.{i}.1")
             await rp.release(f"8.{i}.1")
-        await eventually(lambda: _generation_at_least(rp, 1))
+        await eventually(lambda: _generation_at_least(rp, 1), 20, "a continue-as-new")
         described = await rp.describe()
         assert {a["id"] for a in described["agents"]} == {rp.agent("a1")}
         assert len(described["allocations"]) == 2
@@ -396,5 +390,5 @@ async def test_a_trial_larger_than_the_pool_says_in_its_logs_that_it_waits(
             return any("needs 16 slots" in r["log"] and "1 x 8" in r["log"]
                        and "waits until more agents join" in r["log"] for r in logs)
 
-        await eventually(told)
+        await eventually(told, 20, "the trial's log to say why it waits")
         await handle.cancel()
