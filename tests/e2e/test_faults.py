@@ -158,7 +158,9 @@ def test_a_trial_that_always_crashes_errors_while_its_siblings_complete(
 def test_a_higher_priority_experiment_submitted_later_runs_first(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    blocker = create(cluster, slow_config(tmp_path, "blocker", steps=40, sleep=0.25))
+    # Long enough to outlast two submissions on a busy machine (10 s did not, once); it is
+    # killed once the queue is checked, so its length costs nothing.
+    blocker = create(cluster, slow_config(tmp_path, "blocker", steps=1000, sleep=0.25))
     wait_for(lambda: trials(cluster, blocker) and trials(cluster, blocker)[0]["state"]
              == "STATE_RUNNING", timeout=60, what="the blocker to run")
     low = create(cluster, slow_config(tmp_path, "low", steps=2, sleep=0.01, priority=60))
