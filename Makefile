@@ -6,9 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# The suite often waits (on clusters, trials, browsers): a worker more than the two cores keeps
-# both busy; a fourth made it slower, every process of every cluster then waiting for a core.
-PYTEST_WORKERS ?= 3
+# One worker per core. Three finished sooner (14.4 of 17 minutes in two of three fresh runs) but
+# loaded the machine enough that two UI races showed (docs/ARCHITECTURE.md, Tests); four were
+# slower still, every process of every cluster waiting for a core.
+PYTEST_WORKERS ?= 2
 # Each stage of `make test` notes its wall time here (deploy/stages.py); `test` prints them last.
 ifndef EPOCHAL_STAGES_FILE
 export EPOCHAL_STAGES_FILE := $(shell mktemp -u -t epochal-stages.XXXXXX)
