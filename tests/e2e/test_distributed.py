@@ -70,7 +70,9 @@ def wait_done(cluster: Cluster, experiment_id: int, timeout: float = 240) -> str
 
 
 def trial(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
-    return cluster.trials(experiment_id)[0]
+    """The experiment's first trial; empty until the experiment has made it."""
+    trials = cluster.trials(experiment_id)
+    return trials[0] if trials else {}
 
 
 def logs(cluster: Cluster, trial_id: int) -> list[dict[str, Any]]:
@@ -143,10 +145,10 @@ def test_pause_and_activate_resume_every_rank_from_one_checkpoint(
     second_agent(cluster)
     experiment_id = create(cluster, config(tmp_path, "ddp-pause", batches=200,
                                            step_seconds=0.03))
-    wait_for(lambda: trial(cluster, experiment_id)["totalBatchesProcessed"] >= 20,
+    wait_for(lambda: trial(cluster, experiment_id).get("totalBatchesProcessed", 0) >= 20,
              timeout=120, what="training to start")
     cluster.run("experiment", "pause", str(experiment_id))
-    wait_for(lambda: trial(cluster, experiment_id)["state"] == "STATE_PAUSED", timeout=120,
+    wait_for(lambda: trial(cluster, experiment_id).get("state") == "STATE_PAUSED", timeout=120,
              what="the trial to pause")
     t = trial(cluster, experiment_id)
     text = "\n".join(line["log"] for line in logs(cluster, t["id"]))
