@@ -66,11 +66,15 @@ let curveStamp = "";
 let curveTimer = null;
 let pendingTrials = null;
 
+// Actions sent and not yet answered; their buttons stay disabled whatever the updates say.
+const inFlight = new Set();
+
 function action(name) {
   return el("button", { type: "button", class: `action action-${name}`, "data-action": name,
-    onclick: async (event) => {
+    onclick: async () => {
       if (CONFIRM[name] && !confirm(CONFIRM[name].replace("{id}", experimentId))) return;
-      event.target.disabled = true;
+      inFlight.add(name);
+      actionButtons[name].disabled = true;
       replace(actionStatus, `${name}: sent`);
       try {
         if (name === "delete") {
@@ -80,17 +84,33 @@ function action(name) {
         }
         await api(`/api/v1/experiments/${experimentId}/${name}`, { method: "POST" });
         replace(actionStatus, `${name}: accepted`);
+        inFlight.delete(name);
         await refreshOnce();
       } catch (error) {
+        inFlight.delete(name);
         replace(actionStatus, el("span", { class: "error" }, `${name} failed: ${error.message}`));
       }
     } }, name);
 }
 
+// The buttons are made once and only enabled or disabled by live updates: a button redrawn
+// between a press and its release would lose the click. Disabled until the state is known.
+const actionButtons = Object.fromEntries(Object.keys(ACTIONS).map((name) => {
+  const button = action(name);
+  button.disabled = true;
+  return [name, button];
+}));
+const progressSlot = el("span", { class: "progress-slot" });
+const headline = el("div", {});
+const labelBox = el("div", {});
+replace(header, headline,
+  el("div", { class: "actions" }, progressSlot, Object.values(actionButtons), actionStatus),
+  labelBox);
+
 function renderHeader(exp) {
   const state = shortState(exp.state);
   document.title = `Experiment ${exp.id} · Epochal`;
-  replace(header,
+  replace(headline,
     el("h1", {}, `Experiment ${exp.id}: `, el("span", { class: "name" }, exp.name), " ",
       stateBadge(exp.state)),
     el("p", { class: "summary" },
@@ -100,15 +120,13 @@ function renderHeader(exp) {
         el("a", { href: `/trials/${exp.bestTrialId}` }, exp.bestTrialId),
         ` (${fmtNumber(exp.bestValidation)})`) : "no validation yet",
       ` · owner ${exp.username} · started ${fmtTime(exp.startTime)}`,
-      exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : ""),
-    el("div", { class: "actions" }, progressBar(exp.progress),
-      Object.entries(ACTIONS).map(([name, applies]) => {
-        const button = action(name);
-        button.disabled = !applies(state, exp.archived);
-        return button;
-      }), actionStatus),
-    exp.labels.length ? el("p", { class: "labels" },
-      exp.labels.map((label) => el("span", { class: "label" }, label))) : "");
+      exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : ""));
+  replace(progressSlot, progressBar(exp.progress));
+  for (const [name, applies] of Object.entries(ACTIONS)) {
+    actionButtons[name].disabled = inFlight.has(name) || !applies(state, exp.archived);
+  }
+  replace(labelBox, exp.labels.length ? el("p", { class: "labels" },
+    exp.labels.map((label) => el("span", { class: "label" }, label))) : "");
 }
 
 // Name, description, labels and notes, edited in place; the config as submitted; the model

@@ -356,7 +356,9 @@ def test_a_canceled_experiment_is_canceled_from_its_page_and_failed_in_temporal(
     expect(checkpoint_line.first).to_be_attached(timeout=60_000)
     expect(checkpoint_line.first.locator("a.log-trial")).to_have_text(f"[trial {trial_id}] ")
     expect(page.locator("#experiment-logs #log-trial")).to_be_visible()
-    # Live updates redraw the table but keep a condition being typed and the chooser open.
+    # Live updates redraw the table but keep a condition being typed and the chooser open, and
+    # keep the action buttons themselves (a button redrawn mid-click loses the click).
+    page.evaluate("window.cancelButton = document.querySelector(\"button[data-action='cancel']\")")
     page.click("#column-chooser summary")
     page.fill("#trial-filter", "hp.lr<1")
     batches = int(page.locator("tr.trial-row td.batches").inner_text())
@@ -365,6 +367,7 @@ def test_a_canceled_experiment_is_canceled_from_its_page_and_failed_in_temporal(
         arg=[batches])
     expect(page.locator("#trial-filter")).to_have_value("hp.lr<1")
     expect(page.locator("#column-chooser")).to_have_attribute("open", "")
+    assert page.evaluate("window.cancelButton.isConnected")
     page.click("#column-chooser summary")
     page.fill("#trial-filter", "")
     page.click("button[data-action='cancel']")
