@@ -361,7 +361,7 @@ class Agent:
             return None
         return TrialFirewall(runtime.task_user.uid, [self.config.temporal_address,
                                                      *self.config.closed_to_trials],
-                             self.config.agent_id)
+                             self.config.agent_id, self.config.master_url)
 
     async def _heartbeat(self, registration: Registration) -> None:
         """Registration heartbeat; a new boot id when the pool stopped watching this agent."""

@@ -4,17 +4,23 @@ Temporal's frontend (and its web UI) authenticate nobody unless mTLS or an API k
 and a trial shares the host's network: it could signal or terminate other users' workflows, or
 poll an agent's task queue. An agent with a task user adds, for that user's uid, one iptables
 rule per such address that resets the connection (`-m owner --uid-owner`), tagged with the
-agent's id, and removes its rules when it stops; rules a crashed agent left are found by their
-tag and reused. Other users of the host, the agent and the master are not affected.
+agent's id and its master, and removes its rules when it stops. Rules a killed agent left are
+found by their tag when it starts again: those it still wants are kept, the rest (a Temporal
+server since moved to another port) removed, since a port closed to trials for good breaks
+whatever later listens there (a distributed trial's rendezvous hung on one). Other users of the
+host, the agent and the master are not affected.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
+import shlex
 import shutil
 import socket
 import subprocess
+from collections.abc import Callable
 
 logger = logging.getLogger(__name__)
 
@@ -22,10 +28,10 @@ logger = logging.getLogger(__name__)
 class TrialFirewall:
     """The rules of one agent: `addresses` (host:port) closed to `uid`."""
 
-    def __init__(self, uid: int, addresses: list[str], agent_id: str) -> None:
+    def __init__(self, uid: int, addresses: list[str], agent_id: str, master_url: str) -> None:
         self.uid = uid
         self.addresses = addresses
-        self.tag = f"epochal-agent:{agent_id}"[:250]
+        self.tag = rule_tag(agent_id, master_url)
         self.installed: list[tuple[str, list[str]]] = []
 
     def rules(self) -> list[tuple[str, list[str]]]:
@@ -61,12 +67,67 @@ class TrialFirewall:
         if self.installed:
             logger.info("trials (uid %d) cannot connect to %s", self.uid,
                         ", ".join(self.addresses))
+        wanted = {(tool, _closes(rule)) for tool, rule in rules}
+        legacy = self.tag.split(" ")[0]  # before 2026-11: the agent's id alone
+        for tool in sorted({tool for tool, _ in rules}):
+            for rule in tagged_rules(tool, lambda tag: tag in (self.tag, legacy)):
+                if (tool, _closes(rule)) not in wanted or legacy in rule:
+                    _iptables(tool, "-D", rule)
+                    logger.info("removed a rule this agent left in an earlier life: %s",
+                                " ".join(rule))
 
     def remove(self) -> None:
         for tool, rule in self.installed:
             while _iptables(tool, "-D", rule):
                 pass
         self.installed = []
+
+
+def rule_tag(agent_id: str, master_url: str) -> str:
+    """The comment on an agent's rules: its id and its master's address, since agents of two
+    clusters on one host (or of the test suite's clusters) may share an id."""
+    return f"epochal-agent:{agent_id} {master_url}"[:250]
+
+
+def remove_rules_of_master(master_url: str) -> int:
+    """Remove the rules every agent of the master at `master_url` left on this host (agents
+    killed without a chance to remove theirs); how many were removed."""
+    suffix = f" {master_url}"
+    removed = 0
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool) is None:
+            continue
+        for rule in tagged_rules(tool, lambda tag: tag.startswith("epochal-agent:")
+                                 and tag.endswith(suffix)):
+            removed += _iptables(tool, "-D", rule)
+    return removed
+
+
+def tagged_rules(tool: str, wanted: Callable[[str], bool]) -> list[list[str]]:
+    """The OUTPUT rules whose comment `wanted` accepts, each as `-D` takes it."""
+    try:
+        listed = subprocess.run([tool, "-w", "5", "-S", "OUTPUT"], capture_output=True,
+                                text=True, stdin=subprocess.DEVNULL, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    found = []
+    for line in listed.stdout.splitlines():
+        words = shlex.split(line)
+        if words[:2] != ["-A", "OUTPUT"] or "--comment" not in words[:-1]:
+            continue
+        if wanted(words[words.index("--comment") + 1]):
+            found.append(["OUTPUT", *words[2:]])
+    return found
+
+
+def _closes(rule: list[str]) -> tuple[str, str, str]:
+    """(address, port, uid) a rule closes, however iptables spells it (-S adds a /32)."""
+    def value(flag: str) -> str:
+        return rule[rule.index(flag) + 1] if flag in rule[:-1] else ""
+    address = value("-d")
+    with contextlib.suppress(ValueError):
+        address = str(ipaddress.ip_network(address, strict=False).network_address)
+    return address, value("--dport"), value("--uid-owner")
 
 
 def _resolve(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:

@@ -24,6 +24,8 @@ from typing import Any
 
 import httpx
 
+from agent_worker.trial_firewall import remove_rules_of_master
+from common.states import TERMINAL_STATES
 from deploy.processes import free_port
 from tests.conftest import E2E_NAMESPACE, fresh_database
 from tests.e2e.hosts import Host
@@ -89,8 +91,30 @@ class Cluster:
         them): what a failed test that used it prints (tests/conftest.py)."""
         logs = [*sorted((self.state_dir / "logs").glob("*.log")),
                 *sorted(self.state_dir.glob("*.log"))]
-        return [(path.name, "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
-                for path in logs if path.is_file()]
+        return [*((path.name, "\n".join(path.read_text(errors="replace").splitlines()[-lines:]))
+                  for path in logs if path.is_file()),
+                *self._unfinished_trial_logs(lines)]
+
+    def _unfinished_trial_logs(self, lines: int) -> list[tuple[str, str]]:
+        """The last `lines` of each unfinished trial of the newest experiments, from the API:
+        what a trial that hangs was doing. Nothing when the master does not answer."""
+        found = []
+        try:
+            newest = self.get("/experiments", limit=3, orderBy="ORDER_BY_DESC")["experiments"]
+            for exp in newest:
+                for trial in self.trials(exp["id"]):
+                    if trial["state"].removeprefix("STATE_") in TERMINAL_STATES:
+                        continue
+                    answer = httpx.get(f"{self.url}/api/v1/trials/{trial['id']}/logs",
+                                       params={"limit": lines, "orderBy": "ORDER_BY_DESC"},
+                                       headers=self.headers, timeout=10)
+                    text = [json.loads(line)["result"]["log"].rstrip("\n")
+                            for line in answer.text.splitlines() if line.strip()]
+                    found.append((f"trial {trial['id']} ({trial['state']}) log",
+                                  "\n".join(reversed(text))))
+        except (httpx.HTTPError, KeyError, ValueError) as error:
+            found.append(("unfinished trials' logs", f"not read: {error!r}"))
+        return found
 
     @property
     def secrets(self) -> dict[str, str]:
@@ -151,6 +175,9 @@ def shared_servers_cluster(
             yield cluster
         finally:
             cluster.run("cluster", "down", check=False)
+            # Agents a test killed (kill -9) left their firewall rules: a port closed to trials
+            # for good would break whatever later listens there (another test's rendezvous).
+            remove_rules_of_master(url)
             shutil.rmtree(state_dir, ignore_errors=True)
 
 

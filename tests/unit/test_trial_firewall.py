@@ -1,0 +1,85 @@
+"""The agent's firewall rules on this host's real iptables: a killed agent's rules do not close a
+port for good. Each test tags its rules with a master address of its own, so agents of other
+tests' clusters (which share this host's iptables) are not touched."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from agent_worker.trial_firewall import (
+    TrialFirewall,
+    _iptables,
+    remove_rules_of_master,
+    rule_tag,
+    tagged_rules,
+)
+
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("iptables") is None
+    or not _iptables("iptables", "-S", ["OUTPUT"]),
+    reason="needs root and iptables")
+
+TASK_UID = 65534
+
+
+@pytest.fixture
+def master() -> Iterator[str]:
+    url = f"http://firewall-test-{uuid.uuid4().hex[:8]}:8080"
+    yield url
+    remove_rules_of_master(url)
+
+
+def closed_ports(agent_id: str, master: str) -> list[str]:
+    tag = rule_tag(agent_id, master)
+    rules = tagged_rules("iptables", lambda t: t == tag)
+    return sorted(rule[rule.index("--dport") + 1] for rule in rules)
+
+
+def test_an_agent_that_starts_again_drops_the_rules_of_a_port_it_no_longer_closes(
+    master: str,
+) -> None:
+    killed = TrialFirewall(TASK_UID, ["127.0.0.1:41001", "127.0.0.1:41002"], "agent-1", master)
+    killed.install()  # and never removed: the agent was killed
+    assert closed_ports("agent-1", master) == ["41001", "41002"]
+
+    again = TrialFirewall(TASK_UID, ["127.0.0.1:41002", "127.0.0.1:41003"], "agent-1", master)
+    again.install()
+    assert closed_ports("agent-1", master) == ["41002", "41003"]
+    again.remove()
+    assert closed_ports("agent-1", master) == []
+
+
+def test_agents_of_one_id_under_two_masters_keep_their_own_rules(master: str) -> None:
+    other_master = f"{master}0"
+    try:
+        TrialFirewall(TASK_UID, ["127.0.0.1:41011"], "agent-2", other_master).install()
+        TrialFirewall(TASK_UID, ["127.0.0.1:41012"], "agent-2", master).install()
+        assert closed_ports("agent-2", other_master) == ["41011"]
+        assert closed_ports("agent-2", master) == ["41012"]
+        assert remove_rules_of_master(master) == 1
+        assert closed_ports("agent-2", master) == []
+        assert closed_ports("agent-2", other_master) == ["41011"]
+    finally:
+        remove_rules_of_master(other_master)
+
+
+def test_a_rule_tagged_the_old_way_is_replaced(master: str) -> None:
+    agent_id = f"agent-{uuid.uuid4().hex[:8]}"
+    legacy = f"epochal-agent:{agent_id}"
+    old_rule = ["OUTPUT", "-p", "tcp", "-d", "127.0.0.1", "--dport", "41021", "-m", "owner",
+                "--uid-owner", str(TASK_UID), "-m", "comment", "--comment", legacy,
+                "-j", "REJECT", "--reject-with", "tcp-reset"]
+    assert _iptables("iptables", "-I", old_rule)
+    try:
+        firewall = TrialFirewall(TASK_UID, ["127.0.0.1:41021"], agent_id, master)
+        firewall.install()
+        assert tagged_rules("iptables", lambda t: t == legacy) == []
+        assert closed_ports(agent_id, master) == ["41021"]
+    finally:
+        while _iptables("iptables", "-D", old_rule):
+            pass
