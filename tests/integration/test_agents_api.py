@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from common.temporal_names import resource_pool_workflow_id
 from tests.master_fixtures import LiveMaster
+from tests.waiting import eventually
 from workflows.pool_types import SlotReply, SlotRequest
 
 
@@ -45,9 +46,13 @@ async def test_registration_reaches_the_scheduler_once_per_boot(
     assert mine["usedSlots"] == 0 and set(mine["slots"]) == {"0", "1"}
 
     await api.put(f"/api/v1/agents/{agent}", json=registration(pool, "b2"))  # restarted
-    signals = [e for e in (await handle.fetch_history()).events
-               if e.HasField("workflow_execution_signaled_event_attributes")]
-    assert len(signals) == 2
+
+    async def two_signals() -> bool:
+        # A signal that arrives during a workflow task is written to the history after it.
+        return len([e for e in (await handle.fetch_history()).events
+                    if e.HasField("workflow_execution_signaled_event_attributes")]) == 2
+
+    await eventually(two_signals, timeout=30, what="the restart's registration signal")
     await handle.terminate("test over")
 
 

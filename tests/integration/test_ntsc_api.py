@@ -27,6 +27,7 @@ from temporalio.client import WorkflowExecutionStatus
 from common.temporal_names import TASK_WORKFLOW, TaskMessages, task_workflow_id
 from tests.integration.test_api import create, model_definition
 from tests.master_fixtures import LiveMaster
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -153,11 +154,17 @@ async def test_list_get_and_kill_with_their_permissions(
     killed = await api.post(f"/api/v1/notebooks/{notebook['id']}/kill")
     assert killed.status_code == 200, killed.text
     assert killed.json()["notebook"]["id"] == notebook["id"]
-    history = await live_master.temporal.get_workflow_handle(
-        task_workflow_id(notebook["id"])).fetch_history()
-    signaled = "workflow_execution_signaled_event_attributes"
-    signals = [getattr(e, signaled).signal_name for e in history.events if e.HasField(signaled)]
-    assert TaskMessages.KILL in signals
+    handle = live_master.temporal.get_workflow_handle(task_workflow_id(notebook["id"]))
+
+    async def kill_signaled() -> bool:
+        # A signal that arrives while the workflow is in a workflow task (the priority change's)
+        # is written to its history only once that task completes.
+        signaled = "workflow_execution_signaled_event_attributes"
+        history = await handle.fetch_history()
+        return TaskMessages.KILL in [getattr(e, signaled).signal_name for e in history.events
+                                     if e.HasField(signaled)]
+
+    await eventually(kill_signaled, timeout=30, what="the kill signal in the notebook's history")
     assert (await other.post(f"/api/v1/notebooks/{mine['id']}/kill")).status_code == 200
 
     unknown = await api.post(f"/api/v1/commands/{uuid.uuid4()}/kill")
