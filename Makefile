@@ -6,10 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# One worker per core. Three were no faster on two cores (fresh clones: pytest 758 to 1,028 s
-# with three, 834 to 874 with two): the CPU-bound tests (fuzzing, benches, browsers) slowed as
-# much as the waiting ones gained (docs/ARCHITECTURE.md, Tests).
-PYTEST_WORKERS ?= $(shell nproc 2>/dev/null || echo 2)
+# Three workers, for CI's two cores: the suite waits on clusters more than it computes (two
+# workers kept 0.9 of a core busy: 13.6 CPU-minutes in a 16.8-minute fresh-clone run). Four
+# loaded the machine until clusters missed their deadlines (docs/ARCHITECTURE.md, Tests).
+PYTEST_WORKERS ?= 3
 # Each stage of `make test` notes its wall time here (deploy/stages.py); `test` prints them last.
 ifndef EPOCHAL_STAGES_FILE
 export EPOCHAL_STAGES_FILE := $(shell mktemp -u -t epochal-stages.XXXXXX)
