@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Three workers, for CI's two cores: the suite waits on clusters more than it computes (two
-# workers kept 0.9 of a core busy: 13.6 CPU-minutes in a 16.8-minute fresh-clone run). Four
+# workers kept less than one core busy: 15.6 CPU-minutes in a 16.8-minute fresh-clone run). Four
 # loaded the machine until clusters missed their deadlines (docs/ARCHITECTURE.md, Tests).
 PYTEST_WORKERS ?= 3
 # Each stage of `make test` notes its wall time here (deploy/stages.py); `test` prints them last.
@@ -20,11 +20,11 @@ STAGE := $(PYTHON) -m deploy.stages run
 
 install: $(STAMP)
 
-# uv installs what pip would (the same releases, from the same index): 31 s for the venv and
-# torch where pip took 77. It reads no pip.conf: a machine's folder of wheels named by
+# uv installs what pip would (the same releases, from the same index): 38-47 s for the venv and
+# torch where pip took 77-80. It reads no pip.conf: a machine's folder of wheels named by
 # PIP_FIND_LINKS is passed on. Compiled to bytecode, as pip does: trials run as another user,
 # who cannot write __pycache__ here, and without it each trial compiled torch's sources anew
-# (pytest took 1,219 s instead of 874).
+# (pytest took 1,219 s instead of 943).
 UV := $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python
 export UV_LINK_MODE ?= copy
 ifdef PIP_FIND_LINKS

@@ -75,12 +75,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-def _fixture_values(item: pytest.Item) -> list[Any]:
-    """The values of the fixtures `item` used that are still set up."""
+def _fixture_definitions(item: pytest.Item) -> list[Any]:
+    """The definition of each fixture `item` uses (the one in effect where it is overridden)."""
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return []
-    cached = (definitions[-1].cached_result for definitions in info.name2fixturedefs.values())
+    return [definitions[-1] for definitions in info.name2fixturedefs.values()]
+
+
+def _fixture_values(item: pytest.Item) -> list[Any]:
+    """The values of the fixtures `item` used that are still set up."""
+    cached = (definition.cached_result for definition in _fixture_definitions(item))
     return [result[0] for result in cached if result is not None and result[0] is not None]
 
 
@@ -96,10 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:
     """The package or module whose fixtures `item` shares with its neighbours, if any."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    scopes = {definitions[-1].scope for definitions in info.name2fixturedefs.values()}
+    scopes = {definition.scope for definition in _fixture_definitions(item)}
     if "package" in scopes:
         return str(item.path.parent.relative_to(item.config.rootpath))
     if scopes & {"module", "class"}:

@@ -86,6 +86,13 @@ class Cluster:
         """Every trial of the experiment, in the order trials were created."""
         return list(self.get(f"/experiments/{experiment_id}/trials")["trials"])
 
+    def trial_logs(self, trial_id: int, **params: Any) -> list[dict[str, Any]]:
+        """The trial's log lines (`GET /api/v1/trials/{id}/logs`, NDJSON), each a TrialLog."""
+        answer = httpx.get(f"{self.url}/api/v1/trials/{trial_id}/logs", params=params,
+                           headers=self.headers, timeout=30)
+        answer.raise_for_status()
+        return [json.loads(line)["result"] for line in answer.text.splitlines() if line.strip()]
+
     def failure_logs(self, lines: int = 40) -> list[tuple[str, str]]:
         """The last `lines` of each of the cluster's logs (its parts', and other agents' beside
         them): what a failed test that used it prints (tests/conftest.py)."""
@@ -105,11 +112,9 @@ class Cluster:
                 for trial in self.trials(exp["id"]):
                     if trial["state"].removeprefix("STATE_") in TERMINAL_STATES:
                         continue
-                    answer = httpx.get(f"{self.url}/api/v1/trials/{trial['id']}/logs",
-                                       params={"limit": lines, "orderBy": "ORDER_BY_DESC"},
-                                       headers=self.headers, timeout=10)
-                    text = [json.loads(line)["result"]["log"].rstrip("\n")
-                            for line in answer.text.splitlines() if line.strip()]
+                    newest_first = self.trial_logs(trial["id"], limit=lines,
+                                                   orderBy="ORDER_BY_DESC")
+                    text = [line["log"].rstrip("\n") for line in newest_first]
                     found.append((f"trial {trial['id']} ({trial['state']}) log",
                                   "\n".join(reversed(text))))
         except (httpx.HTTPError, KeyError, ValueError) as error:

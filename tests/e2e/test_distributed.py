@@ -7,7 +7,6 @@ two slots each, so `slots_per_trial: 4` can only run as two parts, one per agent
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,12 +74,6 @@ def trial(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
     return trials[0] if trials else {}
 
 
-def logs(cluster: Cluster, trial_id: int) -> list[dict[str, Any]]:
-    answer = httpx.get(f"{cluster.url}/api/v1/trials/{trial_id}/logs", headers=cluster.headers,
-                       timeout=30)
-    return [json.loads(line)["result"] for line in answer.text.splitlines() if line.strip()]
-
-
 def metric_steps(cluster: Cluster, trial_id: int, group: str) -> list[int]:
     answer = httpx.get(f"{cluster.url}/api/v1/trials/{trial_id}/metrics",
                        params={"group": group}, headers=cluster.headers, timeout=30).json()
@@ -94,7 +87,7 @@ def test_four_ranks_on_two_agents_train_to_the_same_weights(
     experiment_id = create(cluster, config(tmp_path, "ddp"))
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
     t = trial(cluster, experiment_id)
-    lines = logs(cluster, t["id"])
+    lines = cluster.trial_logs(t["id"])
     text = "\n".join(line["log"] for line in lines)
     # Every rank ran and said so; ranks 0-1 on one agent, 2-3 on the other.
     ranks_by_agent: dict[str, set[int]] = {}
@@ -124,13 +117,13 @@ def test_a_killed_agent_stops_every_rank_and_the_trial_resumes_from_its_checkpoi
     agent.kill()
     # The other agent's ranks are stopped: its slots come free while agent-2 is away.
     t = trial(cluster, experiment_id)
-    wait_for(lambda: "failed" in "\n".join(line["log"] for line in logs(cluster, t["id"])),
+    wait_for(lambda: "failed" in "\n".join(line["log"] for line in cluster.trial_logs(t["id"])),
              timeout=60, what="the run to fail")
     agent.start()
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
     t = trial(cluster, experiment_id)
     assert t["restarts"] >= 1
-    text = "\n".join(line["log"] for line in logs(cluster, t["id"]))
+    text = "\n".join(line["log"] for line in cluster.trial_logs(t["id"]))
     resumed = re.findall(r"\[rank=(\d)\].*rank \d resumed from checkpoint (\S+) at batch (\d+)",
                          text)
     assert sorted(r[0] for r in resumed) == ["0", "1", "2", "3"], text
@@ -151,13 +144,13 @@ def test_pause_and_activate_resume_every_rank_from_one_checkpoint(
     wait_for(lambda: trial(cluster, experiment_id).get("state") == "STATE_PAUSED", timeout=120,
              what="the trial to pause")
     t = trial(cluster, experiment_id)
-    text = "\n".join(line["log"] for line in logs(cluster, t["id"]))
+    text = "\n".join(line["log"] for line in cluster.trial_logs(t["id"]))
     stopped = re.findall(r"\[rank=(\d)\].*rank \d stops at batch (\d+) \(preempted\)", text)
     assert sorted(s[0] for s in stopped) == ["0", "1", "2", "3"], text
     assert len({s[1] for s in stopped}) == 1  # all at the same batch
     cluster.run("experiment", "activate", str(experiment_id))
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
-    text = "\n".join(line["log"] for line in logs(cluster, t["id"]))
+    text = "\n".join(line["log"] for line in cluster.trial_logs(t["id"]))
     resumed = re.findall(r"\[rank=(\d)\].*resumed from checkpoint (\S+) at batch (\d+)", text)
     assert sorted(r[0] for r in resumed) == ["0", "1", "2", "3"], text
     assert {r[2] for r in resumed} == {stopped[0][1]}
@@ -185,7 +178,7 @@ def test_a_trial_no_agents_can_make_up_is_refused_and_a_larger_one_waits_for_age
              what="the job queue to say the trial waits")
     t = trial(cluster, experiment_id)
     wait_for(lambda: any("needs 6 slots" in line["log"] and "2 x 2" in line["log"]
-                         for line in logs(cluster, t["id"])), timeout=30,
+                         for line in cluster.trial_logs(t["id"])), timeout=30,
              what="the trial's logs to say it waits")
     cluster.run("experiment", "kill", str(experiment_id))
     assert wait_done(cluster, experiment_id) == "STATE_CANCELED"
