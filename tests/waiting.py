@@ -39,3 +39,15 @@ async def eventually(check: Callable[[], Awaitable[Any]], timeout: float, what: 
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what} "
                                  f"(last seen: {value!r})")
         await asyncio.sleep(interval)
+
+
+async def within(awaitable: Awaitable[Any], timeout: float, what: str, *,
+                 explain: Callable[[], Awaitable[Any]] | None = None) -> Any:
+    """The result of `awaitable` within `timeout` seconds; a wait that runs out fails naming
+    `what`, with the state `explain()` reads (the workflow's own view of why it still waits)."""
+    try:
+        return await asyncio.wait_for(awaitable, timeout)
+    except TimeoutError:
+        state = await explain() if explain is not None else None
+        raise AssertionError(f"timed out after {timeout:g} s waiting for {what}"
+                             + (f" (state then: {state!r})" if state is not None else "")) from None

@@ -36,7 +36,7 @@ from common import search_attributes
 from common.expconf import validate_experiment_config
 from common.search_attributes import experiment_attributes, experiment_memo
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
-from tests.waiting import eventually
+from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import register
 from workflows.experiment import ExperimentWorkflow
 from workflows.types import (
@@ -166,7 +166,8 @@ async def ended(handle: WorkflowHandle[Any, str], timeout: float) -> str:
     """The experiment's final state as its workflow ended: COMPLETED is its result; ERROR and
     CANCELED fail it (ExperimentError, ExperimentCanceled), so Temporal shows them failed."""
     try:
-        return await asyncio.wait_for(handle.result(), timeout)
+        result: str = await within(handle.result(), timeout, f"workflow {handle.id} to end")
+        return result
     except WorkflowFailureError as err:
         assert isinstance(err.cause, ApplicationError), err.cause
         return {"ExperimentError": "ERROR", "ExperimentCanceled": "CANCELED"}[err.cause.type]
@@ -229,7 +230,7 @@ async def test_grid_runs_every_trial_within_the_concurrency_limit(
 ) -> None:
     agent, _, handle, experiment_id = await run_with_agent(temporal_client, pool, succeed)
     try:
-        assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
+        assert await ended(handle, 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
     await record_histories(temporal_client, handle, "grid")
@@ -255,7 +256,7 @@ async def test_a_crashing_trial_errors_after_max_restarts_while_siblings_complet
 
     agent, _, handle, experiment_id = await run_with_agent(temporal_client, pool, crash_lr_03)
     try:
-        assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
+        assert await ended(handle, 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == [
@@ -297,7 +298,7 @@ async def test_temporal_finds_experiments_by_search_attributes_and_shows_errors_
         failing, handle = await start_experiment(
             temporal_client, pool, make_config(pool_name), owner=owner)
         with pytest.raises(WorkflowFailureError) as failure:
-            await asyncio.wait_for(handle.result(), 60)
+            await within(handle.result(), 60, "the failing experiment to end")
         assert isinstance(failure.value.cause, ApplicationError)
         assert failure.value.cause.type == "ExperimentError"
         assert "all 4 of its trials failed" in str(failure.value.cause)
@@ -342,7 +343,7 @@ async def test_pause_preempts_trials_and_activate_resumes_them(
         state = await pool.fetchval("SELECT state FROM experiments WHERE id = $1", experiment_id)
         assert state == "PAUSED"
         await handle.signal("activate")
-        assert await asyncio.wait_for(handle.result(), 60) == "COMPLETED"
+        assert await ended(handle, 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
@@ -420,7 +421,7 @@ async def test_a_trial_that_never_reports_the_searcher_metric_completes_with_a_w
         max_length=None,
     )
     try:
-        final = await asyncio.wait_for(handle.result(), 60)
+        final = await ended(handle, 60)
     finally:
         await stop_agent(agent)
     assert final == "COMPLETED"

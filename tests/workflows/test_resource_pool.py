@@ -26,7 +26,7 @@ from temporalio.client import (
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
-from tests.waiting import eventually
+from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
 from workflows.pool_types import (
     AgentEnabled,
@@ -80,8 +80,10 @@ class Pool:
         answer: dict[str, Any] = await self.handle.query("describe")
         return answer
 
-    async def granted(self, key: str, timeout: float = 10) -> Allocation:
-        return await asyncio.wait_for(self.sinks[key].result(), timeout)
+    async def granted(self, key: str, timeout: float = 30) -> Allocation:
+        granted: Allocation = await within(
+            self.sinks[key].result(), timeout, f"the pool to grant {key}", explain=self.describe)
+        return granted
 
     async def is_waiting(self, key: str) -> bool:
         return any(r["allocation_id"] == key for r in (await self.describe())["queue"])
