@@ -6,9 +6,13 @@ The run directory (model definition, trial_info.json) is bind-mounted at `/run/e
 the working directory; trial_info.json also read-only at `/run/epochal/info/trial_info.json`,
 which `EPOCHAL_TRIAL_INFO` names; Determined's info files and clean model copy read-only at
 their fixed paths (agent_worker/determined_env.py). The container uses the host's network, so
-the master URL the agent uses works inside too. GPU slots are passed by UUID as NVIDIA device
-requests. Labels (`ai.epochal.agent-id`, `ai.epochal.trial-id`, ...) let the agent find its
-containers again (agent_worker/docker_engine.py).
+the master URL the agent uses works inside too (and the parts of a trial on several agents reach
+each other). So that it cannot read the host's traffic, it runs as an unprivileged uid:gid
+(never root; agent_worker/sandbox.py's `container_user_for_agent`) with every capability dropped
+(no NET_RAW, NET_ADMIN) and `no-new-privileges` (no set-uid program gives them back). GPU slots
+are passed by UUID as NVIDIA device requests. Labels (`ai.epochal.agent-id`,
+`ai.epochal.trial-id`, ...) let the agent find its containers again
+(agent_worker/docker_engine.py).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from agent_worker.determined_env import (
     determined_model_dir,
 )
 from agent_worker.runtime import Launch
+from agent_worker.sandbox import CONTAINER_USER
 from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
 from common.temporal_names import task_allocation_id
@@ -70,7 +75,7 @@ class ContainerSpec:
     mounts: list[docker.types.Mount]
     device_requests: list[docker.types.DeviceRequest]
     shm_size: int
-    user: str | None
+    user: str  # uid:gid, never root
     force_pull: bool
     memory_limit: str | None = None
 
@@ -87,6 +92,8 @@ class ContainerSpec:
             "mem_limit": self.memory_limit,
             "memswap_limit": self.memory_limit,
             "user": self.user,
+            "cap_drop": ["ALL"],
+            "security_opt": ["no-new-privileges"],
             "working_dir": CONTAINER_WORKDIR,
             "network_mode": "host",
             # docker-init as PID 1: reaps orphans and passes SIGTERM on (see entrypoint_command).
@@ -178,10 +185,13 @@ def container_spec(
     slots: Sequence[Slot],
     default_image: str,
     force_pull: bool = False,
-    user: str | None = None,
+    user: str = f"{CONTAINER_USER.uid}:{CONTAINER_USER.gid}",
     memory_limit: str | None = None,
 ) -> ContainerSpec:
-    """The container for one run: image, mounts, environment, labels, GPUs."""
+    """The container for one run: image, mounts, environment, labels, GPUs; it runs as `user`
+    (uid:gid), which must not be root."""
+    if user.partition(":")[0] in ("0", "root"):
+        raise ValueError(f"task containers never run as root, got user {user!r}")
     config = launch.config
     by_id = {s.id: s for s in slots}
     run_slots = [by_id[i] for i in launch.slot_ids if i in by_id]
@@ -189,11 +199,14 @@ def container_spec(
     env["TINI_KILL_PROCESS_GROUP"] = "1"
     env["PYTHONPATH"] = CONTAINER_WORKDIR
     env.update(gpu_environment(run_slots))
-    if user and not user.startswith("0:"):
-        env.setdefault("HOME", "/tmp")  # an arbitrary uid has no home in the image
+    env.setdefault("HOME", "/tmp")  # an arbitrary uid has no home in the image
     run_dir = str(launch.run_dir)
     mounts = [docker.types.Mount(target=CONTAINER_WORKDIR, source=run_dir, type="bind")]
-    if not isinstance(launch.input, RunTaskInput):  # an interactive task has no trial info
+    if isinstance(launch.input, RunTaskInput):
+        # Its command and variables name its directory by the host's path (Jupyter's files,
+        # TensorBoard's event files), which the container's user could not make in the image.
+        mounts.append(docker.types.Mount(target=run_dir, source=run_dir, type="bind"))
+    else:  # a trial's info (an interactive task has none)
         env[TRIAL_INFO_ENV] = CONTAINER_TRIAL_INFO
         mounts.append(docker.types.Mount(target=CONTAINER_TRIAL_INFO,
                                          source=str(launch.run_dir / TRIAL_INFO_FILE),

@@ -6,6 +6,10 @@ kill grace, and removes it. The harness is installed in Epochal's task image (de
 so a container needs nothing from the agent's host but the run directory, the checkpoint
 storage (mounted at the same path, so paths in trial info hold inside) and the user's
 `bind_mounts`. `startup` removes whatever a crashed agent of the same id left behind.
+
+Containers run as the agent's task user, never root (65534:65534 by default for a root agent),
+without capabilities: the run's files, and checkpoint storage the agent makes, are given to that
+user as the process runtime gives them to its own (`task_owner`).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from agent_worker.docker_engine import (
 )
 from agent_worker.process_runtime import describe_exit, kill_grace_from_env
 from agent_worker.runtime import ExitStatus, Launch, LogSink, Runtime
+from agent_worker.sandbox import TaskUser, TaskUserError, container_user_for_agent
 from agent_worker.slots import Slot
 
 logger = logging.getLogger(__name__)
@@ -58,7 +63,7 @@ class DockerRuntime(Runtime):
         pull_policy: str = "missing",
         kill_grace_seconds: float | None = None,
         heartbeat_interval: float = 2.0,
-        run_as_agent_user: bool = True,
+        task_user: TaskUser | None = None,
         memory_limit: str | None = None,
     ) -> None:
         if pull_policy not in PULL_POLICIES:
@@ -71,9 +76,18 @@ class DockerRuntime(Runtime):
         self.kill_grace_seconds = (
             kill_grace_from_env() if kill_grace_seconds is None else kill_grace_seconds)
         self.heartbeat_interval = heartbeat_interval
-        # Files a trial writes (checkpoints) belong to the agent's user, not to root.
-        self.user = f"{os.getuid()}:{os.getgid()}" if run_as_agent_user else None
+        # None: this agent's default (agent_worker/sandbox.py), never root.
+        self.task_user = task_user or container_user_for_agent(None)
+        if self.task_user.uid == 0:
+            raise TaskUserError(f"task containers never run as root ({self.task_user.name})")
+        self.user = f"{self.task_user.uid}:{self.task_user.gid}"
         self.memory_limit = memory_limit  # per container, e.g. "8g"; None: no limit
+
+    @property
+    def task_owner(self) -> tuple[int, int] | None:
+        """The containers' uid and gid where they are not the agent's own."""
+        owner = (self.task_user.uid, self.task_user.gid)
+        return None if owner == (os.geteuid(), os.getegid()) else owner
 
     @property
     def client(self) -> docker.DockerClient:

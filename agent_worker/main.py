@@ -39,7 +39,13 @@ from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration, route_address
 from agent_worker.run_cgroups import RunCgroups
 from agent_worker.runtime import Runtime
-from agent_worker.sandbox import TASK_USER_ENV, TaskUser, TaskUserError, task_user_for_agent
+from agent_worker.sandbox import (
+    TASK_USER_ENV,
+    TaskUser,
+    TaskUserError,
+    container_user_for_agent,
+    task_user_for_agent,
+)
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.task_runs import TaskActivities
@@ -80,6 +86,9 @@ class AgentConfig:
     # Process runtime: the user trials run as, sandboxed (agent_worker/sandbox.py); None: the
     # agent's own, unsandboxed. The command line's default is `nobody` for a root agent.
     task_user: TaskUser | None = None
+    # --task-user as given: the Docker runtime's containers run as that user, never root
+    # (sandbox.container_user_for_agent; None: 65534:65534 for a root agent).
+    task_user_name: str | None = None
     # Process runtime, with a task user: directories trials must not see, besides the work dir
     # and the agent user's home (the local cluster's state directory, say).
     hidden_from_trials: tuple[Path, ...] = ()
@@ -132,9 +141,12 @@ def parser() -> argparse.ArgumentParser:
                         "trials run in, its bin first on PATH (default: $EPOCHAL_TASK_ENV, else "
                         "the agent's own)")
     p.add_argument("--task-user", default=os.environ.get(TASK_USER_ENV) or None,
-                   help="process runtime: the unprivileged user trials run as, each sandboxed "
+                   help="the unprivileged user trials run as: each sandboxed by the process "
+                        "runtime; the Docker runtime's containers run as its uid:gid "
                         "(default: $EPOCHAL_TASK_USER, else 'nobody' when the agent is root, "
-                        "else the agent's own user; 'root' runs trials unsandboxed)")
+                        "65534:65534 in containers, else the agent's own user; 'root' runs "
+                        "process-runtime trials unsandboxed and is refused by the Docker "
+                        "runtime)")
     p.add_argument("--hide-from-trials", type=Path, action="append", default=[],
                    metavar="DIR",
                    help="process runtime with a task user: a directory trials must not see "
@@ -149,7 +161,8 @@ def parser() -> argparse.ArgumentParser:
                         "os.pathsep-separated)")
     p.add_argument("--close-to-trials", action="append", default=[], metavar="HOST:PORT",
                    help="process runtime with a task user: an address trials may not connect "
-                        "to (repeatable; Temporal's always is)")
+                        "to (repeatable; 0.0.0.0:PORT: the port on every address of this host; "
+                        "Temporal's always is)")
     p.add_argument("--advertise-address", default=os.environ.get("EPOCHAL_AGENT_ADDRESS", ""),
                    metavar="ADDRESS",
                    help="the address other agents reach this one's trials at, for trials on "
@@ -180,11 +193,13 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         except TaskEnvError as err:
             p.error(str(err))
     task_user = None
-    if args.runtime != "docker":
-        try:
+    try:
+        if args.runtime != "docker":
             task_user = task_user_for_agent(args.task_user)
-        except TaskUserError as err:
-            p.error(str(err))
+        else:  # checked here so a refusal is a usage error; `auto` checks it in make_runtime
+            container_user_for_agent(args.task_user)
+    except TaskUserError as err:
+        p.error(str(err))
     try:
         temporal_security = TemporalSecurity.from_env()
     except TemporalConnectionError as err:
@@ -204,6 +219,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         temporal_security=temporal_security,
         task_env=task_env,
         task_user=task_user,
+        task_user_name=args.task_user,
         hidden_from_trials=tuple(d.expanduser().resolve() for d in args.hide_from_trials),
         shared_with_trials=tuple(d.expanduser().resolve() for d in args.share_with_trials),
         closed_to_trials=tuple(args.close_to_trials),
@@ -227,8 +243,11 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
         if config.task_env is not None:
             logger.warning("the Docker runtime runs trials in their images; --task-env %s "
                            "is not used", config.task_env.prefix)
+        user = container_user_for_agent(config.task_user_name)
+        logger.info("task containers run as %s (%d:%d), without capabilities", user.name,
+                    user.uid, user.gid)
         return DockerRuntime(agent_id=config.agent_id, slots=slots,
-                             pull_policy=config.image_pull)
+                             pull_policy=config.image_pull, task_user=user)
     if choice != "process":
         raise ValueError(f"unknown runtime {choice!r}; use one of {', '.join(RUNTIMES)}")
     cgroups = RunCgroups.for_agent(config.agent_id, config.work_dir)
@@ -355,7 +374,8 @@ class Agent:
                     await asyncio.to_thread(firewall.remove)
 
     def trial_firewall(self) -> TrialFirewall | None:
-        """Rules keeping sandboxed trials from Temporal (agent_worker/trial_firewall.py)."""
+        """Rules keeping sandboxed trials from Temporal and the addresses given with
+        --close-to-trials (agent_worker/trial_firewall.py)."""
         runtime = self.runtime
         if not isinstance(runtime, ProcessRuntime) or runtime.task_user is None:
             return None

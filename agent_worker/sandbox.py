@@ -21,6 +21,9 @@ The sandbox's own process is the namespace's init: it waits for the entrypoint, 
 leaves, and exits with its code; when it exits, the kernel kills whatever is left inside. The
 plan (which holds the trial's environment, with its token) is passed in a root-only file, never
 on a command line other users could read.
+
+The Docker runtime's task user, the uid:gid its containers run as, is chosen here too
+(`container_user_for_agent`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,40 @@ def task_user_for_agent(name: str | None, *, euid: int | None = None) -> TaskUse
                 f"uid {euid}; start it as root, or drop --task-user to run trials as uid {euid}")
         return None
     return TaskUser.named(name or DEFAULT_TASK_USER)
+
+
+# The Docker runtime's container user where the agent is root and names none: 65534:65534 is
+# the kernel's overflow id, Debian's nobody:nogroup (the task image's too), which owns no file
+# of the image or of the host; it need not exist on the host (the agent gives it the run's files).
+CONTAINER_USER = TaskUser(name="nobody", uid=65534, gid=65534)
+
+
+def container_user_for_agent(name: str | None, *, euid: int | None = None) -> TaskUser:
+    """The user the Docker runtime runs task containers as, never root: `name` (a user of this
+    host), else `CONTAINER_USER` for a root agent; an agent that is not root runs them as its own
+    user (it cannot give a run's files to another).
+
+    Root is refused: a container on the host's network as root, with Docker's default
+    capabilities, could read the host's traffic, the cluster token in it (docs/SECURITY.md)."""
+    euid = os.geteuid() if euid is None else euid
+    if name == "root":
+        raise TaskUserError(
+            "--task-user 'root': the Docker runtime runs task containers as an unprivileged "
+            "user, never root, which on the host's network could read the cluster's traffic "
+            "(docs/SECURITY.md); name an unprivileged user, or drop --task-user for "
+            f"{CONTAINER_USER.uid}:{CONTAINER_USER.gid}")
+    if euid != 0:
+        if name:
+            raise TaskUserError(
+                f"--task-user {name!r}: giving a run's files to another user needs root, and "
+                f"this agent runs as uid {euid}; start it as root, or drop --task-user to run "
+                f"task containers as uid {euid}")
+        try:
+            own = pwd.getpwuid(euid).pw_name
+        except KeyError:
+            own = str(euid)
+        return TaskUser(name=own, uid=euid, gid=os.getegid())
+    return TaskUser.named(name) if name else CONTAINER_USER
 
 
 @dataclass

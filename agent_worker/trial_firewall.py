@@ -1,14 +1,19 @@
 """Firewall rules that keep trials away from services that trust whoever reaches them.
 
-Temporal's frontend (and its web UI) authenticate nobody unless mTLS or an API key is set up,
-and a trial shares the host's network: it could signal or terminate other users' workflows, or
-poll an agent's task queue. An agent with a task user adds, for that user's uid, one iptables
-rule per such address that resets the connection (`-m owner --uid-owner`), tagged with the
-agent's id and its master, and removes its rules when it stops. Rules a killed agent left are
-found by their tag when it starts again: those it still wants are kept, the rest (a Temporal
-server since moved to another port) removed, since a port closed to trials for good breaks
-whatever later listens there (a distributed trial's rendezvous hung on one). Other users of the
-host, the agent and the master are not affected.
+Temporal (its frontend, HTTP API, UI and internal services) authenticates nobody unless mTLS or
+an API key is set up, and a trial shares the host's network: it could signal or terminate other
+users' workflows, or poll an agent's task queue. The local cluster's other servers (PostgreSQL,
+SeaweedFS's master, volume server and filer) are no trial's business either. An agent with a
+task user adds, for that user's uid, one iptables rule per such address (host:port, the ones
+given with `--close-to-trials` and Temporal's) that resets the connection
+(`-m owner --uid-owner`); 0.0.0.0:PORT (or [::]:PORT), a server listening on every address,
+closes the port on every address of this host (`-m addrtype --dst-type LOCAL`). The rules are
+tagged with the agent's id and its master, and removed when the agent stops. Rules a killed
+agent left are found by their tag when it starts again: those it still wants are kept, the rest
+(a Temporal server since moved to another port) removed, since a port closed to trials for good
+breaks whatever later listens there (a distributed trial's rendezvous hung on one). Other users
+of the host, the agent and the master are not affected. Only the listed ports are closed, so
+trials still reach each other's ports (ranks of one distributed trial on one host).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class TrialFirewall:
 
     def __init__(self, uid: int, addresses: list[str], agent_id: str, master_url: str) -> None:
         self.uid = uid
-        self.addresses = addresses
+        self.addresses = list(dict.fromkeys(addresses))
         self.tag = rule_tag(agent_id, master_url)
         self.installed: list[tuple[str, list[str]]] = []
 
@@ -42,8 +47,10 @@ class TrialFirewall:
             host = host.strip("[]")
             for ip in _resolve(host):
                 tool = "iptables" if ip.version == 4 else "ip6tables"
+                to = (["-m", "addrtype", "--dst-type", "LOCAL"] if ip.is_unspecified
+                      else ["-d", str(ip)])
                 found.append((tool, [
-                    "OUTPUT", "-p", "tcp", "-d", str(ip), "--dport", port,
+                    "OUTPUT", "-p", "tcp", *to, "--dport", port,
                     "-m", "owner", "--uid-owner", str(self.uid),
                     "-m", "comment", "--comment", self.tag,
                     "-j", "REJECT", "--reject-with", "tcp-reset"]))
@@ -62,8 +69,9 @@ class TrialFirewall:
             if _iptables(tool, "-C", rule) or _iptables(tool, "-I", rule):
                 self.installed.append((tool, rule))
             else:
-                logger.warning("cannot add a %s rule closing %s to uid %d: trials can reach it",
-                               tool, rule[rule.index("-d") + 1], self.uid)
+                address, port, _ = _closes(rule)
+                logger.warning("cannot add a %s rule closing %s port %s to uid %d: trials can "
+                               "reach it", tool, address, port, self.uid)
         if self.installed:
             logger.info("trials (uid %d) cannot connect to %s", self.uid,
                         ", ".join(self.addresses))
@@ -121,10 +129,11 @@ def tagged_rules(tool: str, wanted: Callable[[str], bool]) -> list[list[str]]:
 
 
 def _closes(rule: list[str]) -> tuple[str, str, str]:
-    """(address, port, uid) a rule closes, however iptables spells it (-S adds a /32)."""
+    """(address, port, uid) a rule closes, however iptables spells it (-S adds a /32); the
+    address is LOCAL for every address of this host."""
     def value(flag: str) -> str:
         return rule[rule.index(flag) + 1] if flag in rule[:-1] else ""
-    address = value("-d")
+    address = value("-d") or value("--dst-type")
     with contextlib.suppress(ValueError):
         address = str(ipaddress.ip_network(address, strict=False).network_address)
     return address, value("--dport"), value("--uid-owner")

@@ -11,9 +11,11 @@ import contextlib
 from collections.abc import AsyncIterator
 
 import asyncpg
-from fastapi import Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.routing import APIRoute
 from temporalio.client import Client
 
+from api import access
 from api.auth import LoginThrottle, authorize
 from api.body_limit import BodySizeLimit
 from api.errors import install_error_handlers
@@ -41,11 +43,25 @@ from api.routes import (
 )
 from api.settings import Settings
 
+# The routers behind `authorize`, each route with its rule in api/access.py.
+API_MODULES = (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
+               determined, streams, workspaces, templates, jobs, models, importance, ntsc)
+
 
 @contextlib.asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     yield
     await app.state.preemption.close()
+
+
+def _check_access_rules(router: APIRouter) -> None:
+    """Every route has its rule in api/access.py: a route without one is a mistake to catch
+    before serving, not a route open to whoever calls it."""
+    missing = [f"{method} {route.path}" for route in router.routes
+               if isinstance(route, APIRoute) for method in sorted(route.methods or ())
+               if access.rule_of(method, route.path) is None]
+    if missing:
+        raise RuntimeError(f"routes without an access rule in api/access.py: {missing}")
 
 
 def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client, *,
@@ -63,8 +79,8 @@ def create_app(settings: Settings, pool: asyncpg.Pool, temporal: Client, *,
     app.add_middleware(BodySizeLimit)
     app.add_middleware(DefaultJsonContentType)
     # Every API route resolves the caller's token first (api/auth.py; a few routes are public).
-    for module in (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
-                   determined, streams, workspaces, templates, jobs, models, importance, ntsc):
+    for module in API_MODULES:
+        _check_access_rules(module.router)
         app.include_router(module.router, dependencies=[Depends(authorize)])
     # /proxy/<taskId>/: resolves the caller itself (the cookie for every method, Jupyter POSTs).
     app.include_router(proxy.router)

@@ -1,14 +1,9 @@
 """Who is calling, and what they may do: user sessions, the agents' cluster token, trial tokens.
 
-Every `/api/v1` route depends on `authorize` (wired in api/app.py) except the few in `PUBLIC`.
-Reads are open to every valid token. Writes are narrowed by the kind of token:
-
-- a user session may do what users do; routes check ownership and admin rights with
-  `require_admin` / `require_owner`;
-- the cluster token (agents) may register agents and write any trial's reports;
-- a trial token may write only its own trial's reports: routes whose path names a trial or an
-  allocation, and the two whose body does (`POST /checkpoints`, `POST /task/logs`, checked there
-  with `require_trial_write`).
+Every API route depends on `authorize` (wired in api/app.py), which resolves the token and
+applies the route's rule from api/access.py (who may call it: users, owners, admins, agents, a
+trial's own token). Routes whose body names what they change check it themselves with
+`require_trial_write` / `require_owner`.
 
 Passwords are hashed the way Determined's client sends them (salted SHA-512, `isHashed`), then
 with argon2id; session tokens are random and stored only as their SHA-256.
@@ -33,6 +28,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
+from api import access
 from api.errors import ApiError
 from api.queries import users as user_queries
 from api.settings import Settings
@@ -45,29 +41,6 @@ SESSION_TOKEN_PREFIX = "eps"
 AUTH_COOKIE = "auth"
 MIN_PASSWORD_LENGTH = 8
 
-PUBLIC = frozenset(
-    {
-        ("POST", "/api/v1/auth/login"),
-        ("GET", "/api/v1/master"),
-        ("GET", "/health"),
-        ("GET", "/info"),  # `det` asks it before logging in
-    }
-)
-# Writes a trial token may make (besides routes whose path names its trial or allocation).
-BODY_SCOPED_WRITES = frozenset(
-    {
-        ("POST", "/api/v1/checkpoints"),
-        ("POST", "/api/v1/task/logs"),
-        ("POST", "/api/v1/runs/start"),  # Determined's RunPrepareForReporting (body: runId)
-        ("PATCH", "/api/v1/checkpoints"),  # Determined's checkpoint.delete() (body: uuids)
-        ("POST", "/api/v1/checkpoints/{checkpoint_uuid}/upload"),  # body: taskId
-        ("POST", "/api/v1/checkpoints/{checkpoint_uuid}/upload/complete"),  # body: taskId
-    }
-)
-AGENT_WRITES = frozenset({
-    ("PUT", "/api/v1/agents/{agent_id}"),
-    ("POST", "/api/v1/tasks/{task_id}/ready"),
-})
 READ_METHODS = frozenset({"GET", "HEAD"})
 
 _hasher = PasswordHasher()
@@ -257,23 +230,6 @@ def _route_path(request: Request) -> str:
     return str(getattr(route, "path", request.url.path))
 
 
-def _trial_in_path(request: Request) -> int | None:
-    """The trial a route's path names: `{trial_id}`, or the middle of `{allocation_id}`."""
-    params = request.path_params
-    if "trial_id" in params:
-        value = str(params["trial_id"])
-        return int(value) if value.isdigit() else None
-    if "allocation_id" in params:
-        parts = str(params["allocation_id"]).split(".")
-        return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
-    return None
-
-
-def _names_trial(request: Request) -> bool:
-    path = _route_path(request)
-    return "{trial_id}" in path or "{allocation_id}" in path
-
-
 # Declares the scheme in the OpenAPI schema; `_bearer` does the parsing (and the cookie).
 _bearer_scheme = HTTPBearer(auto_error=False, description="A session, cluster or trial token")
 
@@ -282,9 +238,13 @@ async def authorize(
     request: Request,
     _declared: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer_scheme)] = None,
 ) -> Principal | None:
-    """Resolve the caller's token and refuse writes its kind may not make."""
+    """Resolve the caller's token and refuse what its route's rule (api/access.py) does not
+    let it do, before the route reads its body."""
     method, path = request.method, _route_path(request)
-    if (method, path) in PUBLIC:
+    rule = access.rule_of(method, path)
+    if rule is None:  # the app does not start with such a route (api/app.py)
+        raise ApiError(403, f"{method} {path} has no access rule")
+    if rule is access.Rule.PUBLIC:
         return None
     token = _bearer(request)
     if token is None:
@@ -296,28 +256,48 @@ async def authorize(
     app_state = request.app.state
     principal = await _resolve(token, app_state.pool, app_state.settings)
     request.state.principal = principal
-    if method in READ_METHODS:
-        return principal
-    key = (method, path)
-    if principal.kind == "agent":
-        if key in AGENT_WRITES or key in BODY_SCOPED_WRITES or _names_trial(request):
-            return principal
-        raise ApiError(403, f"the cluster token may not call {method} {path}")
-    if principal.kind == "trial":
-        if key in BODY_SCOPED_WRITES:
-            return principal  # the route checks the trial its body names
-        if _names_trial(request) and _trial_in_path(request) == principal.trial_id:
-            return principal
-        raise ApiError(
-            403, f"{principal.describe()} may only write trial {principal.trial_id}'s reports"
-        )
-    if key in AGENT_WRITES and not principal.admin:
-        raise ApiError(403, "only agents (the cluster token) register agents")
-    if _names_trial(request):
-        trial_id = _trial_in_path(request)
-        if trial_id is not None:
-            await require_trial_write(request, trial_id)
+    await _check_rule(request, principal, rule, f"{method} {path}")
     return principal
+
+
+async def _check_rule(request: Request, principal: Principal, rule: access.Rule,
+                      route: str) -> None:
+    Rule = access.Rule  # noqa: N806 (the enum, read as a namespace)
+    if rule in (Rule.ANY, Rule.BODY):
+        return
+    if principal.kind == "agent":
+        if rule in (Rule.TEAM, Rule.FILES, Rule.AGENT, Rule.RUNS, Rule.REPORT):
+            return
+        raise ApiError(403, f"the cluster token may not call {route}")
+    if principal.kind == "trial":
+        assert principal.trial_id is not None
+        if rule is Rule.PERSON:
+            return
+        if rule is Rule.TEAM and await access.trial_may_read(request, principal.trial_id):
+            return
+        if rule is Rule.FILES and await access.trial_may_read_files(request,
+                                                                     principal.trial_id):
+            return
+        if rule is Rule.REPORT and access.trial_named(request.path_params) == principal.trial_id:
+            return
+        raise ApiError(403, f"{principal.describe()} may not call {route}: a trial token "
+                       f"reads and writes only its own trial {principal.trial_id}")
+    if rule is Rule.RUNS:
+        raise ApiError(403, f"only agents (the cluster token) may call {route}")
+    if principal.admin or rule in (Rule.PERSON, Rule.TEAM, Rule.USER):
+        return
+    if rule is Rule.SELF:
+        if str(request.path_params.get("user_id")) != str(principal.user_id):
+            raise ApiError(403, f"user {principal.username} may change only their own account")
+        return
+    if rule in (Rule.OWNER, Rule.REPORT, Rule.FILES):
+        owner = await access.owner_named(request)
+        if owner is not None and owner != principal.username:
+            raise ApiError(403, f"user {principal.username} may not call {route} on what "
+                           f"belongs to {owner}")
+        return
+    who = "admins" if rule is Rule.ADMIN else "agents (the cluster token)"
+    raise ApiError(403, f"only {who} may call {route} ({principal.describe()} may not)")
 
 
 def current(request: Request) -> Principal:
@@ -377,19 +357,3 @@ async def require_trial_write(request: Request, trial_id: int) -> None:
         raise ApiError(
             403, f"user {principal.username} may not write reports of trial {trial_id}"
         )
-
-
-async def require_files_read(request: Request, trial_id: int) -> None:
-    """A checkpoint's files are its owner's: they, admins, agents and the trials of the same
-    owner's experiments (a trial that starts from another experiment's checkpoint) read them."""
-    principal = current(request)
-    if principal.kind == "agent" or (principal.kind == "user" and principal.admin):
-        return
-    pool = request.app.state.pool
-    owner = await user_queries.fetch_trial_owner(pool, trial_id)
-    reader = principal.username
-    if principal.kind == "trial" and principal.trial_id is not None:
-        reader = await user_queries.fetch_trial_owner(pool, principal.trial_id)
-    if owner is not None and owner != reader:
-        raise ApiError(403, f"{principal.describe()} may not read the files of trial "
-                       f"{trial_id}'s checkpoints, which belong to {owner}")

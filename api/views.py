@@ -17,6 +17,7 @@ from fastapi import Query
 
 from api.errors import ApiError, not_found, require_choice
 from api.queries import metrics, trials
+from common.expconf.redaction import redacted, redacted_text
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
@@ -177,22 +178,16 @@ def trial_filters(raw: list[str] | None) -> list[trials.TrialFilter]:
     return [_trial_filter(text) for text in raw or []]
 
 
-REDACTED = "********"
-_SECRET_LINE = re.compile(r"(?m)^(\s*secret_key\s*:\s*)\S.*$")
-
-
 def shown_config(config: JSON) -> JSON:
-    """An experiment config as the API shows it: S3 `secret_key` hidden (a user's storage keys
-    are theirs alone; trials get the stored config, not this)."""
-    storage = config.get("checkpoint_storage")
-    if not isinstance(storage, dict) or not storage.get("secret_key"):
-        return config
-    return {**config, "checkpoint_storage": {**storage, "secret_key": REDACTED}}
+    """An experiment config as the API shows it, secrets hidden (common/expconf/redaction.py);
+    trials get the stored config, not this."""
+    shown: JSON = redacted(config)
+    return shown
 
 
 def shown_yaml(text: str | None) -> str | None:
-    """The submitted YAML with any `secret_key:` value hidden."""
-    return _SECRET_LINE.sub(rf"\g<1>{REDACTED}", text) if text else text
+    """The submitted config text, secrets hidden."""
+    return redacted_text(text)
 
 
 def experiment_json(row: asyncpg.Record) -> JSON:

@@ -12,6 +12,12 @@ local S3 server (SeaweedFS) and makes it the default checkpoint storage. With `h
 address of this machine (`--host`), the API and the S3 server listen there (Temporal's dev
 server on every address: deploy/temporal_server.py), so agents on other machines join with
 `epochal agent run`; PostgreSQL always listens on 127.0.0.1 (only the master uses it).
+
+Trials reach the API and the S3 endpoint only: the local agent closes every other address of
+the servers the cluster runs to them (`--close-to-trials`, agent_worker/trial_firewall.py), as
+each server lists them (`closed_to_trials`). The dev server's HTTP API and metrics ports, random
+unless given, are picked at the first `up` and saved with the others; its internal services'
+ports, which no option sets, are read from its process before the agent starts.
 """
 
 from __future__ import annotations
@@ -63,6 +69,9 @@ class ClusterSettings:
     api_port: int = 8080
     temporal_port: int = 7233
     temporal_ui_port: int = 8233
+    # The dev server's HTTP API and metrics: picked by `up` (None: not yet; see _pin_ports).
+    temporal_http_port: int | None = None
+    temporal_metrics_port: int | None = None
     postgres_port: int = 54329
     # Where the API, Temporal and the S3 server listen and are reached: 127.0.0.1, or an address
     # of this machine that agents on other machines reach it at.
@@ -184,8 +193,8 @@ def _secrets(s: ClusterSettings) -> dict[str, str]:
 
 SETTINGS_FILE = "cluster.json"
 # What `up` remembers, so that `status` and `down` find a cluster started on other ports.
-SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "postgres_port", "host",
-                "agent_slots",
+SAVED_FIELDS = ("api_port", "temporal_port", "temporal_ui_port", "temporal_http_port",
+                "temporal_metrics_port", "postgres_port", "host", "agent_slots",
                 "headless_temporal", "agent_runtime", "agent_task_env",
                 "agent_task_user", "s3", "s3_port", "traces")
 
@@ -231,6 +240,7 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     if task_user is not None:
         # Trials write their checkpoints here as the agent's task user.
         os.chown(s.state_dir / "checkpoints", task_user.uid, task_user.gid)
+    _pin_ports(s)
     _save_settings(s)
     info = cluster_info(s)
 
@@ -239,8 +249,16 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
         _up_postgres(s)
     if "temporal" in wanted and not s.external_temporal_address:
         say(f"temporal: {info.temporal_address}")
-        _temporal(s).start(s.temporal_port, ui_port=s.temporal_ui_port,
-                           headless=s.headless_temporal, ip=s.host, timeout=s.start_timeout)
+        temporal = _temporal(s)
+        under_agent = (not temporal.is_running() and task_user is not None
+                       and processes.read_pid(s.pid_file("agent")) is not None)
+        temporal.start(s.temporal_port, ui_port=s.temporal_ui_port,
+                       http_port=s.temporal_http_port, metrics_port=s.temporal_metrics_port,
+                       headless=s.headless_temporal, ip=s.host, timeout=s.start_timeout)
+        if under_agent:
+            say("temporal under a running agent, whose firewall closes the ports its internal "
+                "services had before (they change at each start): `epochal cluster down` and "
+                "`up` close the new ones to trials")
     if "s3" in wanted and s.s3:
         say(f"s3: {info.s3_endpoint}, bucket {S3_BUCKET!r} (the default checkpoint storage)")
         _s3(s).start(s.s3_port, access_key=info.s3_access_key, secret_key=info.s3_secret_key,
@@ -270,6 +288,37 @@ def _temporal(s: ClusterSettings) -> TemporalDevServer:
 def _s3(s: ClusterSettings) -> SeaweedFSServer:
     return SeaweedFSServer(s.state_dir / "s3", log_file=s.log_file("s3"),
                            pid_file=s.pid_file("s3"))
+
+
+def _pin_ports(s: ClusterSettings) -> None:
+    """Pick the ports the dev server would pick at random, so that they are known (and closed
+    to trials): at the first `up`, and again where one was taken while the server was down."""
+    if s.external_temporal_address or _temporal(s).is_running():
+        return
+    for name in ("temporal_http_port", "temporal_metrics_port"):
+        port = getattr(s, name)
+        if port is None or processes.port_in_use(port, s.host):
+            setattr(s, name, processes.free_port(s.host))
+
+
+def _temporal_ports(s: ClusterSettings) -> list[int]:
+    """The ports the cluster's Temporal dev server is started with."""
+    ui = [] if s.headless_temporal else [s.temporal_ui_port]
+    return [p for p in (s.temporal_port, s.temporal_http_port, s.temporal_metrics_port, *ui)
+            if p is not None]
+
+
+def _closed_to_trials(s: ClusterSettings) -> list[str]:
+    """Every address of the servers the cluster runs that trials must not reach: all but the
+    API's and the S3 endpoint. External servers are their operator's to close."""
+    closed: list[str] = []
+    if not s.external_db_url:
+        closed += _postgres(s).closed_to_trials(s.postgres_port, HOST)
+    if not s.external_temporal_address:
+        closed += _temporal(s).closed_to_trials(_temporal_ports(s), s.host)
+    if s.s3:
+        closed += _s3(s).closed_to_trials(s.s3_port, s.host)
+    return closed
 
 
 def _up_postgres(s: ClusterSettings) -> None:
@@ -343,18 +392,18 @@ def _agent_command(s: ClusterSettings, info: ClusterInfo) -> list[str]:
         task_user=s.agent_task_user or None,
         # Secrets, the database's files and the logs live there.
         hide_from_trials=[str(s.state_dir)],
-        close_to_trials=[] if s.headless_temporal else [f"{s.host}:{s.temporal_ui_port}"],
+        close_to_trials=_closed_to_trials(s),
     ).argv()]
 
 
 def _task_user(s: ClusterSettings) -> TaskUser | None:
     """The user the local agent will run trials as (agent_worker/sandbox.py)."""
-    if s.agent_runtime == "docker":
-        return None
     # Here, not at the top: importing the agent's package costs `status` and `down` 0.4 s.
-    from agent_worker.sandbox import TaskUserError, task_user_for_agent
+    from agent_worker.sandbox import TaskUserError, container_user_for_agent, task_user_for_agent
 
     try:
+        if s.agent_runtime == "docker":  # containers run unprivileged (agent_worker/sandbox.py)
+            return container_user_for_agent(s.agent_task_user) if os.geteuid() == 0 else None
         return task_user_for_agent(s.agent_task_user)
     except TaskUserError as err:
         raise ClusterError(f"agent: {err}") from None

@@ -11,7 +11,8 @@ PostgreSQL refuses to run as root, so as root the server runs as the system user
 
 The server listens on one address (loopback for the local cluster) and asks every TCP client
 for the superuser's password (scram-sha-256), kept in `<data dir>.password`, readable by the
-user who started it alone: a trial on the same host reaches the port but not the database.
+user who started it alone: a trial on the same host reaches the port but not the database
+(and the local cluster closes the port to trials: `closed_to_trials`).
 The unix socket, in a directory only the server's user can enter, needs none; the tools here
 use it.
 """
@@ -178,6 +179,11 @@ class EmbeddedPostgres:
             self._remove_socket_dir()
             raise
         self._require_password(reload=False)
+
+    def closed_to_trials(self, port: int, host: str = "127.0.0.1") -> list[str]:
+        """The address trials must not reach, the server's on `port` at `host`: it asks for a
+        password, but no trial needs the database (only the master does)."""
+        return [f"{host}:{port}"]
 
     def stop(self, timeout: float = 60) -> bool:
         """Stop the server (fast shutdown: roll back open transactions); False if none ran."""

@@ -226,6 +226,34 @@ class DetachedServer:
         """SIGTERM, SIGKILL after `grace` (the class's `stop_grace`); False if none ran."""
         return stop_pid_file(self.pid_file, self.stop_grace if grace is None else grace)
 
+    def listening_addresses(self) -> set[tuple[str, int]]:
+        """(host, port) of each TCP socket the running server listens on."""
+        return listening_addresses(self.pid())
+
+
+def listening_addresses(pid: int | None) -> set[tuple[str, int]]:
+    """(host, port) of each TCP socket process `pid` listens on (none when it is gone), the host
+    as written before :PORT (an IPv6 address in brackets). A socket on every IPv6 address takes
+    IPv4 connections too unless it is IPv6-only, which is not shown: 0.0.0.0 is given besides."""
+    if pid is None:
+        return set()
+    try:
+        sockets = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return set()
+    found: set[tuple[str, int]] = set()
+    for s in sockets:
+        if s.status != psutil.CONN_LISTEN or not s.laddr:
+            continue
+        ip, port = s.laddr.ip, s.laddr.port
+        if s.family == socket.AF_INET6:
+            found.add((f"[{ip}]", port))
+            if ip == "::":
+                found.add(("0.0.0.0", port))
+        else:
+            found.add((ip, port))
+    return found
+
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port nobody listens on right now (for tests and throwaway servers).

@@ -3,7 +3,9 @@
 `epochal cluster up --s3` makes it the cluster's default checkpoint storage, and the tests use
 it as their S3. One `weed server` holds SeaweedFS's master, volume server, filer and S3 gateway;
 each listens on a port of its own, in a block of ten from the S3 port (`ports`). Its one
-identity has the keys given to `start`; the bucket is created once it answers.
+identity has the keys given to `start`; the bucket is created once it answers. Only the S3
+endpoint checks keys: the master, volume server and filer answer anyone, so trials must not
+reach them (`closed_to_trials`).
 """
 
 from __future__ import annotations
@@ -83,6 +85,15 @@ class SeaweedFSServer(processes.DetachedServer):
         processes.wait_until(lambda: _bucket_ready(client, bucket), part="s3",
                              log_file=self.log_file, timeout=timeout, pid=pid, interval=0.3)
         return endpoint
+
+    def closed_to_trials(self, port: int, ip: str = "127.0.0.1") -> list[str]:
+        """The addresses trials must not reach: every one the server started on S3 port `port`
+        at `ip` serves (its block at `ip`, and whatever else its running process listens on:
+        with `ip` not loopback, some of its servers listen on 127.0.0.1 too) but the S3
+        endpoint's port, which checks keys and serves the presigned URLs trials are given."""
+        addresses = {(ip, p) for p in ports(port).values()} | self.listening_addresses()
+        return [f"{host}:{p}" for host, p in sorted(addresses, key=lambda a: a[::-1])
+                if p != port]
 
 
 def _bucket_ready(client: Minio, bucket: str) -> bool:

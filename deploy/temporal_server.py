@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -71,7 +71,13 @@ def _bind_address(ip: str) -> str:
 
 class TemporalDevServer(processes.DetachedServer):
     """`temporal server start-dev` on one SQLite file, with its own pid and log file. It
-    flushes and exits on SIGTERM, given `stop_grace`."""
+    flushes and exits on SIGTERM, given `stop_grace`.
+
+    Besides its frontend (gRPC) it listens on its HTTP API's, its UI's and its metrics' ports,
+    which `start` takes, and on a gRPC port for each of its history, matching and worker
+    services, which it picks itself at each start (no option sets them). None of them asks who
+    calls: `closed_to_trials` lists them all.
+    """
 
     stop_grace = 15.0
     # The dev server picks free ports for its internal services itself, and another process can
@@ -83,10 +89,12 @@ class TemporalDevServer(processes.DetachedServer):
         self.db_file = Path(db_file).absolute()
 
     def start(self, port: int = 7233, *, ui_port: int | None = None, headless: bool = False,
+              http_port: int | None = None, metrics_port: int | None = None,
               ip: str = "127.0.0.1", timeout: float = 60,
               extra_namespaces: tuple[str, ...] = ()) -> str:
         """Start the server unless it runs already; wait until it answers; return its address.
 
+        `http_port` and `metrics_port` left None, the server picks free ones.
         `extra_namespaces` are created at start beside `default` (tests isolate clusters so).
         """
         address = f"{ip}:{port}"
@@ -95,6 +103,7 @@ class TemporalDevServer(processes.DetachedServer):
             self._wait_until_it_answers(address, pid, timeout)
             return address
         ports = [port] if headless else [port, ui_port or port + 1000]
+        ports += [p for p in (http_port, metrics_port) if p is not None]
         for p in ports:
             if processes.port_in_use(p, ip):
                 raise failure("temporal", f"port {p} on {ip} is already in use by another "
@@ -105,6 +114,9 @@ class TemporalDevServer(processes.DetachedServer):
             "--db-filename", self.db_file, "--ip", _bind_address(ip), "--port", str(port),
             "--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal",
             "--namespace", NAMESPACE, "--log-level", "warn"]
+        for flag, value in (("--http-port", http_port), ("--metrics-port", metrics_port)):
+            if value is not None:
+                cmd += [flag, str(value)]
         for namespace in extra_namespaces:
             cmd += ["--namespace", namespace]
         if headless:
@@ -121,6 +133,14 @@ class TemporalDevServer(processes.DetachedServer):
             except processes.ClusterError:
                 if attempts_left == 0 or processes.is_alive(pid):
                     raise
+
+    def closed_to_trials(self, ports: Iterable[int], ip: str = "127.0.0.1") -> list[str]:
+        """The addresses trials must not reach: every one it serves, the `ports` it was started
+        with at `ip` and whatever else its running process listens on (its internal services).
+        Listening on every address (`_bind_address`), a port is given as 0.0.0.0:PORT (and
+        [::]:PORT), which the agent's firewall closes on every address of this host."""
+        addresses = {(_bind_address(ip), p) for p in ports} | self.listening_addresses()
+        return [f"{host}:{port}" for host, port in sorted(addresses, key=lambda a: a[::-1])]
 
     def _wait_until_it_answers(self, address: str, pid: int, timeout: float) -> None:
         processes.wait_until(lambda: answers(address), part="temporal", log_file=self.log_file,

@@ -32,22 +32,22 @@ async def fetch_templates(
 
 
 async def insert_template(
-    conn: Conn, name: str, config: dict[str, Any], workspace_id: int
+    conn: Conn, name: str, config: dict[str, Any], workspace_id: int, owner: str
 ) -> asyncpg.Record | None:
     """The new template; None when the name is taken."""
     return await conn.fetchrow(
-        "INSERT INTO templates (name, config, workspace_id) VALUES ($1, $2, $3)"
-        " ON CONFLICT (name) DO NOTHING RETURNING *", name, config, workspace_id)
+        "INSERT INTO templates (name, config, workspace_id, owner) VALUES ($1, $2, $3, $4)"
+        " ON CONFLICT (name) DO NOTHING RETURNING *", name, config, workspace_id, owner)
 
 
 async def upsert_template(
-    conn: Conn, name: str, config: dict[str, Any], workspace_id: int
+    conn: Conn, name: str, config: dict[str, Any], workspace_id: int, owner: str
 ) -> asyncpg.Record:
-    """The template, created or with its config replaced (its workspace stays)."""
+    """The template, created or with its config replaced (its workspace and owner stay)."""
     return await conn.fetchrow(
-        "INSERT INTO templates (name, config, workspace_id) VALUES ($1, $2, $3)"
+        "INSERT INTO templates (name, config, workspace_id, owner) VALUES ($1, $2, $3, $4)"
         " ON CONFLICT (name) DO UPDATE SET config = excluded.config RETURNING *",
-        name, config, workspace_id)
+        name, config, workspace_id, owner)
 
 
 async def update_template_config(conn: Conn, name: str, config: Any) -> asyncpg.Record | None:

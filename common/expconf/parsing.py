@@ -1,6 +1,7 @@
 """Reading a config: YAML within bounds, validation against the model, and every error
 worded as `path.to.field: message` at once."""
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -178,14 +179,26 @@ def _search_bounds_errors(data: Any) -> list[str]:
 
 
 def _degenerate_log_bases(group: Mapping[str, Any], path: str) -> list[str]:
-    """`type: log` with `base: 1` gives every trial 1 whatever the exponents: a mistake."""
+    """`type: log` with a base that gives no range of values (1, infinite, not a number) and
+    ranges with an infinite end: mistakes, which would otherwise sample nonsense."""
     found = []
     for name, value in group.items():
+        where = f"{path}.{name}"
         if isinstance(value, dict) and "type" not in value:
-            found.extend(_degenerate_log_bases(value, f"{path}.{name}"))
-        elif isinstance(value, dict) and value.get("type") == "log" and value.get("base") == 1:
-            found.append(f"{path}.{name}.base: 1 makes every value 1 (1 to any power); use "
+            found.extend(_degenerate_log_bases(value, where))
+            continue
+        if not isinstance(value, dict) or value.get("type") not in ("log", "double"):
+            continue
+        base = value.get("base")
+        if value["type"] == "log" and base == 1:
+            found.append(f"{where}.base: 1 makes every value 1 (1 to any power); use "
                          "another base, such as 10")
+        elif value["type"] == "log" and isinstance(base, float) and not math.isfinite(base):
+            found.append(f"{where}.base: must be a finite number greater than 0 and not 1, "
+                         f"got {base}")
+        found.extend(f"{where}.{end}: must be a finite number, got {value[end]}"
+                     for end in ("minval", "maxval")
+                     if isinstance(value.get(end), float) and not math.isfinite(value[end]))
     return found
 
 

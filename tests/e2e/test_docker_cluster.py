@@ -7,6 +7,7 @@ dev server (the e2e namespace), the CLI in subprocesses.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -20,10 +21,11 @@ import pytest
 import yaml
 
 from agent_worker.docker_engine import agent_containers
+from common.states import TERMINAL_STATES
 from deploy.local_cluster import AGENT_ID
 from deploy.processes import read_pid
 from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster
-from tests.e2e.test_local_cluster import long_single_config, trial_of
+from tests.e2e.test_local_cluster import experiment_state, long_single_config, trial_of
 from tests.s3_fixtures import S3Server
 from tests.waiting import wait_for
 
@@ -52,6 +54,81 @@ def test_grid_search_runs_in_containers(docker_cluster: Cluster,
     assert all(Path(c["storagePath"]).is_dir() for c in checkpoints
                if c["state"] == "STATE_COMPLETED")
     assert agent_containers(docker_client, AGENT_ID) == []
+
+
+# What a trial on the host's network would need to read the loopback's traffic (the cluster
+# token, an admin's session, other trials' tokens): root, capabilities (NET_RAW) and set-uid
+# programs to get them back. It reports what it has, then checkpoints as any trial does.
+PRIVILEGES_PY = """
+import json, os, socket
+import harness.core
+
+def status(field):
+    with open("/proc/self/status") as f:
+        return next(line.split()[1] for line in f if line.startswith(field + ":"))
+
+def opened(*args):
+    try:
+        socket.socket(*args).close()
+        return "opened"
+    except OSError as err:
+        return type(err).__name__
+
+def written(directory):
+    try:
+        with open(os.path.join(directory, "written.txt"), "w") as f:
+            f.write("x")
+        return True
+    except OSError as err:
+        return type(err).__name__
+
+found = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
+         **{field: status(field) for field in ("CapEff", "CapPrm", "CapBnd", "NoNewPrivs")},
+         "packet": opened(socket.AF_PACKET, socket.SOCK_RAW),
+         "raw_tcp": opened(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP),
+         "home": written(os.environ["HOME"]), "workdir": written(os.getcwd()),
+         "determined_info": bool(json.load(open("/run/determined/info/trial.json")))}
+print("FOUND " + json.dumps(found), flush=True)
+with harness.core.init() as core:
+    core.train.report_validation_metrics(1, {"loss": 0.5})
+    with core.checkpoint.store_path({"steps_completed": 1}) as (path, _):
+        (path / "found.json").write_text(json.dumps(found))
+"""
+
+
+def test_a_trial_runs_unprivileged_and_cannot_sniff_the_hosts_network(
+        docker_cluster: Cluster, tmp_path: Path) -> None:
+    """Host networking stays (distributed training needs it); what keeps a trial from reading
+    others' traffic is that it runs as an unprivileged user with no capability at all and
+    `no_new_privs`, so no raw or packet socket."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "train.py").write_text(PRIVILEGES_PY)
+    config = tmp_path / "privileges.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "privileges", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}))
+    experiment_id = created_id(docker_cluster.run("experiment", "create", str(config),
+                                                  str(model)).stdout)
+    wait_for(lambda: experiment_state(docker_cluster, experiment_id).removeprefix("STATE_")
+             in TERMINAL_STATES, timeout=180, what="the trial to end")
+    trial = trial_of(docker_cluster, experiment_id)
+    logs = docker_cluster.run("trial", "logs", str(trial["id"])).stdout
+    assert trial["state"] == "STATE_COMPLETED", logs
+    [line] = [line for line in logs.splitlines() if "FOUND " in line]
+    found = json.loads(line.split("FOUND ", 1)[1])
+    assert found["uid"] != 0 and found["gid"] != 0 and 0 not in found["groups"], found
+    assert found["CapEff"] == found["CapPrm"] == found["CapBnd"] == "0" * 16, found
+    assert found["NoNewPrivs"] == "1", found
+    assert found["packet"] == found["raw_tcp"] == "PermissionError", found
+    assert found["home"] is True and found["workdir"] is True, found
+    assert found["determined_info"] is True, found
+    [checkpoint] = [c for c in docker_cluster.json("checkpoint", "list",
+                                                   str(experiment_id))["checkpoints"]
+                    if c["state"] == "STATE_COMPLETED"]
+    stored = Path(checkpoint["storagePath"])
+    assert json.loads((stored / "found.json").read_text()) == found
+    assert stored.stat().st_uid == found["uid"]  # the trial's files are its user's
 
 
 def test_s3_checkpoints_from_a_container(docker_cluster: Cluster, s3_server: S3Server,

@@ -154,8 +154,10 @@ async def test_a_trial_token_writes_only_its_own_trial(
         assert other_checkpoint.status_code == 403
         kill = await trial.post(f"/api/v1/experiments/{experiment['id']}/kill")
         assert kill.status_code == 403
-        # Reads are open to it.
-        assert (await trial.get(f"/api/v1/trials/{second['id']}")).status_code == 200
+        # It reads its own trial and experiment, not its sibling's trial (api/access.py).
+        assert (await trial.get(f"/api/v1/trials/{first['id']}")).status_code == 200
+        assert (await trial.get(f"/api/v1/experiments/{experiment['id']}")).status_code == 200
+        assert (await trial.get(f"/api/v1/trials/{second['id']}")).status_code == 403
     stored = await live_master.pool.fetchval(
         "SELECT count(*) FROM metrics WHERE trial_id = $1", second["id"]
     )

@@ -191,7 +191,7 @@ async def test_only_the_owner_reads_a_checkpoints_files(
     for route in ("files", "download"):
         answer = await api.get(f"/api/v1/checkpoints/{storage_id}/{route}", headers=other)
         assert answer.status_code == 403, answer.text
-        assert "belong to admin" in answer.json()["message"]
+        assert "belongs to admin" in answer.json()["message"]
     # Uploading into a recorded checkpoint is refused, even to its own trial.
     answer = await api.post(f"/api/v1/checkpoints/{storage_id}/upload",
                             headers={"Authorization": f"Bearer {info.session_token}"},

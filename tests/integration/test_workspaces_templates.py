@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from datetime import timedelta
 from typing import Any
 
 import httpx
@@ -13,8 +14,10 @@ import pytest
 import yaml
 from temporalio.client import Client
 
+from api.auth import open_session
 from common.temporal_names import resource_pool_workflow_id
 from tests.integration.test_api import config_yaml, model_definition, serve_pool
+from tests.master_fixtures import LiveMaster
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -308,3 +311,51 @@ async def test_workspaces_and_projects_are_edited_archived_and_deleted(
     assert wrong_method.status_code == 405 and "GET" in wrong_method.headers["allow"]
     assert wrong_method.json()["message"].startswith("PUT /api/v1/workspaces/1")
     await api.post(f"/api/v1/experiments/{experiment['id']}/kill")
+
+
+async def test_another_user_cannot_change_a_template_workspace_or_project_and_reads_no_secret(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """The finding: B PUT `PYTHONPATH=<B's directory>` into A's template, and A's next
+    experiment ran B's code. Templates, workspaces and projects are their creator's."""
+    clients = []
+    for name in ("a", "b"):
+        username = f"{name}-{uuid.uuid4().hex[:8]}"
+        created = await api.post("/api/v1/users", json={"user": {"username": username},
+                                                        "password": "a-long-password"})
+        token = await open_session(live_master.pool, created.json()["user"]["id"],
+                                   timedelta(minutes=5))
+        clients.append(httpx.AsyncClient(base_url=live_master.url,
+                                         headers={"Authorization": f"Bearer {token}"}))
+    a, b = clients
+    async with a, b:
+        template = f"team-{uuid.uuid4().hex[:8]}"
+        config = {"environment": {"environment_variables": ["WANDB_API_KEY=a-secret-of-a"]}}
+        assert (await a.post(f"/api/v1/templates/{template}",
+                             json={"name": template, "config": config})).status_code == 200
+        hijack = {"environment": {"environment_variables": ["PYTHONPATH=/shared/b"]}}
+        put = await b.put(f"/api/v1/templates/{template}", json={"name": template,
+                                                                 "config": hijack})
+        assert put.status_code == 403 and "belongs to" in put.json()["message"]
+        assert (await b.patch(f"/api/v1/templates/{template}", json=hijack)).status_code == 403
+        assert (await b.delete(f"/api/v1/templates/{template}")).status_code == 403
+        shown = (await b.get(f"/api/v1/templates/{template}")).json()["template"]
+        assert shown["config"]["environment"]["environment_variables"] == [
+            "WANDB_API_KEY=********"]
+        stored = await live_master.pool.fetchval(
+            "SELECT config FROM templates WHERE name = $1", template)
+        assert stored == config  # unchanged, secret kept for A's runs
+
+        workspace = (await a.post("/api/v1/workspaces", json={"name": template})).json()
+        workspace_id = workspace["workspace"]["id"]
+        assert (await b.patch(f"/api/v1/workspaces/{workspace_id}",
+                              json={"name": "taken"})).status_code == 403
+        assert (await b.post(f"/api/v1/workspaces/{workspace_id}/projects",
+                             json={"name": "b's", "workspaceId": workspace_id})).status_code == 403
+        project = (await a.post(f"/api/v1/workspaces/{workspace_id}/projects",
+                                json={"name": "a's", "workspaceId": workspace_id})).json()
+        project_id = project["project"]["id"]
+        assert (await b.delete(f"/api/v1/projects/{project_id}")).status_code == 403
+        assert (await b.post(f"/api/v1/workspaces/{workspace_id}/archive")).status_code == 403
+        assert (await b.delete(f"/api/v1/workspaces/{workspace_id}")).status_code == 403
+        assert (await a.delete(f"/api/v1/projects/{project_id}")).status_code == 200

@@ -25,11 +25,12 @@ from agent_worker.docker_runtime import DockerRuntime
 from agent_worker.main import AgentConfig, make_runtime, parse_args
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import Launch
+from agent_worker.sandbox import CONTAINER_USER, TaskUser, TaskUserError, container_user_for_agent
 from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots, discover_slots
 from common.expconf import ResourcesConfig
 from deploy import local_cluster
 from deploy.images import task_image
-from workflows.types import RunTrialInput
+from workflows.types import RunTaskInput, RunTrialInput
 
 # GPU slots as slots.py makes them from NVML (a fake: there is no GPU here).
 GPUS = [Slot(id=i, type=TYPE_CUDA, brand="NVIDIA A100", uuid=f"GPU-{i}aaa-{i}bbb")
@@ -73,6 +74,7 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
     assert kw["shm_size"] == DEFAULT_SHM_SIZE
     assert kw["device_requests"] is None
     assert kw["user"] == "1000:1000"
+    assert kw["cap_drop"] == ["ALL"] and kw["security_opt"] == ["no-new-privileges"]
     env = kw["environment"]
     assert env["EPOCHAL_TRIAL_INFO"] == CONTAINER_TRIAL_INFO == "/run/epochal/info/trial_info.json"
     assert env["EPOCHAL_MASTER"] == "http://127.0.0.1:8080"
@@ -89,6 +91,73 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
         CONTAINER_TRIAL_INFO: (str(tmp_path / "run" / "trial_info.json"), True),
         str(tmp_path / "ckpt"): (str(tmp_path / "ckpt"), False),
     }
+
+
+def task_launch(tmp_path: Path, task_type: str) -> Launch:
+    inp = RunTaskInput(task_id="0b1c", task_type=task_type, slot_ids=[],
+                       config={"bind_mounts": []})
+    return Launch(input=inp, run_dir=tmp_path / "tasks" / "0b1c", entrypoint="jupyter lab",
+                  env={"DET_TASK_ID": "0b1c"})
+
+
+@pytest.mark.parametrize("euid", [0, 1000])
+def test_every_container_runs_unprivileged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           euid: int) -> None:
+    """Trials and interactive tasks alike: on the host's network, root or a capability
+    (NET_RAW) would read the host's traffic, the cluster token in it (docs/SECURITY.md)."""
+    monkeypatch.setattr("os.geteuid", lambda: euid)
+    monkeypatch.setattr("os.getegid", lambda: euid)
+    runtime = DockerRuntime(agent_id="a", slots=cpu_slots(1), default_image="img")
+    launches = [launch(tmp_path), *(task_launch(tmp_path, t) for t in (
+        "NOTEBOOK", "SHELL", "TENSORBOARD", "COMMAND"))]
+    for kw in (runtime.spec(one).create_kwargs() for one in launches):
+        uid, _, gid = kw["user"].partition(":")
+        assert uid == str(euid or 65534) and int(uid) != 0 and int(gid) != 0
+        assert kw["cap_drop"] == ["ALL"]
+        assert kw["security_opt"] == ["no-new-privileges"]
+        assert kw["environment"]["HOME"] == "/tmp"
+        assert kw["network_mode"] == "host"  # distributed training across agents needs it
+    # A root agent gives the run's files to the containers' user; another runs them as itself.
+    assert runtime.task_owner == ((65534, 65534) if euid == 0 else None)
+
+
+def test_an_interactive_tasks_directory_is_also_at_its_host_path(tmp_path: Path) -> None:
+    """Its command names it so (Jupyter's root_dir, TensorBoard's logdir)."""
+    run_dir = str(tmp_path / "tasks" / "0b1c")
+    found = mounts(container_spec(task_launch(tmp_path, "NOTEBOOK"), agent_id="a", slots=[],
+                                  default_image="d").create_kwargs())
+    assert found == {CONTAINER_WORKDIR: (run_dir, False), run_dir: (run_dir, False)}
+
+
+def test_root_containers_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for root in ("0:0", "0", "root", "root:root"):
+        with pytest.raises(ValueError, match="never run as root"):
+            container_spec(launch(tmp_path), agent_id="a", slots=[], default_image="d",
+                           user=root)
+    with pytest.raises(TaskUserError, match="never run as root"):
+        DockerRuntime(agent_id="a", task_user=TaskUser("toor", 0, 0))
+    with pytest.raises(TaskUserError, match="--task-user 'root'.*never root"):
+        container_user_for_agent("root", euid=0)
+    with pytest.raises(SystemExit):
+        parse_args(["--work-dir", str(tmp_path), "--runtime", "docker", "--task-user", "root"])
+    # `auto` may pick the process runtime, where root is allowed: refused once Docker is picked.
+    cfg, _ = parse_args(["--work-dir", str(tmp_path), "--runtime", "auto",
+                         "--task-user", "root"])
+    monkeypatch.setattr(docker_engine, "engine_answers", lambda timeout=3.0: True)
+    with pytest.raises(TaskUserError, match="--task-user 'root'"):
+        make_runtime(cfg, cpu_slots(1))
+
+
+def test_the_container_user(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert container_user_for_agent(None, euid=0) == CONTAINER_USER
+    assert (CONTAINER_USER.uid, CONTAINER_USER.gid) == (65534, 65534)
+    daemon = container_user_for_agent("daemon", euid=0)  # a user of this host, by name
+    assert daemon.name == "daemon" and daemon.uid not in (0, 65534)
+    assert container_user_for_agent(None, euid=1000).uid == 1000  # the agent's own
+    with pytest.raises(TaskUserError, match="needs root"):
+        container_user_for_agent("daemon", euid=1000)
+    with pytest.raises(TaskUserError, match="no such user"):
+        container_user_for_agent("no-such-user-here", euid=0)
 
 
 def test_determineds_info_and_model_copy_are_mounted_read_only(tmp_path: Path) -> None:
@@ -180,6 +249,8 @@ def test_runtime_choice(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     docker_rt = make_runtime(config("--runtime", "docker", "--image-pull", "never"), slots)
     assert isinstance(docker_rt, DockerRuntime)
     assert docker_rt.pull_policy == "never" and docker_rt.agent_id == "a"
+    named = make_runtime(config("--runtime", "docker", "--task-user", "daemon"), slots)
+    assert isinstance(named, DockerRuntime) and named.task_user.name == "daemon"
     monkeypatch.setattr(docker_engine, "engine_answers", lambda timeout=3.0: False)
     assert isinstance(make_runtime(config("--runtime", "auto"), slots), ProcessRuntime)
     monkeypatch.setattr(docker_engine, "engine_answers", lambda timeout=3.0: True)

@@ -1,11 +1,15 @@
 """The agent's firewall rules on this host's real iptables: a killed agent's rules do not close a
-port for good. Each test tags its rules with a master address of its own, so agents of other
-tests' clusters (which share this host's iptables) are not touched."""
+port for good; a server listening on every address is closed on every address. Each test tags
+its rules with a master address of its own, so agents of other tests' clusters (which share this
+host's iptables) are not touched."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -83,3 +87,35 @@ def test_a_rule_tagged_the_old_way_is_replaced(master: str) -> None:
     finally:
         while _iptables("iptables", "-D", old_rule):
             pass
+
+
+def connects_as_task_user(host: str, port: int) -> bool:
+    probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=10).close()"
+    done = subprocess.run(["setpriv", f"--reuid={TASK_UID}", f"--regid={TASK_UID}",
+                           "--clear-groups", sys.executable, "-c", probe],
+                          capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
+def test_a_port_of_every_address_is_closed_on_every_address_of_this_host(master: str) -> None:
+    with socket.socket() as listener:
+        listener.bind(("0.0.0.0", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        assert connects_as_task_user("127.0.0.2", port)
+        firewall = TrialFirewall(TASK_UID, [f"0.0.0.0:{port}", f"0.0.0.0:{port}"], "agent-3",
+                                 master)
+        firewall.install()
+        try:
+            assert closed_ports("agent-3", master) == [str(port)]
+            for host in ("127.0.0.1", "127.0.0.2"):
+                assert not connects_as_task_user(host, port), host
+            socket.create_connection(("127.0.0.1", port), timeout=10).close()  # others can
+            # The agent started again keeps the rule it still wants, once.
+            TrialFirewall(TASK_UID, [f"0.0.0.0:{port}"], "agent-3", master).install()
+            assert closed_ports("agent-3", master) == [str(port)]
+        finally:
+            firewall.remove()
+        assert closed_ports("agent-3", master) == []
+        assert connects_as_task_user("127.0.0.2", port)
