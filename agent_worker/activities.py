@@ -45,6 +45,7 @@ from agent_worker.runtime import (
     checkpoint_cache_dir,
     run_tmp_dir,
 )
+from agent_worker.sandbox import TaskUser, TaskUserError, user_identity
 from agent_worker.slots import SlotPool, gpu_environment
 from agent_worker.system_metrics import report_system_metrics
 from agent_worker.trial_info import (
@@ -181,7 +182,17 @@ class AgentActivities:
         """A fresh working directory with the model definition and trial_info.json in it, and
         beside it Determined's info files and clean copy of the model definition."""
         entrypoint: str = inp.config["entrypoint"]  # one command line: the model made it so
-        owner = self.runtime.task_owner
+        if inp.session_token is None and self.cluster_token:
+            # This run's own token: it may write only this trial's reports, and only while
+            # this run is the trial's running one (api/auth.py).
+            inp = dataclasses.replace(
+                inp, session_token=mint_trial_token(self.cluster_token, inp.trial_id,
+                                                    inp.run_id))
+        # Determined's Core API reads its owner's name (determined_env.py); the run is its
+        # owner's own identity here where each user has one (agent_worker/sandbox.py).
+        owner_user = await self.experiment_owner(master_url, inp.session_token)
+        user = self.run_user(owner_user)
+        owner = (user.uid, user.gid) if user is not None else self.runtime.task_owner
         await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(fresh_dir, run_dir)
@@ -190,12 +201,6 @@ class AgentActivities:
         await asyncio.to_thread(fresh_dir, run_tmp_dir(run_dir))
         await self.model_defs.extract_to(inp.experiment_id, run_dir)
         await self.model_defs.extract_to(inp.experiment_id, determined_model_dir(run_dir))
-        if inp.session_token is None and self.cluster_token:
-            # This run's own token: it may write only this trial's reports, and only while
-            # this run is the trial's running one (api/auth.py).
-            inp = dataclasses.replace(
-                inp, session_token=mint_trial_token(self.cluster_token, inp.trial_id,
-                                                    inp.run_id))
         # One agent's run is its own rendezvous: this host, with ports free here.
         rendezvous = inp.rendezvous or Rendezvous(
             container_addrs=[self.address], container_rank=0,
@@ -211,13 +216,12 @@ class AgentActivities:
         traceparent = tracing.traceparent()  # run_trial's span: the harness's reports continue it
         if traceparent:
             env[tracing.TRACEPARENT_ENV] = traceparent
-        # Determined's Core API reads its own variables and info files (determined_env.py).
-        username = await self.experiment_owner(master_url, inp.session_token)
+        username = str(owner_user["username"]) if owner_user else FALLBACK_USER
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
                                 username=username)
         env.update(determined_environment(info, username=username))
         launch = Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
-                             slot_ids=slot_ids)
+                        slot_ids=slot_ids, user=user)
         if launch.checkpoint_cache is not None:
             await asyncio.to_thread(prune_checkpoint_caches, self.work_dir / "trials")
             await asyncio.to_thread(launch.checkpoint_cache.mkdir, exist_ok=True)
@@ -227,21 +231,37 @@ class AgentActivities:
             await asyncio.to_thread(make_private, directory, owner)
         return launch
 
-    async def experiment_owner(self, master_url: str, token: str | None) -> str:
-        """The experiment owner's username (Determined's DET_USER): `GET /me` with the trial's
-        token names the owner. Determined only needs a name, so a failure is not fatal."""
+    async def experiment_owner(self, master_url: str, token: str | None
+                               ) -> dict[str, Any] | None:
+        """The experiment owner (Determined's v1User): `GET /me` with the trial's token names
+        them. None when it cannot be learnt."""
         if token:
             try:
                 answer = await self.http.get(f"{master_url}/api/v1/me",
                                              headers={"Authorization": f"Bearer {token}"})
                 if answer.status_code == 200:
-                    return str(answer.json()["user"]["username"])
-                logger.warning("GET /api/v1/me answered %s; DET_USER=%s",
-                               answer.status_code, FALLBACK_USER)
+                    user: dict[str, Any] = answer.json()["user"]
+                    return user
+                logger.warning("GET /api/v1/me answered %s", answer.status_code)
             except (httpx.HTTPError, KeyError, TypeError, ValueError) as err:
-                logger.warning("cannot learn the experiment owner (%s); DET_USER=%s",
-                               err, FALLBACK_USER)
-        return FALLBACK_USER
+                logger.warning("cannot learn the experiment owner (%s)", err)
+        return None
+
+    def run_user(self, owner: dict[str, Any] | None) -> TaskUser | None:
+        """The identity a run of `owner`'s has here: their own where each user has one, else
+        None (the runtime's task user). Without its owner, such a run does not start: it would
+        share an identity with other users' runs."""
+        if not self.runtime.per_user:
+            return None
+        if owner is None:
+            raise ApplicationError("cannot learn who owns this run, so which identity it has "
+                                   "on this agent (GET /api/v1/me); trying again",
+                                   type="OwnerUnknown")
+        try:
+            return user_identity(int(owner["id"]), str(owner["username"]),
+                                 owner.get("agentUserGroup"))
+        except TaskUserError as err:
+            raise ApplicationError(str(err), type="TaskUserError", non_retryable=True) from None
 
 
 def check_storage_writable(config: dict[str, Any], agent_id: str,

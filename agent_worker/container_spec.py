@@ -50,6 +50,8 @@ DEFAULT_SHM_SIZE = 4 * 1024**3  # Determined's default for resources.shm_size
 LABEL_PREFIX = "ai.epochal"
 LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
 LABEL_AGENT = f"{LABEL_PREFIX}.agent-id"
+# The master the agent serves: agents of two clusters on one engine may share an id.
+LABEL_MASTER = f"{LABEL_PREFIX}.master"
 LABEL_EXPERIMENT = f"{LABEL_PREFIX}.experiment-id"
 LABEL_TRIAL = f"{LABEL_PREFIX}.trial-id"
 LABEL_RUN = f"{LABEL_PREFIX}.trial-run-id"
@@ -161,15 +163,16 @@ def container_name(agent_id: str, launch: Launch) -> str:
                               f"{inp.run_id}")
 
 
-def container_labels(agent_id: str, launch: Launch) -> dict[str, str]:
+def container_labels(agent_id: str, launch: Launch, master: str = "") -> dict[str, str]:
     inp = launch.input
+    owner = {LABEL_MANAGED: "true", LABEL_AGENT: agent_id, **({LABEL_MASTER: master}
+                                                               if master else {})}
     if isinstance(inp, RunTaskInput):
-        return {LABEL_MANAGED: "true", LABEL_AGENT: agent_id, LABEL_TASK: inp.task_id,
+        return {**owner, LABEL_TASK: inp.task_id,
                 LABEL_ALLOCATION: task_allocation_id(inp.task_id)}
     task = f"{inp.experiment_id}.{inp.trial_id}"
     return {
-        LABEL_MANAGED: "true",
-        LABEL_AGENT: agent_id,
+        **owner,
         LABEL_EXPERIMENT: str(inp.experiment_id),
         LABEL_TRIAL: str(inp.trial_id),
         LABEL_RUN: str(inp.run_id),
@@ -187,6 +190,7 @@ def container_spec(
     force_pull: bool = False,
     user: str = f"{CONTAINER_USER.uid}:{CONTAINER_USER.gid}",
     memory_limit: str | None = None,
+    master: str = "",
 ) -> ContainerSpec:
     """The container for one run: image, mounts, environment, labels, GPUs; it runs as `user`
     (uid:gid), which must not be root."""
@@ -198,6 +202,9 @@ def container_spec(
     env = dict(launch.env)
     env["TINI_KILL_PROCESS_GROUP"] = "1"
     env["PYTHONPATH"] = CONTAINER_WORKDIR
+    if launch.user is not None:  # an identity the image has no account for: its name, at least
+        env.setdefault("USER", launch.user.name)
+        env.setdefault("LOGNAME", launch.user.name)
     env.update(gpu_environment(run_slots))
     env.setdefault("HOME", "/tmp")  # an arbitrary uid has no home in the image
     run_dir = str(launch.run_dir)
@@ -236,7 +243,7 @@ def container_spec(
         name=container_name(agent_id, launch),
         command=entrypoint_command(launch.entrypoint),
         environment=env,
-        labels=container_labels(agent_id, launch),
+        labels=container_labels(agent_id, launch, master),
         mounts=mounts,
         device_requests=gpu_device_requests(run_slots),
         shm_size=shm_size_for(config),

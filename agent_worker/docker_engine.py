@@ -16,7 +16,7 @@ import docker.errors
 import docker.types
 from docker.models.containers import Container
 
-from agent_worker.container_spec import LABEL_AGENT, LABEL_MANAGED
+from agent_worker.container_spec import LABEL_AGENT, LABEL_MANAGED, LABEL_MASTER
 
 logger = logging.getLogger(__name__)
 
@@ -111,16 +111,20 @@ def api_message(err: docker.errors.DockerException) -> str:
     return str(explanation or err)
 
 
-def agent_containers(client: docker.DockerClient, agent_id: str) -> list[Container]:
-    """Every container (running or not) labelled as this agent's."""
-    return list(client.containers.list(
-        all=True, filters={"label": [f"{LABEL_MANAGED}=true", f"{LABEL_AGENT}={agent_id}"]}))
+def agent_containers(client: docker.DockerClient, agent_id: str,
+                     master: str = "") -> list[Container]:
+    """Every container (running or not) labelled as this agent's (of `master`'s cluster, when
+    given: another cluster's agent on this engine may have the same id)."""
+    labels = [f"{LABEL_MANAGED}=true", f"{LABEL_AGENT}={agent_id}",
+              *([f"{LABEL_MASTER}={master}"] if master else [])]
+    return list(client.containers.list(all=True, filters={"label": labels}))
 
 
-def remove_agent_containers(client: docker.DockerClient, agent_id: str) -> list[str]:
+def remove_agent_containers(client: docker.DockerClient, agent_id: str,
+                            master: str = "") -> list[str]:
     """Kill and remove this agent's containers; their names."""
     names = []
-    for c in agent_containers(client, agent_id):
+    for c in agent_containers(client, agent_id, master):
         remove_container(c)
         names.append(c.name or c.id or "?")
     return names

@@ -64,7 +64,9 @@ class DockerRuntime(Runtime):
         kill_grace_seconds: float | None = None,
         heartbeat_interval: float = 2.0,
         task_user: TaskUser | None = None,
+        per_user: bool = False,
         memory_limit: str | None = None,
+        master_url: str = "",
     ) -> None:
         if pull_policy not in PULL_POLICIES:
             raise ValueError(f"pull policy must be one of {PULL_POLICIES}, got {pull_policy!r}")
@@ -81,6 +83,8 @@ class DockerRuntime(Runtime):
         if self.task_user.uid == 0:
             raise TaskUserError(f"task containers never run as root ({self.task_user.name})")
         self.user = f"{self.task_user.uid}:{self.task_user.gid}"
+        self.per_user = per_user and os.geteuid() == 0
+        self.master_url = master_url  # labels its containers: see container_spec.LABEL_MASTER
         self.memory_limit = memory_limit  # per container, e.g. "8g"; None: no limit
 
     @property
@@ -104,12 +108,15 @@ class DockerRuntime(Runtime):
     def spec(self, launch: Launch) -> ContainerSpec:
         return container_spec(launch, agent_id=self.agent_id, slots=self.slots,
                               default_image=self.default_image,
-                              force_pull=self.pull_policy == "always", user=self.user,
-                              memory_limit=self.memory_limit)
+                              force_pull=self.pull_policy == "always",
+                              user=(f"{launch.user.uid}:{launch.user.gid}" if launch.user
+                                    else self.user),
+                              memory_limit=self.memory_limit, master=self.master_url)
 
     async def startup(self) -> None:
         """Remove the containers a previous run of this agent left (it crashed, or was killed)."""
-        removed = await asyncio.to_thread(remove_agent_containers, self.client, self.agent_id)
+        removed = await asyncio.to_thread(remove_agent_containers, self.client, self.agent_id,
+                                          self.master_url)
         if removed:
             logger.warning("removed %d container(s) left by an earlier run of agent %s: %s",
                            len(removed), self.agent_id, ", ".join(removed))

@@ -40,6 +40,7 @@ from agent_worker.registration import Registration, route_address
 from agent_worker.run_cgroups import RunCgroups
 from agent_worker.runtime import Runtime
 from agent_worker.sandbox import (
+    RUN_ID_RANGE,
     TASK_USER_ENV,
     TaskUser,
     TaskUserError,
@@ -141,12 +142,12 @@ def parser() -> argparse.ArgumentParser:
                         "trials run in, its bin first on PATH (default: $EPOCHAL_TASK_ENV, else "
                         "the agent's own)")
     p.add_argument("--task-user", default=os.environ.get(TASK_USER_ENV) or None,
-                   help="the unprivileged user trials run as: each sandboxed by the process "
-                        "runtime; the Docker runtime's containers run as its uid:gid "
-                        "(default: $EPOCHAL_TASK_USER, else 'nobody' when the agent is root, "
-                        "65534:65534 in containers, else the agent's own user; 'root' runs "
-                        "process-runtime trials unsandboxed and is refused by the Docker "
-                        "runtime)")
+                   help="the one unprivileged user every user's runs are: sandboxed by the "
+                        "process runtime; the Docker runtime's containers run as its uid:gid "
+                        "(default: $EPOCHAL_TASK_USER, else, when the agent is root, each "
+                        "user's own identity (agent_worker/sandbox.py), else the agent's own "
+                        "user; 'root' runs process-runtime trials unsandboxed and is refused "
+                        "by the Docker runtime)")
     p.add_argument("--hide-from-trials", type=Path, action="append", default=[],
                    metavar="DIR",
                    help="process runtime with a task user: a directory trials must not see "
@@ -247,11 +248,16 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
         logger.info("task containers run as %s (%d:%d), without capabilities", user.name,
                     user.uid, user.gid)
         return DockerRuntime(agent_id=config.agent_id, slots=slots,
-                             pull_policy=config.image_pull, task_user=user)
+                             pull_policy=config.image_pull, task_user=user,
+                             per_user=config.task_user_name is None,
+                             master_url=config.master_url)
     if choice != "process":
         raise ValueError(f"unknown runtime {choice!r}; use one of {', '.join(RUNTIMES)}")
     cgroups = RunCgroups.for_agent(config.agent_id, config.work_dir)
-    if config.task_user is not None:
+    if config.task_user is not None and config.task_user_name is None:
+        logger.info("each user's runs are their own identity (uids %s, or the agent user an "
+                    "admin linked), each in a sandbox of its own", RUN_ID_RANGE)
+    elif config.task_user is not None:
         logger.info("trials run as %s (uid %d), each in a sandbox of its own",
                     config.task_user.name, config.task_user.uid)
     elif os.geteuid() == 0:
@@ -260,12 +266,13 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
     hidden = (config.work_dir, *config.hidden_from_trials)
     if config.task_env is None:
         return ProcessRuntime(cgroups=cgroups, task_user=config.task_user,
-                              hidden_from_trials=hidden,
+                              per_user=config.task_user_name is None, hidden_from_trials=hidden,
                               shared_with_trials=config.shared_with_trials)
     logger.info("trials run in %s", config.task_env.describe())
     return ProcessRuntime(task_env=config.task_env, cgroups=cgroups,
                           harness_path=HarnessPath.prepare(config.work_dir),
-                          task_user=config.task_user, hidden_from_trials=hidden,
+                          task_user=config.task_user, per_user=config.task_user_name is None,
+                          hidden_from_trials=hidden,
                           shared_with_trials=config.shared_with_trials)
 
 
@@ -374,13 +381,15 @@ class Agent:
                     await asyncio.to_thread(firewall.remove)
 
     def trial_firewall(self) -> TrialFirewall | None:
-        """Rules keeping sandboxed trials from Temporal and the addresses given with
-        --close-to-trials (agent_worker/trial_firewall.py)."""
-        runtime = self.runtime
-        if not isinstance(runtime, ProcessRuntime) or runtime.task_user is None:
+        """Rules keeping trials, sandboxed processes or containers on the host's network, from
+        Temporal and the addresses given with --close-to-trials (agent_worker/trial_firewall.py):
+        matched on the uid runs have, in both runtimes."""
+        owner = self.runtime.task_owner
+        if owner is None:
             return None
-        return TrialFirewall(runtime.task_user.uid, [self.config.temporal_address,
-                                                     *self.config.closed_to_trials],
+        uids: list[int | str] = [owner[0], *([RUN_ID_RANGE] if self.runtime.per_user else [])]
+        return TrialFirewall(uids, [self.config.temporal_address,
+                                        *self.config.closed_to_trials],
                              self.config.agent_id, self.config.master_url)
 
     async def _heartbeat(self, registration: Registration) -> None:

@@ -46,7 +46,13 @@ from agent_worker.determined_env import (
 from agent_worker.logs import pump_lines
 from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups
 from agent_worker.runtime import ExitStatus, Launch, LogSink, Runtime
-from agent_worker.sandbox import ROOT_ENVIRONMENT, SandboxPlan, TaskUser, TaskUserError
+from agent_worker.sandbox import (
+    ROOT_ENVIRONMENT,
+    SandboxPlan,
+    TaskUser,
+    TaskUserError,
+    identity_files,
+)
 from agent_worker.task_env import HarnessPath, TaskEnvironment
 from common.checkpoint_storage import shared_fs_directory
 
@@ -189,6 +195,7 @@ class ProcessRuntime(Runtime):
         harness_path: HarnessPath | None = None,
         cgroups: RunCgroups | None = None,
         task_user: TaskUser | None = None,
+        per_user: bool = False,
         hidden_from_trials: tuple[Path, ...] = (),
         shared_with_trials: tuple[Path, ...] = (),
     ) -> None:
@@ -206,6 +213,7 @@ class ProcessRuntime(Runtime):
         self.output_drain_timeout = output_drain_timeout
         self.private_mounts = can_make_mount_namespaces()
         self.task_user = task_user
+        self.per_user = per_user and task_user is not None
         self.hidden_from_trials = hidden_from_trials
         self.shared_with_trials = shared_with_trials
         if task_user is not None and not self.private_mounts:
@@ -239,8 +247,12 @@ class ProcessRuntime(Runtime):
         return f"the agent's own environment (python3 = {self.python_bin_dir / 'python3'})"
 
     def sandbox_plan(self, launch: Launch) -> SandboxPlan:
-        """What the sandbox hides and keeps for this run (agent_worker/sandbox.py)."""
-        assert self.task_user is not None
+        """What the sandbox hides and keeps for this run (agent_worker/sandbox.py); writes the
+        account files of an identity the host does not know."""
+        user = launch.user or self.task_user
+        assert user is not None
+        identity = identity_files(user, launch.run_dir, launch.run_dir.with_name(
+            launch.run_dir.name + ".etc"))
         hide = list(self.hidden_from_trials)
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
@@ -253,11 +265,11 @@ class ProcessRuntime(Runtime):
         hide.extend(closed for path in keep if (closed := closed_ancestor(path)) is not None)
         return SandboxPlan(
             command=launch.entrypoint, cwd=str(launch.run_dir),
-            env=self.environment(launch), uid=self.task_user.uid, gid=self.task_user.gid,
-            binds=[(str(source), target, read_only) for source, target, read_only in (
+            env=self.environment(launch), uid=user.uid, gid=user.gid,
+            binds=[*((str(source), target, read_only) for source, target, read_only in (
                 (determined_info_dir(launch.run_dir), DETERMINED_INFO_DIR, False),
                 (determined_model_dir(launch.run_dir), DETERMINED_MODEL_DIR, True),
-            ) if source.is_dir()],
+            ) if source.is_dir()), *identity],
             hide=[str(p) for p in hide], keep=[str(p) for p in keep],
             tmp=str(launch.tmp_dir) if launch.tmp_dir.is_dir() else "")
 
@@ -300,10 +312,10 @@ class ProcessRuntime(Runtime):
         With a task environment, PYTHONPATH holds the run directory and the harness alone, and
         the variables activating it are set."""
         env = agent_variables_for_trials(os.environ)
-        if self.task_user is not None:
+        user = launch.user or self.task_user
+        if user is not None:
             # Its own home: the run directory, private to it and removed after the run.
-            env.update(HOME=str(launch.run_dir), USER=self.task_user.name,
-                       LOGNAME=self.task_user.name)
+            env.update(HOME=str(launch.run_dir), USER=user.name, LOGNAME=user.name)
         env.update(launch.env)
         env["PATH"] = _prepend(str(self.python_bin_dir), env.get("PATH"))
         if self.task_env is None or self.harness_path is None:
@@ -336,7 +348,8 @@ class ProcessRuntime(Runtime):
     ) -> ExitStatus:
         if self.task_user is not None:
             plan_file = _plan_file(launch)
-            await asyncio.to_thread(self.sandbox_plan(launch).write, plan_file)
+            plan = await asyncio.to_thread(self.sandbox_plan, launch)
+            await asyncio.to_thread(plan.write, plan_file)
             argv, env = self.command(launch, cgroup, plan_file), dict(ROOT_ENVIRONMENT)
         else:
             argv, env = self.command(launch, cgroup), self.environment(launch)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agent_worker.sandbox import TaskUser
 from workflows.types import RunTaskInput, RunTrialInput
 
 
@@ -36,6 +37,9 @@ class Launch:
     root_pid: int | None = None
     # An interactive task's service: the host:port it listens on (None: a trial, a command).
     service: str | None = None
+    # Who the run is on this host: its owner's own identity (agent_worker/sandbox.py); None:
+    # the runtime's task user.
+    user: TaskUser | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -85,10 +89,19 @@ class ExitStatus:
 
 
 class Runtime(ABC):
+    # Whether each user's runs get an identity of their own (a root agent given no task user).
+    per_user: bool = False
+
     @property
     def task_owner(self) -> tuple[int, int] | None:
         """The uid and gid trials run as when not the agent's: a run's files are given to it."""
         return None
+
+    def owner_of(self, launch: Launch) -> tuple[int, int] | None:
+        """The uid and gid this run's files are given to (None: the agent's own)."""
+        if launch.user is not None:
+            return launch.user.uid, launch.user.gid
+        return self.task_owner
 
     async def startup(self) -> None:
         """Called once when the agent starts, before it takes runs: clean up what a previous,

@@ -10,15 +10,18 @@ clean environment) and gets:
   paths: its own run directory, its checkpoint storage, the Python it runs and the harness;
   Determined's info files and model copy are bound at `/run/determined/...` (the model
   read-only);
-- a /tmp of its own (a directory beside its run directory), so no trial sees another's
-  sockets and files there (Determined's launchers put theirs at fixed names);
+- a /tmp of its own (a directory beside its run directory, also bound on /var/tmp) and a
+  /dev/shm of its own (a tmpfs), so no trial sees another's sockets and files there
+  (Determined's launchers put theirs at fixed names) and nothing there outlives the run;
 - a PID namespace with its own /proc, so it sees no process but its own: not the master's or the
   agent's environment, nor other trials' (which run as the same user);
 - the task user's uid and gid, no supplementary groups and `no_new_privs`, so no set-uid program
   gives root back.
 
 The sandbox's own process is the namespace's init: it waits for the entrypoint, reaps what it
-leaves, and exits with its code; when it exits, the kernel kills whatever is left inside. The
+leaves, and exits with its code; when it exits, the kernel kills whatever is left inside. It
+dies with the agent (PR_SET_PDEATHSIG), so a killed agent's runs end with it: nothing goes on
+writing into a trial that no agent watches. The
 plan (which holds the trial's environment, with its token) is passed in a root-only file, never
 on a command line other users could read.
 
@@ -34,6 +37,7 @@ import pwd
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent_worker import sandbox_init
 
@@ -120,6 +124,53 @@ def container_user_for_agent(name: str | None, *, euid: int | None = None) -> Ta
     return TaskUser.named(name) if name else CONTAINER_USER
 
 
+# Each user's runs have an identity of their own (`--task-user` not given, a root agent): the
+# one an admin linked (`det user link-with-agent-user`), else uid and gid RUN_ID_BASE + the user's
+# id, which no account of the host has (none is needed), so no two users' runs share files,
+# /tmp, processes or the firewall's exceptions. Below 2**31: tools read ids as signed.
+RUN_ID_BASE = 2_000_000_000
+RUN_ID_SPAN = 100_000_000  # user ids below this; RUN_ID_RANGE is what the firewall closes
+RUN_ID_RANGE = f"{RUN_ID_BASE}-{RUN_ID_BASE + RUN_ID_SPAN - 1}"
+
+
+def user_identity(user_id: int, username: str, link: dict[str, Any] | None) -> TaskUser:
+    """Who a user's runs are on this agent: their linked agent user, else their own ids."""
+    if link:
+        uid, gid = int(link["agentUid"]), int(link["agentGid"])
+        if uid <= 0 or gid <= 0:
+            raise TaskUserError(f"user {username} is linked with uid {uid}, gid {gid}: runs "
+                                "never have root's ids; an admin links another user")
+        return TaskUser(name=str(link.get("agentUser") or uid), uid=uid, gid=gid)
+    if not 0 < user_id < RUN_ID_SPAN:
+        raise TaskUserError(f"user id {user_id} is past the {RUN_ID_SPAN:,} users whose runs "
+                            "get ids of their own; an admin links the user with an agent user")
+    return TaskUser(name=f"epochal-{username}"[:32], uid=RUN_ID_BASE + user_id,
+                    gid=RUN_ID_BASE + user_id)
+
+
+def identity_files(user: TaskUser, home: Path, directory: Path) -> list[tuple[str, str, bool]]:
+    """For an identity this host has no account for: /etc/passwd and /etc/group with it added,
+    written in `directory`, as binds (source, target, read-only) onto the real ones, so what
+    asks who it is (sshd, `getpass.getuser()`, `id`) finds a name and a home."""
+    try:
+        pwd.getpwuid(user.uid)
+        return []
+    except KeyError:
+        pass
+    from agent_worker.private_files import write_private  # see SandboxPlan.write
+
+    directory.mkdir(mode=0o755, exist_ok=True)
+    binds = []
+    for name, line in (("passwd", f"{user.name}:x:{user.uid}:{user.gid}:Epochal user:{home}:"
+                                  "/bin/sh\n"),
+                       ("group", f"{user.name}:x:{user.gid}:\n")):
+        source = directory / name
+        write_private(source, Path("/etc", name).read_text() + line)
+        source.chmod(0o644)
+        binds.append((str(source), f"/etc/{name}", True))
+    return binds
+
+
 @dataclass
 class SandboxPlan:
     """Everything the sandbox does for one run, written as JSON for its root half
@@ -134,6 +185,8 @@ class SandboxPlan:
     hide: list[str] = field(default_factory=list)  # covered by an empty tmpfs
     keep: list[str] = field(default_factory=list)  # bound back where they were, when hidden
     tmp: str = ""  # bound on /tmp (with what is kept under /tmp bound back); empty: host's
+    # The agent's pid: the sandbox dies with it (a run whose agent is gone has nobody to stop it).
+    agent_pid: int = field(default_factory=os.getpid)
 
     def write(self, path: Path) -> None:
         # Imported here: this file also runs alone, without the package (see `argv`).

@@ -77,13 +77,17 @@ def _say(message: str) -> None:
     print(f"epochal sandbox: {message}", file=sys.stderr, flush=True)
 
 
+_RUN_OWN = ("/var/tmp", "/dev/shm")  # made anew for each run, as /tmp
+
+
 def _set_up_mounts(plan: dict[str, Any]) -> None:
     """In the new mount and PID namespaces, as root: /proc, Determined's paths, the hiding."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     for source, target, read_only in plan["binds"]:
         try:
-            os.makedirs(target, exist_ok=True)
+            if os.path.isdir(source):
+                os.makedirs(target, exist_ok=True)
             _bind(source, target, read_only)
         except OSError as err:
             # Only Determined's code reads these; the trial may not need them.
@@ -92,16 +96,27 @@ def _set_up_mounts(plan: dict[str, Any]) -> None:
                         *(["/tmp"] if plan["tmp"] else [])])
     # Opened before they are covered, bound back from the open descriptors after.
     kept = {}
+    covered = [*hidden, *_RUN_OWN]
     for path in outermost(plan["keep"]):
-        if os.path.exists(path) and any(_inside(path, h) for h in hidden):
+        if os.path.exists(path) and any(_inside(path, h) for h in covered):
             kept[path] = os.open(path, os.O_PATH | os.O_CLOEXEC)
     own_tmp = os.open(plan["tmp"], os.O_PATH | os.O_CLOEXEC) if plan["tmp"] else None
     for directory in hidden:
         if directory == "/tmp" and own_tmp is not None:
             _bind(f"/proc/self/fd/{own_tmp}", "/tmp", read_only=False)
-            os.close(own_tmp)
             continue
         _mount("tmpfs", directory, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+    # /var/tmp and /dev/shm (POSIX shared memory, DataLoader workers' tensors) of its own: the
+    # host's are every run's, and what is left there outlives the run.
+    for shared in _RUN_OWN:
+        if not os.path.isdir(shared):
+            continue
+        if shared == "/var/tmp" and own_tmp is not None:
+            _bind(f"/proc/self/fd/{own_tmp}", shared, read_only=False)
+        else:
+            _mount("tmpfs", shared, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=1777")
+    if own_tmp is not None:
+        os.close(own_tmp)
     for path, fd in kept.items():
         if os.path.isdir(f"/proc/self/fd/{fd}"):
             os.makedirs(path, exist_ok=True)
@@ -141,6 +156,9 @@ def _init(plan: dict[str, Any]) -> NoReturn:
     if entrypoint == 0:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
+        # What the run writes is its user's alone (checkpoints, logs, /tmp): other users' runs
+        # have other ids (agent_worker/sandbox.py); the master and the agent, root, still read.
+        os.umask(0o077)
         try:
             os.execve("/bin/sh", ["/bin/sh", "-c", plan["command"]], plan["env"])
         except OSError as err:
@@ -176,9 +194,15 @@ def main(argv: list[str]) -> NoReturn:
     if len(argv) != 2:
         _say("usage: python -I -S sandbox_init.py PLAN_FILE")
         os._exit(2)
+    # Dies with the agent that started it (its init, then the whole namespace, die with it): a
+    # run whose agent is gone has nobody to stop it, report its end or fence its token.
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     with open(argv[1], encoding="utf-8") as plan_file:
         plan = json.load(plan_file)
     os.unlink(argv[1])
+    if os.getppid() != plan["agent_pid"]:  # the agent died before prctl
+        _say("the agent that started this run is gone")
+        os._exit(137)
     # The run's signals are for the entrypoint (same process group); this process only waits.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)

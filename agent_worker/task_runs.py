@@ -86,7 +86,9 @@ class TaskActivities:
                                       raw=True)
             assert isinstance(archive, bytes)
             await asyncio.to_thread(extract_context, archive, run_dir)
-        await asyncio.to_thread(make_private, run_dir, self.agent.runtime.task_owner)
+        user = self.agent.run_user(spec.get("owner"))
+        owner = (user.uid, user.gid) if user is not None else self.agent.runtime.task_owner
+        await asyncio.to_thread(make_private, run_dir, owner)
         config: dict[str, Any] = spec.get("config") or {}
         port = free_ports(1)[0]
         command = task_command(inp.task_type, inp.task_id, config, spec,
@@ -95,7 +97,7 @@ class TaskActivities:
                                agent_id=self.agent.agent_id, run_dir=run_dir)
         env.update(gpu_environment(self.agent.slots.of(slot_ids)))
         return Launch(input=dataclasses.replace(inp, config=config), run_dir=run_dir,
-                      entrypoint=command, env=env, slot_ids=slot_ids,
+                      entrypoint=command, env=env, slot_ids=slot_ids, user=user,
                       service=None if inp.task_type == "COMMAND"
                       else f"{self.agent.address}:{port}")
 
@@ -107,7 +109,7 @@ class TaskActivities:
         shipper.start()
         run = asyncio.ensure_future(self.agent.runtime.run(launch, shipper, activity.heartbeat))
         ready = asyncio.ensure_future(self._tell_ready(inp.task_id, launch.service, master_url,
-                                                       run.done))
+                                                       run.done, self.task_user(launch)))
         try:
             status = await run
             await shipper.close(None, heartbeat=activity.heartbeat)
@@ -122,7 +124,7 @@ class TaskActivities:
         return status
 
     async def _tell_ready(self, task_id: str, service: str | None, master_url: str,
-                          over: Callable[[], bool]) -> None:
+                          over: Callable[[], bool], user: str) -> None:
         """Once the service accepts connections (a command: at once), tell the master."""
         if service is not None:
             host, _, port = service.rpartition(":")
@@ -136,13 +138,15 @@ class TaskActivities:
                 return
         answer = await self.agent.http.post(
             f"{master_url}/api/v1/tasks/{task_id}/ready",
-            json={"proxyAddress": service, "user": self.task_user()})
+            json={"proxyAddress": service, "user": user})
         if answer.status_code >= 400:
             logger.warning("the master refused task %s's ready: %s %s", task_id,
                            answer.status_code, answer.text[:200])
 
-    def task_user(self) -> str:
+    def task_user(self, launch: Launch) -> str:
         """Who the task runs as (a shell's ssh logs in as them: Determined's agentUserGroup)."""
+        if launch.user is not None:
+            return launch.user.name
         owner = self.agent.runtime.task_owner
         uid = owner[0] if owner is not None else os.geteuid()
         try:

@@ -31,10 +31,13 @@ logger = logging.getLogger(__name__)
 
 
 class TrialFirewall:
-    """The rules of one agent: `addresses` (host:port) closed to `uid`."""
+    """The rules of one agent: `addresses` (host:port) closed to `uids` (each a uid or an
+    inclusive range `low-high`: the task user, and the range of users' own identities)."""
 
-    def __init__(self, uid: int, addresses: list[str], agent_id: str, master_url: str) -> None:
-        self.uid = uid
+    def __init__(self, uids: int | str | list[int | str], addresses: list[str], agent_id: str,
+                 master_url: str) -> None:
+        self.uids = [str(u) for u in (uids if isinstance(uids, list) else [uids])]
+        self.uid = ",".join(self.uids)  # for messages
         self.addresses = list(dict.fromkeys(addresses))
         self.tag = rule_tag(agent_id, master_url)
         self.installed: list[tuple[str, list[str]]] = []
@@ -49,11 +52,11 @@ class TrialFirewall:
                 tool = "iptables" if ip.version == 4 else "ip6tables"
                 to = (["-m", "addrtype", "--dst-type", "LOCAL"] if ip.is_unspecified
                       else ["-d", str(ip)])
-                found.append((tool, [
+                found.extend((tool, [
                     "OUTPUT", "-p", "tcp", *to, "--dport", port,
-                    "-m", "owner", "--uid-owner", str(self.uid),
+                    "-m", "owner", "--uid-owner", uid,
                     "-m", "comment", "--comment", self.tag,
-                    "-j", "REJECT", "--reject-with", "tcp-reset"]))
+                    "-j", "REJECT", "--reject-with", "tcp-reset"]) for uid in self.uids)
         return found
 
     def install(self) -> None:
@@ -62,7 +65,7 @@ class TrialFirewall:
         missing = sorted({tool for tool, _ in rules if shutil.which(tool) is None})
         if missing:
             logger.warning("%s not found: trials can reach %s, which authenticate nobody; "
-                           "firewall them from uid %d (docs/SECURITY.md)", " and ".join(missing),
+                           "firewall them from uid %s (docs/SECURITY.md)", " and ".join(missing),
                            ", ".join(self.addresses), self.uid)
             return
         for tool, rule in rules:
@@ -70,10 +73,10 @@ class TrialFirewall:
                 self.installed.append((tool, rule))
             else:
                 address, port, _ = _closes(rule)
-                logger.warning("cannot add a %s rule closing %s port %s to uid %d: trials can "
+                logger.warning("cannot add a %s rule closing %s port %s to uid %s: trials can "
                                "reach it", tool, address, port, self.uid)
         if self.installed:
-            logger.info("trials (uid %d) cannot connect to %s", self.uid,
+            logger.info("trials (uid %s) cannot connect to %s", self.uid,
                         ", ".join(self.addresses))
         wanted = {(tool, _closes(rule)) for tool, rule in rules}
         legacy = self.tag.split(" ")[0]  # before 2026-11: the agent's id alone

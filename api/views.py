@@ -447,3 +447,18 @@ def _checkpoint_sort_value(checkpoint: dict[str, Any], key: str, metric: str) ->
         value = validation.get(metric)
         return value if isinstance(value, int | float) and not isinstance(value, bool) else None
     return checkpoint[key]
+
+
+def user_json(row: asyncpg.Record) -> JSON:
+    """Determined's v1User (with the agent user a run of theirs is, if linked)."""
+    return {
+        "id": row["id"],
+        "username": row["username"],
+        "displayName": row["display_name"] or "",
+        "admin": row["admin"],
+        "active": row["active"],
+        "modifiedAt": rfc3339(row["modified_at"]),
+        "agentUserGroup": None if row["agent_uid"] is None else {
+            "agentUid": row["agent_uid"], "agentGid": row["agent_gid"],
+            "agentUser": row["agent_user"], "agentGroup": row["agent_group"]},
+    }

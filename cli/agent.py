@@ -152,9 +152,9 @@ def run(
     task_user: Annotated[
         str | None,
         typer.Option("--task-user", envvar="EPOCHAL_TASK_USER",
-                     help="Process runtime: the unprivileged user trials run as, each "
-                     "sandboxed (default: 'nobody' when the agent is root, else the agent's "
-                     "own user; 'root' runs trials unsandboxed)."),
+                     help="The one unprivileged user every user's runs are (default, when the "
+                     "agent is root: each user's own identity; else the agent's own user; "
+                     "'root' runs process-runtime trials unsandboxed)."),
     ] = None,
     hide_from_trials: Annotated[
         list[Path] | None,

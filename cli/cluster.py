@@ -130,9 +130,9 @@ def up(
     task_user: Annotated[
         str | None,
         typer.Option("--task-user", envvar="EPOCHAL_TASK_USER", show_envvar=False,
-                     help="Process runtime: the unprivileged user the local agent runs "
-                     "trials as, each sandboxed; 'root' runs them unsandboxed [what the last "
-                     "`up` used, else 'nobody' as root, else your own user]."),
+                     help="The one unprivileged user the local agent runs every user's runs "
+                     "as; 'root' runs them unsandboxed [what the last `up` used, else each "
+                     "user's own identity as root, else your own user]."),
     ] = None,
     s3: Annotated[
         bool | None,

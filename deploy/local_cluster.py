@@ -237,9 +237,15 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     for sub in ("logs", "run", "checkpoints", "agent"):
         (s.state_dir / sub).mkdir(parents=True, exist_ok=True)
     task_user = _task_user(s)
-    if task_user is not None:
+    checkpoints = s.state_dir / "checkpoints"
+    if task_user is not None and not s.agent_task_user:
+        # Each user's trials write here as that user's own identity (agent_worker/sandbox.py):
+        # anyone may add, nobody may remove or rename another's (the sticky bit, as /tmp), and
+        # what a trial writes is its user's alone.
+        checkpoints.chmod(0o1777)
+    elif task_user is not None:
         # Trials write their checkpoints here as the agent's task user.
-        os.chown(s.state_dir / "checkpoints", task_user.uid, task_user.gid)
+        os.chown(checkpoints, task_user.uid, task_user.gid)
     _pin_ports(s)
     _save_settings(s)
     info = cluster_info(s)

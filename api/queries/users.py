@@ -8,7 +8,8 @@ import asyncpg
 
 from api.queries import Conn
 
-USER_COLUMNS = "id, username, display_name, admin, active, modified_at"
+USER_COLUMNS = ("id, username, display_name, admin, active, modified_at, agent_uid, agent_gid,"
+                " agent_user, agent_group")
 
 
 async def fetch_user(conn: Conn, user_id: int) -> asyncpg.Record | None:
@@ -81,6 +82,14 @@ async def update_user_password(conn: Conn, user_id: int, password_hash: str) -> 
         user_id,
         password_hash,
     )
+
+
+async def link_agent_user(conn: Conn, user_id: int, uid: int, gid: int, user: str,
+                          group: str) -> None:
+    """The Unix identity the user's runs have on agents (`det user link-with-agent-user`)."""
+    await conn.execute(
+        "UPDATE users SET agent_uid = $2, agent_gid = $3, agent_user = $4, agent_group = $5,"
+        " modified_at = now() WHERE id = $1", user_id, uid, gid, user, group)
 
 
 async def update_user(

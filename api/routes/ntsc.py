@@ -568,9 +568,11 @@ async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, A
     if now is None or now["state"] == "TERMINATED":  # it ended meanwhile: nobody revokes it
         await user_queries.delete_session(pool, digest)
         raise ApiError(409, f"task {task_id} is over: it is not launched again")
+    owner = await user_queries.fetch_user(pool, row["owner_id"])
     return {
         "taskId": row["id"], "taskType": row["task_type"], "config": row["config"],
         "secret": row["secret"], "publicKey": row["public_key"], "username": row["username"],
+        "owner": views.user_json(owner),  # who the task is on its agent (agent_worker/sandbox.py)
         "userToken": token, "experimentIds": list(row["experiment_ids"]),
         "trialIds": list(row["trial_ids"]), "hasContext": row["has_context"],
     }

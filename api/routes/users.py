@@ -21,17 +21,6 @@ router = APIRouter(prefix="/api/v1", tags=["users"])
 USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
 
 
-def user_json(row: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "id": row["id"],
-        "username": row["username"],
-        "displayName": row["display_name"] or "",
-        "admin": row["admin"],
-        "active": row["active"],
-        "modifiedAt": views.rfc3339(row["modified_at"]),
-    }
-
-
 class LoginRequest(BaseModel):
     username: str = Field(max_length=128)
     password: str = Field(max_length=1024)
@@ -59,7 +48,7 @@ async def login(
     if not row["active"]:
         raise ApiError(403, f"user {body.username} is deactivated")
     token = await auth.open_session(pool, row["id"], settings.session_ttl)
-    return {"token": token, "user": user_json(row)}
+    return {"token": token, "user": views.user_json(row)}
 
 
 @router.post("/auth/logout", **answers(Empty))
@@ -83,7 +72,7 @@ async def _user_of(pool: asyncpg.Pool, principal: Principal) -> asyncpg.Record:
 
 @router.get("/me", **answers(UserAnswer))
 async def me(principal: CurrentPrincipal, pool: Pool) -> dict[str, Any]:
-    return {"user": user_json(await _user_of(pool, principal))}
+    return {"user": views.user_json(await _user_of(pool, principal))}
 
 
 @router.get("/users", **answers(UserList))
@@ -98,7 +87,7 @@ async def list_users(
     rows = await queries.fetch_users(pool, active, limit, offset)
     total = await queries.count_users(pool, active)
     return {
-        "users": [user_json(r) for r in rows],
+        "users": [views.user_json(r) for r in rows],
         "pagination": views.pagination(offset, limit, len(rows), total),
     }
 
@@ -115,12 +104,12 @@ async def get_user_by_username(username: str, pool: Pool) -> dict[str, Any]:
     row = await queries.fetch_user_by_username(pool, username)
     if row is None:
         raise not_found("user", username)
-    return {"user": user_json(row)}
+    return {"user": views.user_json(row)}
 
 
 @router.get("/users/{user_id}", **answers(UserAnswer))
 async def get_user(user_id: int, pool: Pool) -> dict[str, Any]:
-    return {"user": user_json(await _fetch_user(pool, user_id))}
+    return {"user": views.user_json(await _fetch_user(pool, user_id))}
 
 
 class NewUser(BaseModel):
@@ -157,7 +146,21 @@ async def create_user(
         )
     except asyncpg.UniqueViolationError as err:
         raise ApiError(409, f"user {body.user.username} already exists") from err
-    return {"user": user_json(row)}
+    return {"user": views.user_json(row)}
+
+
+# Linked ids: an unprivileged user's, never root's nor past what every tool reads as signed.
+_LINKED_ID_RANGE = (1, 2**31 - 2)
+_UNIX_NAME = r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}$"
+
+
+class AgentUserGroupBody(BaseModel):
+    """Determined's v1AgentUserGroup, as `det user link-with-agent-user` sends it."""
+
+    agentUid: int = Field(ge=_LINKED_ID_RANGE[0], le=_LINKED_ID_RANGE[1])
+    agentGid: int = Field(ge=_LINKED_ID_RANGE[0], le=_LINKED_ID_RANGE[1])
+    agentUser: str = Field(pattern=_UNIX_NAME)
+    agentGroup: str = Field(pattern=_UNIX_NAME)
 
 
 class PatchUserRequest(BaseModel):
@@ -166,8 +169,8 @@ class PatchUserRequest(BaseModel):
     admin: bool | None = None
     active: bool | None = None
     displayName: str | None = Field(None, max_length=256)
-    # Determined's per-user agent user (`det user link-with-agent-user`): refused, not ignored.
-    agentUserGroup: dict[str, Any] | None = None
+    # Determined's per-user agent user (`det user link-with-agent-user`): admins only.
+    agentUserGroup: AgentUserGroupBody | None = None
 
 
 async def _set_password(
@@ -184,9 +187,11 @@ async def patch_user(
     user_id: int, body: PatchUserRequest, principal: CurrentPrincipal, pool: Pool
 ) -> dict[str, Any]:
     await _fetch_user(pool, user_id)
-    if body.agentUserGroup is not None:
-        raise ApiError(501, "linking a user with an agent user is not served: every agent runs "
-                       "all trials as its own task user (epochal agent run --task-user)")
+    link = body.agentUserGroup
+    if link is not None:
+        auth.require_admin(principal, "link a user with an agent user")
+        await queries.link_agent_user(pool, user_id, link.agentUid, link.agentGid,
+                                      link.agentUser, link.agentGroup)
     if body.admin is not None or body.active is not None:
         auth.require_admin(principal, "change a user's admin or active flag")
         if principal.user_id == user_id and (body.admin is False or body.active is False):
@@ -200,7 +205,7 @@ async def patch_user(
     await queries.update_user(pool, user_id, body.admin, body.active, body.displayName)
     if body.active is False:
         await queries.delete_user_sessions(pool, user_id)
-    return {"user": user_json(await _fetch_user(pool, user_id))}
+    return {"user": views.user_json(await _fetch_user(pool, user_id))}
 
 
 @router.post("/users/{user_id}/password", **answers(UserAnswer))
@@ -214,4 +219,4 @@ async def set_user_password(
     """Determined's SetUserPassword: the body is the password as Determined's client hashes it."""
     await _fetch_user(pool, user_id)
     await _set_password(pool, principal, user_id, password, is_hashed=True)
-    return {"user": user_json(await _fetch_user(pool, user_id))}
+    return {"user": views.user_json(await _fetch_user(pool, user_id))}

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import create_model
 
 from api.schemas import Answer, Pagination
+from api.schemas.users import User
 
 
 class TaskItem(Answer):
@@ -126,6 +127,7 @@ class TaskLaunch(Answer):
     secret: str
     publicKey: str | None
     username: str
+    owner: User  # who the task is on its agent (agent_worker/sandbox.py)
     userToken: str
     experimentIds: list[int]
     trialIds: list[int]

@@ -5,6 +5,15 @@ from __future__ import annotations
 from api.schemas import Answer, Pagination
 
 
+class AgentUserGroup(Answer):
+    """Determined's v1AgentUserGroup: who a user's runs are on agents."""
+
+    agentUid: int
+    agentGid: int
+    agentUser: str
+    agentGroup: str
+
+
 class User(Answer):
     """Determined's v1User."""
 
@@ -14,6 +23,7 @@ class User(Answer):
     admin: bool
     active: bool
     modifiedAt: str
+    agentUserGroup: AgentUserGroup | None = None
 
 
 class UserAnswer(Answer):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -542,9 +543,6 @@ def test_workspaces_projects_and_templates(det: Det, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("command", "feature"), [
     (("master", "config"), "the master's config is not served by Epochal"),
-    (("user", "link-with-agent-user", "admin", "--agent-uid", "1000", "--agent-gid", "1000",
-      "--agent-user", "me", "--agent-group", "me"),
-     "linking a user with an agent user is not served"),
 ])
 def test_features_epochal_does_not_serve_say_so(
     det: Det, command: tuple[str, ...], feature: str
@@ -553,6 +551,22 @@ def test_features_epochal_does_not_serve_say_so(
     assert result.returncode != 0
     assert feature in result.stdout + result.stderr
     assert "Traceback" not in result.stderr and "Not Found" not in result.stderr
+
+
+def test_link_with_agent_user_sets_who_a_users_runs_are(det: Det, cluster: Cluster) -> None:
+    """`det user link-with-agent-user`: kept, shown, and never root."""
+    name = f"linked-{uuid.uuid4().hex[:6]}"
+    det.run("user", "create", name, "--password", "A-long-passw0rd")
+    link = ("--agent-uid", "1234", "--agent-gid", "1235", "--agent-user", "alice",
+            "--agent-group", "team")
+    det.run("user", "link-with-agent-user", name, *link)
+    [user] = [u for u in cluster.get("/users", limit=1000)["users"] if u["username"] == name]
+    assert user["agentUserGroup"] == {"agentUid": 1234, "agentGid": 1235,
+                                      "agentUser": "alice", "agentGroup": "team"}
+    root = det.run("user", "link-with-agent-user", name, "--agent-uid", "0", "--agent-gid", "0",
+                   "--agent-user", "root", "--agent-group", "root", check=False)
+    assert root.returncode != 0 and "agentUid" in root.stdout + root.stderr
+    assert "Traceback" not in root.stderr
 
 
 def _digits_config(tmp_path: Path, name: str, batches: int) -> Path:

@@ -53,7 +53,7 @@ def test_grid_search_runs_in_containers(docker_cluster: Cluster,
     checkpoints = docker_cluster.json("checkpoint", "list", str(experiment_id))["checkpoints"]
     assert all(Path(c["storagePath"]).is_dir() for c in checkpoints
                if c["state"] == "STATE_COMPLETED")
-    assert agent_containers(docker_client, AGENT_ID) == []
+    assert agent_containers(docker_client, AGENT_ID, docker_cluster.url) == []
 
 
 # What a trial on the host's network would need to read the loopback's traffic (the cluster
@@ -74,6 +74,14 @@ def opened(*args):
     except OSError as err:
         return type(err).__name__
 
+def connected(address):
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        return "connected"
+    except OSError as err:
+        return type(err).__name__
+
 def written(directory):
     try:
         with open(os.path.join(directory, "written.txt"), "w") as f:
@@ -87,6 +95,7 @@ found = {"uid": os.getuid(), "gid": os.getgid(), "groups": os.getgroups(),
          "packet": opened(socket.AF_PACKET, socket.SOCK_RAW),
          "raw_tcp": opened(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_TCP),
          "home": written(os.environ["HOME"]), "workdir": written(os.getcwd()),
+         "temporal": connected(os.environ["TEMPORAL"]), "master": connected(os.environ["MASTER"]),
          "determined_info": bool(json.load(open("/run/determined/info/trial.json")))}
 print("FOUND " + json.dumps(found), flush=True)
 with harness.core.init() as core:
@@ -107,6 +116,9 @@ def test_a_trial_runs_unprivileged_and_cannot_sniff_the_hosts_network(
     config = tmp_path / "privileges.yaml"
     config.write_text(yaml.safe_dump({
         "name": "privileges", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "environment": {"environment_variables": [
+            f"TEMPORAL={docker_cluster.temporal_address}",
+            f"MASTER={docker_cluster.url.removeprefix('http://')}"]},
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}))
     experiment_id = created_id(docker_cluster.run("experiment", "create", str(config),
                                                   str(model)).stdout)
@@ -121,6 +133,8 @@ def test_a_trial_runs_unprivileged_and_cannot_sniff_the_hosts_network(
     assert found["CapEff"] == found["CapPrm"] == found["CapBnd"] == "0" * 16, found
     assert found["NoNewPrivs"] == "1", found
     assert found["packet"] == found["raw_tcp"] == "PermissionError", found
+    # The agent's firewall matches the containers' uid as the sandbox's: Temporal is closed.
+    assert (found["temporal"], found["master"]) == ("ConnectionRefusedError", "connected"), found
     assert found["home"] is True and found["workdir"] is True, found
     assert found["determined_info"] is True, found
     [checkpoint] = [c for c in docker_cluster.json("checkpoint", "list",
@@ -169,7 +183,7 @@ def test_killed_agent_leaves_no_container_after_restart(
     experiment_id = created_id(result.stdout)
     wait_for(lambda: trial_of(docker_cluster, experiment_id)["totalBatchesProcessed"] > 0,
              timeout=120, what="the first training metrics")
-    (orphan,) = agent_containers(docker_client, AGENT_ID)
+    (orphan,) = agent_containers(docker_client, AGENT_ID, docker_cluster.url)
     pid = read_pid(docker_cluster.state_dir / "run" / "agent.pid")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
@@ -191,7 +205,8 @@ def test_killed_agent_leaves_no_container_after_restart(
     wait_for(lambda: trial_of(docker_cluster, experiment_id)["state"] in (
         "STATE_CANCELED", "STATE_ERROR", "STATE_COMPLETED"), timeout=120,
         what="the killed trial to end")
-    wait_for(lambda: agent_containers(docker_client, AGENT_ID) == [], timeout=30,
+    wait_for(lambda: agent_containers(docker_client, AGENT_ID, docker_cluster.url) == [],
+             timeout=30,
              what="no container left")
 
 
@@ -230,5 +245,6 @@ def test_interactive_tasks_run_in_containers(docker_cluster: Cluster,
     reopen = re.search(r"epochal shell open (\S+)", shell.stderr)
     assert reopen, shell.stderr
     docker_cluster.run("shell", "kill", reopen.group(1))
-    wait_for(lambda: agent_containers(docker_client, AGENT_ID) == [], timeout=60,
+    wait_for(lambda: agent_containers(docker_client, AGENT_ID, docker_cluster.url) == [],
+             timeout=60,
              what="the tasks' containers to go")

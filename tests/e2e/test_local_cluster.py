@@ -8,7 +8,6 @@ EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is configured.
 from __future__ import annotations
 
 import json
-import pwd
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import psutil
 import pytest
 import yaml
 
+from agent_worker.sandbox import RUN_ID_BASE
 from common.states import TERMINAL_STATES
 from deploy.processes import free_port
 from tests.e2e.cluster import DIGITS, EPOCHAL, Cluster, created_id, shared_servers_cluster
@@ -251,8 +251,21 @@ def test_users_log_in_and_may_not_touch_others_experiments(
 
 
 VICTIM_PY = """
-import os, sys, time
-with open("marker.txt", "w") as f:
+import json, os, sys, time
+# Its checkpoint storage: a directory of its own with a file the trial made readable by all,
+# and one it wrote as code does (no mode given); and its /dev/shm.
+storage = json.load(open(os.environ["EPOCHAL_TRIAL_INFO"]))["checkpoint_storage"]["host_path"]
+mine = os.path.join(storage, "victim-" + sys.argv[1])
+os.makedirs(mine)
+with open(os.path.join(mine, "weights.bin"), "w") as f:
+    f.write(sys.argv[1])
+with open(os.path.join(mine, "public.txt"), "w") as f:
+    f.write(sys.argv[1])
+os.chmod(os.path.join(mine, "public.txt"), 0o644)
+with open("/dev/shm/victim-" + sys.argv[1], "w") as f:
+    f.write(sys.argv[1])
+print("IDENTITY " + json.dumps({"uid": os.getuid()}), flush=True)
+with open("marker.txt", "w") as f:  # what the test waits for: all of the above is done
     f.write(sys.argv[1])
 time.sleep(600)
 """
@@ -291,6 +304,27 @@ async def database():
     except Exception as err:
         return type(err).__name__
 found["postgres"] = asyncio.run(database())
+# The victim's checkpoint storage (it names its directory after its marker, so: any entry).
+storage = json.load(open(os.environ["EPOCHAL_TRIAL_INFO"]))["checkpoint_storage"]["host_path"]
+victims = glob.glob(os.path.join(storage, "victim-*"))
+found["victim_files"] = [read(os.path.join(d, name)) for d in victims
+                         for name in ("weights.bin", "public.txt")]
+def written(directory):
+    try:
+        with open(os.path.join(directory, "sitecustomize.py"), "w") as f:
+            f.write("print('mallory was here')")
+        return "written"
+    except OSError as err:
+        return type(err).__name__
+found["victim_dir_written"] = [written(d) for d in victims]
+found["victim_dir_renamed"] = []
+for d in victims:
+    try:
+        os.rename(d, d + "-gone")
+        found["victim_dir_renamed"].append("renamed")
+    except OSError as err:
+        found["victim_dir_renamed"].append(type(err).__name__)
+found["shm"] = sorted(os.listdir("/dev/shm"))
 host, port = os.environ["TEMPORAL"].rsplit(":", 1)
 try:
     socket.create_connection((host, int(port)), timeout=10).close()
@@ -353,6 +387,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
         home_secret.unlink()
     assert experiment_state(cluster, attacker) == "STATE_COMPLETED"
     logs = cluster.run("trial", "logs", str(trial_of(cluster, attacker)["id"])).stdout
+    victim_logs = cluster.run("trial", "logs", str(trial_of(cluster, victim)["id"])).stdout
     cluster.run("experiment", "kill", str(victim))
 
     secrets = cluster.secrets
@@ -361,7 +396,17 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
         assert secret and secret not in logs
     [line] = [line for line in logs.splitlines() if "FOUND " in line]
     found = json.loads(line.split("FOUND ", 1)[1])
-    assert found["uid"] == pwd.getpwnam("nobody").pw_uid
+    # Each user's runs are an identity of their own (agent_worker/sandbox.py).
+    [identity] = [line for line in victim_logs.splitlines() if "IDENTITY " in line]
+    victim_uid = json.loads(identity.split("IDENTITY ", 1)[1])["uid"]
+    assert found["uid"] >= RUN_ID_BASE and victim_uid >= RUN_ID_BASE
+    assert found["uid"] != victim_uid
+    # Nothing of the victim's storage: not even a file it made readable by all (its directory
+    # is its user's alone), no write, no rename; not its /dev/shm.
+    assert found["victim_files"] == ["<PermissionError>", "<PermissionError>"], found
+    assert found["victim_dir_written"] == ["PermissionError"], found
+    assert found["victim_dir_renamed"] == ["PermissionError"], found
+    assert found["shm"] == [], found
     assert found["secrets"] == found["cli_login"] == "<FileNotFoundError>"
     assert found["other_runs"] == []
     # Its own processes only: none of the master's, the agent's or the victim's.

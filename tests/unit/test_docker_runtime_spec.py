@@ -64,7 +64,7 @@ def mounts(kwargs: dict[str, Any]) -> dict[str, tuple[str, bool]]:
 
 
 def test_container_from_a_launch(tmp_path: Path) -> None:
-    kw = spec_kwargs(tmp_path, user="1000:1000")
+    kw = spec_kwargs(tmp_path, user="1000:1000", master="http://master:8080")
     assert kw["image"] == "epochal-task:abc"
     assert kw["name"] == "epochal-agent_1-3.9.2"
     assert kw["command"][:2] == ["/bin/sh", "-c"]
@@ -83,6 +83,7 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert kw["labels"] == {
         "ai.epochal.managed": "true", "ai.epochal.agent-id": "agent/1",
+        "ai.epochal.master": "http://master:8080",  # two clusters' agents may share an id
         "ai.epochal.experiment-id": "3", "ai.epochal.trial-id": "9",
         "ai.epochal.trial-run-id": "2", "ai.epochal.task-id": "3.9",
         "ai.epochal.allocation-id": "3.9.2"}

@@ -126,7 +126,11 @@ def read(path):
         return type(err).__name__
 storage = os.environ["STORAGE"]
 open(os.path.join(storage, "written"), "w").write("x")
+mark = os.environ["MARK"]
+for shared in ("/dev/shm", "/var/tmp"):
+    open(os.path.join(shared, mark + "-left"), "w").write("x")
 print(json.dumps({
+    "hosts_shared": [read(os.path.join(d, mark)) for d in ("/dev/shm", "/var/tmp")],
     "uid": os.getuid(), "groups": os.getgroups(), "home": os.environ["HOME"],
     "cwd": os.getcwd(), "token": os.environ["TOKEN"],
     "processes": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
@@ -140,17 +144,26 @@ print(json.dumps({
     os.chown(probe, nobody.uid, nobody.gid)
     config = {"checkpoint_storage": {"type": "shared_fs", "host_path": str(layout["storage"])}}
     logs = Lines()
-    launch = _launch(layout["run"], "python3 probe.py", config, TOKEN="run-token",
+    mark = f"epochal-test-{os.getpid()}"  # another run's file in the host's shared places
+    planted = [Path(d, mark) for d in ("/dev/shm", "/var/tmp")]
+    for path in planted:
+        path.write_text("another run's")
+        path.chmod(0o644)
+    launch = _launch(layout["run"], "python3 probe.py", config, TOKEN="run-token", MARK=mark,
                      STORAGE=str(layout["storage"]), AGENT_PID=str(os.getpid()),
                      WORK=str(layout["work"]), OTHER=str(layout["other"] / "trial_info.json"))
 
     task = asyncio.create_task(runtime.run(launch, logs, lambda: None))
-    # While it runs, no process on the host shows its token on a command line.
-    while not task.done():
-        for proc in psutil.process_iter(["cmdline"]):
-            assert "run-token" not in " ".join(proc.info["cmdline"] or [])
-        await asyncio.sleep(0.02)
-    status = await task
+    try:
+        # While it runs, no process on the host shows its token on a command line.
+        while not task.done():
+            for proc in psutil.process_iter(["cmdline"]):
+                assert "run-token" not in " ".join(proc.info["cmdline"] or [])
+            await asyncio.sleep(0.02)
+        status = await task
+    finally:
+        for path in planted:
+            path.unlink()
     assert status.exit_code == 0, logs.lines
     seen = json.loads(logs.lines[-1])
     assert seen["uid"] == nobody.uid and seen["groups"] in ([], [nobody.gid])
@@ -162,6 +175,9 @@ print(json.dumps({
     assert seen["no_new_privs"] == ["NoNewPrivs:\t1\n"]
     assert (layout["storage"] / "written").stat().st_uid == nobody.uid
     assert not list(layout["run"].parent.glob("*.sandbox.json"))  # the plan is gone
+    # /dev/shm and /var/tmp are the run's own: it sees nothing of the host's, leaves nothing.
+    assert seen["hosts_shared"] == ["FileNotFoundError", "FileNotFoundError"]
+    assert not [p for p in planted if Path(f"{p}-left").exists()]
 
 
 @needs_root
@@ -217,3 +233,87 @@ def test_private_files_are_given_to_the_task_user(tmp_path: Path) -> None:
     modes = {p.name: stat.S_IMODE(p.lstat().st_mode) for p in (run, *run.rglob("*"))
              if not p.is_symlink()}
     assert modes == {"run": 0o700, "pkg": 0o700, "code.py": 0o600, "train.sh": 0o700}
+
+
+# The agent, as a process of its own that the test can SIGKILL: it runs one sandboxed run and
+# prints its lines.
+_AGENT = """
+import asyncio, sys
+from pathlib import Path
+from agent_worker.process_runtime import ProcessRuntime
+from agent_worker.sandbox import task_user_for_agent
+from tests.unit.test_sandbox import _launch
+
+class Printed:
+    def add(self, stdtype, line):
+        print(line, flush=True)
+
+runtime = ProcessRuntime(task_user=task_user_for_agent(None, euid=0),
+                         hidden_from_trials=(Path(sys.argv[2]),), heartbeat_interval=0.1)
+asyncio.run(runtime.run(_launch(Path(sys.argv[1]), sys.argv[3]), Printed(), lambda: None))
+"""
+
+
+@needs_root
+def test_a_killed_agents_runs_die_with_it(layout: dict[str, Path]) -> None:
+    """kill -9 of the agent leaves no process of its runs, not even one that left the run's
+    process group: nothing writes into a trial the cluster no longer watches."""
+    import subprocess
+
+    from tests.waiting import wait_for
+
+    nobody = task_user_for_agent(None, euid=0)
+    make_private(layout["run"], (nobody.uid, nobody.gid))
+    seconds = str(600 + os.getpid() % 1000)  # this test's sleepers, not another suite's
+    entrypoint = f"setsid sh -c 'echo sleeper; exec sleep {seconds}' & sleep {seconds}"
+    agent = subprocess.Popen(
+        [sys.executable, "-c", _AGENT, str(layout["run"]), str(layout["work"]), entrypoint],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        assert agent.stdout is not None
+        assert agent.stdout.readline() == "sleeper\n"
+
+        def both_sleepers() -> list[psutil.Process]:
+            found = [p for p in psutil.process_iter(["username", "cmdline"])
+                     if p.info["username"] == "nobody" and p.info["cmdline"] == ["sleep", seconds]]
+            return found if len(found) == 2 else []
+
+        # The entrypoint's sleeper, and the one that left its process group.
+        sleepers = wait_for(both_sleepers, 10, "both of the run's sleepers to start")
+    finally:
+        agent.kill()
+        agent.wait()
+    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+                             for p in sleepers), 10, "the run's processes to die with the agent")
+
+
+def test_each_user_is_an_identity_of_their_own_or_the_one_an_admin_linked() -> None:
+    from agent_worker.sandbox import RUN_ID_BASE, RUN_ID_RANGE, user_identity
+
+    alice, bob = user_identity(7, "alice", None), user_identity(8, "bob", None)
+    assert (alice.uid, alice.gid, alice.name) == (RUN_ID_BASE + 7, RUN_ID_BASE + 7,
+                                                  "epochal-alice")
+    assert bob.uid != alice.uid and RUN_ID_RANGE.startswith(f"{RUN_ID_BASE}-")
+    linked = user_identity(9, "carol", {"agentUid": 1234, "agentGid": 1235,
+                                        "agentUser": "carol", "agentGroup": "team"})
+    assert (linked.uid, linked.gid, linked.name) == (1234, 1235, "carol")
+    with pytest.raises(TaskUserError, match="never have root's ids"):
+        user_identity(9, "carol", {"agentUid": 0, "agentGid": 0, "agentUser": "root"})
+    with pytest.raises(TaskUserError, match="an admin links the user"):
+        user_identity(10**9, "many", None)
+
+
+def test_an_unknown_identity_gets_account_lines_in_its_runs_view(tmp_path: Path) -> None:
+    from agent_worker.sandbox import identity_files
+
+    known = identity_files(TaskUser("nobody", pwd.getpwnam("nobody").pw_uid, 65534),
+                           tmp_path, tmp_path / "etc")
+    assert known == []  # the host's own account serves
+    stranger = TaskUser("epochal-alice", 2_000_000_007, 2_000_000_007)
+    binds = identity_files(stranger, tmp_path / "home", tmp_path / "etc")
+    assert [target for _, target, read_only in binds if read_only] == ["/etc/passwd",
+                                                                        "/etc/group"]
+    passwd = (tmp_path / "etc" / "passwd").read_text()
+    assert passwd.startswith(Path("/etc/passwd").read_text())
+    assert passwd.endswith(f"epochal-alice:x:2000000007:2000000007:Epochal user:"
+                           f"{tmp_path / 'home'}:/bin/sh\n")
