@@ -20,6 +20,7 @@ import shutil
 import socket
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from agent_worker.runtime import (
 from agent_worker.sandbox import TaskUser, TaskUserError, user_identity
 from agent_worker.slots import SlotPool, gpu_environment
 from agent_worker.system_metrics import report_system_metrics
+from agent_worker.trial_firewall import TrialFirewall
 from agent_worker.trial_info import (
     CHECKPOINT_CACHE_ENV,
     TRIAL_INFO_FILE,
@@ -91,6 +93,7 @@ class AgentActivities:
         log_spool_bytes: int = LOG_SPOOL_BYTES,
         address: str = "127.0.0.1",
         system_metrics_interval: float = SYSTEM_METRICS_INTERVAL,
+        firewall: TrialFirewall | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.master_url = master_url.rstrip("/")
@@ -105,6 +108,7 @@ class AgentActivities:
         self.log_spool_bytes = log_spool_bytes
         self.address = address
         self.system_metrics_interval = system_metrics_interval
+        self.firewall = firewall  # closes runs' own ports to other users' runs
         self.model_defs = ModelDefinitions(http, self.master_url, work_dir)
 
     def run_dir(self, inp: RunTrialInput) -> Path:
@@ -158,7 +162,8 @@ class AgentActivities:
             self.http, master_url, launch, self.slots.of(launch.slot_ids),
             self.system_metrics_interval)) if profiling_enabled(inp.config) else None
         try:
-            status = await self.runtime.run(launch, shipper, activity.heartbeat)
+            async with self.ports_closed_to_others(launch):
+                status = await self.runtime.run(launch, shipper, activity.heartbeat)
             await shipper.close(None, heartbeat=activity.heartbeat)
         except BaseException:
             await uninterruptible(shipper.close(self.log_close_timeout))
@@ -168,6 +173,21 @@ class AgentActivities:
                 sampler.cancel()
                 await asyncio.gather(sampler, return_exceptions=True)
         return status
+
+    @contextlib.asynccontextmanager
+    async def ports_closed_to_others(self, launch: Launch) -> AsyncIterator[None]:
+        """While the run lasts, its ports (its service, torch's rendezvous) answer its own
+        user's runs only: a TensorBoard or a c10d store authenticates nobody."""
+        if self.firewall is None or launch.user is None or not launch.ports:
+            yield
+            return
+        firewall, uid = self.firewall, launch.user.uid
+        rules = [rule for port in launch.ports for rule in await asyncio.to_thread(
+            firewall.close_to_other_users, port, uid)]
+        try:
+            yield
+        finally:
+            await uninterruptible(asyncio.to_thread(firewall.reopen, rules))
 
     def log_shipper(self, master_url: str, task: str, allocation: str) -> LogShipper:
         """Where a run's output goes: the master's task logs, spooled on this agent's disk while
@@ -221,7 +241,8 @@ class AgentActivities:
                                 username=username)
         env.update(determined_environment(info, username=username))
         launch = Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
-                        slot_ids=slot_ids, user=user)
+                        slot_ids=slot_ids, user=user,
+                        ports=rendezvous.ports if rendezvous.container_rank == 0 else [])
         if launch.checkpoint_cache is not None:
             await asyncio.to_thread(prune_checkpoint_caches, self.work_dir / "trials")
             await asyncio.to_thread(launch.checkpoint_cache.mkdir, exist_ok=True)

@@ -51,7 +51,7 @@ from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.task_runs import TaskActivities
 from agent_worker.trial_firewall import TrialFirewall
-from common import tracing
+from common import payload_codec, tracing
 from common.temporal_connection import TemporalConnectionError, TemporalSecurity, connect
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
 
@@ -277,15 +277,18 @@ def make_runtime(config: AgentConfig, slots: list[Slot]) -> Runtime:
 
 
 async def connect_temporal(address: str, namespace: str,
-                           security: TemporalSecurity | None = None) -> Client:
-    """Connect, retrying for as long as it takes (an agent waits for its cluster)."""
+                           security: TemporalSecurity | None = None,
+                           cluster_token: str | None = None) -> Client:
+    """Connect, retrying for as long as it takes (an agent waits for its cluster); payloads
+    are encrypted under the cluster token's key, as the master's (common/payload_codec.py)."""
     security = security or TemporalSecurity()
     delay = 1.0
     attempt = 0
     while True:
         try:
             return await connect(address, namespace, security,
-                                 interceptors=tracing.temporal_interceptors())
+                                 interceptors=tracing.temporal_interceptors(),
+                                 data_converter=payload_codec.data_converter(cluster_token))
         except Exception as err:  # the bridge raises RuntimeError; be broad, keep waiting
             attempt += 1
             if attempt == 1 or attempt % 12 == 0:
@@ -363,7 +366,7 @@ class Agent:
             try:
                 client = self._client or await self._unless_stopped(
                     connect_temporal(cfg.temporal_address, cfg.namespace,
-                                     cfg.temporal_security))
+                                     cfg.temporal_security, cfg.cluster_token))
                 if client is None:
                     return 0
                 cluster_id = await registration.cluster_id()
@@ -372,7 +375,8 @@ class Agent:
                     http=http, runtime=self.runtime, slots=SlotPool(self.slots),
                     cluster_id=cluster_id, cluster_token=cfg.cluster_token,
                     address=registration.address,
-                    system_metrics_interval=cfg.system_metrics_interval)
+                    system_metrics_interval=cfg.system_metrics_interval,
+                    firewall=firewall if self.runtime.per_user else None)
                 return await self._serve(client, self.activities)
             finally:
                 heartbeat.cancel()

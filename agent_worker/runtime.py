@@ -40,6 +40,9 @@ class Launch:
     # Who the run is on this host: its owner's own identity (agent_worker/sandbox.py); None:
     # the runtime's task user.
     user: TaskUser | None = None
+    # Ports of this host the run listens on (its service, its rendezvous as the chief): closed
+    # to other users' runs while it lasts.
+    ports: list[int] = field(default_factory=list)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -98,29 +98,33 @@ class TaskActivities:
         env.update(gpu_environment(self.agent.slots.of(slot_ids)))
         return Launch(input=dataclasses.replace(inp, config=config), run_dir=run_dir,
                       entrypoint=command, env=env, slot_ids=slot_ids, user=user,
+                      ports=[] if inp.task_type == "COMMAND" else [port],
                       service=None if inp.task_type == "COMMAND"
                       else f"{self.agent.address}:{port}")
 
     async def _run(self, launch: Launch, master_url: str) -> ExitStatus:
-        """Run it, say when it is ready, ship its output (delivered before the run is over)."""
+        """Run it, say when it is ready, ship its output (delivered before the run is over);
+        its service's port answers its owner's runs only meanwhile."""
         inp = launch.input
         assert isinstance(inp, RunTaskInput)
         shipper = self.agent.log_shipper(master_url, inp.task_id, task_allocation_id(inp.task_id))
         shipper.start()
-        run = asyncio.ensure_future(self.agent.runtime.run(launch, shipper, activity.heartbeat))
-        ready = asyncio.ensure_future(self._tell_ready(inp.task_id, launch.service, master_url,
-                                                       run.done, self.task_user(launch)))
-        try:
-            status = await run
-            await shipper.close(None, heartbeat=activity.heartbeat)
-        except BaseException:
-            run.cancel()  # stops its processes: wait until they are
-            await uninterruptible(_settled(run))
-            await uninterruptible(shipper.close(self.agent.log_close_timeout))
-            raise
-        finally:
-            ready.cancel()
-            await asyncio.gather(ready, return_exceptions=True)
+        async with self.agent.ports_closed_to_others(launch):
+            run = asyncio.ensure_future(self.agent.runtime.run(launch, shipper,
+                                                               activity.heartbeat))
+            ready = asyncio.ensure_future(self._tell_ready(
+                inp.task_id, launch.service, master_url, run.done, self.task_user(launch)))
+            try:
+                status = await run
+                await shipper.close(None, heartbeat=activity.heartbeat)
+            except BaseException:
+                run.cancel()  # stops its processes: wait until they are
+                await uninterruptible(_settled(run))
+                await uninterruptible(shipper.close(self.agent.log_close_timeout))
+                raise
+            finally:
+                ready.cancel()
+                await asyncio.gather(ready, return_exceptions=True)
         return status
 
     async def _tell_ready(self, task_id: str, service: str | None, master_url: str,

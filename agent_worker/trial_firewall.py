@@ -87,6 +87,32 @@ class TrialFirewall:
                     logger.info("removed a rule this agent left in an earlier life: %s",
                                 " ".join(rule))
 
+    def close_to_other_users(self, port: int, owner_uid: int) -> list[tuple[str, list[str]]]:
+        """Close `port` of this host (a run's service, its rendezvous) to every run identity
+        but its owner's, while the run lasts; the rules, for `reopen`. The master's proxy and
+        the agent are not run identities: they still reach it."""
+        added = []
+        for tool in ("iptables", "ip6tables"):
+            if shutil.which(tool) is None:
+                continue
+            for uids in self.uids:
+                rule = ["OUTPUT", "-p", "tcp", "-m", "addrtype", "--dst-type", "LOCAL",
+                        "--dport", str(port), "-m", "owner", "--uid-owner", uids,
+                        "-m", "owner", "!", "--uid-owner", str(owner_uid),
+                        "-m", "comment", "--comment", self.tag,
+                        "-j", "REJECT", "--reject-with", "tcp-reset"]
+                if _iptables(tool, "-I", rule):
+                    added.append((tool, rule))
+                else:
+                    logger.warning("cannot close port %d to other users' runs (%s)", port, tool)
+        return added
+
+    @staticmethod
+    def reopen(rules: list[tuple[str, list[str]]]) -> None:
+        for tool, rule in rules:
+            while _iptables(tool, "-D", rule):
+                pass
+
     def remove(self) -> None:
         for tool, rule in self.installed:
             while _iptables(tool, "-D", rule):

@@ -55,7 +55,8 @@ def _routes(rule: Rule, *keys: str) -> dict[tuple[str, str], Rule]:
 
 
 RULES: dict[tuple[str, str], Rule] = {
-    **_routes(Rule.PUBLIC, "POST /auth/login", "GET /master", "GET /health", "GET /info"),
+    **_routes(Rule.PUBLIC, "POST /auth/login", "GET /master", "GET /health", "GET /info",
+              "OPTIONS /temporal-codec/{action}"),
     **_routes(
         Rule.ANY,
         "GET /agents", "GET /agents/{agent_id}", "GET /agents/{agent_id}/slots",
@@ -121,7 +122,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ),
     **_routes(Rule.SELF, "PATCH /users/{user_id}", "POST /users/{user_id}/password"),
     **_routes(Rule.ADMIN, "POST /users", "POST /agents/{agent_id}/enable",
-              "POST /agents/{agent_id}/disable"),
+              "POST /agents/{agent_id}/disable", "POST /temporal-codec/decode",
+              "POST /temporal-codec/encode"),
     **_routes(Rule.AGENT, "PUT /agents/{agent_id}"),
     **_routes(Rule.RUNS, "GET /tasks/{task_id}/launch", "GET /tasks/{task_id}/context",
               "POST /tasks/{task_id}/ready"),
@@ -139,6 +141,11 @@ RULES: dict[tuple[str, str], Rule] = {
         "POST /runs/start",
     ),
 }
+
+
+# Writes by method that only read, which Temporal's UI makes from the browser with the
+# dashboard's cookie (every other write needs the Authorization header: no cross-site forgery).
+COOKIE_POSTS = frozenset({("POST", PREFIX + "/temporal-codec/decode")})
 
 
 def rule_of(method: str, path: str) -> Rule | None:

@@ -37,6 +37,7 @@ from api.routes import (
     streams,
     tasks,
     templates,
+    temporal_codec,
     trials,
     users,
     workspaces,
@@ -45,7 +46,8 @@ from api.settings import Settings
 
 # The routers behind `authorize`, each route with its rule in api/access.py.
 API_MODULES = (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
-               determined, streams, workspaces, templates, jobs, models, importance, ntsc)
+               determined, streams, workspaces, templates, jobs, models, importance, ntsc,
+               temporal_codec)
 
 
 @contextlib.asynccontextmanager

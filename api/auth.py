@@ -194,7 +194,8 @@ def _bearer(request: Request) -> str | None:
         if scheme.lower() != "bearer" or not value.strip():
             raise ApiError(401, "malformed Authorization header: expected 'Bearer <token>'")
         return value.strip()
-    if request.method in READ_METHODS:
+    if request.method in READ_METHODS or (
+            (request.method, _route_path(request)) in access.COOKIE_POSTS):
         return request.cookies.get(AUTH_COOKIE) or None
     return None
 

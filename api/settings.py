@@ -57,6 +57,9 @@ class Settings:
     checkpoint_storage: dict[str, Any] | None = None
     # Make the default storage's bucket at boot if it is missing (EPOCHAL_CREATE_BUCKET).
     create_bucket: bool = False
+    # Temporal's web UI (EPOCHAL_TEMPORAL_UI_URL): the one origin whose pages may ask the
+    # master to decode payloads for an admin (api/routes/temporal_codec.py).
+    temporal_ui_url: str | None = None
 
     def allowed_storage_roots(self) -> tuple[str, ...]:
         return (self.checkpoint_dir, *self.storage_roots)
@@ -91,6 +94,7 @@ class Settings:
             storage_roots=parse_roots(env.get("EPOCHAL_STORAGE_ROOTS")) or base.storage_roots,
             checkpoint_storage=parse_storage(env.get("EPOCHAL_CHECKPOINT_STORAGE")),
             create_bucket=flag("EPOCHAL_CREATE_BUCKET", env.get("EPOCHAL_CREATE_BUCKET")),
+            temporal_ui_url=(env.get("EPOCHAL_TEMPORAL_UI_URL") or "").rstrip("/") or None,
         )
 
 

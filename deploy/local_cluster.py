@@ -260,7 +260,8 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
                        and processes.read_pid(s.pid_file("agent")) is not None)
         temporal.start(s.temporal_port, ui_port=s.temporal_ui_port,
                        http_port=s.temporal_http_port, metrics_port=s.temporal_metrics_port,
-                       headless=s.headless_temporal, ip=s.host, timeout=s.start_timeout)
+                       headless=s.headless_temporal, ip=s.host, timeout=s.start_timeout,
+                       ui_codec_endpoint=f"{info.api_url}/api/v1/temporal-codec")
         if under_agent:
             say("temporal under a running agent, whose firewall closes the ports its internal "
                 "services had before (they change at each start): `epochal cluster down` and "
@@ -383,6 +384,7 @@ def _master_env(s: ClusterSettings, info: ClusterInfo) -> dict[str, str]:
         "EPOCHAL_CLUSTER_ID": _cluster_id(s),
         "EPOCHAL_CLUSTER_TOKEN": info.cluster_token,
         "EPOCHAL_ADMIN_PASSWORD": info.admin_password,
+        **({"EPOCHAL_TEMPORAL_UI_URL": info.temporal_ui_url} if info.temporal_ui_url else {}),
     }
 
 

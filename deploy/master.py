@@ -32,7 +32,7 @@ from activities.workflow_messages import MessageActivities
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
-from common import search_attributes, tracing
+from common import payload_codec, search_attributes, tracing
 from common.checkpoint_storage import S3Location, S3Store, StorageError, s3_credentials
 from common.temporal_connection import connect
 from common.temporal_names import (
@@ -198,6 +198,7 @@ async def serve(settings: Settings,
             lambda: connect(
                 settings.temporal_address, settings.temporal_namespace,
                 settings.temporal_security, interceptors=tracing.temporal_interceptors(),
+                data_converter=payload_codec.data_converter(settings.cluster_token),
             ),
         )
         await _retry("Temporal", lambda: start_resource_pools(

@@ -91,11 +91,13 @@ class TemporalDevServer(processes.DetachedServer):
     def start(self, port: int = 7233, *, ui_port: int | None = None, headless: bool = False,
               http_port: int | None = None, metrics_port: int | None = None,
               ip: str = "127.0.0.1", timeout: float = 60,
-              extra_namespaces: tuple[str, ...] = ()) -> str:
+              extra_namespaces: tuple[str, ...] = (), ui_codec_endpoint: str | None = None,
+              ) -> str:
         """Start the server unless it runs already; wait until it answers; return its address.
 
         `http_port` and `metrics_port` left None, the server picks free ones.
         `extra_namespaces` are created at start beside `default` (tests isolate clusters so).
+        `ui_codec_endpoint`: where the UI decodes the payloads the cluster encrypts.
         """
         address = f"{ip}:{port}"
         pid = self.pid()
@@ -123,6 +125,8 @@ class TemporalDevServer(processes.DetachedServer):
             cmd.append("--headless")
         else:
             cmd += ["--ui-port", str(ui_port or port + 1000), "--ui-disable-news-fetch"]
+            if ui_codec_endpoint:
+                cmd += ["--ui-codec-endpoint", ui_codec_endpoint]
         attempts_left = self.start_attempts
         while True:
             pid = processes.spawn(cmd, log_file=self.log_file, pid_file=self.pid_file).pid

@@ -38,6 +38,7 @@ from api.schemas import checkpoints as checkpoint_schemas
 from api.schemas import experiments as experiment_schemas
 from api.schemas import trials as trial_schemas
 from api.settings import Settings
+from common import payload_codec
 from common.checkpoint_storage import (
     CheckpointFiles,
     StorageError,
@@ -153,7 +154,7 @@ async def _start_experiment(
                          else WorkflowIDReusePolicy.REJECT_DUPLICATE),
         search_attributes=experiment_attributes(experiment_id, owner, config)
         if findable else None,
-        memo=experiment_memo(config),
+        memo=payload_codec.in_clear(experiment_memo(config)),  # shown by Temporal's UI
     )
 
 

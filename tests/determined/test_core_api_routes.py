@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.exceptions import ApplicationError
 
 from common.tokens import mint_trial_token
 from tests.integration.test_api import create, wait_for_trials
@@ -146,6 +147,13 @@ async def test_agent_learns_det_user_from_the_trial_token(
         acts = AgentActivities(agent_id="a", master_url=live_master.url, work_dir=tmp_path,
                                http=http, runtime=ProcessRuntime(), slots=SlotPool(cpu_slots(1)))
         token = mint_trial_token(CLUSTER_TOKEN, trial["id"], trial["runId"])
-        assert await acts.experiment_owner(live_master.url, token) == "admin"
-        assert await acts.experiment_owner(live_master.url, "ept.1.forged") == "determined"
+        owner = await acts.experiment_owner(live_master.url, token)
+        assert owner is not None and (owner["username"], owner["id"]) == ("admin", 1)
+        assert await acts.experiment_owner(live_master.url, "ept.1.forged") is None
+        # Where each user's runs have their own identity, a run whose owner is unknown does
+        # not start (it would share one with other users' runs); else DET_USER falls back.
+        acts.runtime.per_user = True
+        assert acts.run_user(owner) is not None and acts.run_user(owner).uid == 2_000_000_001
+        with pytest.raises(ApplicationError, match="cannot learn who owns this run"):
+            acts.run_user(None)
     await api.post(f"/api/v1/experiments/{experiment['id']}/kill")

@@ -8,6 +8,7 @@ EPOCHAL_TEMPORAL_ADDRESS, the way a cluster on external servers is configured.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -325,6 +326,11 @@ for d in victims:
     except OSError as err:
         found["victim_dir_renamed"].append(type(err).__name__)
 found["shm"] = sorted(os.listdir("/dev/shm"))
+try:
+    socket.create_connection(("127.0.0.1", int(os.environ["BOARD_PORT"])), timeout=10).close()
+    found["board"] = "connected"
+except OSError as err:
+    found["board"] = type(err).__name__
 host, port = os.environ["TEMPORAL"].rsplit(":", 1)
 try:
     socket.create_connection((host, int(port)), timeout=10).close()
@@ -346,6 +352,25 @@ print("FOUND " + json.dumps(found), flush=True)
 """
 
 
+def _identity(cluster: Cluster, experiment_id: int) -> int | None:
+    """The uid the experiment's trial printed (`IDENTITY {...}`), once it has."""
+    logs = cluster.run("trial", "logs", str(trial_of(cluster, experiment_id)["id"])).stdout
+    found = [line for line in logs.splitlines() if "IDENTITY " in line]
+    return json.loads(found[0].split("IDENTITY ", 1)[1])["uid"] if found else None
+
+
+def _listening(uid: int) -> int | None:
+    """A TCP port a process of `uid` listens on, if one does."""
+    for conn in psutil.net_connections(kind="tcp"):
+        if conn.status == psutil.CONN_LISTEN and conn.pid:
+            try:
+                if psutil.Process(conn.pid).uids().real == uid:
+                    return int(conn.laddr.port)
+            except psutil.NoSuchProcess:
+                continue
+    return None
+
+
 def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     cluster: Cluster, postgres_url: str, tmp_path: Path
 ) -> None:
@@ -362,6 +387,11 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
                                     str(victim_dir)).stdout)
     agent_dir = cluster.state_dir / "agent"
     wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), 60, "the victim")
+    # The victim's TensorBoard: its port authenticates nobody.
+    victim_uid = wait_for(lambda: _identity(cluster, victim), 60, "the victim's identity")
+    board = cluster.run("tensorboard", "start", str(victim), "--config",
+                        "resources.slots=0").stderr  # the attacker needs the other slot
+    board_port = wait_for(lambda: _listening(victim_uid), 120, "the victim's TensorBoard")
 
     name = f"mallory{free_port()}"
     cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "mallorys-password"})
@@ -373,7 +403,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
         **base, "name": "attacker", "entrypoint": "python3 train.py",
         "environment": {"environment_variables": {
             "STATE_DIR": str(cluster.state_dir), "AGENT_HOME": str(Path.home()),
-            "PG_PORT": str(urlsplit(postgres_url).port),
+            "PG_PORT": str(urlsplit(postgres_url).port), "BOARD_PORT": str(board_port),
             "TEMPORAL": cluster.env["EPOCHAL_TEMPORAL_ADDRESS"]}}}))
     # A login of the agent's user (root's CLI keeps one in its home).
     home_secret = Path.home() / f".epochal-isolation-{marker}"
@@ -387,8 +417,10 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
         home_secret.unlink()
     assert experiment_state(cluster, attacker) == "STATE_COMPLETED"
     logs = cluster.run("trial", "logs", str(trial_of(cluster, attacker)["id"])).stdout
-    victim_logs = cluster.run("trial", "logs", str(trial_of(cluster, victim)["id"])).stdout
     cluster.run("experiment", "kill", str(victim))
+    task = re.search(r"[0-9a-f-]{36}", board)
+    if task:
+        cluster.run("tensorboard", "kill", task.group(0), check=False)
 
     secrets = cluster.secrets
     for secret in (secrets["cluster_token"], secrets["admin_password"], marker,
@@ -397,8 +429,6 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     [line] = [line for line in logs.splitlines() if "FOUND " in line]
     found = json.loads(line.split("FOUND ", 1)[1])
     # Each user's runs are an identity of their own (agent_worker/sandbox.py).
-    [identity] = [line for line in victim_logs.splitlines() if "IDENTITY " in line]
-    victim_uid = json.loads(identity.split("IDENTITY ", 1)[1])["uid"]
     assert found["uid"] >= RUN_ID_BASE and victim_uid >= RUN_ID_BASE
     assert found["uid"] != victim_uid
     # Nothing of the victim's storage: not even a file it made readable by all (its directory
@@ -407,6 +437,8 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     assert found["victim_dir_written"] == ["PermissionError"], found
     assert found["victim_dir_renamed"] == ["PermissionError"], found
     assert found["shm"] == [], found
+    # Nor the victim's TensorBoard (the master's proxy still reaches it: it started).
+    assert found["board"] == "ConnectionRefusedError", found
     assert found["secrets"] == found["cli_login"] == "<FileNotFoundError>"
     assert found["other_runs"] == []
     # Its own processes only: none of the master's, the agent's or the victim's.

@@ -6,11 +6,15 @@ checkpoints it keeps in the bucket.
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from minio import Minio
+from temporalio.client import Client
 
 from deploy.local_cluster import S3_BUCKET
 from deploy.processes import free_port_block
@@ -88,3 +92,41 @@ def test_a_paused_trial_resumes_on_another_agent_from_its_s3_checkpoint(
     out = cluster.run("checkpoint", "download", kept[0]["uuid"], str(tmp_path / "dl")).stdout
     assert "Downloaded checkpoint" in out
     assert (tmp_path / "dl" / "state.json").read_text() == '{"step": 30}'
+
+
+def test_no_secret_of_a_config_is_in_any_temporal_history(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A user's S3 keys and a credential variable reach the run, and no workflow history of
+    the experiment holds them in clear (common/payload_codec.py): Temporal's HTTP API and UI
+    authenticate nobody."""
+    secrets = cluster.secrets
+    variable = f"wandb-{uuid.uuid4().hex}"
+    path = slow_config(tmp_path, "secrets", steps=5, sleep=0.01)
+    config = yaml.safe_load(path.read_text())
+    config["checkpoint_storage"] = {
+        "type": "s3", "bucket": S3_BUCKET, "prefix": "user-keys",
+        "endpoint_url": f"http://127.0.0.1:{cluster.s3_port}",  # type: ignore[attr-defined]
+        "access_key": secrets["s3_access_key"], "secret_key": secrets["s3_secret_key"]}
+    config["environment"] = {"environment_variables": [f"WANDB_API_KEY={variable}"]}
+    path.write_text(yaml.safe_dump(config))
+    experiment_id = create(cluster, path)
+    assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
+    assert trials(cluster, experiment_id)[0]["latestCheckpointUuid"]  # the keys worked
+
+    async def histories() -> list[bytes]:
+        client = await Client.connect(cluster.temporal_address,
+                                      namespace=cluster.temporal_namespace)
+        found = []
+        query = f"WorkflowId STARTS_WITH 'experiment-{experiment_id}'"
+        async for execution in client.list_workflows(query):
+            history = await client.get_workflow_handle(
+                execution.id, run_id=execution.run_id).fetch_history()
+            # Raw protobuf: a payload's bytes as they are (its JSON would show them base64).
+            found.append(b"".join(e.SerializeToString() for e in history.events))
+        return found
+
+    found = asyncio.run(histories())
+    assert len(found) >= 2  # the experiment's and its trial's
+    for secret in (secrets["s3_secret_key"], variable):
+        assert not [h for h in found if secret.encode() in h], f"{secret[:6]}... in a history"

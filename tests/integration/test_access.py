@@ -39,7 +39,8 @@ from tests.master_fixtures import LiveMaster
 
 CALLERS = ("anonymous", "other", "owner", "admin", "own_trial", "others_trial", "agent")
 # Callers last in a route's turn, and routes last of all: what ends runs or removes things.
-ENDING = re.compile(r"/(kill|cancel|pause|early_exit)$|^DELETE |/archive$|/logout$")
+ENDING = re.compile(r"/early_exit$|^DELETE |/archive$|/logout$")
+STOPPING = re.compile(r"/(kill|cancel|pause)$")  # last of all: they end the trial's run
 # A trial token reads what names its own trial, allocation, experiment or owner's checkpoint.
 TRIAL_SCOPED = ("{trial_id}", "{allocation_id}", "{experiment_id}", "{checkpoint_uuid}")
 
@@ -179,6 +180,7 @@ async def _world(api: httpx.AsyncClient, live_master: LiveMaster, pool_name: str
         "checkpoint_uuid": checkpoint, "task_id": task_id, "workspace_id": str(workspace["id"]),
         "project_id": str(project["id"]), "name": template, "model_name": model, "version": "1",
         "user_id": str(a_id), "username": a_name, "agent_id": f"phantom-{uuid.uuid4().hex[:6]}",
+        "action": "decode",
     }
 
     async def user_token(user_id: int) -> str:
@@ -234,7 +236,8 @@ async def _call(client: httpx.AsyncClient, method: str, url: str, token: str | N
 async def test_every_route_answers_every_caller_as_its_rule_says(
     world: World, live_master: LiveMaster
 ) -> None:
-    routes = sorted(api_routes(), key=lambda r: bool(ENDING.search(f"{r[0]} {r[1]}")))
+    routes = sorted(api_routes(), key=lambda r: (bool(STOPPING.search(r[1])),
+                                                  bool(ENDING.search(f"{r[0]} {r[1]}"))))
     wrong = []
     async with httpx.AsyncClient(base_url=live_master.url, timeout=5) as client:
         # Refusals first, for every route: none of them may change anything.
