@@ -212,6 +212,8 @@ class AgentActivities:
         # owner's own identity here where each user has one (agent_worker/sandbox.py).
         owner_user = await self.experiment_owner(master_url, inp.session_token)
         user = self.run_user(owner_user)
+        if user is not None and self.firewall is not None:
+            await asyncio.to_thread(self.firewall.include, user.uid)  # a linked agent user
         owner = (user.uid, user.gid) if user is not None else self.runtime.task_owner
         await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)

@@ -22,6 +22,7 @@ import posixpath
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -144,15 +145,30 @@ def user_mounts(config: Mapping[str, Any]) -> list[docker.types.Mount]:
             for m in config.get("bind_mounts") or []]
 
 
+# A FIFO the agent holds open while the run lasts (agent_worker/docker_runtime.py): its reader in
+# the container sees its end when the agent dies, and kills what the run left running.
+CONTAINER_AGENT_ALIVE = "/run/epochal/agent-alive"
+AGENT_ALIVE_FILE = "agent-alive"  # beside the run directory, on the agent's host
+
+
+def agent_alive_path(launch: Launch) -> Path:
+    return launch.run_dir.with_name(f"{launch.run_dir.name}.{AGENT_ALIVE_FILE}")
+
+
 def entrypoint_command(entrypoint: str) -> list[str]:
     """The entrypoint under `/bin/sh -c`, as the process runtime runs it.
 
     Stopping sends SIGTERM to PID 1, docker-init, which passes it to the whole process group
     (TINI_KILL_PROCESS_GROUP), as the process runtime signals its group. The shell traps it with a
     no-op, so it outlives its child and reports the child's exit; the training process gets
-    SIGTERM with its own disposition (a trap's handler is not inherited).
+    SIGTERM with its own disposition (a trap's handler is not inherited). What the run writes
+    is its user's alone (umask 077), as in the process runtime's sandbox. A watcher in the
+    background waits for the agent's end (EOF on CONTAINER_AGENT_ALIVE) and then kills every
+    process of the run: no container goes on writing into a trial that no agent watches.
     """
-    return ["/bin/sh", "-c", f"trap : TERM\n{entrypoint}"]
+    alive = CONTAINER_AGENT_ALIVE
+    watch = f"[ -p {alive} ] && (read -r _ < {alive}; kill -KILL -1) 2>/dev/null &"
+    return ["/bin/sh", "-c", f"trap : TERM\numask 077\n{watch}\n{entrypoint}"]
 
 
 def container_name(agent_id: str, launch: Launch) -> str:
@@ -236,6 +252,10 @@ def container_spec(
     if launch.checkpoint_cache is not None:  # S3 checkpoints: only the trial's cache
         mounts.append(docker.types.Mount(target=str(launch.checkpoint_cache),
                                          source=str(launch.checkpoint_cache), type="bind"))
+    alive = agent_alive_path(launch)
+    if alive.exists():
+        mounts.append(docker.types.Mount(target=CONTAINER_AGENT_ALIVE, source=str(alive),
+                                         type="bind", read_only=True))
     mounts.extend(user_mounts(config))
     force_pull = force_pull or bool((config.get("environment") or {}).get("force_pull_image"))
     return ContainerSpec(

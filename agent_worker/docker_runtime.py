@@ -27,7 +27,12 @@ from docker.models.containers import Container
 from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
-from agent_worker.container_spec import PULL_POLICIES, ContainerSpec, container_spec
+from agent_worker.container_spec import (
+    PULL_POLICIES,
+    ContainerSpec,
+    agent_alive_path,
+    container_spec,
+)
 from agent_worker.docker_engine import (
     api_message,
     container_state,
@@ -122,6 +127,27 @@ class DockerRuntime(Runtime):
                            len(removed), self.agent_id, ", ".join(removed))
 
     async def run(
+        self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None]
+    ) -> ExitStatus:
+        alive = await asyncio.to_thread(self._hold_alive, launch)
+        try:
+            return await self._run(launch, logs, heartbeat)
+        finally:
+            os.close(alive)
+            agent_alive_path(launch).unlink(missing_ok=True)
+
+    def _hold_alive(self, launch: Launch) -> int:
+        """The FIFO the run's container watches (container_spec.entrypoint_command), held open
+        by this process: its end, a kill -9 included, is the container's."""
+        path = agent_alive_path(launch)
+        path.unlink(missing_ok=True)
+        os.mkfifo(path, 0o600)
+        owner = self.owner_of(launch)
+        if owner is not None:
+            os.chown(path, *owner)
+        return os.open(path, os.O_RDWR | os.O_CLOEXEC)  # a writer, never writing
+
+    async def _run(
         self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None]
     ) -> ExitStatus:
         spec = self.spec(launch)

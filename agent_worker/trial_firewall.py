@@ -87,6 +87,18 @@ class TrialFirewall:
                     logger.info("removed a rule this agent left in an earlier life: %s",
                                 " ".join(rule))
 
+    def include(self, uid: int) -> None:
+        """Hold runs of `uid` to the same rules from now on: an identity outside the ranges
+        given (an agent user an admin linked a user with)."""
+        if any(_holds(spec, uid) for spec in self.uids):
+            return
+        self.uids.append(str(uid))
+        self.uid = ",".join(self.uids)
+        for tool, rule in self.rules():
+            if rule[rule.index("--uid-owner") + 1] == str(uid) and shutil.which(tool) and (
+                    _iptables(tool, "-C", rule) or _iptables(tool, "-I", rule)):
+                self.installed.append((tool, rule))
+
     def close_to_other_users(self, port: int, owner_uid: int) -> list[tuple[str, list[str]]]:
         """Close `port` of this host (a run's service, its rendezvous) to every run identity
         but its owner's, while the run lasts; the rules, for `reopen`. The master's proxy and
@@ -166,6 +178,12 @@ def _closes(rule: list[str]) -> tuple[str, str, str]:
     with contextlib.suppress(ValueError):
         address = str(ipaddress.ip_network(address, strict=False).network_address)
     return address, value("--dport"), value("--uid-owner")
+
+
+def _holds(spec: str, uid: int) -> bool:
+    """Whether `uid` is the uid or in the range `low-high` that `spec` names."""
+    low, _, high = spec.partition("-")
+    return int(low) <= uid <= int(high or low)
 
 
 def _resolve(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:

@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api import access
 from api.errors import ApiError
+from api.queries import owners
 from api.queries import users as user_queries
 from api.settings import Settings
 from common.tokens import TrialRun, verify_trial_token
@@ -333,7 +334,7 @@ async def require_owner(request: Request, experiment_id: int, action: str) -> No
     principal = require_user(current(request), action)
     if principal.admin:
         return
-    owner = await user_queries.fetch_experiment_owner(request.app.state.pool, experiment_id)
+    owner = await owners.experiment_owner(request.app.state.pool, experiment_id)
     if owner is not None and owner != principal.username:
         raise ApiError(
             403,
@@ -353,7 +354,7 @@ async def require_trial_write(request: Request, trial_id: int) -> None:
                 403, f"{principal.describe()} may not write reports of trial {trial_id}"
             )
         return
-    owner = await user_queries.fetch_trial_owner(request.app.state.pool, trial_id)
+    owner = await owners.trial_owner(request.app.state.pool, trial_id)
     if owner is not None and owner != principal.username:
         raise ApiError(
             403, f"user {principal.username} may not write reports of trial {trial_id}"

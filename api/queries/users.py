@@ -151,20 +151,3 @@ async def fetch_trial_run_state(conn: Conn, trial_id: int) -> asyncpg.Record | N
         "SELECT t.run_id, t.state, u.active FROM trials t"
         " JOIN experiments e ON e.id = t.experiment_id"
         " LEFT JOIN users u ON u.username = e.owner WHERE t.id = $1", trial_id)
-
-
-async def fetch_experiment_owner(conn: Conn, experiment_id: int) -> str | None:
-    owner: str | None = await conn.fetchval(
-        "SELECT owner FROM experiments WHERE id = $1", experiment_id
-    )
-    return owner
-
-
-async def fetch_trial_owner(conn: Conn, trial_id: int) -> str | None:
-    """The username owning the trial's experiment."""
-    owner: str | None = await conn.fetchval(
-        "SELECT e.owner FROM trials t JOIN experiments e ON e.id = t.experiment_id"
-        " WHERE t.id = $1",
-        trial_id,
-    )
-    return owner

@@ -110,20 +110,7 @@ def test_a_trial_runs_unprivileged_and_cannot_sniff_the_hosts_network(
     """Host networking stays (distributed training needs it); what keeps a trial from reading
     others' traffic is that it runs as an unprivileged user with no capability at all and
     `no_new_privs`, so no raw or packet socket."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "train.py").write_text(PRIVILEGES_PY)
-    config = tmp_path / "privileges.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "privileges", "entrypoint": "python3 train.py", "max_restarts": 0,
-        "environment": {"environment_variables": [
-            f"TEMPORAL={docker_cluster.temporal_address}",
-            f"MASTER={docker_cluster.url.removeprefix('http://')}"]},
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}))
-    experiment_id = created_id(docker_cluster.run("experiment", "create", str(config),
-                                                  str(model)).stdout)
-    wait_for(lambda: experiment_state(docker_cluster, experiment_id).removeprefix("STATE_")
-             in TERMINAL_STATES, timeout=180, what="the trial to end")
+    experiment_id = _privileges_experiment(docker_cluster, tmp_path)
     trial = trial_of(docker_cluster, experiment_id)
     logs = docker_cluster.run("trial", "logs", str(trial["id"])).stdout
     assert trial["state"] == "STATE_COMPLETED", logs
@@ -143,6 +130,80 @@ def test_a_trial_runs_unprivileged_and_cannot_sniff_the_hosts_network(
     stored = Path(checkpoint["storagePath"])
     assert json.loads((stored / "found.json").read_text()) == found
     assert stored.stat().st_uid == found["uid"]  # the trial's files are its user's
+
+
+# Another user's trial, in its container, at a checkpoint of the first user's.
+INTRUDER_PY = """
+import json, os
+target = os.environ["TARGET"]
+
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as err:
+        return type(err).__name__
+
+found = {"uid": os.getuid(),
+         "read": attempt(lambda: open(os.path.join(target, "found.json")).read()),
+         "write": attempt(lambda: open(os.path.join(target, "sitecustomize.py"), "w").close()),
+         "rename": attempt(lambda: os.rename(target, target + "-gone"))}
+print("INTRUDER " + json.dumps(found), flush=True)
+"""
+
+
+def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints(
+        docker_cluster: Cluster, tmp_path: Path) -> None:
+    """Each user's containers run as that user's own identity and write files private to it:
+    another user's container, with the same storage mounted, cannot read, change or move them."""
+    victim = _privileges_experiment(docker_cluster, tmp_path)
+    [checkpoint] = [c for c in docker_cluster.json("checkpoint", "list", str(victim))[
+        "checkpoints"] if c["state"] == "STATE_COMPLETED"]
+    stored = Path(checkpoint["storagePath"])
+    name = f"intruder{os.getpid()}"
+    docker_cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "a-long-password"})
+    intruder = {"EPOCHAL_AUTH_FILE": str(tmp_path / "intruder.json")}
+    docker_cluster.run("user", "login", name, env_extra={**intruder,
+                                                          "EPOCHAL_PASSWORD": "a-long-password"})
+    model = tmp_path / "intruder"
+    model.mkdir()
+    (model / "train.py").write_text(INTRUDER_PY)
+    config = tmp_path / "intruder.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "intruder", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "environment": {"environment_variables": [f"TARGET={stored}"]}}))
+    experiment_id = created_id(docker_cluster.run("experiment", "create", str(config),
+                                                  str(model), env_extra=intruder).stdout)
+    wait_for(lambda: experiment_state(docker_cluster, experiment_id).removeprefix("STATE_")
+             in TERMINAL_STATES, timeout=180, what="the intruder's trial to end")
+    logs = docker_cluster.run("trial", "logs", str(trial_of(docker_cluster, experiment_id)["id"]),
+                              env_extra=intruder).stdout
+    [line] = [line for line in logs.splitlines() if "INTRUDER " in line]
+    found = json.loads(line.split("INTRUDER ", 1)[1])
+    assert found["uid"] != stored.stat().st_uid, found
+    assert (found["read"], found["write"], found["rename"]) == (
+        "PermissionError", "PermissionError", "PermissionError"), found
+    assert json.loads((stored / "found.json").read_text())  # still there, whole
+
+
+def _privileges_experiment(cluster: Cluster, tmp_path: Path) -> int:
+    """A completed run of PRIVILEGES_PY (it reports what it found and checkpoints it)."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "train.py").write_text(PRIVILEGES_PY)
+    config = tmp_path / "privileges.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "privileges", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "environment": {"environment_variables": [
+            f"TEMPORAL={cluster.temporal_address}",
+            f"MASTER={cluster.url.removeprefix('http://')}"]}}))
+    experiment_id = created_id(cluster.run("experiment", "create", str(config),
+                                           str(model)).stdout)
+    wait_for(lambda: experiment_state(cluster, experiment_id).removeprefix("STATE_")
+             in TERMINAL_STATES, timeout=180, what="the trial to end")
+    return experiment_id
 
 
 def test_s3_checkpoints_from_a_container(docker_cluster: Cluster, s3_server: S3Server,
@@ -187,9 +248,14 @@ def test_killed_agent_leaves_no_container_after_restart(
     pid = read_pid(docker_cluster.state_dir / "run" / "agent.pid")
     assert pid is not None
     os.kill(pid, signal.SIGKILL)
-    time.sleep(1)
-    orphan.reload()
-    assert orphan.status == "running"  # the engine keeps it; nobody watches it any more
+
+    def orphan_over() -> bool:
+        orphan.reload()
+        return orphan.status != "running"
+
+    # The engine would keep it; the run's own watcher ends it with its agent (the agent-alive
+    # FIFO), so nothing goes on writing into a trial that no agent watches.
+    wait_for(orphan_over, timeout=15, what="the killed agent's container to end by itself")
 
     docker_cluster.run("cluster", "up")  # starts the agent again; it removes the orphan
 

@@ -68,7 +68,10 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
     assert kw["image"] == "epochal-task:abc"
     assert kw["name"] == "epochal-agent_1-3.9.2"
     assert kw["command"][:2] == ["/bin/sh", "-c"]
-    assert kw["command"][2].endswith("\npython3 train.py")
+    script = kw["command"][2]
+    assert script.endswith("\npython3 train.py") and "\numask 077\n" in script  # private files
+    # It ends with its agent: a watcher reads the agent's FIFO, if the agent mounted one.
+    assert "[ -p /run/epochal/agent-alive ] && (read -r _ < /run/epochal/agent-alive; " in script
     assert kw["working_dir"] == CONTAINER_WORKDIR
     assert kw["network_mode"] == "host" and kw["init"] is True
     assert kw["shm_size"] == DEFAULT_SHM_SIZE

@@ -116,3 +116,12 @@ def test_a_log_hyperparameter_of_base_one_is_refused() -> None:
                     "minval: -4, maxval: -1}\n")
     assert error.errors == ["hyperparameters.optim.lr.base: 1 makes every value 1 (1 to any "
                             "power); use another base, such as 10"]
+
+
+def test_an_infinite_log_base_or_range_end_is_refused_by_name() -> None:
+    """`base: .inf` used to be taken and silently mean 10."""
+    error = refusal(VALID + "hyperparameters:\n  lr: {type: log, base: .inf, minval: -4, "
+                    "maxval: -1}\n  wd: {type: double, minval: -.inf, maxval: 1}\n")
+    assert error.errors == [
+        "hyperparameters.lr.base: must be a finite number greater than 0 and not 1, got inf",
+        "hyperparameters.wd.minval: must be a finite number, got -inf"]

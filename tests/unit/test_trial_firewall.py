@@ -89,9 +89,9 @@ def test_a_rule_tagged_the_old_way_is_replaced(master: str) -> None:
             pass
 
 
-def connects_as_task_user(host: str, port: int) -> bool:
+def connects_as_task_user(host: str, port: int, uid: int = TASK_UID) -> bool:
     probe = f"import socket; socket.create_connection(({host!r}, {port}), timeout=10).close()"
-    done = subprocess.run(["setpriv", f"--reuid={TASK_UID}", f"--regid={TASK_UID}",
+    done = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}",
                            "--clear-groups", sys.executable, "-c", probe],
                           capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
     return done.returncode == 0
@@ -119,3 +119,38 @@ def test_a_port_of_every_address_is_closed_on_every_address_of_this_host(master:
             firewall.remove()
         assert closed_ports("agent-3", master) == []
         assert connects_as_task_user("127.0.0.2", port)
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
+def test_each_users_runs_are_held_and_a_runs_port_answers_its_own_user_only(
+        master: str) -> None:
+    from agent_worker.sandbox import RUN_ID_BASE, RUN_ID_RANGE
+
+    alice, bob, linked = RUN_ID_BASE + 7, RUN_ID_BASE + 8, 4321
+    with socket.socket() as closed, socket.socket() as board:
+        for listener in (closed, board):
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(16)
+        closed_port, board_port = closed.getsockname()[1], board.getsockname()[1]
+        firewall = TrialFirewall([TASK_UID, RUN_ID_RANGE], [f"127.0.0.1:{closed_port}"],
+                                 "agent-4", master)
+        firewall.install()
+        try:
+            for uid in (TASK_UID, alice, bob):
+                assert not connects_as_task_user("127.0.0.1", closed_port, uid), uid
+            assert connects_as_task_user("127.0.0.1", closed_port, linked)
+            firewall.include(linked)  # a user linked with an agent user outside the range
+            assert not connects_as_task_user("127.0.0.1", closed_port, linked)
+            firewall.include(alice)  # in the range already: nothing added
+            assert firewall.uids == [str(TASK_UID), RUN_ID_RANGE, str(linked)]
+            # Alice's TensorBoard: hers alone while it runs; root (the proxy) still reaches it.
+            rules = firewall.close_to_other_users(board_port, alice)
+            assert connects_as_task_user("127.0.0.1", board_port, alice)
+            for uid in (bob, linked, TASK_UID):
+                assert not connects_as_task_user("127.0.0.1", board_port, uid), uid
+            socket.create_connection(("127.0.0.1", board_port), timeout=10).close()
+            firewall.reopen(rules)
+            assert connects_as_task_user("127.0.0.1", board_port, bob)
+        finally:
+            firewall.remove()
+        assert closed_ports("agent-4", master) == []
