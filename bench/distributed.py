@@ -43,12 +43,14 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from temporalio.api.common.v1 import Payload, Payloads  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 
 from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common import payload_codec  # noqa: E402
 from common.agent_args import AGENT_PROGRAM, AgentArgs  # noqa: E402
 from common.temporal_names import trial_workflow_id  # noqa: E402
 from deploy import local_cluster  # noqa: E402
@@ -72,6 +74,11 @@ def _time(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+async def _opened(temporal: Client, payloads: Payloads) -> list[Payload]:
+    codec = temporal.data_converter.payload_codec
+    return await codec.decode(payloads.payloads) if codec else list(payloads.payloads)
+
+
 async def granted_at(temporal: Client, experiment_id: int, trial_id: int) -> datetime:
     """When the trial workflow received its slots: the `slots_granted` signal, or the
     `request_slots` local activity that answered "granted" (its completion time)."""
@@ -85,8 +92,9 @@ async def granted_at(temporal: Client, experiment_id: int, trial_id: int) -> dat
             details = event.marker_recorded_event_attributes.details
             if "data" not in details or "result" not in details:
                 continue
-            data = json.loads(details["data"].payloads[0].data)
-            result = json.loads(details["result"].payloads[0].data or b"null")
+            # The cluster encrypts what it gives Temporal (common/payload_codec.py).
+            data = json.loads((await _opened(temporal, details["data"]))[0].data)
+            result = json.loads((await _opened(temporal, details["result"]))[0].data or b"null")
             if (data.get("activity_type") == "request_slots" and isinstance(result, dict)
                     and result.get("status") == "granted"):
                 done = data["complete_time"]
@@ -180,7 +188,8 @@ async def wait_for_agents(api: httpx.AsyncClient, count: int) -> None:
 async def run_bench(info: local_cluster.ClusterInfo, rank_counts: list[int], batches: int,
                     runs: int) -> dict[int, tuple[float, ...]]:
     files = package(EXAMPLE)
-    temporal = await Client.connect(info.temporal_address)
+    temporal = await Client.connect(info.temporal_address,
+                                    data_converter=payload_codec.data_converter(info.cluster_token))
     headers = admin_headers(info.api_url, info.admin_password)
     medians: dict[int, tuple[float, ...]] = {}
     async with httpx.AsyncClient(base_url=info.api_url, timeout=60, headers=headers) as api:
