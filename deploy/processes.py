@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import signal
 import socket
@@ -276,13 +277,27 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_port_block(count: int, host: str = "127.0.0.1") -> int:
-    """A port with the `count - 1` ports after it free too (SeaweedFS's servers use a block)."""
-    for _ in range(50):
-        port = free_port(host)
-        if port + count < 65535 and not any(
-                port_in_use(p, host) for p in range(port, port + count)):
+    """A port with the `count - 1` ports after it free too (SeaweedFS's servers use a block),
+    below the kernel's ephemeral range: a block in that range may lose a port to the source
+    port of any outgoing connection between this check and the server's bind (a suite's S3
+    server failed so)."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(PRIVATE_PORTS_FROM, max(PRIVATE_PORTS_FROM + 1, low - count))
+        if not any(port_in_use(p, host) for p in range(port, port + count)):
             return port
-    raise ClusterError(f"no block of {count} free ports on {host}")
+    raise ClusterError(f"no block of {count} free ports on {host} below {low}")
+
+
+PRIVATE_PORTS_FROM = 10000  # above the well-known and most registered services' ports
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux: ip_local_port_range)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
