@@ -187,7 +187,7 @@ class AgentActivities:
         try:
             yield
         finally:
-            await uninterruptible(asyncio.to_thread(firewall.reopen, rules))
+            await uninterruptible(asyncio.to_thread(firewall.drop, rules))
 
     def log_shipper(self, master_url: str, task: str, allocation: str) -> LogShipper:
         """Where a run's output goes: the master's task logs, spooled on this agent's disk while
@@ -211,10 +211,7 @@ class AgentActivities:
         # Determined's Core API reads its owner's name (determined_env.py); the run is its
         # owner's own identity here where each user has one (agent_worker/sandbox.py).
         owner_user = await self.experiment_owner(master_url, inp.session_token)
-        user = self.run_user(owner_user)
-        if user is not None and self.firewall is not None:
-            await asyncio.to_thread(self.firewall.include, user.uid)  # a linked agent user
-        owner = (user.uid, user.gid) if user is not None else self.runtime.task_owner
+        user, owner = await self.run_identity(owner_user)
         await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)
         await asyncio.to_thread(fresh_dir, run_dir)
@@ -269,6 +266,17 @@ class AgentActivities:
             except (httpx.HTTPError, KeyError, TypeError, ValueError) as err:
                 logger.warning("cannot learn the experiment owner (%s)", err)
         return None
+
+    async def run_identity(self, owner: dict[str, Any] | None
+                           ) -> tuple[TaskUser | None, tuple[int, int] | None]:
+        """Who a run of `owner`'s is here (`run_user`), held to the firewall (a linked agent
+        user's uid may be new to it), and the uid and gid its files are given to."""
+        user = self.run_user(owner)
+        if user is None:
+            return None, self.runtime.task_owner
+        if self.firewall is not None:
+            await asyncio.to_thread(self.firewall.include, user.uid)
+        return user, (user.uid, user.gid)
 
     def run_user(self, owner: dict[str, Any] | None) -> TaskUser | None:
         """The identity a run of `owner`'s has here: their own where each user has one, else

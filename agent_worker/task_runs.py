@@ -86,10 +86,7 @@ class TaskActivities:
                                       raw=True)
             assert isinstance(archive, bytes)
             await asyncio.to_thread(extract_context, archive, run_dir)
-        user = self.agent.run_user(spec.get("owner"))
-        if user is not None and self.agent.firewall is not None:
-            await asyncio.to_thread(self.agent.firewall.include, user.uid)  # a linked user
-        owner = (user.uid, user.gid) if user is not None else self.agent.runtime.task_owner
+        user, owner = await self.agent.run_identity(spec.get("owner"))
         await asyncio.to_thread(make_private, run_dir, owner)
         config: dict[str, Any] = spec.get("config") or {}
         port = free_ports(1)[0]

@@ -37,10 +37,20 @@ class TrialFirewall:
     def __init__(self, uids: int | str | list[int | str], addresses: list[str], agent_id: str,
                  master_url: str) -> None:
         self.uids = [str(u) for u in (uids if isinstance(uids, list) else [uids])]
-        self.uid = ",".join(self.uids)  # for messages
         self.addresses = list(dict.fromkeys(addresses))
         self.tag = rule_tag(agent_id, master_url)
         self.installed: list[tuple[str, list[str]]] = []
+
+    @property
+    def uid(self) -> str:
+        """The uids closed out, for messages."""
+        return ",".join(self.uids)
+
+    def _reject(self, to: list[str], port: str, owners: list[str]) -> list[str]:
+        """A rule resetting TCP connections to `to`:`port` from processes `owners` matches."""
+        return ["OUTPUT", "-p", "tcp", *to, "--dport", port, *owners,
+                "-m", "comment", "--comment", self.tag,
+                "-j", "REJECT", "--reject-with", "tcp-reset"]
 
     def rules(self) -> list[tuple[str, list[str]]]:
         """(tool, rule) per resolved IP address and port."""
@@ -52,11 +62,8 @@ class TrialFirewall:
                 tool = "iptables" if ip.version == 4 else "ip6tables"
                 to = (["-m", "addrtype", "--dst-type", "LOCAL"] if ip.is_unspecified
                       else ["-d", str(ip)])
-                found.extend((tool, [
-                    "OUTPUT", "-p", "tcp", *to, "--dport", port,
-                    "-m", "owner", "--uid-owner", uid,
-                    "-m", "comment", "--comment", self.tag,
-                    "-j", "REJECT", "--reject-with", "tcp-reset"]) for uid in self.uids)
+                found.extend((tool, self._reject(to, port, ["-m", "owner", "--uid-owner", uid]))
+                             for uid in self.uids)
         return found
 
     def install(self) -> None:
@@ -93,7 +100,6 @@ class TrialFirewall:
         if any(_holds(spec, uid) for spec in self.uids):
             return
         self.uids.append(str(uid))
-        self.uid = ",".join(self.uids)
         for tool, rule in self.rules():
             if rule[rule.index("--uid-owner") + 1] == str(uid) and shutil.which(tool) and (
                     _iptables(tool, "-C", rule) or _iptables(tool, "-I", rule)):
@@ -101,18 +107,16 @@ class TrialFirewall:
 
     def close_to_other_users(self, port: int, owner_uid: int) -> list[tuple[str, list[str]]]:
         """Close `port` of this host (a run's service, its rendezvous) to every run identity
-        but its owner's, while the run lasts; the rules, for `reopen`. The master's proxy and
+        but its owner's, while the run lasts; the rules, for `drop`. The master's proxy and
         the agent are not run identities: they still reach it."""
         added = []
         for tool in ("iptables", "ip6tables"):
             if shutil.which(tool) is None:
                 continue
             for uids in self.uids:
-                rule = ["OUTPUT", "-p", "tcp", "-m", "addrtype", "--dst-type", "LOCAL",
-                        "--dport", str(port), "-m", "owner", "--uid-owner", uids,
-                        "-m", "owner", "!", "--uid-owner", str(owner_uid),
-                        "-m", "comment", "--comment", self.tag,
-                        "-j", "REJECT", "--reject-with", "tcp-reset"]
+                rule = self._reject(["-m", "addrtype", "--dst-type", "LOCAL"], str(port), [
+                    "-m", "owner", "--uid-owner", uids,
+                    "-m", "owner", "!", "--uid-owner", str(owner_uid)])
                 if _iptables(tool, "-I", rule):
                     added.append((tool, rule))
                 else:
@@ -120,15 +124,14 @@ class TrialFirewall:
         return added
 
     @staticmethod
-    def reopen(rules: list[tuple[str, list[str]]]) -> None:
+    def drop(rules: list[tuple[str, list[str]]]) -> None:
+        """Remove `rules` (each as often as it was added)."""
         for tool, rule in rules:
             while _iptables(tool, "-D", rule):
                 pass
 
     def remove(self) -> None:
-        for tool, rule in self.installed:
-            while _iptables(tool, "-D", rule):
-                pass
+        self.drop(self.installed)
         self.installed = []
 
 

@@ -6,7 +6,7 @@ every route as every kind of caller and checks the answer against its rule. As o
 users of the cluster read each other's work (experiments, trials, metrics, logs, models,
 templates); what a user made (experiments, tasks, workspaces, projects, templates, models) only
 they and admins change. Secrets and checkpoint files are never shared: configs are redacted
-(common/expconf/redaction.py) and the checkpoint file routes check the reader themselves.
+(common/expconf/redaction.py), and a checkpoint's files are read by its owner's (Rule.FILES).
 
 A trial token acts for one run of one trial: it reads its own trial, experiment and allocation,
 its owner's checkpoints and the cluster's facts, and writes its own trial's reports; nothing of
@@ -187,15 +187,14 @@ async def owner_named(request: Request) -> str | None:
     if "trial_id" in params or "allocation_id" in params:
         trial_id = trial_named(params)
         return None if trial_id is None else await owners.trial_owner(pool, trial_id)
-    for param, table in (("workspace_id", "workspaces"), ("project_id", "projects"),
-                         ("item_id", path.removeprefix(PREFIX + "/").split("/")[0])):
+    for param in ("workspace_id", "project_id", "item_id"):  # item: /workspaces|projects/{id}
         if param in params:
             number = _int(params[param])
             if number is None:
                 return None
-            if table == "workspaces":
-                return await owners.workspace_owner(pool, number)
-            return await owners.project_owner(pool, number)
+            if param == "project_id" or path.startswith(PREFIX + "/projects/"):
+                return await owners.project_owner(pool, number)
+            return await owners.workspace_owner(pool, number)
     raise ApiError(500, f"no owner is known for what {path} names")
 
 
@@ -211,16 +210,12 @@ async def trial_may_read(request: Request, trial_id: int) -> bool:
     if "experiment_id" in params:
         return _int(params["experiment_id"]) == await owners.trial_experiment(pool, trial_id)
     if "checkpoint_uuid" in params:
-        return await _same_owner(request, trial_id)
+        return await trial_may_read_files(request, trial_id)
     return False
 
 
-async def _same_owner(request: Request, trial_id: int) -> bool:
+async def trial_may_read_files(request: Request, trial_id: int) -> bool:
+    """A trial reads the checkpoint the path names if its own owner's (to start from it)."""
     pool = request.app.state.pool
     owner = await owners.checkpoint_owner(pool, str(request.path_params["checkpoint_uuid"]))
     return owner is None or owner == await owners.trial_owner(pool, trial_id)
-
-
-async def trial_may_read_files(request: Request, trial_id: int) -> bool:
-    """A trial reads the checkpoint files of its own owner's trials (to start from them)."""
-    return await _same_owner(request, trial_id)

@@ -9,6 +9,7 @@ the UI's (EPOCHAL_TEMPORAL_UI_URL), so no other page can read what it answers.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -44,8 +45,10 @@ async def _payloads(request: Request) -> Payloads:
         raise ApiError(400, "not Temporal's payloads JSON", [f"payloads: {err}"]) from None
 
 
-def _codec(settings: AppSettings) -> EncryptionCodec:
-    return EncryptionCodec(payload_key(settings.cluster_token))
+@functools.cache
+def _codec(cluster_token: str) -> EncryptionCodec:
+    """The cluster's codec, its key derived once (not per request)."""
+    return EncryptionCodec(payload_key(cluster_token))
 
 
 def _answer(payloads: list[Any]) -> dict[str, Any]:
@@ -65,7 +68,7 @@ async def decode(request: Request, response: Response, settings: AppSettings) ->
     payloads = await _payloads(request)
     _cors(response, request, settings)
     try:
-        return _answer(await _codec(settings).decode(list(payloads.payloads)))
+        return _answer(await _codec(settings.cluster_token).decode(list(payloads.payloads)))
     except Exception as err:  # another cluster's key, or tampered: say which, not a 500
         raise ApiError(400, f"cannot decode these payloads: {err or type(err).__name__}") from None
 
@@ -74,4 +77,4 @@ async def decode(request: Request, response: Response, settings: AppSettings) ->
 async def encode(request: Request, response: Response, settings: AppSettings) -> dict[str, Any]:
     payloads = await _payloads(request)
     _cors(response, request, settings)
-    return _answer(await _codec(settings).encode(list(payloads.payloads)))
+    return _answer(await _codec(settings.cluster_token).encode(list(payloads.payloads)))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 
 from agent_worker.trial_firewall import remove_rules_of_master
 from common.states import TERMINAL_STATES
@@ -243,3 +244,23 @@ def created_id(output: str) -> int:
     assert match, output
     return int(match.group(1))
 
+
+
+def script_experiment(cluster: Cluster, directory: Path, name: str, script: str,
+                      variables: dict[str, str] | None = None, *,
+                      max_length: dict[str, int] | None = None,
+                      env_extra: dict[str, str] | None = None) -> int:
+    """Create a one-trial experiment that runs `script` (no restarts) with `variables` in its
+    environment, as the CLI's logged-in user (`env_extra` for another); its id."""
+    model = directory / name
+    model.mkdir()
+    (model / "train.py").write_text(script)
+    searcher: dict[str, Any] = {"name": "single", "metric": "loss"}
+    if max_length is not None:
+        searcher["max_length"] = max_length
+    config = directory / f"{name}.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": name, "entrypoint": "python3 train.py", "max_restarts": 0, "searcher": searcher,
+        "environment": {"environment_variables": variables or {}}}))
+    return created_id(cluster.run("experiment", "create", str(config), str(model),
+                                  env_extra=env_extra).stdout)

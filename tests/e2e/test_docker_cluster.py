@@ -21,11 +21,17 @@ import pytest
 import yaml
 
 from agent_worker.docker_engine import agent_containers
-from common.states import TERMINAL_STATES
 from deploy.local_cluster import AGENT_ID
 from deploy.processes import read_pid
-from tests.e2e.cluster import DIGITS, Cluster, created_id, docker_runtime_cluster
-from tests.e2e.test_local_cluster import experiment_state, long_single_config, trial_of
+from tests.e2e.cluster import (
+    DIGITS,
+    Cluster,
+    created_id,
+    docker_runtime_cluster,
+    script_experiment,
+)
+from tests.e2e.test_faults import wait_done
+from tests.e2e.test_local_cluster import long_single_config, trial_of
 from tests.s3_fixtures import S3Server
 from tests.waiting import wait_for
 
@@ -165,18 +171,10 @@ def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints
     intruder = {"EPOCHAL_AUTH_FILE": str(tmp_path / "intruder.json")}
     docker_cluster.run("user", "login", name, env_extra={**intruder,
                                                           "EPOCHAL_PASSWORD": "a-long-password"})
-    model = tmp_path / "intruder"
-    model.mkdir()
-    (model / "train.py").write_text(INTRUDER_PY)
-    config = tmp_path / "intruder.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "intruder", "entrypoint": "python3 train.py", "max_restarts": 0,
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
-        "environment": {"environment_variables": [f"TARGET={stored}"]}}))
-    experiment_id = created_id(docker_cluster.run("experiment", "create", str(config),
-                                                  str(model), env_extra=intruder).stdout)
-    wait_for(lambda: experiment_state(docker_cluster, experiment_id).removeprefix("STATE_")
-             in TERMINAL_STATES, timeout=180, what="the intruder's trial to end")
+    experiment_id = script_experiment(docker_cluster, tmp_path, "intruder", INTRUDER_PY,
+                                      {"TARGET": str(stored)}, max_length={"batches": 1},
+                                      env_extra=intruder)
+    wait_done(docker_cluster, experiment_id)
     logs = docker_cluster.run("trial", "logs", str(trial_of(docker_cluster, experiment_id)["id"]),
                               env_extra=intruder).stdout
     [line] = [line for line in logs.splitlines() if "INTRUDER " in line]
@@ -188,21 +186,12 @@ def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints
 
 
 def _privileges_experiment(cluster: Cluster, tmp_path: Path) -> int:
-    """A completed run of PRIVILEGES_PY (it reports what it found and checkpoints it)."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "train.py").write_text(PRIVILEGES_PY)
-    config = tmp_path / "privileges.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "privileges", "entrypoint": "python3 train.py", "max_restarts": 0,
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
-        "environment": {"environment_variables": [
-            f"TEMPORAL={cluster.temporal_address}",
-            f"MASTER={cluster.url.removeprefix('http://')}"]}}))
-    experiment_id = created_id(cluster.run("experiment", "create", str(config),
-                                           str(model)).stdout)
-    wait_for(lambda: experiment_state(cluster, experiment_id).removeprefix("STATE_")
-             in TERMINAL_STATES, timeout=180, what="the trial to end")
+    """An ended run of PRIVILEGES_PY (it reports what it found and checkpoints it)."""
+    experiment_id = script_experiment(
+        cluster, tmp_path, "privileges", PRIVILEGES_PY,
+        {"TEMPORAL": cluster.temporal_address, "MASTER": cluster.url.removeprefix("http://")},
+        max_length={"batches": 1})
+    wait_done(cluster, experiment_id)
     return experiment_id
 
 

@@ -20,13 +20,12 @@ from pathlib import Path
 import httpx
 import psutil
 import pytest
-import yaml
 
 from agent_worker.sandbox import RUN_ID_BASE
 from agent_worker.trial_firewall import remove_rules_of_master
 from deploy.processes import free_port, free_port_block, read_pid
 from deploy.s3_server import PORT_BLOCK, ports
-from tests.e2e.cluster import Cluster, created_id
+from tests.e2e.cluster import Cluster, script_experiment
 from tests.e2e.test_faults import wait_done
 
 pytestmark = pytest.mark.slow
@@ -122,17 +121,8 @@ def test_a_trial_reaches_the_api_and_the_s3_endpoint_and_no_other_port_of_the_cl
                       "Temporal metrics", "PostgreSQL", "SeaweedFS master.port",
                       "SeaweedFS volume.port", "SeaweedFS filer.port", *REACHABLE}
     assert expected_names <= set(ports_by_name), ports_by_name
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "train.py").write_text(REACH_PY)
-    config = tmp_path / "reach.yaml"
-    config.write_text(yaml.safe_dump({
-        "name": "reach", "entrypoint": "python3 train.py", "max_restarts": 0,
-        "searcher": {"name": "single", "metric": "loss"},
-        "environment": {"environment_variables": {"CLUSTER_PORTS": json.dumps(ports_by_name)}},
-    }))
-    experiment_id = created_id(cluster.run("experiment", "create", str(config),
-                                           str(model)).stdout)
+    experiment_id = script_experiment(cluster, tmp_path, "reach", REACH_PY,
+                                      {"CLUSTER_PORTS": json.dumps(ports_by_name)})
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
 
     [trial] = cluster.trials(experiment_id)

@@ -149,7 +149,7 @@ def test_each_users_runs_are_held_and_a_runs_port_answers_its_own_user_only(
             for uid in (bob, linked, TASK_UID):
                 assert not connects_as_task_user("127.0.0.1", board_port, uid), uid
             socket.create_connection(("127.0.0.1", board_port), timeout=10).close()
-            firewall.reopen(rules)
+            firewall.drop(rules)
             assert connects_as_task_user("127.0.0.1", board_port, bob)
         finally:
             firewall.remove()
