@@ -50,7 +50,7 @@ from agent_worker.sandbox import (
 from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.task_runs import TaskActivities
-from agent_worker.trial_firewall import TrialFirewall
+from agent_worker.trial_firewall import TrialFirewall, listeners
 from common import payload_codec, tracing
 from common.temporal_connection import TemporalConnectionError, TemporalSecurity, connect
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
@@ -62,6 +62,8 @@ T = TypeVar("T")
 HEARTBEAT_THROTTLE_SECONDS = 2.0
 # Registered but no liveness activity for this long: the pool lost us; register again.
 UNWATCHED_SECONDS = 60.0
+# How soon a port a run listens on (beyond those it was given) is closed to other users' runs.
+LISTENER_SCAN_SECONDS = 0.5
 RUNTIMES = ("process", "docker", "auto")
 CLUSTER_TOKEN_ENV = "EPOCHAL_CLUSTER_TOKEN"
 SHARE_ENV = "EPOCHAL_SHARE_WITH_TRIALS"  # --share-with-trials, os.pathsep-separated
@@ -363,6 +365,8 @@ class Agent:
             if firewall is not None:
                 await asyncio.to_thread(firewall.install)
             heartbeat = asyncio.create_task(self._heartbeat(registration))
+            watcher = asyncio.create_task(self._close_listeners(firewall)) if (
+                firewall is not None and self.runtime.per_user) else None
             try:
                 client = self._client or await self._unless_stopped(
                     connect_temporal(cfg.temporal_address, cfg.namespace,
@@ -379,8 +383,10 @@ class Agent:
                     firewall=firewall if self.runtime.per_user else None)
                 return await self._serve(client, self.activities)
             finally:
-                heartbeat.cancel()
-                await asyncio.gather(heartbeat, return_exceptions=True)
+                for task in (heartbeat, watcher):
+                    if task is not None:
+                        task.cancel()
+                        await asyncio.gather(task, return_exceptions=True)
                 if firewall is not None:
                     await asyncio.to_thread(firewall.remove)
 
@@ -395,6 +401,19 @@ class Agent:
         return TrialFirewall(uids, [self.config.temporal_address,
                                         *self.config.closed_to_trials],
                              self.config.agent_id, self.config.master_url)
+
+    @staticmethod
+    async def _close_listeners(firewall: TrialFirewall) -> None:
+        """Close the ports runs listen on to other users' runs (beyond those a run is given),
+        a scan every LISTENER_SCAN_SECONDS."""
+        def scan() -> None:
+            firewall.close_listeners(listeners())
+        while True:
+            try:
+                await asyncio.to_thread(scan)
+            except Exception:  # noqa: BLE001 - the next scan tries again
+                logger.exception("cannot close the ports runs listen on to other users' runs")
+            await asyncio.sleep(LISTENER_SCAN_SECONDS)
 
     async def _heartbeat(self, registration: Registration) -> None:
         """Registration heartbeat; a new boot id when the pool stopped watching this agent."""

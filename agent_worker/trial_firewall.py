@@ -25,9 +25,13 @@ import shlex
 import shutil
 import socket
 import subprocess
+import threading
 from collections.abc import Callable
+from pathlib import Path
 
 logger = logging.getLogger(__name__)
+
+LISTEN = "0A"  # a listening socket's state in /proc/net/tcp (include/net/tcp_states.h)
 
 
 class TrialFirewall:
@@ -40,6 +44,11 @@ class TrialFirewall:
         self.addresses = list(dict.fromkeys(addresses))
         self.tag = rule_tag(agent_id, master_url)
         self.installed: list[tuple[str, list[str]]] = []
+        # close_listeners' rules per (port, uid); the lock keeps its scan, run in a thread,
+        # from adding rules after `remove`.
+        self.listener_rules: dict[tuple[int, int], list[tuple[str, list[str]]]] = {}
+        self._lock = threading.Lock()
+        self._removed = False
 
     @property
     def uid(self) -> str:
@@ -94,16 +103,21 @@ class TrialFirewall:
                     logger.info("removed a rule this agent left in an earlier life: %s",
                                 " ".join(rule))
 
+    def holds(self, uid: int) -> bool:
+        """Whether the rules hold `uid` (a run identity)."""
+        return any(_holds(spec, uid) for spec in self.uids)
+
     def include(self, uid: int) -> None:
         """Hold runs of `uid` to the same rules from now on: an identity outside the ranges
         given (an agent user an admin linked a user with)."""
-        if any(_holds(spec, uid) for spec in self.uids):
-            return
-        self.uids.append(str(uid))
-        for tool, rule in self.rules():
-            if rule[rule.index("--uid-owner") + 1] == str(uid) and shutil.which(tool) and (
-                    _iptables(tool, "-C", rule) or _iptables(tool, "-I", rule)):
-                self.installed.append((tool, rule))
+        with self._lock:
+            if self.holds(uid):
+                return
+            self.uids.append(str(uid))
+            for tool, rule in self.rules():
+                if rule[rule.index("--uid-owner") + 1] == str(uid) and shutil.which(tool) and (
+                        _iptables(tool, "-C", rule) or _iptables(tool, "-I", rule)):
+                    self.installed.append((tool, rule))
 
     def close_to_other_users(self, port: int, owner_uid: int) -> list[tuple[str, list[str]]]:
         """Close `port` of this host (a run's service, its rendezvous) to every run identity
@@ -123,16 +137,31 @@ class TrialFirewall:
                     logger.warning("cannot close port %d to other users' runs (%s)", port, tool)
         return added
 
+    def close_listeners(self, listening: set[tuple[int, int]]) -> None:
+        """Close each port a run identity listens on (`listening`: (port, uid), as `listeners`
+        finds them) to the other run identities; drop the rules of those no longer listening."""
+        with self._lock:
+            if self._removed:
+                return
+            for gone in set(self.listener_rules) - listening:
+                self.drop(self.listener_rules.pop(gone))
+            for port, uid in sorted(listening - set(self.listener_rules)):
+                if self.holds(uid):
+                    self.listener_rules[(port, uid)] = self.close_to_other_users(port, uid)
+
     @staticmethod
     def drop(rules: list[tuple[str, list[str]]]) -> None:
-        """Remove `rules` (each as often as it was added)."""
+        """Remove `rules`, one copy per entry: a port closed twice (its run was given it, and
+        `close_listeners` saw it listened on) stays closed until both let it go."""
         for tool, rule in rules:
-            while _iptables(tool, "-D", rule):
-                pass
+            _iptables(tool, "-D", rule)
 
     def remove(self) -> None:
-        self.drop(self.installed)
-        self.installed = []
+        with self._lock:
+            self._removed = True
+            self.drop([*self.installed, *(rule for rules in self.listener_rules.values()
+                                          for rule in rules)])
+            self.installed, self.listener_rules = [], {}
 
 
 def rule_tag(agent_id: str, master_url: str) -> str:
@@ -169,6 +198,22 @@ def tagged_rules(tool: str, wanted: Callable[[str], bool]) -> list[list[str]]:
             continue
         if wanted(words[words.index("--comment") + 1]):
             found.append(["OUTPUT", *words[2:]])
+    return found
+
+
+def listeners(proc: Path = Path("/proc/net")) -> set[tuple[int, int]]:
+    """(port, uid) of every TCP socket listening in this network namespace, the host's (trials
+    and containers share it)."""
+    found: set[tuple[int, int]] = set()
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = (proc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 7 and fields[3] == LISTEN:
+                found.add((int(fields[1].rpartition(":")[2], 16), int(fields[7])))
     return found
 
 

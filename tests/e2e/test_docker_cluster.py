@@ -11,9 +11,11 @@ import json
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -22,7 +24,7 @@ import yaml
 
 from agent_worker.docker_engine import agent_containers
 from deploy.local_cluster import AGENT_ID
-from deploy.processes import read_pid
+from deploy.processes import free_port, read_pid
 from tests.e2e.cluster import (
     DIGITS,
     Cluster,
@@ -65,8 +67,21 @@ def test_grid_search_runs_in_containers(docker_cluster: Cluster,
 # What a trial on the host's network would need to read the loopback's traffic (the cluster
 # token, an admin's session, other trials' tokens): root, capabilities (NET_RAW) and set-uid
 # programs to get them back. It reports what it has, then checkpoints as any trial does.
-PRIVILEGES_PY = """
-import json, os, socket
+# A trial's probe of an address (host:port): "connected", or the error's name.
+CONNECTED = """
+import socket
+
+def connected(address):
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        return "connected"
+    except OSError as err:
+        return type(err).__name__
+"""
+
+PRIVILEGES_PY = CONNECTED + """
+import json, os
 import harness.core
 
 def status(field):
@@ -77,14 +92,6 @@ def opened(*args):
     try:
         socket.socket(*args).close()
         return "opened"
-    except OSError as err:
-        return type(err).__name__
-
-def connected(address):
-    host, _, port = address.rpartition(":")
-    try:
-        socket.create_connection((host, int(port)), timeout=5).close()
-        return "connected"
     except OSError as err:
         return type(err).__name__
 
@@ -166,11 +173,7 @@ def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints
     [checkpoint] = [c for c in docker_cluster.json("checkpoint", "list", str(victim))[
         "checkpoints"] if c["state"] == "STATE_COMPLETED"]
     stored = Path(checkpoint["storagePath"])
-    name = f"intruder{os.getpid()}"
-    docker_cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "a-long-password"})
-    intruder = {"EPOCHAL_AUTH_FILE": str(tmp_path / "intruder.json")}
-    docker_cluster.run("user", "login", name, env_extra={**intruder,
-                                                          "EPOCHAL_PASSWORD": "a-long-password"})
+    intruder = _another_user(docker_cluster, tmp_path)
     experiment_id = script_experiment(docker_cluster, tmp_path, "intruder", INTRUDER_PY,
                                       {"TARGET": str(stored)}, max_length={"batches": 1},
                                       env_extra=intruder)
@@ -183,6 +186,63 @@ def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints
     assert (found["read"], found["write"], found["rename"]) == (
         "PermissionError", "PermissionError", "PermissionError"), found
     assert json.loads((stored / "found.json").read_text())  # still there, whole
+
+
+# A user's server in its container (on the host's network), and another user's container at it.
+LISTENER_PY = """
+import json, socket, time
+server = socket.create_server(("0.0.0.0", 0))
+print("LISTENING " + json.dumps({"port": server.getsockname()[1]}), flush=True)
+time.sleep(600)
+"""
+
+PROBE_PY = CONNECTED + """
+import json, os
+
+print("PROBED " + json.dumps({name: connected(os.environ[name])
+                              for name in ("SERVER", "TEMPORAL", "MASTER")}), flush=True)
+"""
+
+
+def test_another_users_container_cannot_reach_a_users_server(
+        docker_cluster: Cluster, tmp_path: Path) -> None:
+    """A port a user's container opens itself (not one it was given) answers that user's runs
+    only, once the agent's scan of the host's listening sockets sees it."""
+    server = script_experiment(docker_cluster, tmp_path, "server", LISTENER_PY)
+    try:
+        port = wait_for(lambda: _printed(docker_cluster, server, "LISTENING "), 120,
+                        "the server's port")["port"]
+        intruder = _another_user(docker_cluster, tmp_path)
+        probe = script_experiment(docker_cluster, tmp_path, "probe", PROBE_PY, {
+            "SERVER": f"127.0.0.1:{port}", "TEMPORAL": docker_cluster.temporal_address,
+            "MASTER": docker_cluster.url.removeprefix("http://")}, env_extra=intruder)
+        wait_done(docker_cluster, probe)
+        found = wait_for(lambda: _printed(docker_cluster, probe, "PROBED ", intruder), 30,
+                         "the probe's findings")
+        assert found == {"SERVER": "ConnectionRefusedError", "TEMPORAL": "ConnectionRefusedError",
+                         "MASTER": "connected"}, found
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()  # the agent can
+    finally:
+        docker_cluster.run("experiment", "kill", str(server), check=False)
+    wait_done(docker_cluster, server)
+
+
+def _printed(cluster: Cluster, experiment_id: int, mark: str,
+             env_extra: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """The JSON the experiment's trial printed after `mark`, once it has."""
+    logs = cluster.run("trial", "logs", str(trial_of(cluster, experiment_id)["id"]),
+                       env_extra=env_extra).stdout
+    found = [line for line in logs.splitlines() if mark in line]
+    return json.loads(found[0].split(mark, 1)[1]) if found else None
+
+
+def _another_user(cluster: Cluster, tmp_path: Path) -> dict[str, str]:
+    """A new ordinary user, logged in: the environment that makes the CLI act as them."""
+    name = f"intruder{os.getpid()}{free_port()}"
+    cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "a-long-password"})
+    login = {"EPOCHAL_AUTH_FILE": str(tmp_path / f"{name}.json")}
+    cluster.run("user", "login", name, env_extra={**login, "EPOCHAL_PASSWORD": "a-long-password"})
+    return login
 
 
 def _privileges_experiment(cluster: Cluster, tmp_path: Path) -> int:

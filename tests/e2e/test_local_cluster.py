@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -252,7 +253,7 @@ def test_users_log_in_and_may_not_touch_others_experiments(
 
 
 VICTIM_PY = """
-import json, os, sys, time
+import json, os, socket, sys, time
 # Its checkpoint storage: a directory of its own with a file the trial made readable by all,
 # and one it wrote as code does (no mode given); and its /dev/shm.
 storage = json.load(open(os.environ["EPOCHAL_TRIAL_INFO"]))["checkpoint_storage"]["host_path"]
@@ -265,7 +266,10 @@ with open(os.path.join(mine, "public.txt"), "w") as f:
 os.chmod(os.path.join(mine, "public.txt"), 0o644)
 with open("/dev/shm/victim-" + sys.argv[1], "w") as f:
     f.write(sys.argv[1])
-print("IDENTITY " + json.dumps({"uid": os.getuid()}), flush=True)
+# A port of its own, as gloo's pair connections or a debug server open one: not one it was given.
+server = socket.create_server(("127.0.0.1", 0))
+print("IDENTITY " + json.dumps({"uid": os.getuid(), "port": server.getsockname()[1]}),
+      flush=True)
 with open("marker.txt", "w") as f:  # what the test waits for: all of the above is done
     f.write(sys.argv[1])
 time.sleep(600)
@@ -326,11 +330,14 @@ for d in victims:
     except OSError as err:
         found["victim_dir_renamed"].append(type(err).__name__)
 found["shm"] = sorted(os.listdir("/dev/shm"))
-try:
-    socket.create_connection(("127.0.0.1", int(os.environ["BOARD_PORT"])), timeout=10).close()
-    found["board"] = "connected"
-except OSError as err:
-    found["board"] = type(err).__name__
+def connect(port):
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=10).close()
+        return "connected"
+    except OSError as err:
+        return type(err).__name__
+found["board"] = connect(os.environ["BOARD_PORT"])
+found["victim_port"] = connect(os.environ["VICTIM_PORT"])
 host, port = os.environ["TEMPORAL"].rsplit(":", 1)
 try:
     socket.create_connection((host, int(port)), timeout=10).close()
@@ -352,22 +359,26 @@ print("FOUND " + json.dumps(found), flush=True)
 """
 
 
-def _identity(cluster: Cluster, experiment_id: int) -> int | None:
-    """The uid the experiment's trial printed (`IDENTITY {...}`), once it has."""
+def _identity(cluster: Cluster, experiment_id: int) -> dict[str, int] | None:
+    """What the experiment's trial printed (`IDENTITY {...}`: its uid and port), once it has."""
     logs = cluster.run("trial", "logs", str(trial_of(cluster, experiment_id)["id"])).stdout
     found = [line for line in logs.splitlines() if "IDENTITY " in line]
-    return json.loads(found[0].split("IDENTITY ", 1)[1])["uid"] if found else None
+    return json.loads(found[0].split("IDENTITY ", 1)[1]) if found else None
 
 
-def _listening(uid: int) -> int | None:
-    """A TCP port a process of `uid` listens on, if one does."""
-    for conn in psutil.net_connections(kind="tcp"):
-        if conn.status == psutil.CONN_LISTEN and conn.pid:
-            try:
-                if psutil.Process(conn.pid).uids().real == uid:
-                    return int(conn.laddr.port)
-            except psutil.NoSuchProcess:
-                continue
+def _listening() -> set[int]:
+    """The TCP ports something on this host listens on."""
+    return {int(getattr(conn.laddr, "port", 0)) for conn in psutil.net_connections(kind="tcp")
+            if conn.status == psutil.CONN_LISTEN}
+
+
+def _service_port(task_id: str) -> int | None:
+    """The port the task's TensorBoard listens on, from its command line (`--port P` beside its
+    proxy prefix): other clusters' runs on this host may have the same uid."""
+    for process in psutil.process_iter(["cmdline"]):
+        argv = process.info["cmdline"] or []
+        if "harness.tensorboard" in argv and any(task_id in arg for arg in argv):
+            return int(argv[argv.index("--port") + 1])
     return None
 
 
@@ -388,10 +399,13 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     agent_dir = cluster.state_dir / "agent"
     wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), 60, "the victim")
     # The victim's TensorBoard: its port authenticates nobody.
-    victim_uid = wait_for(lambda: _identity(cluster, victim), 60, "the victim's identity")
+    identity = wait_for(lambda: _identity(cluster, victim), 60, "the victim's identity")
     board = cluster.run("tensorboard", "start", str(victim), "--config",
                         "resources.slots=0").stderr  # the attacker needs the other slot
-    board_port = wait_for(lambda: _listening(victim_uid), 120, "the victim's TensorBoard")
+    task = re.search(r"[0-9a-f-]{36}", board)
+    assert task, board
+    board_port = wait_for(lambda: _service_port(task.group(0)), 120, "the victim's TensorBoard")
+    wait_for(lambda: board_port in _listening(), 120, "the victim's TensorBoard to listen")
 
     name = f"mallory{free_port()}"
     cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "mallorys-password"})
@@ -404,6 +418,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
         "environment": {"environment_variables": {
             "STATE_DIR": str(cluster.state_dir), "AGENT_HOME": str(Path.home()),
             "PG_PORT": str(urlsplit(postgres_url).port), "BOARD_PORT": str(board_port),
+            "VICTIM_PORT": str(identity["port"]),
             "TEMPORAL": cluster.env["EPOCHAL_TEMPORAL_ADDRESS"]}}}))
     # A login of the agent's user (root's CLI keeps one in its home).
     home_secret = Path.home() / f".epochal-isolation-{marker}"
@@ -418,9 +433,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     assert experiment_state(cluster, attacker) == "STATE_COMPLETED"
     logs = cluster.run("trial", "logs", str(trial_of(cluster, attacker)["id"])).stdout
     cluster.run("experiment", "kill", str(victim))
-    task = re.search(r"[0-9a-f-]{36}", board)
-    if task:
-        cluster.run("tensorboard", "kill", task.group(0), check=False)
+    cluster.run("tensorboard", "kill", task.group(0), check=False)
 
     secrets = cluster.secrets
     for secret in (secrets["cluster_token"], secrets["admin_password"], marker,
@@ -429,16 +442,18 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     [line] = [line for line in logs.splitlines() if "FOUND " in line]
     found = json.loads(line.split("FOUND ", 1)[1])
     # Each user's runs are an identity of their own (agent_worker/sandbox.py).
-    assert found["uid"] >= RUN_ID_BASE and victim_uid >= RUN_ID_BASE
-    assert found["uid"] != victim_uid
+    assert found["uid"] >= RUN_ID_BASE and identity["uid"] >= RUN_ID_BASE
+    assert found["uid"] != identity["uid"]
     # Nothing of the victim's storage: not even a file it made readable by all (its directory
     # is its user's alone), no write, no rename; not its /dev/shm.
     assert found["victim_files"] == ["<PermissionError>", "<PermissionError>"], found
     assert found["victim_dir_written"] == ["PermissionError"], found
     assert found["victim_dir_renamed"] == ["PermissionError"], found
     assert found["shm"] == [], found
-    # Nor the victim's TensorBoard (the master's proxy still reaches it: it started).
-    assert found["board"] == "ConnectionRefusedError", found
+    # Nor the victim's TensorBoard (the master's proxy still reaches it: it started), nor a port
+    # the victim opened itself; the agent (root) still reaches that.
+    assert found["board"] == found["victim_port"] == "ConnectionRefusedError", found
+    socket.create_connection(("127.0.0.1", identity["port"]), timeout=10).close()
     assert found["secrets"] == found["cli_login"] == "<FileNotFoundError>"
     assert found["other_runs"] == []
     # Its own processes only: none of the master's, the agent's or the victim's.

@@ -18,6 +18,7 @@ import pytest
 from agent_worker.trial_firewall import (
     TrialFirewall,
     _iptables,
+    listeners,
     remove_rules_of_master,
     rule_tag,
     tagged_rules,
@@ -154,3 +155,42 @@ def test_each_users_runs_are_held_and_a_runs_port_answers_its_own_user_only(
         finally:
             firewall.remove()
         assert closed_ports("agent-4", master) == []
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
+def test_a_port_a_run_opens_itself_answers_its_own_user_only(master: str) -> None:
+    from agent_worker.sandbox import RUN_ID_BASE, RUN_ID_RANGE
+
+    alice, bob = RUN_ID_BASE + 9, RUN_ID_BASE + 10
+    serve = ("import socket, sys; s = socket.create_server(('127.0.0.1', 0)); "
+             "print(s.getsockname()[1], flush=True); sys.stdin.read()")
+    server = subprocess.Popen(["setpriv", f"--reuid={alice}", f"--regid={alice}",
+                               "--clear-groups", sys.executable, "-c", serve],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    firewall = TrialFirewall([TASK_UID, RUN_ID_RANGE], [], "agent-5", master)
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        assert (port, alice) in listeners()
+        assert connects_as_task_user("127.0.0.1", port, bob)
+        # Other tests' runs listen on this host too: this test's firewall closes Alice's only.
+        alices = {(p, uid) for p, uid in listeners() if uid == alice}
+        firewall.close_listeners(alices)
+        assert not connects_as_task_user("127.0.0.1", port, bob)
+        assert connects_as_task_user("127.0.0.1", port, alice)
+        socket.create_connection(("127.0.0.1", port), timeout=10).close()  # the agent can
+        # Given to her run as well (a service port): closed until both let it go.
+        given = firewall.close_to_other_users(port, alice)
+        firewall.close_listeners(set())
+        assert not connects_as_task_user("127.0.0.1", port, bob)
+        firewall.drop(given)
+        assert connects_as_task_user("127.0.0.1", port, bob)
+        firewall.close_listeners(alices)
+        server.communicate("", timeout=30)  # it stops listening
+        firewall.close_listeners({(p, uid) for p, uid in listeners() if uid == alice})
+        assert closed_ports("agent-5", master) == []
+    finally:
+        server.kill()
+        server.wait()
+        firewall.remove()
+    assert closed_ports("agent-5", master) == []
