@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -36,7 +37,7 @@ from temporalio.worker import Worker
 from agent_worker.activities import SYSTEM_METRICS_INTERVAL, AgentActivities
 from agent_worker.liveness import Liveness
 from agent_worker.process_runtime import ProcessRuntime
-from agent_worker.registration import Registration, route_address
+from agent_worker.registration import Registration, host_addresses, route_address
 from agent_worker.run_cgroups import RunCgroups
 from agent_worker.runtime import Runtime
 from agent_worker.sandbox import (
@@ -321,6 +322,7 @@ class Agent:
         self._stop = asyncio.Event()
         self.activities: AgentActivities | None = None
         self.ready = asyncio.Event()  # set once polling
+        self.run_ports_changed = asyncio.Event()  # a run's port opened or closed: tell the master
 
     def stop(self) -> None:
         """Ask the agent to shut down (safe from a signal handler)."""
@@ -364,9 +366,12 @@ class Agent:
             firewall = self.trial_firewall()
             if firewall is not None:
                 await asyncio.to_thread(firewall.install)
-            heartbeat = asyncio.create_task(self._heartbeat(registration))
-            watcher = asyncio.create_task(self._close_listeners(firewall)) if (
-                firewall is not None and self.runtime.per_user) else None
+            # Each user's runs an identity of their own: their ports closed to the others'.
+            run_ports = firewall if self.runtime.per_user else None
+            registration.addresses = host_addresses(registration.address)
+            heartbeat = asyncio.create_task(self._heartbeat(registration, run_ports))
+            watcher = (asyncio.create_task(self._close_listeners(run_ports))
+                       if run_ports is not None else None)
             try:
                 client = self._client or await self._unless_stopped(
                     connect_temporal(cfg.temporal_address, cfg.namespace,
@@ -380,7 +385,7 @@ class Agent:
                     cluster_id=cluster_id, cluster_token=cfg.cluster_token,
                     address=registration.address,
                     system_metrics_interval=cfg.system_metrics_interval,
-                    firewall=firewall if self.runtime.per_user else None)
+                    firewall=run_ports)
                 return await self._serve(client, self.activities)
             finally:
                 for task in (heartbeat, watcher):
@@ -402,24 +407,29 @@ class Agent:
                                         *self.config.closed_to_trials],
                              self.config.agent_id, self.config.master_url)
 
-    @staticmethod
-    async def _close_listeners(firewall: TrialFirewall) -> None:
+    async def _close_listeners(self, firewall: TrialFirewall) -> None:
         """Close the ports runs listen on to other users' runs (beyond those a run is given),
-        a scan every LISTENER_SCAN_SECONDS."""
-        def scan() -> None:
-            firewall.close_listeners(listeners())
+        a scan every LISTENER_SCAN_SECONDS; a change is told to the master at once."""
+        def scan() -> bool:
+            return firewall.close_listeners(listeners())
         while True:
             try:
-                await asyncio.to_thread(scan)
+                if await asyncio.to_thread(scan):
+                    self.run_ports_changed.set()
             except Exception:  # noqa: BLE001 - the next scan tries again
                 logger.exception("cannot close the ports runs listen on to other users' runs")
             await asyncio.sleep(LISTENER_SCAN_SECONDS)
 
-    async def _heartbeat(self, registration: Registration) -> None:
-        """Registration heartbeat; a new boot id when the pool stopped watching this agent."""
+    async def _heartbeat(self, registration: Registration,
+                         run_ports: TrialFirewall | None) -> None:
+        """Registration heartbeat, at once when the runs' ports changed; a new boot id when
+        the pool stopped watching this agent. Each answer's ports of other agents' runs are
+        closed to other users' runs here."""
         registered_at = time.monotonic()
         while True:
-            await asyncio.sleep(registration.interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.run_ports_changed.wait(), registration.interval)
+            self.run_ports_changed.clear()
             watched = self.liveness.watched(self.unwatched_seconds)
             if (self.ready.is_set() and not watched
                     and time.monotonic() - registered_at > self.unwatched_seconds):
@@ -427,7 +437,10 @@ class Agent:
                                "again", self.unwatched_seconds)
                 registration.boot_id = uuid.uuid4().hex
                 registered_at = time.monotonic()
-            await registration.register_once()
+            if run_ports is not None:
+                registration.run_ports = run_ports.held_listeners()
+            if await registration.register_once() and run_ports is not None:
+                await asyncio.to_thread(run_ports.close_peer_ports, registration.peer_run_ports)
 
     async def _register(self, registration: Registration) -> bool:
         await registration.wait_registered()

@@ -7,6 +7,7 @@ logged and retried, never fatal.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import socket
 import time
@@ -15,12 +16,16 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
+import psutil
 
 from agent_worker.slots import Slot
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
+# What the master takes in one registration (api/routes/agents.py).
+MAX_ADDRESSES = 64
+MAX_RUN_PORTS = 4096
 # While the master is away, say so at most this often.
 FAILURE_LOG_SECONDS = 60.0
 
@@ -45,6 +50,22 @@ def route_address(master_url: str) -> str:
         return "127.0.0.1"
 
 
+def host_addresses(advertised: str) -> list[str]:
+    """Every address other hosts may reach this one at: the advertised one and each interface's
+    (not loopback, nor IPv6 link-local, which needs an interface to mean anything)."""
+    found = set()
+    for address in [advertised, *(entry.address for entries in psutil.net_if_addrs().values()
+                                  for entry in entries
+                                  if entry.family in (socket.AF_INET, socket.AF_INET6))]:
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:  # a host name advertised: its addresses are among the interfaces'
+            continue
+        if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified):
+            found.add(str(ip))
+    return sorted(found)[:MAX_ADDRESSES]
+
+
 class Registration:
     def __init__(
         self,
@@ -66,6 +87,11 @@ class Registration:
         self.interval = interval
         self.boot_id = boot_id  # new on every agent start: the master tells the pool once per boot
         self.address = address
+        # Its runs' listening ports (port, uid) and its host's addresses, told with every beat;
+        # the ports of other agents' runs (address, port, uid), as the last answer told them.
+        self.run_ports: list[tuple[int, int]] = []
+        self.addresses: list[str] = []
+        self.peer_run_ports: set[tuple[str, int, int]] = set()
         self.registered = False
         self._failing_since: float | None = None
         self._last_failure_log = 0.0
@@ -81,6 +107,9 @@ class Registration:
             "version": agent_version(),
             "bootId": self.boot_id,
             "address": self.address,
+            "runPorts": [{"port": port, "uid": uid}
+                         for port, uid in self.run_ports[:MAX_RUN_PORTS]],
+            "addresses": self.addresses,
         }
 
     async def register_once(self) -> bool:
@@ -93,6 +122,12 @@ class Registration:
         if not resp.is_success:
             self._failed(f"HTTP {resp.status_code}: {resp.text[:300]}")
             return False
+        try:
+            self.peer_run_ports = {(str(p["address"]), int(p["port"]), int(p["uid"]))
+                                   for p in resp.json().get("runPorts") or []}
+        except (ValueError, TypeError, KeyError, AttributeError):
+            logger.warning("the master's answer to registration lists no run ports: %.300s",
+                           resp.text)
         if not self.registered:
             logger.info("registered agent %s with %d slots in pool %r at %s", self.agent_id,
                         len(self.slots), self.resource_pool, self._master_url)

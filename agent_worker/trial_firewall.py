@@ -12,8 +12,16 @@ tagged with the agent's id and its master, and removed when the agent stops. Rul
 agent left are found by their tag when it starts again: those it still wants are kept, the rest
 (a Temporal server since moved to another port) removed, since a port closed to trials for good
 breaks whatever later listens there (a distributed trial's rendezvous hung on one). Other users
-of the host, the agent and the master are not affected. Only the listed ports are closed, so
-trials still reach each other's ports (ranks of one distributed trial on one host).
+of the host, the agent and the master are not affected.
+
+Runs' own ports are closed to every run identity but their owner's (so the ranks of one
+distributed trial still reach each other): the ports a run is given (a task's service, a
+trial's rendezvous) before it starts, and any other it listens on (gloo's pair connections, a
+user's debug server) once `close_listeners` sees it, within a scan of /proc/net/tcp; a
+connection made before that is reset at its next packet. Other hosts' runs are held off the
+same way on their own hosts: each agent tells the master its runs' ports in its registration
+heartbeat and is told every other agent's (`close_peer_ports`), so a port is closed across the
+cluster within a heartbeat of its opening.
 """
 
 from __future__ import annotations
@@ -44,9 +52,11 @@ class TrialFirewall:
         self.addresses = list(dict.fromkeys(addresses))
         self.tag = rule_tag(agent_id, master_url)
         self.installed: list[tuple[str, list[str]]] = []
-        # close_listeners' rules per (port, uid); the lock keeps its scan, run in a thread,
-        # from adding rules after `remove`.
+        # close_listeners' rules per (port, uid); the lock keeps a scan or a heartbeat's
+        # answer, handled in a thread, from adding rules after `remove`.
         self.listener_rules: dict[tuple[int, int], list[tuple[str, list[str]]]] = {}
+        # close_peer_ports' rules per (address, port, uid) of other agents' runs.
+        self.peer_rules: dict[tuple[str, int, int], list[tuple[str, list[str]]]] = {}
         self._lock = threading.Lock()
         self._removed = False
 
@@ -123,31 +133,61 @@ class TrialFirewall:
         """Close `port` of this host (a run's service, its rendezvous) to every run identity
         but its owner's, while the run lasts; the rules, for `drop`. The master's proxy and
         the agent are not run identities: they still reach it."""
+        return [rule for tool in ("iptables", "ip6tables") for rule in self._close_to_others(
+            tool, ["-m", "addrtype", "--dst-type", "LOCAL"], port, owner_uid)]
+
+    def _close_to_others(self, tool: str, to: list[str], port: int,
+                         owner_uid: int) -> list[tuple[str, list[str]]]:
+        """The rules added closing `to`:`port` to the run identities but `owner_uid`."""
+        if shutil.which(tool) is None:
+            return []
         added = []
-        for tool in ("iptables", "ip6tables"):
-            if shutil.which(tool) is None:
-                continue
-            for uids in self.uids:
-                rule = self._reject(["-m", "addrtype", "--dst-type", "LOCAL"], str(port), [
-                    "-m", "owner", "--uid-owner", uids,
-                    "-m", "owner", "!", "--uid-owner", str(owner_uid)])
-                if _iptables(tool, "-I", rule):
-                    added.append((tool, rule))
-                else:
-                    logger.warning("cannot close port %d to other users' runs (%s)", port, tool)
+        for uids in self.uids:
+            rule = self._reject(to, str(port), ["-m", "owner", "--uid-owner", uids,
+                                                "-m", "owner", "!", "--uid-owner", str(owner_uid)])
+            if _iptables(tool, "-I", rule):
+                added.append((tool, rule))
+            else:
+                logger.warning("cannot close port %d to other users' runs (%s)", port, tool)
         return added
 
-    def close_listeners(self, listening: set[tuple[int, int]]) -> None:
+    def close_listeners(self, listening: set[tuple[int, int]]) -> bool:
         """Close each port a run identity listens on (`listening`: (port, uid), as `listeners`
-        finds them) to the other run identities; drop the rules of those no longer listening."""
+        finds them) to the other run identities; drop the rules of those no longer listening.
+        Whether the ports held changed (other agents are told: `held_listeners`)."""
+        with self._lock:
+            if self._removed:
+                return False
+            before = set(self.listener_rules)
+            for gone in before - listening:
+                self.drop(self.listener_rules.pop(gone))
+            for port, uid in sorted(listening - before):
+                if self.holds(uid):
+                    self.listener_rules[(port, uid)] = self.close_to_other_users(port, uid)
+            return set(self.listener_rules) != before
+
+    def held_listeners(self) -> list[tuple[int, int]]:
+        """(port, uid) of each port a run identity listens on here, as last seen."""
+        with self._lock:
+            return sorted(self.listener_rules)
+
+    def close_peer_ports(self, ports: set[tuple[str, int, int]]) -> None:
+        """Close each port a run on another agent's host listens on (`ports`: (address, port,
+        uid), one per address of that host, as the master tells them) to this host's run
+        identities but its owner's; drop the rules of those no longer listed."""
         with self._lock:
             if self._removed:
                 return
-            for gone in set(self.listener_rules) - listening:
-                self.drop(self.listener_rules.pop(gone))
-            for port, uid in sorted(listening - set(self.listener_rules)):
-                if self.holds(uid):
-                    self.listener_rules[(port, uid)] = self.close_to_other_users(port, uid)
+            for gone in set(self.peer_rules) - ports:
+                self.drop(self.peer_rules.pop(gone))
+            for address, port, uid in sorted(ports - set(self.peer_rules)):
+                try:
+                    ip = ipaddress.ip_address(address)
+                except ValueError:
+                    continue
+                tool = "iptables" if ip.version == 4 else "ip6tables"
+                self.peer_rules[(address, port, uid)] = self._close_to_others(
+                    tool, ["-d", str(ip)], port, uid)
 
     @staticmethod
     def drop(rules: list[tuple[str, list[str]]]) -> None:
@@ -159,9 +199,10 @@ class TrialFirewall:
     def remove(self) -> None:
         with self._lock:
             self._removed = True
-            self.drop([*self.installed, *(rule for rules in self.listener_rules.values()
+            self.drop([*self.installed, *(rule for rules in (*self.listener_rules.values(),
+                                                             *self.peer_rules.values())
                                           for rule in rules)])
-            self.installed, self.listener_rules = [], {}
+            self.installed, self.listener_rules, self.peer_rules = [], {}, {}
 
 
 def rule_tag(agent_id: str, master_url: str) -> str:

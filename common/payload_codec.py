@@ -4,8 +4,9 @@ Workflow and activity inputs carry experiment configs (S3 keys, the environment 
 user gives their trials), and Temporal's frontend and UI authenticate nobody unless set up to
 (docs/SECURITY.md): anyone who reads a history would read them. The master and the agents (the
 holders of the cluster token) encode every payload they send (inputs, results, signals,
-queries) with AES-256-GCM under a key derived from the cluster token, and decode what
-they receive; search attributes and the experiment's memo (`in_clear`), which hold no secret,
+queries, and the message and stack trace of each failure, which may quote them) with
+AES-256-GCM under a key derived from the cluster token, and decode what they receive;
+search attributes and the experiment's memo (`in_clear`), which hold no secret,
 stay readable for Temporal's queries and UI. A payload that is not encrypted (a history
 recorded before, a test's client) is decoded as it is, so old histories still replay.
 Temporal's UI shows the other payloads as encrypted.
@@ -79,8 +80,12 @@ def in_clear(memo: Mapping[str, Any]) -> dict[str, Payload]:
 
 def data_converter(cluster_token: str | None) -> temporalio.converter.DataConverter:
     """The converter of the master's and the agents' clients: encrypting where there is a
-    cluster token to derive the key from, else Temporal's default."""
+    cluster token to derive the key from, else Temporal's default. A failure's message and
+    stack trace travel as a payload (its "encoded attributes"), so they are encrypted too; the
+    history shows "Encoded failure" in their place."""
     default = temporalio.converter.DataConverter.default
     if not cluster_token:
         return default
-    return dataclasses.replace(default, payload_codec=EncryptionCodec(payload_key(cluster_token)))
+    return dataclasses.replace(
+        default, payload_codec=EncryptionCodec(payload_key(cluster_token)),
+        failure_converter_class=temporalio.converter.DefaultFailureConverterWithEncodedAttributes)

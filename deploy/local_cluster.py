@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from agent_worker.trial_firewall import remove_rules_of_master
 from common.agent_args import AGENT_PROGRAM, AgentArgs
 from deploy import processes, temporal_server
 from deploy.postgres import EmbeddedPostgres, database_url, without_password
@@ -459,6 +460,9 @@ def down(settings: ClusterSettings | None = None) -> list[str]:
     provisioned = [f for f in pid_files(s.state_dir) if processes.stop_pid_file(f, s.stop_grace)]
     if provisioned:  # agents the master's `process` provider started
         stopped.append(f"{len(provisioned)} provisioned agent(s)")
+    # An agent killed (kill -9, a crash) left its firewall rules: a port closed to runs for
+    # good would break whatever listens there next.
+    remove_rules_of_master(cluster_info(s).api_url)
     if _s3(s).stop():
         stopped.append("s3")
     if _temporal(s).stop(s.stop_grace):

@@ -21,20 +21,42 @@ async def upsert_agent(
     slots: list[dict[str, Any]],
     version: str | None,
     boot_id: str,
+    run_ports: list[dict[str, int]],
+    addresses: list[str],
 ) -> None:
-    """Register the agent, or record its heartbeat (last seen now)."""
+    """Register the agent, or record its heartbeat (last seen now) and its runs' ports."""
     await conn.execute(
-        "INSERT INTO agents (id, resource_pool, slots, version, boot_id)"
-        " VALUES ($1, $2, $3, $4, $5)"
+        "INSERT INTO agents (id, resource_pool, slots, version, boot_id, run_ports, addresses)"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7)"
         " ON CONFLICT (id) DO UPDATE SET resource_pool = EXCLUDED.resource_pool,"
         "   slots = EXCLUDED.slots, version = EXCLUDED.version, boot_id = EXCLUDED.boot_id,"
-        "   last_seen = now()",
+        "   run_ports = EXCLUDED.run_ports, addresses = EXCLUDED.addresses, last_seen = now()",
         agent_id,
         resource_pool,
         slots,
         version,
         boot_id,
+        run_ports,
+        addresses,
     )
+
+
+async def fetch_peer_run_ports(
+    conn: Conn, agent_id: str, alive_seconds: int
+) -> list[dict[str, Any]]:
+    """The ports runs listen on at every other agent seen within `alive_seconds`: one entry
+    per address of its host (`address`, `port`, `uid`)."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT address.value #>> '{}' AS address, (port.value->>'port')::int AS port,"
+        "   (port.value->>'uid')::bigint AS uid"
+        " FROM agents, jsonb_array_elements(addresses) AS address,"
+        "   jsonb_array_elements(run_ports) AS port"
+        " WHERE id <> $1 AND last_seen > now() - make_interval(secs => $2)"
+        " ORDER BY 1, 2, 3",
+        agent_id,
+        alive_seconds,
+    )
+    return [dict(row) for row in rows]
 
 
 async def fetch_agents(

@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Query
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, IPvAnyAddress
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -23,7 +23,7 @@ from api.errors import ApiError, not_found
 from api.queries import agents as queries
 from api.queries import tasks as task_queries
 from api.schemas import Empty, answers
-from api.schemas.agents import AgentAnswer, AgentList, SlotList
+from api.schemas.agents import AgentAnswer, AgentList, AgentRegistered, SlotList
 from api.schemas.jobs import JobQueue
 from api.schemas.tasks import TaskList
 from api.views import job_id, rfc3339
@@ -42,6 +42,8 @@ from workflows.pool_types import (
 router = APIRouter(tags=["agents"])
 
 AGENT_ALIVE_SECONDS = 15
+MAX_RUN_PORTS = 4096  # an agent's runs' listening ports, as one registration says them
+MAX_ADDRESSES = 64  # its host's addresses
 
 
 class SlotDevice(BaseModel):
@@ -56,6 +58,13 @@ class Slot(BaseModel):
     device: SlotDevice = Field(default_factory=SlotDevice)
 
 
+class RunPort(BaseModel):
+    """A port one of the agent's runs listens on, and the run's uid."""
+
+    port: int = Field(ge=1, le=65535)
+    uid: int = Field(ge=0, le=2**32 - 1)
+
+
 class RegisterAgentRequest(BaseModel):
     resourcePool: str = "default"
     slots: list[Slot] = Field(default_factory=list)
@@ -63,6 +72,10 @@ class RegisterAgentRequest(BaseModel):
     bootId: str = Field("", max_length=200)
     # Where the agent's trials reach each other (a trial on several agents), as they see it.
     address: str = Field("", max_length=255, pattern=r"^[A-Za-z0-9.:\-\[\]%]*$")
+    # Its runs' ports, and every address of its host: other agents close them to other users'
+    # runs (agent_worker/trial_firewall.py).
+    runPorts: list[RunPort] = Field(default_factory=list, max_length=MAX_RUN_PORTS)
+    addresses: list[IPvAnyAddress] = Field(default_factory=list, max_length=MAX_ADDRESSES)
 
 
 def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
@@ -100,7 +113,7 @@ async def never_fits(temporal: Client, resources: dict[str, Any]) -> str | None:
     return str(answer) if answer else None
 
 
-@router.put("/api/v1/agents/{agent_id}", **answers(Empty))
+@router.put("/api/v1/agents/{agent_id}", **answers(AgentRegistered))
 async def register_agent(
     agent_id: str, body: RegisterAgentRequest, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
@@ -123,8 +136,10 @@ async def register_agent(
             )
         except RPCError as err:
             raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
-    await queries.upsert_agent(pool, agent_id, body.resourcePool, slots, body.version, body.bootId)
-    return {}
+    await queries.upsert_agent(pool, agent_id, body.resourcePool, slots, body.version,
+                               body.bootId, [p.model_dump() for p in body.runPorts],
+                               [str(a) for a in body.addresses])
+    return {"runPorts": await queries.fetch_peer_run_ports(pool, agent_id, AGENT_ALIVE_SECONDS)}
 
 
 async def _pool_views(temporal: Client, names: set[str]) -> dict[str, dict[str, Any]]:

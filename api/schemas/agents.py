@@ -90,3 +90,18 @@ class SlotList(Answer):
     """Determined's v1GetSlotsResponse."""
 
     slots: list[AgentSlot]
+
+
+class PeerRunPort(Answer):
+    """A port a run of another agent listens on, at one address of that agent's host."""
+
+    address: str
+    port: int
+    uid: int
+
+
+class AgentRegistered(Answer):
+    """The answer to an agent's registration: what it closes to other users' runs on its host
+    (agent_worker/trial_firewall.py)."""
+
+    runPorts: list[PeerRunPort]

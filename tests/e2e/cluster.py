@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,7 +26,6 @@ from typing import Any
 import httpx
 import yaml
 
-from agent_worker.trial_firewall import remove_rules_of_master
 from common.states import TERMINAL_STATES
 from deploy.processes import free_port
 from tests.conftest import E2E_NAMESPACE, fresh_database
@@ -93,6 +93,22 @@ class Cluster:
                            headers=self.headers, timeout=30)
         answer.raise_for_status()
         return [json.loads(line)["result"] for line in answer.text.splitlines() if line.strip()]
+
+    def printed(self, experiment_id: int, mark: str) -> Any:
+        """The JSON the experiment's first trial printed after `mark` (`MARK {...}`), once it
+        has; None before."""
+        trials = self.trials(experiment_id)
+        lines = [line["log"] for line in self.trial_logs(trials[0]["id"])] if trials else []
+        found = [line for line in lines if mark in line]
+        return json.loads(found[0].split(mark, 1)[1]) if found else None
+
+    def ordinary_user(self, directory: Path) -> dict[str, str]:
+        """A new user, not an admin, logged in: the environment that makes the CLI them."""
+        name = f"user{uuid.uuid4().hex[:10]}"
+        self.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "a-long-password"})
+        login = {"EPOCHAL_AUTH_FILE": str(directory / f"{name}.json")}
+        self.run("user", "login", name, env_extra={**login, "EPOCHAL_PASSWORD": "a-long-password"})
+        return login
 
     def failure_logs(self, lines: int = 40) -> list[tuple[str, str]]:
         """The last `lines` of each of the cluster's logs (its parts', and other agents' beside
@@ -180,10 +196,7 @@ def shared_servers_cluster(
             fresh_ids(db_url)
             yield cluster
         finally:
-            cluster.run("cluster", "down", check=False)
-            # Agents a test killed (kill -9) left their firewall rules: a port closed to trials
-            # for good would break whatever later listens there (another test's rendezvous).
-            remove_rules_of_master(url)
+            cluster.run("cluster", "down", check=False)  # and the rules of agents a test killed
             shutil.rmtree(state_dir, ignore_errors=True)
 
 

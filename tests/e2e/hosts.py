@@ -22,6 +22,15 @@ def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return result
 
 
+def _forward(action: str, bridge: str) -> None:
+    """Let the hosts reach each other across the bridge (`-I`), as machines on one LAN do, or
+    stop (`-D`): with bridged traffic passed to iptables (br_netfilter, which Docker loads),
+    Docker's FORWARD policy drops it otherwise."""
+    if shutil.which("iptables") is not None:
+        subprocess.run(["iptables", "-w", "5", action, "FORWARD", "-i", bridge, "-o", bridge,
+                        "-j", "ACCEPT"], capture_output=True, timeout=30, check=False)
+
+
 @dataclass(frozen=True)
 class Host:
     """One namespace: `name` for `ip netns exec`, `address` its IP, `link` the veth end on the
@@ -71,6 +80,7 @@ class HostNetwork:
         _ip("link", "add", self.bridge, "type", "bridge")
         _ip("addr", "add", f"{self.gateway}/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
+        _forward("-I", self.bridge)
         return self
 
     def add(self) -> Host:
@@ -96,4 +106,5 @@ class HostNetwork:
                     os.kill(pid, 9)
             _ip("netns", "del", host.name, check=False)
             _ip("link", "del", host.link, check=False)
+        _forward("-D", self.bridge)
         _ip("link", "del", self.bridge, check=False)

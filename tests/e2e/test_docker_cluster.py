@@ -15,7 +15,6 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import docker
 import docker.errors
@@ -24,7 +23,7 @@ import yaml
 
 from agent_worker.docker_engine import agent_containers
 from deploy.local_cluster import AGENT_ID
-from deploy.processes import free_port, read_pid
+from deploy.processes import read_pid
 from tests.e2e.cluster import (
     DIGITS,
     Cluster,
@@ -173,7 +172,7 @@ def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints
     [checkpoint] = [c for c in docker_cluster.json("checkpoint", "list", str(victim))[
         "checkpoints"] if c["state"] == "STATE_COMPLETED"]
     stored = Path(checkpoint["storagePath"])
-    intruder = _another_user(docker_cluster, tmp_path)
+    intruder = docker_cluster.ordinary_user(tmp_path)
     experiment_id = script_experiment(docker_cluster, tmp_path, "intruder", INTRUDER_PY,
                                       {"TARGET": str(stored)}, max_length={"batches": 1},
                                       env_extra=intruder)
@@ -210,14 +209,14 @@ def test_another_users_container_cannot_reach_a_users_server(
     only, once the agent's scan of the host's listening sockets sees it."""
     server = script_experiment(docker_cluster, tmp_path, "server", LISTENER_PY)
     try:
-        port = wait_for(lambda: _printed(docker_cluster, server, "LISTENING "), 120,
+        port = wait_for(lambda: docker_cluster.printed(server, "LISTENING "), 120,
                         "the server's port")["port"]
-        intruder = _another_user(docker_cluster, tmp_path)
+        intruder = docker_cluster.ordinary_user(tmp_path)
         probe = script_experiment(docker_cluster, tmp_path, "probe", PROBE_PY, {
             "SERVER": f"127.0.0.1:{port}", "TEMPORAL": docker_cluster.temporal_address,
             "MASTER": docker_cluster.url.removeprefix("http://")}, env_extra=intruder)
         wait_done(docker_cluster, probe)
-        found = wait_for(lambda: _printed(docker_cluster, probe, "PROBED ", intruder), 30,
+        found = wait_for(lambda: docker_cluster.printed(probe, "PROBED "), 30,
                          "the probe's findings")
         assert found == {"SERVER": "ConnectionRefusedError", "TEMPORAL": "ConnectionRefusedError",
                          "MASTER": "connected"}, found
@@ -225,24 +224,6 @@ def test_another_users_container_cannot_reach_a_users_server(
     finally:
         docker_cluster.run("experiment", "kill", str(server), check=False)
     wait_done(docker_cluster, server)
-
-
-def _printed(cluster: Cluster, experiment_id: int, mark: str,
-             env_extra: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """The JSON the experiment's trial printed after `mark`, once it has."""
-    logs = cluster.run("trial", "logs", str(trial_of(cluster, experiment_id)["id"]),
-                       env_extra=env_extra).stdout
-    found = [line for line in logs.splitlines() if mark in line]
-    return json.loads(found[0].split(mark, 1)[1]) if found else None
-
-
-def _another_user(cluster: Cluster, tmp_path: Path) -> dict[str, str]:
-    """A new ordinary user, logged in: the environment that makes the CLI act as them."""
-    name = f"intruder{os.getpid()}{free_port()}"
-    cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "a-long-password"})
-    login = {"EPOCHAL_AUTH_FILE": str(tmp_path / f"{name}.json")}
-    cluster.run("user", "login", name, env_extra={**login, "EPOCHAL_PASSWORD": "a-long-password"})
-    return login
 
 
 def _privileges_experiment(cluster: Cluster, tmp_path: Path) -> int:

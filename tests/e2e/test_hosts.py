@@ -23,7 +23,7 @@ import yaml
 
 from deploy.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK
-from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster
+from tests.e2e.cluster import Cluster, SecondAgent, script_experiment, shared_servers_cluster
 from tests.e2e.hosts import Host, HostNetwork
 from tests.e2e.test_faults import create, trials, wait_done
 from tests.waiting import wait_for
@@ -169,3 +169,61 @@ def test_a_host_cut_off_mid_trial_loses_it_to_another_host_and_is_fenced_when_it
     assert all(run == trial["runId"] for step, run in stored if step >= resumed_at)
     # The returned host's agent is alive again and takes trials.
     wait_for(lambda: agent.alive(), timeout=120, what=f"{agent.agent_id} to be back")
+
+
+# A user's server on one host, and trials on the others connecting to it until refused.
+SERVER_PY = """
+import json, socket, time
+server = socket.create_server(("0.0.0.0", 0))
+print("LISTENING " + json.dumps({"port": server.getsockname()[1]}), flush=True)
+time.sleep(600)
+"""
+
+PROBE_PY = """
+import json, os, socket, time
+target, port = os.environ["TARGET"].rsplit(":", 1)
+start, outcomes = time.monotonic(), []
+while time.monotonic() - start < float(os.environ["FOR_SECONDS"]):
+    try:
+        socket.create_connection((target, int(port)), timeout=5).close()
+        outcomes.append("connected")
+    except OSError as err:
+        outcomes.append(type(err).__name__)
+        if os.environ["UNTIL"] == "refused":
+            break
+    time.sleep(0.25)
+print("PROBED " + json.dumps({"first": outcomes[0], "last": outcomes[-1],
+                              "seconds": round(time.monotonic() - start, 2)}), flush=True)
+"""
+
+
+def test_a_port_a_users_run_opens_is_closed_to_other_users_runs_on_every_host(
+    cluster: Cluster, agents: dict[str, SecondAgent], network: HostNetwork, tmp_path: Path
+) -> None:
+    """Each agent tells the master its runs' ports and closes the other agents' to every
+    identity but their owner's: another user's trial on another host is refused within a
+    heartbeat; the owner's own trial there still connects (a trial's ranks across hosts)."""
+    server = script_experiment(cluster, tmp_path, "server", SERVER_PY)
+    try:
+        port = wait_for(lambda: cluster.printed(server, "LISTENING "), 120,
+                        "the server's port")["port"]
+        agent_id = trials(cluster, server)[0]["agentId"]
+        [host] = [h for h in network.hosts if f"agent-{h.name}" == agent_id]
+        target = f"{host.address}:{port}"
+        other = cluster.ordinary_user(tmp_path)
+        theirs = script_experiment(cluster, tmp_path, "theirs", PROBE_PY, {
+            "TARGET": target, "FOR_SECONDS": "60", "UNTIL": "refused"}, env_extra=other)
+        assert wait_done(cluster, theirs) == "STATE_COMPLETED"
+        found = cluster.printed(theirs, "PROBED ")
+        assert trials(cluster, theirs)[0]["agentId"] != agent_id
+        assert found["last"] == "ConnectionRefusedError", found
+        print(f"another user's trial on another host refused after {found['seconds']} s")
+        owners = script_experiment(cluster, tmp_path, "owners", PROBE_PY, {
+            "TARGET": target, "FOR_SECONDS": "2", "UNTIL": "end"})
+        assert wait_done(cluster, owners) == "STATE_COMPLETED"
+        found = cluster.printed(owners, "PROBED ")
+        assert trials(cluster, owners)[0]["agentId"] != agent_id
+        assert found["first"] == found["last"] == "connected", found
+    finally:
+        cluster.run("experiment", "kill", str(server), check=False)
+    wait_done(cluster, server)

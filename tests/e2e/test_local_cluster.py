@@ -359,13 +359,6 @@ print("FOUND " + json.dumps(found), flush=True)
 """
 
 
-def _identity(cluster: Cluster, experiment_id: int) -> dict[str, int] | None:
-    """What the experiment's trial printed (`IDENTITY {...}`: its uid and port), once it has."""
-    logs = cluster.run("trial", "logs", str(trial_of(cluster, experiment_id)["id"])).stdout
-    found = [line for line in logs.splitlines() if "IDENTITY " in line]
-    return json.loads(found[0].split("IDENTITY ", 1)[1]) if found else None
-
-
 def _listening() -> set[int]:
     """The TCP ports something on this host listens on."""
     return {int(getattr(conn.laddr, "port", 0)) for conn in psutil.net_connections(kind="tcp")
@@ -399,7 +392,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     agent_dir = cluster.state_dir / "agent"
     wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), 60, "the victim")
     # The victim's TensorBoard: its port authenticates nobody.
-    identity = wait_for(lambda: _identity(cluster, victim), 60, "the victim's identity")
+    identity = wait_for(lambda: cluster.printed(victim, "IDENTITY "), 60, "the victim's identity")
     board = cluster.run("tensorboard", "start", str(victim), "--config",
                         "resources.slots=0").stderr  # the attacker needs the other slot
     task = re.search(r"[0-9a-f-]{36}", board)
@@ -407,11 +400,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     board_port = wait_for(lambda: _service_port(task.group(0)), 120, "the victim's TensorBoard")
     wait_for(lambda: board_port in _listening(), 120, "the victim's TensorBoard to listen")
 
-    name = f"mallory{free_port()}"
-    cluster.run("user", "create", name, env_extra={"EPOCHAL_PASSWORD": "mallorys-password"})
-    mallory = {"EPOCHAL_AUTH_FILE": str(tmp_path / "mallory.json")}
-    cluster.run("user", "login", name, env_extra={**mallory, "EPOCHAL_PASSWORD":
-                                                   "mallorys-password"})
+    mallory = cluster.ordinary_user(tmp_path)
     attacker_config = tmp_path / "attacker.yaml"
     attacker_config.write_text(yaml.safe_dump({
         **base, "name": "attacker", "entrypoint": "python3 train.py",
@@ -432,6 +421,8 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
         home_secret.unlink()
     assert experiment_state(cluster, attacker) == "STATE_COMPLETED"
     logs = cluster.run("trial", "logs", str(trial_of(cluster, attacker)["id"])).stdout
+    # Root (the agent, the master's proxy) still reaches the victim's port, while it lives.
+    socket.create_connection(("127.0.0.1", identity["port"]), timeout=10).close()
     cluster.run("experiment", "kill", str(victim))
     cluster.run("tensorboard", "kill", task.group(0), check=False)
 
@@ -451,9 +442,8 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     assert found["victim_dir_renamed"] == ["PermissionError"], found
     assert found["shm"] == [], found
     # Nor the victim's TensorBoard (the master's proxy still reaches it: it started), nor a port
-    # the victim opened itself; the agent (root) still reaches that.
+    # the victim opened itself (which root reached, above).
     assert found["board"] == found["victim_port"] == "ConnectionRefusedError", found
-    socket.create_connection(("127.0.0.1", identity["port"]), timeout=10).close()
     assert found["secrets"] == found["cli_login"] == "<FileNotFoundError>"
     assert found["other_runs"] == []
     # Its own processes only: none of the master's, the agent's or the victim's.

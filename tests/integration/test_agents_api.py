@@ -32,8 +32,8 @@ async def test_registration_reaches_the_scheduler_once_per_boot(
 ) -> None:
     pool, agent = f"api-{uuid.uuid4().hex[:8]}", f"agent-{uuid.uuid4().hex[:8]}"
     for _ in range(3):  # heartbeats: the same boot id
-        assert (await api.put(f"/api/v1/agents/{agent}", json=registration(pool, "b1"))).json() \
-            == {}
+        answer = await api.put(f"/api/v1/agents/{agent}", json=registration(pool, "b1"))
+        assert answer.status_code == 200 and "runPorts" in answer.json()
     handle = live_master.temporal.get_workflow_handle(resource_pool_workflow_id(pool))
     signals = [e for e in (await handle.fetch_history()).events
                if e.HasField("workflow_execution_signaled_event_attributes")]
@@ -54,6 +54,37 @@ async def test_registration_reaches_the_scheduler_once_per_boot(
 
     await eventually(two_signals, timeout=30, what="the restart's registration signal")
     await handle.terminate("test over")
+
+
+async def test_each_agent_is_told_the_ports_of_the_other_agents_runs(
+    api: httpx.AsyncClient,
+) -> None:
+    pool = f"api-{uuid.uuid4().hex[:8]}"
+    first, second = (f"agent-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    address = f"10.{uuid.uuid4().int % 250}.77.{uuid.uuid4().int % 250}"
+    ports = [{"port": 41234, "uid": 2_000_000_005}, {"port": 41235, "uid": 2_000_000_006}]
+    mine = await api.put(f"/api/v1/agents/{first}", json={
+        **registration(pool, "b1"), "runPorts": ports, "addresses": [address, "fd00::77"]})
+    assert mine.status_code == 200, mine.text
+    theirs = (await api.put(f"/api/v1/agents/{second}", json={
+        **registration(pool, "b1"), "runPorts": [{"port": 5000, "uid": 2_000_000_001}],
+        "addresses": ["10.250.250.250"]})).json()["runPorts"]
+    assert sorted((p["address"], p["port"], p["uid"]) for p in theirs
+                  if p["address"] in (address, "fd00::77")) == sorted(
+        (a, p["port"], p["uid"]) for a in (address, "fd00::77") for p in ports)
+    # Its own ports are not in its answer; they are in the first agent's next one.
+    assert not [p for p in theirs if p["address"] == "10.250.250.250"]
+    again = (await api.put(f"/api/v1/agents/{first}", json=registration(pool, "b1"))).json()
+    assert {"address": "10.250.250.250", "port": 5000, "uid": 2_000_000_001} in again["runPorts"]
+    # Without them now (none listens any more): no longer told.
+    theirs = (await api.put(f"/api/v1/agents/{second}", json=registration(pool, "b1"))).json()
+    assert not [p for p in theirs["runPorts"] if p["address"] == address]
+
+    for bad, field in (({"addresses": ["not-an-ip"]}, "addresses"),
+                       ({"runPorts": [{"port": 0, "uid": 1}]}, "runPorts"),
+                       ({"runPorts": [{"port": 1, "uid": 1}] * 4097}, "runPorts")):
+        answer = await api.put(f"/api/v1/agents/{first}", json={**registration(pool, "b1"), **bad})
+        assert answer.status_code in (400, 422) and field in answer.text, answer.text
 
 
 async def test_disable_drains_and_slots_show_their_trial(

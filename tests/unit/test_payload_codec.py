@@ -50,3 +50,22 @@ def test_a_memo_given_in_clear_passes_the_codec_as_it_is() -> None:
     asyncio.run(converter._encode_memo_existing(in_clear({"name": "mnist"}), memo))
     assert memo.fields["name"].metadata["encoding"] == b"json/plain"
     assert memo.fields["name"].data == b'"mnist"'
+
+
+def test_a_failures_message_and_stack_trace_are_sealed_and_read_back() -> None:
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.exceptions import ApplicationError
+
+    converter = data_converter("the-cluster-token")
+    try:
+        raise ApplicationError("cannot open s3://bucket with key s3cr3t-key", type="S3Error")
+    except ApplicationError as err:
+        error = err
+    failure = Failure()
+    asyncio.run(converter.encode_failure(error, failure))
+    assert b"s3cr3t-key" not in failure.SerializeToString()
+    assert failure.message == "Encoded failure"
+    assert failure.encoded_attributes.metadata["encoding"] == ENCODING
+    back = asyncio.run(converter.decode_failure(failure))
+    assert isinstance(back, ApplicationError) and back.type == "S3Error"
+    assert back.message == "cannot open s3://bucket with key s3cr3t-key"

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +24,7 @@ from agent_worker.trial_firewall import (
     rule_tag,
     tagged_rules,
 )
+from deploy.processes import free_port
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("iptables") is None
@@ -159,15 +161,15 @@ def test_each_users_runs_are_held_and_a_runs_port_answers_its_own_user_only(
 
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
 def test_a_port_a_run_opens_itself_answers_its_own_user_only(master: str) -> None:
-    from agent_worker.sandbox import RUN_ID_BASE, RUN_ID_RANGE
-
-    alice, bob = RUN_ID_BASE + 9, RUN_ID_BASE + 10
+    # Identities of a range no agent holds: agents of other tests' clusters on this host close
+    # the ports their run identities listen on too.
+    alice, bob = 1_900_000_009, 1_900_000_010
     serve = ("import socket, sys; s = socket.create_server(('127.0.0.1', 0)); "
              "print(s.getsockname()[1], flush=True); sys.stdin.read()")
     server = subprocess.Popen(["setpriv", f"--reuid={alice}", f"--regid={alice}",
                                "--clear-groups", sys.executable, "-c", serve],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    firewall = TrialFirewall([TASK_UID, RUN_ID_RANGE], [], "agent-5", master)
+    firewall = TrialFirewall([TASK_UID, "1900000000-1900000099"], [], "agent-5", master)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
@@ -194,3 +196,39 @@ def test_a_port_a_run_opens_itself_answers_its_own_user_only(master: str) -> Non
         server.wait()
         firewall.remove()
     assert closed_ports("agent-5", master) == []
+
+
+def test_cluster_down_removes_the_rules_its_killed_agents_left(tmp_path: Path) -> None:
+    from deploy.local_cluster import ClusterSettings, cluster_info, down
+
+    settings = ClusterSettings(state_dir=tmp_path / "state", api_port=free_port())
+    master = cluster_info(settings).api_url
+    try:
+        TrialFirewall(TASK_UID, ["127.0.0.1:41031"], "local-agent", master).install()  # killed
+        assert closed_ports("local-agent", master) == ["41031"]
+        assert down(settings) == []  # nothing was running
+        assert closed_ports("local-agent", master) == []
+    finally:
+        remove_rules_of_master(master)
+
+
+@pytest.mark.skipif(shutil.which("setpriv") is None, reason="needs setpriv")
+def test_a_port_of_another_hosts_run_answers_its_own_user_only(master: str) -> None:
+    alice, bob = 1_900_000_011, 1_900_000_012  # as above: a range no agent holds
+    with socket.socket() as listener:  # Alice's run on the other host, as the master tells it
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        port = listener.getsockname()[1]
+        firewall = TrialFirewall([TASK_UID, "1900000000-1900000099"], [], "agent-6", master)
+        try:
+            firewall.close_peer_ports({("127.0.0.1", port, alice), ("not-an-ip", port, alice)})
+            assert closed_ports("agent-6", master) == [str(port)] * 2  # one per identity spec
+            assert not connects_as_task_user("127.0.0.1", port, bob)
+            assert connects_as_task_user("127.0.0.1", port, alice)
+            firewall.close_peer_ports(set())  # it stopped listening there
+            assert closed_ports("agent-6", master) == []
+            assert connects_as_task_user("127.0.0.1", port, bob)
+            firewall.close_peer_ports({("127.0.0.1", port, alice)})
+        finally:
+            firewall.remove()
+        assert closed_ports("agent-6", master) == []
