@@ -128,6 +128,15 @@ class TrialFirewall:
                 if rule[rule.index("--uid-owner") + 1] == str(uid) and shutil.which(tool) and (
                         _iptables(tool, "-C", rule) or _iptables(tool, "-I", rule)):
                     self.installed.append((tool, rule))
+            # The runs' ports closed so far, closed to it too.
+            for (port, owner), rules in self.listener_rules.items():
+                rules.extend(rule for tool in ("iptables", "ip6tables")
+                             for rule in self._close_to_others(
+                                 tool, ["-m", "addrtype", "--dst-type", "LOCAL"], port, owner,
+                                 [str(uid)]))
+            for (address, port, owner), rules in self.peer_rules.items():
+                rules.extend(self._close_to_others(_tool(address), ["-d", address], port, owner,
+                                                   [str(uid)]))
 
     def close_to_other_users(self, port: int, owner_uid: int) -> list[tuple[str, list[str]]]:
         """Close `port` of this host (a run's service, its rendezvous) to every run identity
@@ -136,14 +145,15 @@ class TrialFirewall:
         return [rule for tool in ("iptables", "ip6tables") for rule in self._close_to_others(
             tool, ["-m", "addrtype", "--dst-type", "LOCAL"], port, owner_uid)]
 
-    def _close_to_others(self, tool: str, to: list[str], port: int,
-                         owner_uid: int) -> list[tuple[str, list[str]]]:
-        """The rules added closing `to`:`port` to the run identities but `owner_uid`."""
+    def _close_to_others(self, tool: str, to: list[str], port: int, owner_uid: int,
+                         specs: list[str] | None = None) -> list[tuple[str, list[str]]]:
+        """The rules added closing `to`:`port` to the run identities (`specs`: uids or ranges,
+        else all the firewall holds) but `owner_uid`."""
         if shutil.which(tool) is None:
             return []
         added = []
-        for uids in self.uids:
-            rule = self._reject(to, str(port), ["-m", "owner", "--uid-owner", uids,
+        for spec in specs or self.uids:
+            rule = self._reject(to, str(port), ["-m", "owner", "--uid-owner", spec,
                                                 "-m", "owner", "!", "--uid-owner", str(owner_uid)])
             if _iptables(tool, "-I", rule):
                 added.append((tool, rule))
@@ -181,13 +191,9 @@ class TrialFirewall:
             for gone in set(self.peer_rules) - ports:
                 self.drop(self.peer_rules.pop(gone))
             for address, port, uid in sorted(ports - set(self.peer_rules)):
-                try:
-                    ip = ipaddress.ip_address(address)
-                except ValueError:
-                    continue
-                tool = "iptables" if ip.version == 4 else "ip6tables"
-                self.peer_rules[(address, port, uid)] = self._close_to_others(
-                    tool, ["-d", str(ip)], port, uid)
+                if _tool(address):
+                    self.peer_rules[(address, port, uid)] = self._close_to_others(
+                        _tool(address), ["-d", address], port, uid)
 
     @staticmethod
     def drop(rules: list[tuple[str, list[str]]]) -> None:
@@ -267,6 +273,14 @@ def _closes(rule: list[str]) -> tuple[str, str, str]:
     with contextlib.suppress(ValueError):
         address = str(ipaddress.ip_network(address, strict=False).network_address)
     return address, value("--dport"), value("--uid-owner")
+
+
+def _tool(address: str) -> str:
+    """The tool of an IP address's rules ("" for no IP address)."""
+    try:
+        return "iptables" if ipaddress.ip_address(address).version == 4 else "ip6tables"
+    except ValueError:
+        return ""
 
 
 def _holds(spec: str, uid: int) -> bool:

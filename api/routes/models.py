@@ -263,7 +263,7 @@ async def get_model(model_name: str, pool: Pool) -> dict[str, Any]:
 
 @router.patch("/models/{model_name}", **answers(ModelAnswer))
 async def patch_model(
-    model_name: str, body: ModelBody, request: Request, pool: Pool
+    model_name: str, body: ModelBody, pool: Pool
 ) -> dict[str, Any]:
     """Determined's PatchModel: the fields the body has replace the model's."""
     model = await fetch_model(pool, model_name)
@@ -286,7 +286,7 @@ class MoveModelBody(BaseModel):
 
 @router.post("/models/{model_name}/move", **answers(Empty))
 async def move_model(
-    model_name: str, body: MoveModelBody, request: Request, pool: Pool
+    model_name: str, body: MoveModelBody, pool: Pool
 ) -> dict[str, Any]:
     model = await fetch_model(pool, model_name)
     workspace = await _workspace_id(pool, body.destinationWorkspaceId, None)
@@ -300,7 +300,7 @@ async def move_model(
 def _archive_route(archived: bool) -> None:
     verb = "archive" if archived else "unarchive"
 
-    async def archive(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
+    async def archive(model_name: str, pool: Pool) -> dict[str, Any]:
         model = await fetch_model(pool, model_name)
         await queries.set_model_archived(pool, model["id"], archived)
         return {}
@@ -315,7 +315,7 @@ _archive_route(False)
 
 
 @router.delete("/models/{model_name}", **answers(Empty))
-async def delete_model(model_name: str, request: Request, pool: Pool) -> dict[str, Any]:
+async def delete_model(model_name: str, pool: Pool) -> dict[str, Any]:
     """Delete a model and its versions; their checkpoints stay (GC may take them afterwards)."""
     model = await fetch_model(pool, model_name)
     await queries.delete_model(pool, model["id"])
@@ -401,7 +401,7 @@ async def get_version(model_name: str, version: int, pool: Pool) -> dict[str, An
 
 @router.patch("/models/{model_name}/versions/{version}", **answers(ModelVersionAnswer))
 async def patch_version(
-    model_name: str, version: int, body: VersionBody, request: Request, pool: Pool
+    model_name: str, version: int, body: VersionBody, pool: Pool
 ) -> dict[str, Any]:
     """Determined's PatchModelVersion: name, comment, notes, labels, metadata (the checkpoint
     of a version never changes: register a new version instead)."""
@@ -416,7 +416,7 @@ async def patch_version(
 
 @router.delete("/models/{model_name}/versions/{version}", **answers(Empty))
 async def delete_version(
-    model_name: str, version: int, request: Request, pool: Pool
+    model_name: str, version: int, pool: Pool
 ) -> dict[str, Any]:
     """Delete one version; its checkpoint stays (its experiment's GC already ran)."""
     model = await fetch_model(pool, model_name)

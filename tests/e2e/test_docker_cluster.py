@@ -187,9 +187,13 @@ def test_another_users_container_reads_and_writes_nothing_of_a_users_checkpoints
     assert json.loads((stored / "found.json").read_text())  # still there, whole
 
 
-# A user's server in its container (on the host's network), and another user's container at it.
+# A user's server in its container (on the host's network, its temporary files beside it), and
+# another user's container at it.
 LISTENER_PY = """
 import json, socket, time
+for directory in ("/tmp", "/var/tmp", "/dev/shm"):
+    with open(directory + "/server-secret", "w") as f:
+        f.write("mine")
 server = socket.create_server(("0.0.0.0", 0))
 print("LISTENING " + json.dumps({"port": server.getsockname()[1]}), flush=True)
 time.sleep(600)
@@ -198,15 +202,17 @@ time.sleep(600)
 PROBE_PY = CONNECTED + """
 import json, os
 
-print("PROBED " + json.dumps({name: connected(os.environ[name])
-                              for name in ("SERVER", "TEMPORAL", "MASTER")}), flush=True)
+found = {name: connected(os.environ[name]) for name in ("SERVER", "TEMPORAL", "MASTER")}
+found["seen"] = [d for d in ("/tmp", "/var/tmp", "/dev/shm") if "server-secret" in os.listdir(d)]
+print("PROBED " + json.dumps(found), flush=True)
 """
 
 
 def test_another_users_container_cannot_reach_a_users_server(
         docker_cluster: Cluster, tmp_path: Path) -> None:
     """A port a user's container opens itself (not one it was given) answers that user's runs
-    only, once the agent's scan of the host's listening sockets sees it."""
+    only, once the agent's scan of the host's listening sockets sees it; its /tmp, /var/tmp
+    and /dev/shm are its own."""
     server = script_experiment(docker_cluster, tmp_path, "server", LISTENER_PY)
     try:
         port = wait_for(lambda: docker_cluster.printed(server, "LISTENING "), 120,
@@ -219,7 +225,7 @@ def test_another_users_container_cannot_reach_a_users_server(
         found = wait_for(lambda: docker_cluster.printed(probe, "PROBED "), 30,
                          "the probe's findings")
         assert found == {"SERVER": "ConnectionRefusedError", "TEMPORAL": "ConnectionRefusedError",
-                         "MASTER": "connected"}, found
+                         "MASTER": "connected", "seen": []}, found
         socket.create_connection(("127.0.0.1", port), timeout=10).close()  # the agent can
     finally:
         docker_cluster.run("experiment", "kill", str(server), check=False)

@@ -58,8 +58,11 @@ def test_a_paused_trial_resumes_on_another_agent_from_its_s3_checkpoint(
         wait_for(lambda: trials(cluster, experiment_id)[0]["latestCheckpointUuid"],
                  timeout=90, what="a checkpoint")
         cluster.run("experiment", "pause", str(experiment_id))
-        wait_for(lambda: state(cluster, experiment_id) == "STATE_PAUSED", timeout=60,
-                 what="the experiment to pause")
+        # The trial is PAUSED once its run stopped: the experiment is before, and the run may
+        # checkpoint meanwhile.
+        wait_for(lambda: state(cluster, experiment_id) == "STATE_PAUSED"
+                 and trials(cluster, experiment_id)[0]["state"] == "STATE_PAUSED", timeout=60,
+                 what="the experiment and its trial to pause")
         paused_at = trials(cluster, experiment_id)[0]["latestCheckpointUuid"]
         cluster.run("agent", "disable", "local-agent")
         cluster.run("agent", "enable", "agent-2")

@@ -1,7 +1,8 @@
 """What a trial reaches of the local cluster it runs on: the master's API and the S3 endpoint,
 and no other port of the cluster's servers. Temporal's dev server (frontend, HTTP API, UI,
 metrics and its internal services), PostgreSQL and SeaweedFS's master, volume server and filer
-are closed to the task user by the agent's firewall (agent_worker/trial_firewall.py).
+are closed to the task user by the agent's firewall (agent_worker/trial_firewall.py), in both
+runtimes.
 
 The cluster runs its own PostgreSQL, Temporal and S3 server (on free ports, in its own state
 directory), whose ports the test finds from the servers' processes, not from the cluster's
@@ -47,15 +48,24 @@ print("REACHED " + json.dumps(reached), flush=True)
 """
 
 
+@pytest.fixture(scope="module", params=["process", "docker"])
+def runtime(request: pytest.FixtureRequest) -> str:
+    """The agent's runtime: the firewall holds a sandboxed process and a task container alike
+    (the container on the host's network, as its user's identity)."""
+    if request.param == "docker":
+        request.getfixturevalue("task_image")  # skips where there is no Docker engine
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def given() -> dict[str, int]:
-    """The ports `cluster up` is given."""
+def given(runtime: str) -> dict[str, int]:
+    """The ports `cluster up` is given (new ones for each runtime's cluster)."""
     return {"api": free_port(), "temporal": free_port(), "temporal-ui": free_port(),
             "postgres": free_port(), "s3": free_port_block(PORT_BLOCK)}
 
 
 @pytest.fixture(scope="module")
-def cluster(given: dict[str, int]) -> Iterator[Cluster]:
+def cluster(given: dict[str, int], runtime: str) -> Iterator[Cluster]:
     state_dir = Path(tempfile.mkdtemp(prefix="epochal-reach-"))
     state_dir.chmod(0o755)
     url = f"http://{HOST}:{given['api']}"
@@ -67,9 +77,10 @@ def cluster(given: dict[str, int]) -> Iterator[Cluster]:
     cluster = Cluster(env, url, state_dir, f"{HOST}:{given['temporal']}", "default")
     try:
         cluster.up = cluster.run(
-            "cluster", "up", "--s3", "--slots", "1",
+            "cluster", "up", "--s3", "--slots", "1", "--runtime", runtime,
             *(arg for name, port in given.items() for arg in (f"--{name}-port", str(port))),
             timeout=300)
+        assert f"{runtime} runtime" in cluster.up.stderr, cluster.up.stderr
         yield cluster
     finally:
         cluster.run("cluster", "down", check=False)  # and the rules of an agent a test killed

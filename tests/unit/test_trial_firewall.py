@@ -181,6 +181,8 @@ def test_a_port_a_run_opens_itself_answers_its_own_user_only(master: str) -> Non
         assert not connects_as_task_user("127.0.0.1", port, bob)
         assert connects_as_task_user("127.0.0.1", port, alice)
         socket.create_connection(("127.0.0.1", port), timeout=10).close()  # the agent can
+        firewall.include(4323)  # a linked user's first run here, after the port was closed
+        assert not connects_as_task_user("127.0.0.1", port, 4323)
         # Given to her run as well (a service port): closed until both let it go.
         given = firewall.close_to_other_users(port, alice)
         firewall.close_listeners(set())
@@ -225,6 +227,11 @@ def test_a_port_of_another_hosts_run_answers_its_own_user_only(master: str) -> N
             assert closed_ports("agent-6", master) == [str(port)] * 2  # one per identity spec
             assert not connects_as_task_user("127.0.0.1", port, bob)
             assert connects_as_task_user("127.0.0.1", port, alice)
+            # A user linked with an agent user, whose first run here starts after: held too.
+            linked = 4322
+            assert connects_as_task_user("127.0.0.1", port, linked)
+            firewall.include(linked)
+            assert not connects_as_task_user("127.0.0.1", port, linked)
             firewall.close_peer_ports(set())  # it stopped listening there
             assert closed_ports("agent-6", master) == []
             assert connects_as_task_user("127.0.0.1", port, bob)
