@@ -60,6 +60,9 @@ class Settings:
     # Temporal's web UI (EPOCHAL_TEMPORAL_UI_URL): the one origin whose pages may ask the
     # master to decode payloads for an admin (api/routes/temporal_codec.py).
     temporal_ui_url: str | None = None
+    # Where users reach the dashboard (EPOCHAL_DASHBOARD_URL; the API's address unless given):
+    # Temporal's UI shows an experiment's page there, from its memo.
+    dashboard_url: str | None = None
 
     def allowed_storage_roots(self) -> tuple[str, ...]:
         return (self.checkpoint_dir, *self.storage_roots)
@@ -73,6 +76,10 @@ class Settings:
     @property
     def master_url(self) -> str:
         return f"http://{self.api_host}:{self.api_port}"
+
+    def experiment_page(self, experiment_id: int) -> str:
+        """The dashboard's page of an experiment."""
+        return f"{self.dashboard_url or self.master_url}/experiments/{experiment_id}"
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -95,6 +102,7 @@ class Settings:
             checkpoint_storage=parse_storage(env.get("EPOCHAL_CHECKPOINT_STORAGE")),
             create_bucket=flag("EPOCHAL_CREATE_BUCKET", env.get("EPOCHAL_CREATE_BUCKET")),
             temporal_ui_url=(env.get("EPOCHAL_TEMPORAL_UI_URL") or "").rstrip("/") or None,
+            dashboard_url=(env.get("EPOCHAL_DASHBOARD_URL") or "").rstrip("/") or None,
         )
 
 

@@ -18,6 +18,7 @@ from fastapi import Query
 from api.errors import ApiError, not_found, require_choice
 from api.queries import metrics, trials
 from common.expconf.redaction import redacted, redacted_text
+from common.temporal_names import experiment_workflow_id, trial_workflow_id
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
@@ -111,6 +112,8 @@ def trial_json(row: asyncpg.Record) -> JSON:
         "earlyExitReason": row["early_exit_reason"],
         "rung": row["rung"],
         "searcherStatus": row["search_status"],
+        # Epochal's: the trial's workflow in Temporal (the dashboard links it in Temporal's UI).
+        "workflowId": trial_workflow_id(row["experiment_id"], row["id"]),
     }
 
 
@@ -234,6 +237,7 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "duration": _duration_ms(row["start_time"], row["end_time"]),
         "parentArchived": False,
         "unmanaged": False,
+        "workflowId": experiment_workflow_id(row["id"]),  # Epochal's, as a trial's
     }
 
 

@@ -53,10 +53,12 @@ def trial_attributes(experiment_id: int, trial_id: int,
     ])
 
 
-def experiment_memo(config: Mapping[str, Any]) -> dict[str, Any]:
-    """What Temporal's UI shows of an experiment beside its id: a summary of its config."""
+def experiment_memo(config: Mapping[str, Any], page: str | None = None) -> dict[str, Any]:
+    """What Temporal's UI shows of an experiment beside its id: a summary of its config, and
+    its `page` on the dashboard."""
     searcher = config["searcher"]
-    return {"name": config.get("name") or "", "description": config.get("description") or "",
+    return {**({"dashboard": page} if page else {}),
+            "name": config.get("name") or "", "description": config.get("description") or "",
             "searcher": searcher["name"], "metric": searcher.get("metric"),
             "smallerIsBetter": searcher.get("smaller_is_better", True),
             "maxTrials": searcher.get("max_trials"), "maxLength": searcher.get("max_length"),

@@ -92,6 +92,9 @@ class ClusterSettings:
         default_factory=lambda: os.environ.get("EPOCHAL_DB_URL") or None)
     external_temporal_address: str | None = field(
         default_factory=lambda: os.environ.get("EPOCHAL_TEMPORAL_ADDRESS") or None)
+    # The external Temporal's web UI, if it has one: the dashboard links workflows there.
+    external_temporal_ui_url: str | None = field(
+        default_factory=lambda: os.environ.get("EPOCHAL_TEMPORAL_UI_URL") or None)
     start_timeout: float = 120.0
     stop_grace: float = 15.0
 
@@ -151,7 +154,9 @@ def cluster_info(settings: ClusterSettings) -> ClusterInfo:
     s = settings
     api_url = f"http://{s.host}:{s.api_port}"
     ui = None
-    if not (s.headless_temporal or s.external_temporal_address):
+    if s.external_temporal_address:
+        ui = s.external_temporal_ui_url
+    elif not s.headless_temporal:
         ui = f"http://{s.host}:{s.temporal_ui_port}"
     return ClusterInfo(
         api_url=api_url,

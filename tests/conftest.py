@@ -169,19 +169,33 @@ def _psql(url: str, sql: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """host:port of a headless Temporal dev server started once for the session."""
+def temporal_dev_server(tmp_path_factory: pytest.TempPathFactory
+                        ) -> Iterator[tuple[str, str | None]]:
+    """host:port of a Temporal dev server started once for the session, and its web UI's
+    address (None where an external server's is not given)."""
     external = os.environ.get("EPOCHAL_TEST_TEMPORAL_ADDRESS")
     if external:
-        yield external
+        yield external, os.environ.get("EPOCHAL_TEST_TEMPORAL_UI_URL") or None
         return
     root = tmp_path_factory.mktemp("temporal")
     server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
                                pid_file=root / "temporal.pid")
+    ui_port = free_port()
     try:
-        yield server.start(free_port(), headless=True, extra_namespaces=(E2E_NAMESPACE,))
+        yield (server.start(free_port(), ui_port=ui_port, extra_namespaces=(E2E_NAMESPACE,)),
+               f"http://127.0.0.1:{ui_port}")
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def temporal_address(temporal_dev_server: tuple[str, str | None]) -> str:
+    return temporal_dev_server[0]
+
+
+@pytest.fixture(scope="session")
+def temporal_ui_url(temporal_dev_server: tuple[str, str | None]) -> str | None:
+    return temporal_dev_server[1]
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

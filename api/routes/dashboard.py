@@ -21,7 +21,9 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from api.auth import AUTH_COOKIE
+from api.deps import AppSettings
 from api.errors import not_found, require_choice
+from api.settings import Settings
 from common.states import TERMINAL_STATES
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
@@ -61,8 +63,10 @@ _LOGIN_FORM = """<form id="login-form" class="login" autocomplete="on">
 
 
 def _page(title: str, script: str, body: str, *, page_id: int | None = None,
-          charts: bool = False) -> HTMLResponse:
+          charts: bool = False, workflows: str | None = None) -> HTMLResponse:
     data_id = f' data-id="{page_id}"' if page_id is not None else ""
+    # Where Temporal's UI lists the namespace's workflows: pages link each to its own.
+    data_workflows = f" data-temporal-workflows='{escape(workflows)}'" if workflows else ""
     # Deferred, so it runs before the page's module script (both run in document order).
     vendor = f"<script defer src='{PLOTLY_ADDRESS}'></script>" if charts else ""
     return HTMLResponse(
@@ -71,7 +75,7 @@ def _page(title: str, script: str, body: str, *, page_id: int | None = None,
         f"<title>{escape(title)} · Epochal</title>"
         "<link rel='stylesheet' href='/static/style.css'>"
         f"{vendor}<script type='module' src='/static/{script}'></script></head>"
-        f"<body data-page='{script.removesuffix('.js')}'{data_id}"
+        f"<body data-page='{script.removesuffix('.js')}'{data_id}{data_workflows}"
         # The pages' scripts learn the terminal states here, from their one home.
         f" data-terminal-states='{','.join(sorted(TERMINAL_STATES))}'>{body}</body></html>",
         headers=NO_CACHE,
@@ -79,14 +83,23 @@ def _page(title: str, script: str, body: str, *, page_id: int | None = None,
 
 
 def _app_page(title: str, script: str, page_id: int | None = None,
-              charts: bool = False) -> HTMLResponse:
+              charts: bool = False, settings: Settings | None = None) -> HTMLResponse:
     return _page(
         title,
         script,
         f"{_HEADER}<main id='main'><p class='muted'>Loading…</p></main>",
         page_id=page_id,
         charts=charts,
+        workflows=temporal_workflows_url(settings) if settings else None,
     )
+
+
+def temporal_workflows_url(settings: Settings) -> str | None:
+    """Temporal UI's page of the cluster's namespace's workflows, when the master knows the UI
+    (EPOCHAL_TEMPORAL_UI_URL)."""
+    if not settings.temporal_ui_url:
+        return None
+    return f"{settings.temporal_ui_url}/namespaces/{quote(settings.temporal_namespace)}/workflows"
 
 
 @router.get("/login", response_class=HTMLResponse)
@@ -100,14 +113,14 @@ async def experiments_page() -> HTMLResponse:
 
 
 @router.get("/experiments/{experiment_id}", response_class=HTMLResponse)
-async def experiment_page(experiment_id: int) -> HTMLResponse:
+async def experiment_page(experiment_id: int, settings: AppSettings) -> HTMLResponse:
     return _app_page(f"Experiment {experiment_id}", "experiment.js", experiment_id,
-                     charts=True)
+                     charts=True, settings=settings)
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse)
-async def trial_page(trial_id: int) -> HTMLResponse:
-    return _app_page(f"Trial {trial_id}", "trial.js", trial_id, charts=True)
+async def trial_page(trial_id: int, settings: AppSettings) -> HTMLResponse:
+    return _app_page(f"Trial {trial_id}", "trial.js", trial_id, charts=True, settings=settings)
 
 
 @router.get("/models", response_class=HTMLResponse)
@@ -126,8 +139,8 @@ async def cluster_page() -> HTMLResponse:
 
 
 @router.get("/tasks", response_class=HTMLResponse)
-async def tasks_page() -> HTMLResponse:
-    return _app_page("Tasks", "tasks.js")
+async def tasks_page(settings: AppSettings) -> HTMLResponse:
+    return _app_page("Tasks", "tasks.js", settings=settings)
 
 
 @router.get("/det/interactive/{task_id}/{service}/{rest:path}")

@@ -141,10 +141,11 @@ async def checked_config(text: str, settings: Settings) -> dict[str, Any]:
 
 async def _start_experiment(
     temporal: Temporal, experiment_id: int, owner: str, config: dict[str, Any], seed: int, *,
-    continued: bool, findable: bool
+    continued: bool, findable: bool, page: str
 ) -> None:
     """Start the experiment's workflow (findable in Temporal by its search attributes, its
-    memo a summary of its config); a continued experiment's id was used before."""
+    memo a summary of its config and its dashboard `page`); a continued experiment's id was
+    used before."""
     await temporal.start_workflow(
         EXPERIMENT_WORKFLOW,
         ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
@@ -154,7 +155,7 @@ async def _start_experiment(
                          else WorkflowIDReusePolicy.REJECT_DUPLICATE),
         search_attributes=experiment_attributes(experiment_id, owner, config)
         if findable else None,
-        memo=payload_codec.in_clear(experiment_memo(config)),  # shown by Temporal's UI
+        memo=payload_codec.in_clear(experiment_memo(config, page)),  # shown by Temporal's UI
     )
 
 
@@ -223,7 +224,8 @@ async def create_experiment(
         await experiment_queries.insert_model_definition(conn, experiment_id, tgz, size)
         # Started inside the transaction: if Temporal refuses, no experiment row is left behind.
         await _start_experiment(temporal, experiment_id, owner or "", config, seed,
-                                continued=False, findable=request.app.state.findable)
+                                continued=False, findable=request.app.state.findable,
+                                page=settings.experiment_page(experiment_id))
     weight = config["resources"].get("weight")
     if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)
@@ -304,7 +306,8 @@ async def continue_experiment(
         # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
         try:
             await _start_experiment(temporal, experiment_id, row["owner"], config, seed,
-                                    continued=True, findable=request.app.state.findable)
+                                    continued=True, findable=request.app.state.findable,
+                                    page=settings.experiment_page(experiment_id))
         except WorkflowAlreadyStartedError as err:
             raise ApiError(409, f"experiment {experiment_id} is still finishing: try again in"
                            " a moment") from err

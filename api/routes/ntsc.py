@@ -103,6 +103,7 @@ def task_item_json(row: Mapping[str, Any], keys: Mapping[str, Any] | None = None
         "userId": row["owner_id"], "workspaceId": row["workspace_id"],
         "resourcePool": row["resource_pool"], "jobId": task_id,
         "exitStatus": row["exit_status"],
+        "workflowId": task_workflow_id(task_id),  # Epochal's: its workflow in Temporal
     }
     if task_type in SERVED_TYPES:
         item["serviceAddress"] = f"/proxy/{task_id}/"

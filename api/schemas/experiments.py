@@ -35,6 +35,7 @@ class Experiment(Answer):
     originalConfig: str
     jobId: str
     projectId: int
+    workflowId: str | None = None  # its workflow in Temporal (Epochal's)
 
 
 class UnsavedExperiment(Answer):

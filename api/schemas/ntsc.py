@@ -25,6 +25,7 @@ class TaskItem(Answer):
     resourcePool: str
     jobId: str
     exitStatus: str | None
+    workflowId: str | None = None  # its workflow in Temporal (Epochal's)
 
 
 class Command(TaskItem):

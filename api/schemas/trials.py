@@ -47,6 +47,7 @@ class Trial(Answer):
     earlyExitReason: str | None
     rung: int | None
     searcherStatus: str | None
+    workflowId: str | None = None  # its workflow in Temporal (Epochal's)
 
 
 class TrialList(Answer):

@@ -82,3 +82,13 @@ export function table(columns, rows, rowAttrs = () => ({})) {
 export function message(text, kind = "muted") {
   return el("p", { class: kind }, text);
 }
+
+// A link to the workflow (every run of its id) in Temporal's UI, after `before`, where the
+// master knows the UI's address (the page's data-temporal-workflows); nothing where it does not.
+export function workflowLink(workflowId, before = "") {
+  const workflows = document.body.dataset.temporalWorkflows;
+  if (!workflows || !workflowId) return "";
+  const query = encodeURIComponent(`WorkflowId="${workflowId}"`);
+  return [before, el("a", { class: "workflow-link", href: `${workflows}?query=${query}`,
+    target: "_blank", rel: "noopener", title: `${workflowId} in Temporal's UI` }, "Temporal")];
+}

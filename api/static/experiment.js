@@ -10,8 +10,8 @@ import { api, every, follow, lastErrorLines, query, reportValues, startPage } fr
 import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
-import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table }
-  from "/static/dom.js";
+import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table,
+  workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
 const PAGE_SIZE = 100;
@@ -120,7 +120,8 @@ function renderHeader(exp) {
         el("a", { href: `/trials/${exp.bestTrialId}` }, exp.bestTrialId),
         ` (${fmtNumber(exp.bestValidation)})`) : "no validation yet",
       ` · owner ${exp.username} · started ${fmtTime(exp.startTime)}`,
-      exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : ""));
+      exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : "",
+      workflowLink(exp.workflowId, " · ")));
   replace(progressSlot, progressBar(exp.progress));
   for (const [name, applies] of Object.entries(ACTIONS)) {
     actionButtons[name].disabled = inFlight.has(name) || !applies(state, exp.archived);

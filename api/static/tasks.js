@@ -5,7 +5,8 @@
 
 import { ApiError, api, every, query, startPage, toLogin, token } from "/static/api.js";
 import { LogPanel } from "/static/logs.js";
-import { el, fmtTime, message, replace, shortState, stateBadge, table } from "/static/dom.js";
+import { el, fmtTime, message, replace, shortState, stateBadge, table, workflowLink }
+  from "/static/dom.js";
 
 // The kinds as api/routes/ntsc.py serves them; `page`: where a served one opens under its
 // serviceAddress (/proxy/<id>/).
@@ -102,7 +103,7 @@ function render() {
     { label: "Started", cell: (t) => fmtTime(t.startTime) },
     { label: "Exit status", cell: (t) => t.exitStatus || "" },
     { label: "", cell: (t) => el("span", { class: "actions" }, openLink(t), killButton(t),
-      logsButton(t)) },
+      logsButton(t), workflowLink(t.workflowId)) },
   ];
   replace(listBox, el("h2", {}, `Tasks (${tasks.length})`), shown.length
     ? table(columns, shown, (t) => ({ class: t.id === picked ? "task-row picked" : "task-row",

@@ -5,8 +5,8 @@ import { api, every, lastErrorLines, startPage } from "/static/api.js";
 import { drawLines, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
-import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table }
-  from "/static/dom.js";
+import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table,
+  workflowLink } from "/static/dom.js";
 
 const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
 
@@ -40,7 +40,8 @@ function renderHeader(trial, exp) {
       ` · ${trial.totalBatchesProcessed} batches · restarts ${trial.restarts}`,
       trial.agentId ? ` · agent ${trial.agentId}` : "",
       ` · started ${fmtTime(trial.startTime)}`, trial.endTime ? ` · ended ${fmtTime(trial.endTime)}` : "",
-      exp ? ` · best ${exp.searcherMetric} ${fmtNumber(trial.searcherMetricValue)}` : ""),
+      exp ? ` · best ${exp.searcherMetric} ${fmtNumber(trial.searcherMetricValue)}` : "",
+      workflowLink(trial.workflowId, " · ")),
     el("p", { class: "hparams" }, hparams));
 }
 

@@ -64,8 +64,13 @@ def chromium_ready() -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(chromium_ready: None, postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    with shared_servers_cluster(postgres_url, temporal_address, "browser", "--slots", "2") as c:
+def cluster(chromium_ready: None, postgres_url: str, temporal_address: str,
+            temporal_ui_url: str | None) -> Iterator[Cluster]:
+    """The dashboard links workflows to the session's Temporal UI (given as an external
+    Temporal's would be)."""
+    ui = {"EPOCHAL_TEMPORAL_UI_URL": temporal_ui_url} if temporal_ui_url else {}
+    with shared_servers_cluster(postgres_url, temporal_address, "browser", "--slots", "2",
+                                env_extra=ui) as c:
         yield c
 
 

@@ -13,12 +13,13 @@ import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
+from temporalio.client import Client
 
 from tests.browser.conftest import (
     ADMIN,
@@ -26,6 +27,7 @@ from tests.browser.conftest import (
     STEPS,
     TIMEOUT_MS,
     api_get,
+    in_thread,
     log_in,
     on_database,
     screenshot,
@@ -138,6 +140,42 @@ def test_experiment_page_draws_curves_trials_and_scatter(
     assert training >= 10
     screenshot(page, "experiment-running")
     page.close()
+
+
+def test_the_experiment_and_trial_pages_link_their_workflows_in_temporals_ui(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int, temporal_ui_url: str | None
+) -> None:
+    """Each page links its workflow in Temporal's own UI, which opens on it; the experiment's
+    memo there links back to its page."""
+    if temporal_ui_url is None:
+        pytest.skip("the external Temporal's UI is not given (EPOCHAL_TEST_TEMPORAL_UI_URL)")
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    link = page.locator("#experiment-header a.workflow-link")
+    expect(link).to_have_attribute("href", re.compile(
+        rf"^{re.escape(temporal_ui_url)}/namespaces/{cluster.temporal_namespace}/workflows\?"
+        rf"query=WorkflowId%3D%22experiment-{experiment_id}%22$"))
+    with logged_in.expect_page() as opened:
+        link.click()
+    ui = opened.value
+    expect(ui.get_by_text(f"experiment-{experiment_id}", exact=True).first).to_be_visible(
+        timeout=60_000)
+    screenshot(ui, "temporal-ui-experiment")
+    ui.close()
+
+    [trial, *_] = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"]
+    page.goto(f"/trials/{trial['id']}")
+    expect(page.locator("#trial-header a.workflow-link")).to_have_attribute("href", re.compile(
+        rf"query=WorkflowId%3D%22experiment-{experiment_id}-trial-{trial['id']}%22$"))
+    page.close()
+
+    async def memo() -> dict[str, Any]:
+        client = await Client.connect(cluster.temporal_address,
+                                      namespace=cluster.temporal_namespace)
+        described = await client.get_workflow_handle(f"experiment-{experiment_id}").describe()
+        return await described.memo()
+
+    assert in_thread(memo)["dashboard"] == f"{cluster.url}/experiments/{experiment_id}"
 
 
 def test_pause_and_activate_buttons_change_the_state(

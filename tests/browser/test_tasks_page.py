@@ -79,7 +79,7 @@ def row(page: Page, task_id: str) -> Any:
 
 def test_tasks_are_listed_opened_and_killed(
         page: Page, context: BrowserContext, cluster: Cluster,
-        launched: dict[str, dict[str, Any]]) -> None:
+        launched: dict[str, dict[str, Any]], temporal_ui_url: str | None) -> None:
     command, notebook = launched["command"], launched["notebook"]
     page.goto("/tasks")
     expect(page).to_have_url(re.compile(r"/login\?next=%2Ftasks$"))
@@ -95,6 +95,9 @@ def test_tasks_are_listed_opened_and_killed(
     expect(command_row).to_contain_text("default")
     expect(command_row).to_have_attribute("data-state", "RUNNING", timeout=READY_MS)
     expect(command_row.locator("a.open-task")).to_have_count(0)
+    if temporal_ui_url:  # its workflow in Temporal's UI
+        expect(command_row.locator("a.workflow-link")).to_have_attribute(
+            "href", re.compile(rf"^{re.escape(temporal_ui_url)}/.*%22task-{command['id']}%22$"))
     rows = page.locator("tr.task-row")
     expect(rows.first).to_have_attribute("data-id", notebook["id"])  # newest first
     expect(notebook_row).to_have_attribute("data-state", "RUNNING", timeout=READY_MS)

@@ -13,7 +13,8 @@ from deploy.postgres import without_password
 
 @pytest.fixture(autouse=True)
 def _no_external(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("EPOCHAL_DB_URL", "EPOCHAL_TEMPORAL_ADDRESS", "EPOCHAL_STATE_DIR"):
+    for name in ("EPOCHAL_DB_URL", "EPOCHAL_TEMPORAL_ADDRESS", "EPOCHAL_TEMPORAL_UI_URL",
+                 "EPOCHAL_STATE_DIR"):
         monkeypatch.delenv(name, raising=False)
 
 
@@ -49,6 +50,20 @@ def test_headless_has_no_ui_url(tmp_path: Path) -> None:
     info = cluster_info(ClusterSettings(state_dir=tmp_path, headless_temporal=True, api_port=9))
     assert info.temporal_ui_url is None
     assert info.api_url == "http://127.0.0.1:9"
+
+
+def test_an_external_temporals_ui_is_the_one_given(tmp_path: Path) -> None:
+    def ui(**given: str | None) -> str | None:
+        settings = ClusterSettings(state_dir=tmp_path, api_port=9, **given)  # type: ignore[arg-type]
+        return cluster_info(settings).temporal_ui_url
+
+    assert ui(external_temporal_address="temporal.internal:7233",
+              external_temporal_ui_url=None) is None
+    assert ui(external_temporal_address="temporal.internal:7233",
+              external_temporal_ui_url="https://temporal.internal") == "https://temporal.internal"
+    # Its own dev server's UI otherwise, whatever the environment says.
+    assert ui(external_temporal_address=None,
+              external_temporal_ui_url="https://elsewhere") == "http://127.0.0.1:8233"
 
 
 def test_external_servers_are_used_not_started(monkeypatch: pytest.MonkeyPatch,
