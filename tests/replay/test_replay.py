@@ -1,9 +1,10 @@
 """Recorded workflow histories still replay: a change to workflow code that would break running
 workflows (a reordered activity, a removed timer) fails here instead of in production.
 
-Histories come from tests/workflows with EPOCHAL_RECORD_HISTORIES=1 (interactive tasks' from a
-local cluster: a command, a killed one, a notebook stopped by idle_timeout); re-record them only
-when a change is meant to be incompatible (and then guard it with `workflow.patched`).
+Histories come from tests/workflows with EPOCHAL_RECORD_HISTORIES=<tag> (tests/replay/recording.py;
+interactive tasks' from a local cluster: a command, a killed one, a notebook stopped by
+idle_timeout). They are never re-recorded: a change to workflow code is guarded with
+`workflow.patched` and replays the histories recorded before it; new ones get a new tag.
 """
 
 from __future__ import annotations
@@ -24,9 +25,18 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
 def test_histories_are_recorded() -> None:
-    assert len(HISTORIES) >= 4, "run tests/workflows with EPOCHAL_RECORD_HISTORIES=1"
+    assert len(HISTORIES) >= 4, "run tests/workflows with EPOCHAL_RECORD_HISTORIES=<tag>"
+    recorded = {p.stem for p in HISTORIES}
     # Recorded before trials without the searcher metric completed (they ended in ERROR).
-    assert "no-searcher-metric-trial" in {p.stem for p in HISTORIES}
+    assert "no-searcher-metric-trial" in recorded
+    # Recorded before issue 34 (trials as child workflows, Temporal's statuses): how each kind
+    # of end, a findable experiment and a continue-as-new ran until then.
+    assert {f"{name}-before-issue34" for name in (
+        "grid-experiment", "grid-trial", "crashing-trial-experiment", "crashing-trial-trial",
+        "findable-error-experiment", "findable-error-trial", "findable-canceled-experiment",
+        "killed-experiment", "killed-trial", "canceled-experiment", "canceled-trial",
+        "pause-activate-experiment", "asha-stopping-experiment", "asha-promotion-experiment",
+        "random-continue-as-new-experiment")} <= recorded
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

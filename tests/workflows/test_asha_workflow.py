@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -27,11 +25,11 @@ from api.routes.trials import Metrics, ReportTrialMetricsRequest, TrialMetrics, 
 from common.expconf import validate_experiment_config
 from common.temporal_names import MASTER_TASK_QUEUE, experiment_workflow_id
 from deploy.master import build_worker
+from tests.replay.recording import save, tag
 from tests.workflows.pool_helpers import fake_agent
 from tests.workflows.test_experiment_workflow import ended
 from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
 
-HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 VALIDATION_PERIOD = 5
 # A stop reaches the trainer a few tenths of a second after the validation that decided it
 # (longer on a loaded 2-core machine): a trial stopped at the first rung has the six validations
@@ -179,15 +177,6 @@ async def trials_of(pool: asyncpg.Pool, experiment_id: int) -> list[asyncpg.Reco
     )
 
 
-async def record_history(handle: WorkflowHandle[Any, str], name: str) -> None:
-    """With EPOCHAL_RECORD_HISTORIES=1, save this run's history for the replay tests."""
-    if os.environ.get("EPOCHAL_RECORD_HISTORIES") != "1":
-        return
-    HISTORIES.mkdir(parents=True, exist_ok=True)
-    history = await handle.fetch_history()
-    (HISTORIES / f"{name}-experiment.json").write_text(history.to_json())
-
-
 def pool_name() -> str:
     return f"asha-{uuid.uuid4().hex[:8]}"
 
@@ -220,7 +209,7 @@ async def test_stopping_asha_stops_bad_trials_early_and_trains_the_best_to_the_e
         "SELECT best_trial_id FROM experiments WHERE id = $1", experiment_id
     )
     assert best == by_lr[0.1]["id"]
-    await record_history(handle, "asha-stopping")
+    save("asha-stopping-experiment", await handle.fetch_history())
 
 
 async def test_classic_asha_pauses_at_rungs_and_resumes_promoted_trials(
@@ -243,7 +232,7 @@ async def test_classic_asha_pauses_at_rungs_and_resumes_promoted_trials(
     by_lr = {t["hparams"]["lr"]: t for t in trials}
     assert by_lr[0.1]["steps_completed"] == 40
     assert sum(t["steps_completed"] for t in trials) < 8 * 40
-    await record_history(handle, "asha-promotion")
+    save("asha-promotion-experiment", await handle.fetch_history())
 
 
 async def test_search_state_survives_continue_as_new(
@@ -406,6 +395,5 @@ async def test_a_random_search_continues_as_new_with_the_trials_it_has_not_start
         carried = json.loads(event.input.payloads[0].data)["carried"]
         assert "pending" not in carried and 0 <= carried["pending_from"] <= 12
         assert len(carried["trial_of"]) <= 2 and len(carried["seen"]) <= 2
-    if os.environ.get("EPOCHAL_RECORD_HISTORIES") == "1":  # a run with trials still pending
-        history = await continued[0].fetch_history()
-        (HISTORIES / "random-continue-as-new-experiment.json").write_text(history.to_json())
+    if tag() is not None:  # a run with trials still pending
+        save("random-continue-as-new-experiment", await continued[0].fetch_history())

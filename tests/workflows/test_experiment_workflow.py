@@ -9,11 +9,9 @@ does (succeed, crash, wait for preemption, hang until killed).
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -35,7 +33,13 @@ from agent_worker.liveness import Liveness
 from common import search_attributes
 from common.expconf import validate_experiment_config
 from common.search_attributes import experiment_attributes, experiment_memo
-from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, experiment_workflow_id
+from common.temporal_names import (
+    MASTER_TASK_QUEUE,
+    agent_task_queue,
+    experiment_workflow_id,
+    trial_workflow_id,
+)
+from tests.replay.recording import save_experiment
 from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import register
 from workflows.experiment import ExperimentWorkflow
@@ -46,7 +50,6 @@ from workflows.types import (
     RunTrialResult,
 )
 
-HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 Script = Callable[[RunTrialInput, asyncpg.Pool], Awaitable[RunTrialResult]]
 
 
@@ -210,21 +213,6 @@ async def stop_agent(agent: FakeAgent) -> None:
         await agent.worker_task  # type: ignore[attr-defined]
 
 
-async def record_histories(client: Client, handle: WorkflowHandle[Any, str], name: str) -> None:
-    """With EPOCHAL_RECORD_HISTORIES=1, save this run's histories for the replay tests."""
-    if os.environ.get("EPOCHAL_RECORD_HISTORIES") != "1":
-        return
-    HISTORIES.mkdir(parents=True, exist_ok=True)
-    history = await handle.fetch_history()
-    (HISTORIES / f"{name}-experiment.json").write_text(history.to_json())
-    async for execution in client.list_workflows(
-        f"WorkflowType = 'TrialWorkflow' AND WorkflowId STARTS_WITH '{handle.id}-trial-'"
-    ):
-        trial = await client.get_workflow_handle(execution.id).fetch_history()
-        (HISTORIES / f"{name}-trial.json").write_text(trial.to_json())
-        break
-
-
 async def test_grid_runs_every_trial_within_the_concurrency_limit(
     temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:
@@ -233,7 +221,7 @@ async def test_grid_runs_every_trial_within_the_concurrency_limit(
         assert await ended(handle, 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
-    await record_histories(temporal_client, handle, "grid")
+    await save_experiment(temporal_client, handle, "grid")
     assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
     assert agent.max_running == 2
     assert sorted(r.hparams["lr"] for r in agent.runs) == [0.1, 0.2, 0.3, 0.4]
@@ -267,10 +255,12 @@ async def test_a_crashing_trial_errors_after_max_restarts_while_siblings_complet
     ]
     crashed_runs = [r for r in agent.runs if r.hparams["lr"] == 0.3]
     assert [r.run_id for r in crashed_runs] == [1, 2]  # first run + max_restarts (1)
-    restarts = await pool.fetchval(
-        "SELECT restarts FROM trials WHERE experiment_id = $1 AND state = 'ERROR'", experiment_id
-    )
+    restarts, crashed = await pool.fetchrow(
+        "SELECT restarts, id FROM trials WHERE experiment_id = $1 AND state = 'ERROR'",
+        experiment_id)
     assert restarts == 2
+    await save_experiment(temporal_client, handle, "crashing-trial",
+                          trial_workflow_id(experiment_id, crashed))
 
 
 async def listed(client: Client, query: str, count: int) -> list[WorkflowExecution]:
@@ -302,10 +292,12 @@ async def test_temporal_finds_experiments_by_search_attributes_and_shows_errors_
         assert isinstance(failure.value.cause, ApplicationError)
         assert failure.value.cause.type == "ExperimentError"
         assert "all 4 of its trials failed" in str(failure.value.cause)
+        await save_experiment(temporal_client, handle, "findable-error")
         canceled, handle = await start_experiment(
             temporal_client, pool, make_config(pool_name), owner=owner)
         await handle.signal("cancel")
         assert await ended(handle, 60) == "CANCELED"
+        await save_experiment(temporal_client, handle, "findable-canceled")
     finally:
         await stop_agent(agent)
 
@@ -348,7 +340,7 @@ async def test_pause_preempts_trials_and_activate_resumes_them(
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 4
     assert sorted({r.run_id for r in agent.runs}) == [1, 2]
-    await record_histories(temporal_client, handle, "pause-activate")
+    await save_experiment(temporal_client, handle, "pause-activate")
 
 
 async def test_kill_stops_running_trials_at_once(
@@ -360,6 +352,7 @@ async def test_kill_stops_running_trials_at_once(
                          "2 trials to run")
         await handle.signal("kill")
         assert await ended(handle, 30) == "CANCELED"
+        await save_experiment(temporal_client, handle, "killed")
     finally:
         await stop_agent(agent)
     # Two trials were running and were killed; the other two were never started.
@@ -386,6 +379,7 @@ async def test_cancel_checkpoints_running_trials_and_starts_no_more(
                          "2 trials to run")
         await handle.signal("cancel")
         assert await ended(handle, 30) == "CANCELED"
+        await save_experiment(temporal_client, handle, "canceled")
     finally:
         await stop_agent(agent)
     # The two running trials were asked to stop and exited cleanly; the others never started.

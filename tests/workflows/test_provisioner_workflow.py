@@ -6,10 +6,8 @@ drains then terminates idle agents, and ends when the pool loses its provider.""
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 
 from temporalio import activity
 from temporalio.client import Client
@@ -21,6 +19,7 @@ from common.temporal_names import (
     PROVISIONER_SET_ENABLED,
     PROVISIONER_TERMINATE,
 )
+from tests.replay.recording import save, tag
 from workflows.provisioner import ProvisionerWorkflow
 from workflows.provisioner_types import (
     AgentView,
@@ -33,7 +32,6 @@ from workflows.provisioner_types import (
     TerminateRequest,
 )
 
-HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 LIMITS = Limits(min_instances=0, max_instances=3, max_idle_agent_period=0.5,
                 max_agent_starting_period=1.0, slots_per_instance=1, interval=0.2)
 
@@ -134,6 +132,5 @@ async def test_launches_for_the_queue_replaces_a_hung_boot_and_retires_idle_agen
 
         pool.provided = False  # the master's config no longer has this pool's provider
         await handle.result()
-    if os.environ.get("EPOCHAL_RECORD_HISTORIES") == "1":
-        history = await handle.fetch_history()
-        (HISTORIES / "provisioner.json").write_text(history.to_json())
+    if tag() is not None:
+        save("provisioner", await handle.fetch_history())

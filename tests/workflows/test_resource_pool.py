@@ -8,10 +8,8 @@ them); `GrantSink` workflows stand in for trials waiting for `slots_granted`.
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -26,6 +24,7 @@ from temporalio.client import (
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from tests.replay.recording import save, tag
 from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
 from workflows.pool_types import (
@@ -38,8 +37,6 @@ from workflows.pool_types import (
     SlotReply,
     SlotRequest,
 )
-
-HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "histories"
 
 
 class Pool:
@@ -346,12 +343,11 @@ async def test_continue_as_new_keeps_agents_allocations_and_queue(
         assert (await rp.granted("3.3.1")).agent_id == rp.agent("a1")
         await asyncio.sleep(1)  # liveness runs again in the new run: the agent stays alive
         assert await rp.agent_alive(rp.agent("a1"), True)
-    if os.environ.get("EPOCHAL_RECORD_HISTORIES") == "1":  # the run that continued as new
+    if tag() is not None:  # the run that continued as new
         async for run in temporal_client.list_workflows(f"WorkflowId = '{rp.handle.id}'"):
             if run.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
                 handle = temporal_client.get_workflow_handle(rp.handle.id, run_id=run.run_id)
-                history = await handle.fetch_history()
-                (HISTORIES / "pool-continue-as-new.json").write_text(history.to_json())
+                save("pool-continue-as-new", await handle.fetch_history())
 
 
 async def _generation_at_least(pool: Pool, n: int) -> bool:
