@@ -35,7 +35,6 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from agent_worker.trial_firewall import remove_rules_of_master
 from common.agent_args import AGENT_PROGRAM, AgentArgs
 from deploy import processes, temporal_server
 from deploy.postgres import EmbeddedPostgres, database_url, without_password
@@ -243,8 +242,9 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     for sub in ("logs", "run", "checkpoints", "agent"):
         (s.state_dir / sub).mkdir(parents=True, exist_ok=True)
     task_user = _task_user(s)
+    per_user = task_user is not None and not s.agent_task_user  # agent_worker/sandbox.py
     checkpoints = s.state_dir / "checkpoints"
-    if task_user is not None and not s.agent_task_user:
+    if per_user:
         # Each user's trials write here as that user's own identity (agent_worker/sandbox.py):
         # anyone may add, nobody may remove or rename another's (the sticky bit, as /tmp), and
         # what a trial writes is its user's alone.
@@ -283,7 +283,8 @@ def up(settings: ClusterSettings | None = None, *, parts: Iterable[str] = PARTS,
     if "agent" in wanted:
         say(f"agent: {AGENT_ID} with {s.agent_slots} slots, {s.agent_runtime} runtime"
             + (f", task environment {s.agent_task_env}" if s.agent_task_env else "")
-            + (f", trials run as {task_user.name}" if task_user else ""))
+            + (", each user's runs as their own identity" if per_user
+               else f", trials run as {task_user.name}" if task_user else ""))
         _up_process(s, "agent", _agent_command(s, info), env=_agent_env(s, info), port=None,
                     check=lambda: _agent_answers(info))
     return info
@@ -466,7 +467,9 @@ def down(settings: ClusterSettings | None = None) -> list[str]:
     if provisioned:  # agents the master's `process` provider started
         stopped.append(f"{len(provisioned)} provisioned agent(s)")
     # An agent killed (kill -9, a crash) left its firewall rules: a port closed to runs for
-    # good would break whatever listens there next.
+    # good would break whatever listens there next. Imported here, as in _task_user.
+    from agent_worker.trial_firewall import remove_rules_of_master
+
     remove_rules_of_master(cluster_info(s).api_url)
     if _s3(s).stop():
         stopped.append("s3")
