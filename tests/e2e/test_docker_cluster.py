@@ -213,7 +213,8 @@ def test_another_users_container_cannot_reach_a_users_server(
     """A port a user's container opens itself (not one it was given) answers that user's runs
     only, once the agent's scan of the host's listening sockets sees it; its /tmp, /var/tmp
     and /dev/shm are its own."""
-    server = script_experiment(docker_cluster, tmp_path, "server", LISTENER_PY)
+    owner = docker_cluster.ordinary_user(tmp_path)  # two ordinary users
+    server = script_experiment(docker_cluster, tmp_path, "server", LISTENER_PY, env_extra=owner)
     try:
         port = wait_for(lambda: docker_cluster.printed(server, "LISTENING "), 120,
                         "the server's port")["port"]
@@ -228,7 +229,7 @@ def test_another_users_container_cannot_reach_a_users_server(
                          "MASTER": "connected", "seen": []}, found
         socket.create_connection(("127.0.0.1", port), timeout=10).close()  # the agent can
     finally:
-        docker_cluster.run("experiment", "kill", str(server), check=False)
+        docker_cluster.run("experiment", "kill", str(server), check=False, env_extra=owner)
     wait_done(docker_cluster, server)
 
 

@@ -203,7 +203,8 @@ def test_a_port_a_users_run_opens_is_closed_to_other_users_runs_on_every_host(
     """Each agent tells the master its runs' ports and closes the other agents' to every
     identity but their owner's: another user's trial on another host is refused within a
     heartbeat; the owner's own trial there still connects (a trial's ranks across hosts)."""
-    server = script_experiment(cluster, tmp_path, "server", SERVER_PY)
+    owner = cluster.ordinary_user(tmp_path)  # two ordinary users: the owner and another
+    server = script_experiment(cluster, tmp_path, "server", SERVER_PY, env_extra=owner)
     try:
         port = wait_for(lambda: cluster.printed(server, "LISTENING "), 120,
                         "the server's port")["port"]
@@ -219,11 +220,11 @@ def test_a_port_a_users_run_opens_is_closed_to_other_users_runs_on_every_host(
         assert found["last"] == "ConnectionRefusedError", found
         print(f"another user's trial on another host refused after {found['seconds']} s")
         owners = script_experiment(cluster, tmp_path, "owners", PROBE_PY, {
-            "TARGET": target, "FOR_SECONDS": "2", "UNTIL": "end"})
+            "TARGET": target, "FOR_SECONDS": "2", "UNTIL": "end"}, env_extra=owner)
         assert wait_done(cluster, owners) == "STATE_COMPLETED"
         found = cluster.printed(owners, "PROBED ")
         assert trials(cluster, owners)[0]["agentId"] != agent_id
         assert found["first"] == found["last"] == "connected", found
     finally:
-        cluster.run("experiment", "kill", str(server), check=False)
+        cluster.run("experiment", "kill", str(server), check=False, env_extra=owner)
     wait_done(cluster, server)

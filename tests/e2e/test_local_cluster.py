@@ -387,14 +387,15 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     victim_config = tmp_path / "victim.yaml"
     victim_config.write_text(yaml.safe_dump(
         {**base, "name": "victim", "entrypoint": f"python3 train.py {marker}"}))
+    alice = cluster.ordinary_user(tmp_path)  # two ordinary users: alice and mallory
     victim = created_id(cluster.run("experiment", "create", str(victim_config),
-                                    str(victim_dir)).stdout)
+                                    str(victim_dir), env_extra=alice).stdout)
     agent_dir = cluster.state_dir / "agent"
     wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), 60, "the victim")
     # The victim's TensorBoard: its port authenticates nobody.
     identity = wait_for(lambda: cluster.printed(victim, "IDENTITY "), 60, "the victim's identity")
-    board = cluster.run("tensorboard", "start", str(victim), "--config",
-                        "resources.slots=0").stderr  # the attacker needs the other slot
+    board = cluster.run("tensorboard", "start", str(victim), "--config", "resources.slots=0",
+                        env_extra=alice).stderr  # the attacker needs the other slot
     task = re.search(r"[0-9a-f-]{36}", board)
     assert task, board
     board_port = wait_for(lambda: _service_port(task.group(0)), 120, "the victim's TensorBoard")
@@ -423,8 +424,8 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     logs = cluster.run("trial", "logs", str(trial_of(cluster, attacker)["id"])).stdout
     # Root (the agent, the master's proxy) still reaches the victim's port, while it lives.
     socket.create_connection(("127.0.0.1", identity["port"]), timeout=10).close()
-    cluster.run("experiment", "kill", str(victim))
-    cluster.run("tensorboard", "kill", task.group(0), check=False)
+    cluster.run("experiment", "kill", str(victim), env_extra=alice)
+    cluster.run("tensorboard", "kill", task.group(0), check=False, env_extra=alice)
 
     secrets = cluster.secrets
     for secret in (secrets["cluster_token"], secrets["admin_password"], marker,
