@@ -279,7 +279,7 @@ def test_killed_agent_leaves_no_container_after_restart(
     result = docker_cluster.run(
         "experiment", "create", str(long_single_config(tmp_path)), "examples/digits")
     experiment_id = created_id(result.stdout)
-    wait_for(lambda: trial_of(docker_cluster, experiment_id)["totalBatchesProcessed"] > 0,
+    wait_for(lambda: trial_of(docker_cluster, experiment_id).get("totalBatchesProcessed", 0) > 0,
              timeout=120, what="the first training metrics")
     (orphan,) = agent_containers(docker_client, AGENT_ID, docker_cluster.url)
     pid = read_pid(docker_cluster.state_dir / "run" / "agent.pid")
@@ -324,7 +324,7 @@ def test_bad_image_fails_fast_with_a_clear_message(docker_cluster: Cluster,
     started = time.monotonic()
     experiment_id = created_id(docker_cluster.run(
         "experiment", "create", str(path), "examples/digits").stdout)
-    wait_for(lambda: trial_of(docker_cluster, experiment_id)["state"] == "STATE_ERROR",
+    wait_for(lambda: trial_of(docker_cluster, experiment_id).get("state") == "STATE_ERROR",
              timeout=60, what="the trial to fail")
     assert time.monotonic() - started < 30
     logs = docker_cluster.run("trial", "logs", str(trial_of(docker_cluster, experiment_id)["id"]))

@@ -74,7 +74,10 @@ def long_single_config(tmp_path: Path) -> Path:
 
 
 def trial_of(cluster: Cluster, experiment_id: int) -> dict[str, Any]:
-    return cluster.trials(experiment_id)[0]
+    """The experiment's first trial; {} before it has one (its workflow creates it a moment
+    after the experiment, later when that first write is retried)."""
+    trials = cluster.trials(experiment_id)
+    return trials[0] if trials else {}
 
 
 def experiment_state(cluster: Cluster, experiment_id: int) -> str:
@@ -101,7 +104,7 @@ def test_pause_activate_and_kill(cluster: Cluster, tmp_path: Path) -> None:
     )
     experiment_id = created_id(result.stdout)
     wait_for(
-        lambda: trial_of(cluster, experiment_id)["totalBatchesProcessed"] > 0,
+        lambda: trial_of(cluster, experiment_id).get("totalBatchesProcessed", 0) > 0,
         timeout=60, what="the first training metrics",
     )
 
