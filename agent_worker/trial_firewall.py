@@ -39,6 +39,8 @@ from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
+# A rule's destination: every address of this host (a server bound to 0.0.0.0 or [::]).
+EVERY_LOCAL_ADDRESS = ["-m", "addrtype", "--dst-type", "LOCAL"]
 LISTEN = "0A"  # a listening socket's state in /proc/net/tcp (include/net/tcp_states.h)
 
 
@@ -79,7 +81,7 @@ class TrialFirewall:
             host = host.strip("[]")
             for ip in _resolve(host):
                 tool = "iptables" if ip.version == 4 else "ip6tables"
-                to = (["-m", "addrtype", "--dst-type", "LOCAL"] if ip.is_unspecified
+                to = (EVERY_LOCAL_ADDRESS if ip.is_unspecified
                       else ["-d", str(ip)])
                 found.extend((tool, self._reject(to, port, ["-m", "owner", "--uid-owner", uid]))
                              for uid in self.uids)
@@ -132,7 +134,7 @@ class TrialFirewall:
             for (port, owner), rules in self.listener_rules.items():
                 rules.extend(rule for tool in ("iptables", "ip6tables")
                              for rule in self._close_to_others(
-                                 tool, ["-m", "addrtype", "--dst-type", "LOCAL"], port, owner,
+                                 tool, EVERY_LOCAL_ADDRESS, port, owner,
                                  [str(uid)]))
             for (address, port, owner), rules in self.peer_rules.items():
                 rules.extend(self._close_to_others(_tool(address), ["-d", address], port, owner,
@@ -143,7 +145,7 @@ class TrialFirewall:
         but its owner's, while the run lasts; the rules, for `drop`. The master's proxy and
         the agent are not run identities: they still reach it."""
         return [rule for tool in ("iptables", "ip6tables") for rule in self._close_to_others(
-            tool, ["-m", "addrtype", "--dst-type", "LOCAL"], port, owner_uid)]
+            tool, EVERY_LOCAL_ADDRESS, port, owner_uid)]
 
     def _close_to_others(self, tool: str, to: list[str], port: int, owner_uid: int,
                          specs: list[str] | None = None) -> list[tuple[str, list[str]]]:
