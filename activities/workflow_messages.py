@@ -7,6 +7,10 @@ task when it starts and another when it ends. So an experiment starts its trials
 tells its experiment it ended, this way (TRIAL_REVISION). A retried activity may do it twice:
 the second start finds the trial's workflow started, and the experiment drops a trial's second
 `trial_closed`.
+
+Since TEMPORAL_STATUS_REVISION trials are child workflows again (Temporal's UI shows each
+experiment's trials), and only their end goes by this route. A workflow that ended canceled asks
+here for its own cancel (`request_cancel`), which Temporal cannot take from the workflow itself.
 """
 
 from __future__ import annotations
@@ -25,12 +29,13 @@ from common.search_attributes import trial_attributes
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
     REPORT_TRIAL_CLOSED,
+    REQUEST_CANCEL,
     START_TRIAL,
     TRIAL_WORKFLOW,
     ExperimentMessages,
     experiment_workflow_id,
 )
-from workflows.types import StartTrialInput, TrialClosedInput
+from workflows.types import CancelRequestInput, StartTrialInput, TrialClosedInput
 
 
 class MessageActivities:
@@ -73,5 +78,15 @@ class MessageActivities:
             return False
         return True
 
+    @activity.defn(name=REQUEST_CANCEL)
+    async def request_cancel(self, inp: CancelRequestInput) -> None:
+        """A retry after the request was made is refused or deduplicated by Temporal: done."""
+        handle = self._client.get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
+        try:
+            await handle.cancel(reason=inp.reason)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+
     def all(self) -> list[Callable[..., Any]]:
-        return [self.start_trial, self.report_trial_closed]
+        return [self.start_trial, self.report_trial_closed, self.request_cancel]

@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import temporalio.converter
+import temporalio.exceptions
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
@@ -78,14 +79,40 @@ def in_clear(memo: Mapping[str, Any]) -> dict[str, Payload]:
     return {key: convert([value])[0] for key, value in memo.items()}
 
 
+# The failures a workflow ends with to say it ended in ERROR (workflows/temporal_status.py): their
+# message is the reason, and a stack trace would show only Epochal's own code.
+ENDING_FAILURES = frozenset({"ExperimentError", "TrialError", "TaskError"})
+
+
+class _EndingsWithoutTraceback(temporalio.converter.DefaultFailureConverter):
+    def to_failure(self, exception: BaseException,
+                   payload_converter: temporalio.converter.PayloadConverter,
+                   failure: Any) -> None:
+        if (isinstance(exception, temporalio.exceptions.ApplicationError)
+                and exception.type in ENDING_FAILURES):
+            exception = exception.with_traceback(None)
+        super().to_failure(exception, payload_converter, failure)
+
+
+class EndingFailureConverter(_EndingsWithoutTraceback):
+    """Temporal's default, but an ending's failure carries no stack trace."""
+
+
+class EncodedEndingFailureConverter(
+        _EndingsWithoutTraceback,
+        temporalio.converter.DefaultFailureConverterWithEncodedAttributes):
+    """The same, with every failure's message and stack trace encoded as a payload."""
+
+
 def data_converter(cluster_token: str | None) -> temporalio.converter.DataConverter:
     """The converter of the master's and the agents' clients: encrypting where there is a
-    cluster token to derive the key from, else Temporal's default. A failure's message and
-    stack trace travel as a payload (its "encoded attributes"), so they are encrypted too; the
-    history shows "Encoded failure" in their place."""
+    cluster token to derive the key from, else Temporal's default codec. A failure's message
+    and stack trace travel as a payload (its "encoded attributes"), so they are encrypted too;
+    the history shows "Encoded failure" in their place, and Temporal's UI the message through
+    the codec endpoint (api/routes/temporal_codec.py)."""
     default = temporalio.converter.DataConverter.default
     if not cluster_token:
-        return default
+        return dataclasses.replace(default, failure_converter_class=EndingFailureConverter)
     return dataclasses.replace(
         default, payload_codec=EncryptionCodec(payload_key(cluster_token)),
-        failure_converter_class=temporalio.converter.DefaultFailureConverterWithEncodedAttributes)
+        failure_converter_class=EncodedEndingFailureConverter)

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 EXPERIMENT_ID = SearchAttributeKey.for_int("EpochalExperimentId")
 TRIAL_ID = SearchAttributeKey.for_int("EpochalTrialId")
 OWNER = SearchAttributeKey.for_keyword("EpochalOwner")
-# The experiment's state as the database has it (ACTIVE, PAUSED, ..., COMPLETED, ERROR).
+# The experiment's, trial's or task's state as the database has it (ACTIVE, PAUSED, ...,
+# COMPLETED, ERROR).
 STATE = SearchAttributeKey.for_keyword("EpochalState")
 SEARCHER = SearchAttributeKey.for_keyword("EpochalSearcher")
 NAME = SearchAttributeKey.for_keyword("EpochalName")
@@ -43,13 +44,26 @@ def experiment_attributes(experiment_id: int, owner: str, config: Mapping[str, A
     ])
 
 
-def trial_attributes(experiment_id: int, trial_id: int,
-                     config: Mapping[str, Any]) -> TypedSearchAttributes:
+def trial_attributes(experiment_id: int, trial_id: int, config: Mapping[str, Any],
+                     owner: str | None = None, state: str = "QUEUED") -> TypedSearchAttributes:
+    """Since TEMPORAL_STATUS_REVISION a trial carries its experiment's owner and its own state
+    too."""
     return TypedSearchAttributes([
         SearchAttributePair(EXPERIMENT_ID, experiment_id),
         SearchAttributePair(TRIAL_ID, trial_id),
         SearchAttributePair(SEARCHER, str(config["searcher"]["name"])),
         SearchAttributePair(NAME, str(config.get("name") or "")),
+        *([SearchAttributePair(OWNER, owner), SearchAttributePair(STATE, state)]
+          if owner is not None else []),
+    ])
+
+
+def task_attributes(owner: str, name: str, state: str = "QUEUED") -> TypedSearchAttributes:
+    """An interactive task's: who runs it, its description and its state."""
+    return TypedSearchAttributes([
+        SearchAttributePair(OWNER, owner),
+        SearchAttributePair(STATE, state),
+        SearchAttributePair(NAME, name),
     ])
 
 

@@ -102,6 +102,7 @@ REQUEST_SLOTS_ACTIVITY = "request_slots"  # asks the pool's update of the same n
 RELEASE_SLOTS_ACTIVITY = "release_slots"
 REPORT_TRIAL_CLOSED = "report_trial_closed"  # signals the experiment through the master's client
 START_TRIAL = "start_trial"  # starts a trial's workflow through the master's client
+REQUEST_CANCEL = "request_cancel"  # a workflow's own run canceled, through the master's client
 SAMPLE_TRIAL_HPARAMS = "sample_trial_hparams"  # a sampler's draw (activities/model_sampling.py)
 RECORD_TASK_STATE = "record_task_state"  # an interactive task's state (activities/task_store.py)
 TASK_IDLE_SECONDS = "task_idle_seconds"  # how long since its proxy last carried a request
@@ -138,12 +139,14 @@ class TrialMessages:
 
 
 class TaskMessages:
-    """TaskWorkflow's signals: the pool's answers (named as a trial's) and the user's kill."""
+    """TaskWorkflow's signals: the pool's answers (named as a trial's), the user's kill, and
+    the task running."""
 
     SLOTS_GRANTED = TrialMessages.SLOTS_GRANTED
     SLOTS_FAILED = TrialMessages.SLOTS_FAILED
     SLOTS_WAITING = TrialMessages.SLOTS_WAITING
     KILL = "kill"  # from the API (`det cmd kill`, the dashboard)
+    RUNNING = "running"  # from the API: the agent said the task's service answers
 
 
 class PoolMessages:

@@ -200,10 +200,13 @@ def temporal_ui_url(temporal_dev_server: tuple[str, str | None]) -> str | None:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def temporal_client(temporal_address: str) -> AsyncIterator:
-    """A connected temporalio Client on namespace `default`."""
+    """A connected temporalio Client on namespace `default`, with the master's converter for a
+    cluster without a token (its workers end workflows as the master's do)."""
     from temporalio.client import Client
 
-    yield await Client.connect(temporal_address)
+    from common.payload_codec import data_converter
+
+    yield await Client.connect(temporal_address, data_converter=data_converter(None))
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
 from common import search_attributes
+from common.payload_codec import data_converter
 from deploy.master import build_worker
 from deploy.processes import free_port
 
@@ -91,7 +92,8 @@ def master_worker(temporal_address: str, postgres_url: str) -> Iterator[Worker]:
 
 async def fresh_namespace(temporal_address: str, prefix: str) -> Client:
     """A client of a new Temporal namespace `<prefix>-<hex>` on the session's dev server, so its
-    workflows meet nobody else's (ids, task queues, a worker's backlog)."""
+    workflows meet nobody else's (ids, task queues, a worker's backlog); with the converter of
+    a master without a cluster token."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = await Client.connect(temporal_address)
     await admin.workflow_service.register_namespace(
@@ -100,7 +102,8 @@ async def fresh_namespace(temporal_address: str, prefix: str) -> Client:
     )
     for _ in range(100):  # the namespace cache takes a moment to see it
         try:
-            client = await Client.connect(temporal_address, namespace=name)
+            client = await Client.connect(temporal_address, namespace=name,
+                                          data_converter=data_converter(None))
             await client.count_workflows()
             return client
         except Exception:

@@ -5,10 +5,10 @@
 pool does not run yet, the master's `request_slots` activity starts it with the request (an
 update-with-start). `release` signals the pool (`release`), which ignores a repeated release.
 
-A `local` allocator (a trial from TRIAL_REVISION on) sends both through local activities
-instead: `request_slots` answers with the grant when the pool has the slots now (no signal
-either way), else the grant comes by signal as before; `release_slots` sends the `release`
-signal through the master's client.
+A `local` allocator (a trial from LOCAL_CALLS_REVISION on, every task) sends both through
+local activities instead: `request_slots` answers with the grant when the pool has the slots
+now (no signal either way), else the grant comes by signal as before; `release_slots` sends
+the `release` signal through the master's client.
 """
 
 from __future__ import annotations

@@ -7,7 +7,12 @@ user's pause, activate, cancel and kill. The main loop hands each event to the s
 to its next rung, stop one early. Trials are started up to the searcher's concurrency.
 
 Children are started with ABANDON and report their end by signal, so the experiment can
-continue-as-new (carrying the search's snapshot and its own bookkeeping) while trials run.
+continue-as-new (carrying the search's snapshot and its own bookkeeping) while trials run; the
+trials of every run have `experiment-N` as their parent and root in Temporal. (From
+LOCAL_CALLS_PATCH to CHILD_TRIALS_PATCH the master's client started them instead, unrelated.)
+
+It ends in Temporal's status that matches its state (workflows/temporal_status.py), and a cancel
+request made in Temporal's UI cancels it as the user's `cancel` does.
 """
 
 from __future__ import annotations
@@ -17,12 +22,12 @@ from datetime import timedelta
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from common.expconf import SearcherConfig, stored_config
-    from common.search_attributes import EXPERIMENT_ID, STATE
+    from common.search_attributes import EXPERIMENT_ID, OWNER, STATE, trial_attributes
     from common.temporal_names import (
         CREATE_TRIAL,
         EXPERIMENT_WORKFLOW,
@@ -48,9 +53,11 @@ with workflow.unsafe.imports_passed_through():
         Stop,
     )
     from workflows.searchers.fixed import FixedSearch
+    from workflows.temporal_status import cancel_requested, end_canceled, end_failed, run_shielded
     from workflows.trial import TrialWorkflow
     from workflows.types import (
         JSON,
+        LOCAL_CALLS_REVISION,
         TRIAL_REVISION,
         CreateTrialInput,
         ExperimentInput,
@@ -76,12 +83,21 @@ SERIAL_MESSAGES_PATCH = "experiment-messages-in-order"
 COMPACT_CARRY_PATCH = "experiment-compact-carry"
 # Temporal tells the truth about an experiment: one started with Epochal's search attributes
 # keeps `EpochalState` as the database does, and one that ended in ERROR or CANCELED ends
-# failed (ExperimentError, ExperimentCanceled), not completed.
+# failed (ExperimentError, ExperimentCanceled), not completed; CANCELED ends Canceled since
+# CANCELED_END_PATCH.
 SEARCH_STATE_PATCH = "experiment-search-state"
 FAILED_END_PATCH = "experiment-ends-failed"
 # A draw of the searcher's sampler that fails (an option it cannot work with) ends the search in
 # ERROR, saying why; before, it failed the workflow and left the experiment ACTIVE.
 SAMPLER_ERROR_PATCH = "experiment-sampler-failure-errors"
+# Issue 34, Temporal tells the truth. A cancel request (Temporal's UI) stops the experiment as
+# the user's cancel does, instead of interrupting it wherever it awaited (checked when a run
+# starts); one that ended CANCELED ends Canceled, not Failed (checked at its end, so that a run
+# started before the change ends so too); its trials are its child workflows again, of
+# TRIAL_REVISION (checked at the first trial a run starts).
+EXTERNAL_CANCEL_PATCH = "experiment-takes-cancel-requests"
+CANCELED_END_PATCH = "experiment-ends-canceled"
+CHILD_TRIALS_PATCH = "experiment-trials-are-children"
 
 
 @workflow.defn(name=EXPERIMENT_WORKFLOW)
@@ -106,11 +122,24 @@ class ExperimentWorkflow:
         self._deciding: dict[tuple[int, int], int] = {}
         self._finishing = False
         self._messages = asyncio.Lock()  # serialises the user's messages' side effects
+        self._takes_cancel_requests = False  # EXTERNAL_CANCEL_PATCH
+
+    def _retrieve(self, child: asyncio.Task[Any]) -> None:
+        """A trial's end reaches the experiment by signal (it may outlive this run); its
+        result, or its failure, is taken here so that asyncio reports no stray error."""
+        if not child.cancelled():
+            child.exception()
 
     # -- the loop ----------------------------------------------------------------------------
 
     @workflow.run
     async def run(self, inp: ExperimentInput) -> str:
+        if workflow.patched(EXTERNAL_CANCEL_PATCH):
+            self._takes_cancel_requests = True
+            return await run_shielded(self._run(inp))
+        return await self._run(inp)
+
+    async def _run(self, inp: ExperimentInput) -> str:
         carried = inp.carried or {}
         config = stored_config(inp.config)  # the API validated it: read through the model
         search = make_search(config, inp.seed, carried.get("search"))
@@ -126,7 +155,10 @@ class ExperimentWorkflow:
                 or self._can_start(search)
                 or self._idle()
                 or self._only_waiting(search)
+                or self._cancel_requested()
             )
+            if self._cancel_requested():
+                await self.cancel()
             while self._events:
                 kind, event = self._events.pop(0)
                 if kind == "validation":
@@ -167,16 +199,23 @@ class ExperimentWorkflow:
         self._show_state(final)
         if final in ("ERROR", "CANCELED") and workflow.patched(FAILED_END_PATCH):
             if final == "ERROR":
-                raise ApplicationError(
+                end_failed(
                     f"experiment {inp.experiment_id} ended in ERROR: "
                     + (self._error or f"all {self._counts.get('ERROR', 0)} of its trials "
                                       "failed"),
-                    type="ExperimentError", non_retryable=True)
-            raise ApplicationError(
-                f"experiment {inp.experiment_id} was "
-                f"{'killed' if self._stop == TrialMessages.KILL else 'canceled'}",
-                type="ExperimentCanceled", non_retryable=True)
+                    "ExperimentError")
+            if workflow.patched(CANCELED_END_PATCH):
+                await end_canceled(self._stop_reason())
+            raise ApplicationError(f"experiment {inp.experiment_id} was {self._stop_reason()}",
+                                   type="ExperimentCanceled", non_retryable=True)
         return final
+
+    def _stop_reason(self) -> str:
+        return "killed" if self._stop == TrialMessages.KILL else "canceled"
+
+    def _cancel_requested(self) -> bool:
+        """A cancel request (Temporal's UI) this experiment has not acted on yet."""
+        return self._takes_cancel_requests and self._stop is None and cancel_requested()
 
     def _show_state(self, state: str) -> None:
         """The state, in the `EpochalState` search attribute of a workflow started with them."""
@@ -205,7 +244,7 @@ class ExperimentWorkflow:
         return not self._running and (self._stop is not None or not self._pending)
 
     def _should_continue_as_new(self, inp: ExperimentInput) -> bool:
-        if self._events:
+        if self._events or self._cancel_requested():  # the next run would not see the request
             return False
         info = workflow.info()
         if inp.max_history_events:
@@ -345,6 +384,9 @@ class ExperimentWorkflow:
         self._trial_of[request_id] = trial_id
         start_paused = self._paused
         local = workflow.patched(LOCAL_CALLS_PATCH)
+        # Never asked of a run that started trials before LOCAL_CALLS_PATCH: its histories
+        # take the last branch below.
+        child = local and workflow.patched(CHILD_TRIALS_PATCH)
         trial = TrialInput(
             experiment_id=inp.experiment_id,
             trial_id=trial_id,
@@ -356,10 +398,12 @@ class ExperimentWorkflow:
             target=create["target"],
             length_unit=searcher.length_unit,
             waits_at_target=searcher.waits_at_rung and create["decision"] is not None,
-            revision=TRIAL_REVISION if local else 0,
+            revision=TRIAL_REVISION if child else LOCAL_CALLS_REVISION if local else 0,
         )
         workflow_id = trial_workflow_id(inp.experiment_id, trial_id)
-        if local:  # started by the master's client: no child events in this history
+        if child:
+            await self._start_child(trial, workflow_id)
+        elif local:  # started by the master's client: no child events in this history
             await db_activity(START_TRIAL, StartTrialInput(
                 workflow_id=workflow_id, trial=trial,
                 not_before=workflow.info().workflow_start_time.timestamp()))
@@ -378,6 +422,30 @@ class ExperimentWorkflow:
         elif self._paused != start_paused:
             await self._signal_trial(
                 trial_id, TrialMessages.PAUSE if self._paused else TrialMessages.ACTIVATE)
+
+    async def _start_child(self, trial: TrialInput, workflow_id: str) -> None:
+        """Start the trial's workflow as this experiment's child. ABANDON: the trial outlives
+        a continue-as-new (the policy applies at every close of this run) and reports its end
+        by signal. A trial id used again (`det experiment continue`) starts anew once its last
+        workflow has closed; one still running (right after a stop) is the trial already."""
+        own = workflow.info().typed_search_attributes
+        attributes = None
+        if own.get(EXPERIMENT_ID) is not None:  # the namespace knows Epochal's attributes
+            attributes = trial_attributes(trial.experiment_id, trial.trial_id, trial.config,
+                                          owner=own.get(OWNER))
+        try:
+            handle = await workflow.start_child_workflow(
+                TrialWorkflow.run,
+                trial,
+                id=workflow_id,
+                task_queue=MASTER_TASK_QUEUE,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+                search_attributes=attributes,
+            )
+        except WorkflowAlreadyStartedError:
+            workflow.logger.info("trial %s is running already", trial.trial_id)
+            return
+        handle.add_done_callback(self._retrieve)
 
     async def _signal_trial(self, trial_id: int, signal: str, *args: Any) -> None:
         """Signal a running trial; one that has just ended (its `trial_closed` not yet handled)

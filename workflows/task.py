@@ -8,6 +8,12 @@ the activity is cancelled, which stops its processes) or when it has served no r
 the master's proxy for `idle_timeout`. A task runs once: a lost agent ends it, as on
 Determined. The slots go back to the pool at the end, and the row says TERMINATED with why.
 
+It ends in Temporal's status that matches how it ended (workflows/temporal_status.py):
+Completed when its process exited 0, Failed when it exited otherwise or could not run, Canceled
+when killed or stopped by its idle_timeout; a cancel request (Temporal's UI) kills it as the
+user's kill does.
+One started with Epochal's search attributes keeps `EpochalState` current.
+
 Like the trial, it runs outside Temporal's sandbox and keeps its determinism by the same rules:
 no IO, clock or randomness here (activities do those).
 """
@@ -33,6 +39,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.allocation import Allocator, Resources
     from workflows.db_activities import db_activity
     from workflows.pool_types import DEFAULT_PRIORITY, Allocation, SlotFailure, SlotRequest
+    from workflows.temporal_status import (
+        ShownState,
+        cancel_requested,
+        end_canceled,
+        end_failed,
+        run_shielded,
+    )
     from workflows.types import RecordTaskStateInput, RunTaskInput, RunTaskResult, TaskInput
 
 RUN_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
@@ -40,18 +53,37 @@ RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the t
 RUN_MAX_DURATION = timedelta(days=365)
 # How often an idle_timeout is checked: at most this long past the timeout a task is stopped.
 IDLE_CHECK_EVERY = timedelta(seconds=60)
+# Issue 34: a cancel request kills the task (checked at its start), and a task that did not
+# complete ends Failed or Canceled (checked at its end: a task started before ends so too).
+TASK_CANCEL_REQUEST_PATCH = "task-takes-cancel-requests"
+TASK_STATUS_PATCH = "task-ends-in-its-status"
 
 
 @workflow.defn(name=TASK_WORKFLOW, sandboxed=False)
 class TaskWorkflow:
     def __init__(self) -> None:
-        self._kill = False
+        self._kill_signaled = False
+        self._takes_cancel_requests = False  # TASK_CANCEL_REQUEST_PATCH
+        self._shown = ShownState()
+        self._ended_as = "COMPLETED"  # or ERROR, CANCELED: the status the workflow ends in
         self._allocator = Allocator()
         self._allocator.local = True
         self._agent_id: str | None = None
 
+    @property
+    def _kill(self) -> bool:
+        """The user's kill, by signal or as a cancel request."""
+        return self._kill_signaled or (self._takes_cancel_requests and cancel_requested())
+
     @workflow.run
     async def run(self, inp: TaskInput) -> str:
+        if workflow.patched(TASK_CANCEL_REQUEST_PATCH):
+            self._takes_cancel_requests = True
+            self._shown.start("QUEUED")
+            return await run_shielded(self._run_task(inp))
+        return await self._run_task(inp)
+
+    async def _run_task(self, inp: TaskInput) -> str:
         resources = Resources(pool=inp.resource_pool, slots=inp.slots,
                               priority=inp.priority or DEFAULT_PRIORITY, max_slots=None)
         request = SlotRequest(
@@ -65,8 +97,10 @@ class TaskWorkflow:
         try:
             allocation = await self._allocator.acquire(resources, request, lambda: self._kill)
         except ApplicationError as err:  # more slots than any agent of the pool has
+            self._ended_as = "ERROR"
             return await self._end(inp, f"cannot schedule the task: {err.message}")
         if allocation is None:
+            self._ended_as = "CANCELED"
             return await self._end(inp, "killed while it waited for slots")
         try:
             self._agent_id = allocation.agent_id
@@ -114,13 +148,18 @@ class TaskWorkflow:
             result = await handle
         except ActivityError as err:
             if stopped_for:
+                self._ended_as = "CANCELED"
                 return stopped_for
             cause = err.cause
             detail = cause.message if isinstance(cause, ApplicationError) else str(
                 cause or err)
+            self._ended_as = "ERROR"
             return f"failed: {detail}"
         if stopped_for:
+            self._ended_as = "CANCELED"
             return stopped_for
+        if result.exit_code != 0:
+            self._ended_as = "ERROR"
         return result.message or f"exited with code {result.exit_code}"
 
     async def _idle_for(self, inp: TaskInput) -> float:
@@ -134,15 +173,26 @@ class TaskWorkflow:
             RecordTaskStateInput(task_id=inp.task_id, state=state, agent_id=self._agent_id,
                                  exit_status=exit_status),
             local=True)
+        self._shown.show(state)
 
     async def _end(self, inp: TaskInput, exit_status: str) -> str:
         await self._record(inp, "TERMINATED", exit_status)
+        if self._ended_as != "COMPLETED" and workflow.patched(TASK_STATUS_PATCH):
+            if self._ended_as == "ERROR":
+                end_failed(f"task {inp.task_id}: {exit_status}", "TaskError")
+            await end_canceled(exit_status)
         return exit_status
 
     @workflow.signal(name=TaskMessages.KILL)
     def kill(self) -> None:
         """The user's kill: stop the task now (while it waits for slots too)."""
-        self._kill = True
+        self._kill_signaled = True
+
+    @workflow.signal(name=TaskMessages.RUNNING)
+    def running(self) -> None:
+        """The agent said the task runs (the API wrote RUNNING in its row)."""
+        if self._shown.state in ("QUEUED", "STARTING"):
+            self._shown.show("RUNNING")
 
     @workflow.signal(name=TaskMessages.SLOTS_GRANTED)
     def slots_granted(self, allocation: Allocation) -> None:

@@ -15,7 +15,9 @@ part fails, ends or is lost, the others are cancelled, and the trial restarts al
 The searcher steers a trial too: `stop_early` ends it like a cancel but as COMPLETED, and with
 classic ASHA each run trains only to the trial's current rung (`target`), after which the trial
 waits, holding no slots, until `continue_to` promotes it. At its end the trial tells its
-experiment by signal (sent through the master's client: see TRIAL_REVISION).
+experiment by signal (sent through the master's client: see LOCAL_CALLS_REVISION), and from
+TEMPORAL_STATUS_REVISION on it ends in Temporal's status that matches its state
+(workflows/temporal_status.py) and keeps its `EpochalState` search attribute current.
 
 It runs outside Temporal's sandbox (`sandboxed=False`): there is one per trial, and building a
 sandbox for each (a fresh load of this module and its imports) was a sixth of the master's CPU
@@ -63,9 +65,17 @@ with workflow.unsafe.imports_passed_through():
         SlotWaiting,
         allocation_parts,
     )
+    from workflows.temporal_status import (
+        ShownState,
+        cancel_requested,
+        end_canceled,
+        end_failed,
+        run_shielded,
+    )
     from workflows.types import (
+        LOCAL_CALLS_REVISION,
         RENDEZVOUS_PORTS,
-        TRIAL_REVISION,
+        TEMPORAL_STATUS_REVISION,
         CheckSearcherMetricInput,
         RecordTrialStateInput,
         Rendezvous,
@@ -102,7 +112,9 @@ def restart_backoff(restarts: int) -> timedelta:
 class TrialWorkflow:
     def __init__(self) -> None:
         self._paused = False
-        self._cancel = False
+        self._cancel_signaled = False
+        self._takes_cancel_requests = False  # TEMPORAL_STATUS_REVISION
+        self._shown = ShownState()
         self._kill = False
         self._stop_early = False  # the searcher stopped this trial (ASHA)
         self._state = "QUEUED"
@@ -117,8 +129,20 @@ class TrialWorkflow:
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
+        if inp.revision >= TEMPORAL_STATUS_REVISION:
+            self._takes_cancel_requests = True
+            self._shown.start("QUEUED")
+            return await run_shielded(self._run(inp))
+        return await self._run(inp)
+
+    @property
+    def _cancel(self) -> bool:
+        """The user's cancel, by signal from the experiment or as a cancel request."""
+        return self._cancel_signaled or (self._takes_cancel_requests and cancel_requested())
+
+    async def _run(self, inp: TrialInput) -> TrialOutcome:
         self._inp = inp
-        self._allocator.local = inp.revision >= TRIAL_REVISION
+        self._allocator.local = inp.revision >= LOCAL_CALLS_REVISION
         self._paused = inp.start_paused
         self._target = inp.target
         config = stored_config(inp.config)  # the API validated it: read through the model
@@ -449,6 +473,7 @@ class TrialWorkflow:
                 search_status=search_status,
             ),
         )
+        self._shown.show(state)
 
     async def _end(
         self,
@@ -473,10 +498,15 @@ class TrialWorkflow:
         )
         # The experiment learns of the end by signal: it may have continued-as-new since it
         # started this trial, so it does not wait on the child's result.
-        if inp.revision >= TRIAL_REVISION:  # sent by the master's client (a local activity)
+        if inp.revision >= LOCAL_CALLS_REVISION:  # sent by the master's client (a local activity)
             await self._db(REPORT_TRIAL_CLOSED,
                            TrialClosedInput(experiment_id=inp.experiment_id, outcome=outcome),
                            bool)
+            if inp.revision >= TEMPORAL_STATUS_REVISION and state == "ERROR":
+                end_failed(f"trial {inp.trial_id} ended in ERROR: {error or 'no reason given'}",
+                           "TrialError")
+            if inp.revision >= TEMPORAL_STATUS_REVISION and state == "CANCELED":
+                await end_canceled("killed" if self._kill else "canceled")
             return outcome
         parent = workflow.get_external_workflow_handle(experiment_workflow_id(inp.experiment_id))
         try:
@@ -486,10 +516,10 @@ class TrialWorkflow:
         return outcome
 
     async def _db(self, name: str, arg: Any, result_type: type[T] | None = None) -> T:
-        """A master activity for this trial (db_activity): local from TRIAL_REVISION on."""
+        """A master activity for this trial (db_activity): local from LOCAL_CALLS_REVISION on."""
         assert self._inp is not None
         result: T = await db_activity(name, arg, result_type,
-                                      local=self._inp.revision >= TRIAL_REVISION)
+                                      local=self._inp.revision >= LOCAL_CALLS_REVISION)
         return result
 
     @workflow.signal(name=TrialMessages.STOP_EARLY)
@@ -528,7 +558,7 @@ class TrialWorkflow:
 
     @workflow.signal(name=TrialMessages.CANCEL)
     def cancel(self) -> None:
-        self._cancel = True
+        self._cancel_signaled = True
 
     @workflow.signal(name=TrialMessages.KILL)
     def kill(self) -> None:

@@ -50,9 +50,15 @@ class TrialInput:
 # a message a workflow sends by signal costs both workflows a workflow task, one sent by an
 # activity through the master's client costs the sender nothing more. A trial's history went
 # from 57 events (10 workflow tasks, 6 activities) to 19 (2 workflow tasks, 1 activity). Its
-# experiment starts it through the master's client too (`start_trial`), not as a child
-# workflow, whose start and end would each cost the experiment a workflow task.
-TRIAL_REVISION = 1
+# experiment started it through the master's client too (`start_trial`), not as a child
+# workflow, until revision 2.
+LOCAL_CALLS_REVISION = 1
+# 2: the trial is its experiment's child workflow again (Temporal's UI shows the relation), it
+# ends in Temporal's status that matches its state (ERROR Failed, CANCELED Canceled:
+# workflows/temporal_status.py), a cancel request (Temporal's UI) stops it as the user's
+# cancel does, and one started with Epochal's search attributes keeps `EpochalState` current.
+TEMPORAL_STATUS_REVISION = 2
+TRIAL_REVISION = TEMPORAL_STATUS_REVISION  # what a trial started now gets
 
 
 @dataclass
@@ -65,6 +71,16 @@ class StartTrialInput:
     workflow_id: str
     trial: TrialInput
     not_before: float = 0.0
+
+
+@dataclass
+class CancelRequestInput:
+    """Activity `request_cancel`: the master's client asks Temporal to cancel the workflow run
+    (a workflow cannot ask it of itself by command), so that it ends Canceled."""
+
+    workflow_id: str
+    run_id: str
+    reason: str
 
 
 @dataclass

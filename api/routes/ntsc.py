@@ -13,6 +13,7 @@ one or change its priority.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import re
 import secrets
@@ -54,6 +55,7 @@ from common.expconf import (
     task_config_warnings,
     validate_task_config,
 )
+from common.search_attributes import task_attributes
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
     TASK_WORKFLOW,
@@ -63,6 +65,7 @@ from common.temporal_names import (
 )
 from workflows.types import RecordTaskStateInput, TaskInput
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
 
 # The session a task's code runs with (DET_USER_TOKEN); revoked when the task ends.
@@ -325,7 +328,9 @@ async def _launch(kind: Kind, body: LaunchRequest, request: Request, pool: Pool,
             TaskInput(task_id=task_id, task_type=kind.task_type,
                       resource_pool=resources["resource_pool"], slots=resources["slots"],
                       priority=resources["priority"], idle_timeout_seconds=config["idle_timeout"]),
-            id=task_workflow_id(task_id), task_queue=MASTER_TASK_QUEUE)
+            id=task_workflow_id(task_id), task_queue=MASTER_TASK_QUEUE,
+            search_attributes=task_attributes(principal.username or "", config["description"])
+            if request.app.state.findable else None)
     except BaseException as err:
         await task_queries.delete_task(pool, task_id)
         if isinstance(err, RPCError):
@@ -358,6 +363,17 @@ async def _item(pool: Pool, principal: auth.Principal, row: Mapping[str, Any]) -
     if row["task_type"] == "SHELL" and _owns(principal, row):
         keys = await task_queries.fetch_shell_keys(pool, row["id"])
     return task_item_json(row, keys)
+
+
+async def tell_task_running(temporal: Temporal, task_id: str) -> None:
+    """The task's workflow shows RUNNING in Temporal too (`EpochalState`); the row is what
+    counts, so a workflow that cannot take it (ended meanwhile) is no error."""
+    try:
+        await temporal.get_workflow_handle(task_workflow_id(task_id)).signal(
+            TaskMessages.RUNNING)
+    except RPCError as err:
+        log.info("task %s's workflow did not take %s: %s", task_id, TaskMessages.RUNNING,
+                 err.message)
 
 
 async def kill_task(pool: Pool, temporal: Temporal, task_id: str) -> None:
@@ -586,9 +602,10 @@ class ReadyRequest(BaseModel):
 
 @router.post("/tasks/{task_id}/ready", **answers(Empty))
 async def task_ready(task_id: str, body: ReadyRequest, request: Request,
-                     pool: Pool) -> dict[str, Any]:
+                     pool: Pool, temporal: Temporal) -> dict[str, Any]:
     """The agent says the task's service answers (the proxy forwards to it from now on)."""
     await _task_row(pool, task_id)
     if not await task_queries.set_task_ready(pool, task_id, body.proxyAddress, body.user):
         raise ApiError(409, f"task {task_id} is over: it cannot be ready")
+    await tell_task_running(temporal, task_id)
     return {}

@@ -143,14 +143,13 @@ def test_one_trace_follows_an_experiment_into_the_training_process(
     experiment = one("RunWorkflow:ExperimentWorkflow", "epochal-master")
     assert "POST /api/v1/experiments" in ancestors(experiment)
     # Temporal's interceptor parents a workflow's spans on the context it was started with.
-    # The experiment starts each trial through the master's client (the `start_trial` local
-    # activity), whose span the trial's workflow hangs from.
+    # The experiment starts each trial as its child workflow, whose start's span the trial's
+    # workflow hangs from.
     trial = one("RunWorkflow:TrialWorkflow", "epochal-master")
-    started_by = ["StartWorkflow:TrialWorkflow", "RunActivity:start_trial",
-                  "StartActivity:start_trial", "StartWorkflow:ExperimentWorkflow"]
-    assert ancestors(trial)[:4] == started_by
+    started_by = ["StartChildWorkflow:TrialWorkflow", "StartWorkflow:ExperimentWorkflow"]
+    assert ancestors(trial)[:2] == started_by
     run = one("RunActivity:run_trial", "epochal-agent")
-    assert ancestors(run)[:5] == ["StartActivity:run_trial", *started_by]
+    assert ancestors(run)[:3] == ["StartActivity:run_trial", *started_by]
     # The training process sent TRACEPARENT back with its reports: the master's span of its
     # first metric report is a child of the agent's run_trial span.
     reports = [s for s in spans if s.name == "POST /api/v1/trials/{trial_id}/metrics/batch"

@@ -35,7 +35,7 @@ def test_a_plain_payload_of_an_older_history_is_read_as_it_is() -> None:
 
 
 def test_no_token_no_encryption() -> None:
-    assert data_converter(None) is temporalio.converter.DataConverter.default
+    assert data_converter(None).payload_codec is None
     nonces = {asyncio.run(data_converter("t").encode(["x"]))[0].data[:12] for _ in range(5)}
     assert len(nonces) == 5  # a fresh nonce per payload
 
@@ -69,3 +69,35 @@ def test_a_failures_message_and_stack_trace_are_sealed_and_read_back() -> None:
     back = asyncio.run(converter.decode_failure(failure))
     assert isinstance(back, ApplicationError) and back.type == "S3Error"
     assert back.message == "cannot open s3://bucket with key s3cr3t-key"
+    assert "raise ApplicationError" in str(back.failure.stack_trace if back.failure else "")
+
+
+@pytest.mark.parametrize("token", [None, "the-cluster-token"])
+def test_a_workflows_ending_failure_keeps_its_reason_and_no_stack_trace(
+        token: str | None) -> None:
+    """An experiment, trial or task that ended in ERROR fails its workflow with the reason as
+    the message: a stack trace would show only Epochal's own code. Other failures keep it."""
+    from temporalio.api.failure.v1 import Failure
+    from temporalio.exceptions import ApplicationError
+
+    from workflows.temporal_status import end_failed
+
+    converter = data_converter(token)
+    for kind in ("ExperimentError", "TrialError", "TaskError", "S3Error"):
+        try:
+            if kind == "S3Error":
+                raise ApplicationError("cannot open the bucket", type=kind)
+            end_failed("trial 3 ended in ERROR: run 2 failed: exit code 1", kind)
+        except ApplicationError as err:
+            error = err
+        failure = Failure()
+        asyncio.run(converter.encode_failure(error, failure))
+        back = asyncio.run(converter.decode_failure(failure))
+        assert isinstance(back, ApplicationError) and back.type == kind
+        assert back.failure is not None
+        if kind == "S3Error":
+            assert back.failure.stack_trace != ""
+            continue
+        assert back.message == "trial 3 ended in ERROR: run 2 failed: exit code 1"
+        assert back.failure.stack_trace == ""
+        assert back.non_retryable

@@ -24,7 +24,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import Worker
 
 from activities.experiment_store import ExperimentStore
@@ -32,6 +32,7 @@ from activities.workflow_messages import MessageActivities
 from agent_worker.liveness import Liveness
 from common import search_attributes
 from common.expconf import validate_experiment_config
+from common.payload_codec import ENDING_FAILURES
 from common.search_attributes import experiment_attributes, experiment_memo
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
@@ -79,6 +80,7 @@ def make_config(pool_name: str, **searcher: Any) -> dict[str, Any]:
 async def start_experiment(
     client: Client, pool: asyncpg.Pool, config: dict[str, Any],
     task_queue: str = MASTER_TASK_QUEUE, *, owner: str | None = None,
+    max_history_events: int = 0,
 ) -> tuple[int, WorkflowHandle[Any, str]]:
     """With `owner`, started as the API starts it: with Epochal's search attributes and memo."""
     experiment_id = await pool.fetchval(
@@ -89,7 +91,8 @@ async def start_experiment(
     )
     handle = await client.start_workflow(
         "ExperimentWorkflow",
-        ExperimentInput(experiment_id=experiment_id, config=config, seed=7),
+        ExperimentInput(experiment_id=experiment_id, config=config, seed=7,
+                        max_history_events=max_history_events),
         id=experiment_workflow_id(experiment_id),
         task_queue=task_queue,
         result_type=str,
@@ -165,15 +168,23 @@ async def trial_states(pool: asyncpg.Pool, experiment_id: int) -> list[str]:
     return [r["state"] for r in rows]
 
 
-async def ended(handle: WorkflowHandle[Any, str], timeout: float) -> str:
-    """The experiment's final state as its workflow ended: COMPLETED is its result; ERROR and
-    CANCELED fail it (ExperimentError, ExperimentCanceled), so Temporal shows them failed."""
+async def ended(handle: WorkflowHandle[Any, Any], timeout: float) -> str:
+    """The final state of an experiment, trial or task as its workflow ended, checked against
+    the status Temporal shows: COMPLETED is its result (Completed); ERROR fails it with the
+    reason as the message and no stack trace (Failed); CANCELED cancels it (Canceled)."""
     try:
-        result: str = await within(handle.result(), timeout, f"workflow {handle.id} to end")
-        return result
+        await within(handle.result(), timeout, f"workflow {handle.id} to end")
+        state, status = "COMPLETED", WorkflowExecutionStatus.COMPLETED
     except WorkflowFailureError as err:
-        assert isinstance(err.cause, ApplicationError), err.cause
-        return {"ExperimentError": "ERROR", "ExperimentCanceled": "CANCELED"}[err.cause.type]
+        if isinstance(err.cause, CancelledError):
+            state, status = "CANCELED", WorkflowExecutionStatus.CANCELED
+        else:
+            assert isinstance(err.cause, ApplicationError), err.cause
+            assert err.cause.type in ENDING_FAILURES, err.cause.type
+            assert err.cause.failure is not None and err.cause.failure.stack_trace == ""
+            state, status = "ERROR", WorkflowExecutionStatus.FAILED
+    assert (await handle.describe()).status == status
+    return state
 
 
 async def run_with_agent(
@@ -278,7 +289,7 @@ async def test_temporal_finds_experiments_by_search_attributes_and_shows_errors_
 ) -> None:
     """Temporal's UI tells the truth: an experiment whose trials all fail ends FAILED (not
     COMPLETED) with the reason, its state and owner are search attributes, its trials are
-    found by its id, and one that was canceled ends failed as ExperimentCanceled."""
+    found by its id, its owner and their states, and one that was canceled ends Canceled."""
     async def crash(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
         return RunTrialResult(exit_code=1, agent_id="fake", message="boom")
 
@@ -292,6 +303,7 @@ async def test_temporal_finds_experiments_by_search_attributes_and_shows_errors_
         assert isinstance(failure.value.cause, ApplicationError)
         assert failure.value.cause.type == "ExperimentError"
         assert "all 4 of its trials failed" in str(failure.value.cause)
+        assert await ended(handle, 5) == "ERROR"
         await save_experiment(temporal_client, handle, "findable-error")
         canceled, handle = await start_experiment(
             temporal_client, pool, make_config(pool_name), owner=owner)
@@ -301,23 +313,25 @@ async def test_temporal_finds_experiments_by_search_attributes_and_shows_errors_
     finally:
         await stop_agent(agent)
 
-    [found] = await listed(temporal_client, f"EpochalOwner = '{owner}' AND EpochalState = 'ERROR'",
-                           1)
+    experiments = f"EpochalOwner = '{owner}' AND WorkflowType = 'ExperimentWorkflow'"
+    [found] = await listed(temporal_client, f"{experiments} AND EpochalState = 'ERROR'", 1)
     assert (found.id, found.status) == (experiment_workflow_id(failing),
                                         WorkflowExecutionStatus.FAILED)
     assert found.typed_search_attributes.get(search_attributes.EXPERIMENT_ID) == failing
     assert found.typed_search_attributes.get(search_attributes.SEARCHER) == "grid"
     assert (await found.memo())["metric"] == "loss"
-    [found] = await listed(
-        temporal_client, f"EpochalOwner = '{owner}' AND EpochalState = 'CANCELED'", 1)
+    [found] = await listed(temporal_client, f"{experiments} AND EpochalState = 'CANCELED'", 1)
     assert (found.id, found.status) == (experiment_workflow_id(canceled),
-                                        WorkflowExecutionStatus.FAILED)
+                                        WorkflowExecutionStatus.CANCELED)
     trials = await listed(temporal_client, f"EpochalExperimentId = {failing}"
                           " AND WorkflowType = 'TrialWorkflow'", 4)
     trial_ids = {t.typed_search_attributes.get(search_attributes.TRIAL_ID) for t in trials}
     assert trial_ids == set(await pool.fetchval(
         "SELECT array_agg(id) FROM trials WHERE experiment_id = $1", failing))
-    assert len(await listed(temporal_client, f"EpochalOwner = '{owner}'", 2)) == 2
+    failed = await listed(temporal_client, f"EpochalOwner = '{owner}' AND EpochalState = 'ERROR'"
+                          " AND WorkflowType = 'TrialWorkflow'", 4)
+    assert {t.status for t in failed} == {WorkflowExecutionStatus.FAILED}
+    assert len(await listed(temporal_client, experiments, 2)) == 2
 
 
 async def test_pause_preempts_trials_and_activate_resumes_them(
