@@ -66,7 +66,7 @@ def master_worker(temporal_address: str, postgres_url: str) -> Iterator[Worker]:
 
     async def serve() -> None:
         try:
-            client = await Client.connect(temporal_address)
+            client = await Client.connect(temporal_address, data_converter=data_converter(None))
             own_pool = await create_pool(postgres_url)
             try:
                 async with serving_master(client, own_pool) as worker:

@@ -170,7 +170,7 @@ async def test_a_cancel_request_in_temporal_cancels_the_experiment_as_its_cancel
         await eventually(lambda: _count(pool, experiment_id, "RUNNING", 2), 30,
                          "2 trials to run")
         await handle.cancel()
-        assert await ended(handle, 30) == "CANCELED"
+        assert await ended(handle, 60) == "CANCELED"
     finally:
         await stop_agent(agent)
     assert await pool.fetchval("SELECT state FROM experiments WHERE id = $1",
@@ -197,7 +197,7 @@ async def test_a_cancel_request_on_one_trial_cancels_only_that_trial(
         first = (await trial_ids(pool, experiment_id))[0]
         await temporal_client.get_workflow_handle(
             trial_workflow_id(experiment_id, first)).cancel()
-        assert await ended(handle, 30) == "COMPLETED"
+        assert await ended(handle, 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == ["CANCELED", "COMPLETED", "COMPLETED",
@@ -245,7 +245,7 @@ async def test_an_experiment_started_before_the_change_runs_to_its_end_after_it(
     temporal_address: str, pool: asyncpg.Pool
 ) -> None:
     """A worker of the old code starts two experiments and their first trials, then the new
-    code's worker takes over (no cache: it replays their histories): one completes, the other
+    code's worker takes over (a new worker: it replays their histories): one completes, the other
     is killed and ends Canceled, with the database right for both."""
     client = await fresh_namespace(temporal_address, "upgrade")
     assert await search_attributes.register(client)
@@ -273,7 +273,7 @@ async def test_an_experiment_started_before_the_change_runs_to_its_end_after_it(
                              "2 trials to run before the upgrade")
             await eventually(lambda: _count(pool, killed, "RUNNING", 2), 30,
                              "2 trials to run before the upgrade")
-        async with build_worker(client, pool, findable=True, max_cached_workflows=0):
+        async with build_worker(client, pool, findable=True):
             await pool.execute("UPDATE upgrade_switch SET value = true WHERE id = 1")
             await killed_handle.signal("kill")
             assert await ended(killed_handle, 60) == "CANCELED"
@@ -363,7 +363,7 @@ async def test_tasks_end_in_their_status_and_show_their_state(
                     await handle.signal(TaskMessages.KILL)
                 else:
                     await handle.cancel()
-            ends[code, stop] = (await ended(handle, 30), (await handle.describe())
+            ends[code, stop] = (await ended(handle, 60), (await handle.describe())
                                 .typed_search_attributes.get(search_attributes.STATE),
                                 await pool.fetchval(
                                     "SELECT exit_status FROM tasks WHERE id = $1", task_id))
