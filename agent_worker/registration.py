@@ -19,13 +19,11 @@ import httpx
 import psutil
 
 from agent_worker.slots import Slot
+from common.registration_limits import MAX_ADDRESSES, MAX_RUN_PORTS
 
 logger = logging.getLogger(__name__)
 
 HEARTBEAT_SECONDS = 5.0
-# What the master takes in one registration (api/routes/agents.py).
-MAX_ADDRESSES = 64
-MAX_RUN_PORTS = 4096
 # While the master is away, say so at most this often.
 FAILURE_LOG_SECONDS = 60.0
 

@@ -27,6 +27,7 @@ from api.schemas.agents import AgentAnswer, AgentList, AgentRegistered, SlotList
 from api.schemas.jobs import JobQueue
 from api.schemas.tasks import TaskList
 from api.views import job_id, rfc3339
+from common.registration_limits import MAX_ADDRESSES, MAX_RUN_PORTS
 from common.temporal_names import (
     PoolMessages,
     resource_pool_workflow_id,
@@ -42,8 +43,6 @@ from workflows.pool_types import (
 router = APIRouter(tags=["agents"])
 
 AGENT_ALIVE_SECONDS = 15
-MAX_RUN_PORTS = 4096  # an agent's runs' listening ports, as one registration says them
-MAX_ADDRESSES = 64  # its host's addresses
 
 
 class SlotDevice(BaseModel):

@@ -222,10 +222,17 @@ async def create_experiment(
             planned_trials=planned_trials(ExperimentConfig.model_validate(config)),
         )
         await experiment_queries.insert_model_definition(conn, experiment_id, tgz, size)
-        # Started inside the transaction: if Temporal refuses, no experiment row is left behind.
+    # Started once the rows are committed (its first trial's row refers to them); if Temporal
+    # refuses, no experiment row is left behind.
+    try:
         await _start_experiment(temporal, experiment_id, owner or "", config, seed,
                                 continued=False, findable=request.app.state.findable,
                                 page=settings.experiment_page(experiment_id))
+    except BaseException as err:
+        await experiment_queries.delete_experiment(pool, experiment_id)
+        if isinstance(err, RPCError | WorkflowAlreadyStartedError):
+            raise ApiError(503, f"cannot start the experiment's workflow: {err}") from err
+        raise
     weight = config["resources"].get("weight")
     if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
         change = ExperimentResources(experiment_id=experiment_id, weight=weight)

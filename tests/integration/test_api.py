@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from common.temporal_names import experiment_workflow_id
 from tests.master_fixtures import LiveMaster
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -112,6 +113,29 @@ async def test_bad_config_lists_every_error_and_stores_nothing(api: httpx.AsyncC
     assert "searcher.metric: field required" in joined
     after = (await api.get("/api/v1/experiments", params={"limit": 1})).json()["pagination"]
     assert after["total"] == before["total"]
+
+
+async def test_an_experiment_whose_workflow_cannot_start_is_not_kept(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Its rows are committed before its workflow starts (the first trial's row refers to
+    them); when Temporal refuses the start (here: a workflow holds its id), the rows are
+    deleted and the answer says why."""
+    next_id = await live_master.pool.fetchval(
+        "SELECT last_value + CASE WHEN is_called THEN 1 ELSE 0 END FROM experiments_id_seq")
+    squatter = await live_master.temporal.start_workflow(
+        "NoSuchWorkflow", id=experiment_workflow_id(next_id),
+        task_queue=f"nobody-{uuid.uuid4().hex[:8]}")
+    try:
+        response = await api.post("/api/v1/experiments", json={
+            "config": config_yaml(), "modelDefinition": model_definition({"train.py": b""})})
+    finally:
+        await squatter.terminate("the test ended")
+    assert response.status_code == 503, response.text
+    assert "cannot start the experiment's workflow" in response.json()["message"]
+    assert await live_master.pool.fetchval(
+        "SELECT count(*) FROM experiments WHERE id = $1", next_id) == 0
+    assert (await api.get(f"/api/v1/experiments/{next_id}")).status_code == 404
 
 
 async def test_malformed_yaml_and_wrong_body_types(api: httpx.AsyncClient) -> None:
