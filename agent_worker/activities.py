@@ -48,6 +48,7 @@ from agent_worker.runtime import (
 )
 from agent_worker.sandbox import TaskUser, TaskUserError, user_identity
 from agent_worker.slots import SlotPool, gpu_environment
+from agent_worker.startup_hook import HookWatch, with_startup_hooks
 from agent_worker.system_metrics import report_system_metrics
 from agent_worker.trial_firewall import TrialFirewall
 from agent_worker.trial_info import (
@@ -162,8 +163,9 @@ class AgentActivities:
             self.http, master_url, launch, self.slots.of(launch.slot_ids),
             self.system_metrics_interval)) if profiling_enabled(inp.config) else None
         try:
+            watch = HookWatch(shipper)
             async with self.ports_closed_to_others(launch):
-                status = await self.runtime.run(launch, shipper, activity.heartbeat)
+                status = watch.explain(await self.runtime.run(launch, watch, activity.heartbeat))
             await shipper.close(None, heartbeat=activity.heartbeat)
         except BaseException:
             await uninterruptible(shipper.close(self.log_close_timeout))
@@ -239,7 +241,8 @@ class AgentActivities:
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
                                 username=username)
         env.update(determined_environment(info, username=username))
-        launch = Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=env,
+        launch = Launch(input=inp, run_dir=run_dir,
+                        entrypoint=with_startup_hooks(entrypoint, run_dir, env), env=env,
                         slot_ids=slot_ids, user=user,
                         ports=rendezvous.ports if rendezvous.container_rank == 0 else [])
         if launch.checkpoint_cache is not None:

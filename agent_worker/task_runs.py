@@ -33,6 +33,7 @@ from agent_worker.aio import uninterruptible
 from agent_worker.private_files import make_private
 from agent_worker.runtime import ExitStatus, Launch
 from agent_worker.slots import gpu_environment
+from agent_worker.startup_hook import HookWatch, with_startup_hooks
 from common.temporal_names import RUN_TASK, task_allocation_id
 from workflows.types import RunTaskInput, RunTaskResult
 
@@ -96,7 +97,8 @@ class TaskActivities:
                                agent_id=self.agent.agent_id, run_dir=run_dir)
         env.update(gpu_environment(self.agent.slots.of(slot_ids)))
         return Launch(input=dataclasses.replace(inp, config=config), run_dir=run_dir,
-                      entrypoint=command, env=env, slot_ids=slot_ids, user=user,
+                      entrypoint=with_startup_hooks(command, run_dir, env), env=env,
+                      slot_ids=slot_ids, user=user,
                       ports=[] if inp.task_type == "COMMAND" else [port],
                       service=None if inp.task_type == "COMMAND"
                       else f"{self.agent.address}:{port}")
@@ -109,12 +111,13 @@ class TaskActivities:
         shipper = self.agent.log_shipper(master_url, inp.task_id, task_allocation_id(inp.task_id))
         shipper.start()
         async with self.agent.ports_closed_to_others(launch):
-            run = asyncio.ensure_future(self.agent.runtime.run(launch, shipper,
+            watch = HookWatch(shipper)
+            run = asyncio.ensure_future(self.agent.runtime.run(launch, watch,
                                                                activity.heartbeat))
             ready = asyncio.ensure_future(self._tell_ready(
                 inp.task_id, launch.service, master_url, run.done, self.task_user(launch)))
             try:
-                status = await run
+                status = watch.explain(await run)
                 await shipper.close(None, heartbeat=activity.heartbeat)
             except BaseException:
                 run.cancel()  # stops its processes: wait until they are

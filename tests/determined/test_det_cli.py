@@ -415,6 +415,53 @@ def test_a_core_api_script_driven_by_det_from_create_to_completion(
     assert "resumed from checkpoint" in logs  # restored from the latest checkpoint
 
 
+HOOKED_TRAIN = """\
+import os
+import pathlib
+
+import determined as det
+
+with det.core.init() as core:
+    answer = pathlib.Path(os.environ["DATA_DIR"], "answer.txt").read_text()
+    core.train.report_validation_metrics(steps_completed=1, metrics={"answer": float(answer)})
+"""
+
+
+def test_a_startup_hook_prepares_the_run_and_a_failing_one_fails_it(
+    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """As on Determined: `startup-hook.sh` at the top of the context is sourced before the
+    entrypoint, in its shell (what it exports and writes, the script reads), its output in
+    the trial's logs; a hook that fails fails the run, naming the hook and its last lines."""
+    contexts = {}
+    for name, hook in (("hooked", 'export DATA_DIR="$PWD/prepared"\nmkdir -p prepared\n'
+                                  'echo 42 > prepared/answer.txt\necho "hook: data prepared"\n'),
+                       ("broken", "echo 'ERROR: No matching distribution found for torch==9.9'"
+                                  "\nfalse\n")):
+        context = tmp_path / name
+        context.mkdir()
+        (context / "startup-hook.sh").write_text(hook)
+        (context / "train.py").write_text(HOOKED_TRAIN)
+        config = {"name": f"det-{name}", "entrypoint": f"{det_venv / 'python'} train.py",
+                  "searcher": {"name": "single", "metric": "answer",
+                               "max_length": {"batches": 1}},
+                  "max_restarts": 0}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(config))
+        contexts[name] = _created(det.run("experiment", "create", str(tmp_path / f"{name}.yaml"),
+                                          str(context)).stdout)
+    for name, state in (("hooked", "COMPLETED"), ("broken", "ERROR")):
+        _wait_for_trial(cluster, det, contexts[name], state, 120, f"the {name} trial to end")
+    hooked = cluster.json("experiment", "describe", contexts["hooked"])
+    [trial] = hooked["trials"]
+    assert trial["bestValidation"]["metrics"]["avgMetrics"]["answer"] == 42
+    logs = det.run("trial", "logs", str(trial["id"])).stdout
+    assert "[epochal] sourcing startup-hook.sh" in logs and "hook: data prepared" in logs
+    broken = _trial_state(det, contexts["broken"])[0]
+    logs = det.run("trial", "logs", broken).stdout
+    assert "the startup hook startup-hook.sh failed (exited with code 1); its last lines:" in logs
+    assert "No matching distribution found for torch==9.9" in logs.split("its last lines:")[1]
+
+
 def _created(output: str) -> str:
     found = re.search(r"Created experiment (\d+)", output)
     assert found, output

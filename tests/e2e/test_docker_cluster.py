@@ -335,13 +335,18 @@ def test_bad_image_fails_fast_with_a_clear_message(docker_cluster: Cluster,
 def test_interactive_tasks_run_in_containers(docker_cluster: Cluster,
                                              docker_client: docker.DockerClient,
                                              tmp_path: Path) -> None:
-    """A command with its context files, and a shell (the task image's SSH server, reached
+    """A command with its context files (its `startup-hook.sh` sourced first, in the
+    container's shell, as on Determined), and a shell (the task image's SSH server, reached
     through the master's proxy), each in a task container that goes when the task ends."""
     (tmp_path / "data.txt").write_text("from the context\n")
+    (tmp_path / "startup-hook.sh").write_text(
+        'export FROM_HOOK="exported by the hook"\necho "written by the hook" > hooked.txt\n')
     done = docker_cluster.run("cmd", "run", "--context", str(tmp_path),
-                              "cat data.txt && test -f /.dockerenv && echo in a container",
-                              timeout=300)
-    assert done.stdout.splitlines() == ["from the context", "in a container"], done.stderr
+                              'cat data.txt hooked.txt && echo "$FROM_HOOK" && '
+                              "test -f /.dockerenv && echo in a container", timeout=300)
+    lines = [line for line in done.stdout.splitlines() if not line.startswith("[epochal]")]
+    assert lines == ["from the context", "written by the hook", "exported by the hook",
+                     "in a container"], done.stdout + done.stderr
     shell = docker_cluster.run("shell", "start", "--", "echo", "a $DET_TASK_TYPE in",
                                "$(test -f /.dockerenv && echo a container)", timeout=300)
     assert "a SHELL in a container" in shell.stdout, shell.stdout + shell.stderr
