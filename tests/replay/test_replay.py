@@ -37,6 +37,14 @@ def test_histories_are_recorded() -> None:
         "killed-experiment", "killed-trial", "canceled-experiment", "canceled-trial",
         "pause-activate-experiment", "asha-stopping-experiment", "asha-promotion-experiment",
         "random-continue-as-new-experiment")} <= recorded
+    # Recorded by issue 34's code: trials as children (before and after a continue-as-new),
+    # each kind of end in its Temporal status, cancel requests from Temporal's UI, a run
+    # begun by the code before and ended by it, and tasks' ends.
+    assert {f"{name}-issue34" for name in (
+        "grid-trial", "findable-error-trial", "killed-experiment", "killed-trial",
+        "cancel-request-experiment", "cancel-request-trial", "trial-cancel-request-trial",
+        "children-continue-as-new-experiment", "upgraded-killed-experiment",
+        "completed-task", "failed-task", "killed-task", "cancel-request-task")} <= recorded
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

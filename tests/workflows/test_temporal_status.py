@@ -39,6 +39,7 @@ from common.temporal_names import (
 )
 from deploy.master import build_worker
 from tests.master_fixtures import fresh_namespace
+from tests.replay.recording import save, save_experiment
 from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import register
 from tests.workflows.test_experiment_workflow import (
@@ -171,6 +172,7 @@ async def test_a_cancel_request_in_temporal_cancels_the_experiment_as_its_cancel
                          "2 trials to run")
         await handle.cancel()
         assert await ended(handle, 60) == "CANCELED"
+        await save_experiment(temporal_client, handle, "cancel-request")
     finally:
         await stop_agent(agent)
     assert await pool.fetchval("SELECT state FROM experiments WHERE id = $1",
@@ -198,6 +200,8 @@ async def test_a_cancel_request_on_one_trial_cancels_only_that_trial(
         await temporal_client.get_workflow_handle(
             trial_workflow_id(experiment_id, first)).cancel()
         assert await ended(handle, 60) == "COMPLETED"
+        await save_experiment(temporal_client, handle, "trial-cancel-request",
+                              trial_workflow_id(experiment_id, first))
     finally:
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == ["CANCELED", "COMPLETED", "COMPLETED",
@@ -221,6 +225,7 @@ async def test_trials_of_every_run_of_a_continued_experiment_are_its_children(
             temporal_client, pool, make_config(pool_name, name="random", max_trials=6),
             owner="alice", max_history_events=30)
         assert await ended(handle, 90) == "COMPLETED"
+        await save_experiment(temporal_client, handle, "children-continue-as-new")
     finally:
         await stop_agent(agent)
     assert await trial_states(pool, experiment_id) == ["COMPLETED"] * 6
@@ -278,6 +283,8 @@ async def test_an_experiment_started_before_the_change_runs_to_its_end_after_it(
             await killed_handle.signal("kill")
             assert await ended(killed_handle, 60) == "CANCELED"
             assert await ended(completing_handle, 60) == "COMPLETED"
+            await save_experiment(client, killed_handle, "upgraded-killed")
+            await save_experiment(client, completing_handle, "upgraded-completed")
     finally:
         await stop_agent(agent)
         await stop_agent(hang_agent)
@@ -363,7 +370,11 @@ async def test_tasks_end_in_their_status_and_show_their_state(
                     await handle.signal(TaskMessages.KILL)
                 else:
                     await handle.cancel()
-            ends[code, stop] = (await ended(handle, 60), (await handle.describe())
+            outcome = await ended(handle, 60)
+            save({(0, None): "completed-task", (1, None): "failed-task",
+                  (None, "kill"): "killed-task", (None, "cancel"): "cancel-request-task"}[
+                      code, stop], await handle.fetch_history())
+            ends[code, stop] = (outcome, (await handle.describe())
                                 .typed_search_attributes.get(search_attributes.STATE),
                                 await pool.fetchval(
                                     "SELECT exit_status FROM tasks WHERE id = $1", task_id))
