@@ -7,8 +7,9 @@ twice must leave the same rows as running it once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
@@ -39,6 +40,26 @@ from workflows.types import (
     ResumePoint,
     TrialLogInput,
 )
+
+HEARTBEAT_EVERY = 5.0  # seconds; well within the workflow's FINISH_HEARTBEAT
+
+
+@contextlib.asynccontextmanager
+async def heartbeating(every: float) -> AsyncIterator[None]:
+    """Heartbeat the running activity every `every` seconds while the block runs (its slow
+    parts run in threads, so the event loop stays free to)."""
+    async def beat() -> None:
+        while True:
+            activity.heartbeat()
+            await asyncio.sleep(every)
+
+    task = asyncio.create_task(beat())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _searcher_value(metrics: dict[str, object] | None, name: str) -> float | None:
@@ -193,7 +214,12 @@ class ExperimentStore:
 
     @activity.defn(name=FINISH_EXPERIMENT)
     async def finish_experiment(self, inp: FinishExperimentInput) -> int | None:
-        """Record the final state and best trial, then delete checkpoints the policy drops."""
+        """Record the final state and best trial, then delete checkpoints the policy drops;
+        heartbeating throughout (the workflow may ask for it: FINISH_HEARTBEAT_PATCH)."""
+        async with heartbeating(HEARTBEAT_EVERY):
+            return await self._finish_experiment(inp)
+
+    async def _finish_experiment(self, inp: FinishExperimentInput) -> int | None:
         config = await self._pool.fetchval(
             "SELECT config FROM experiments WHERE id = $1", inp.experiment_id
         )

@@ -38,17 +38,20 @@ async def db_activity(
     timeout: timedelta = DB_ACTIVITY_TIMEOUT,
     retry_policy: RetryPolicy = DB_RETRY,
     local: bool | None = None,
+    heartbeat: timedelta | None = None,
 ) -> T:
     """Run the master-side activity `name` (registered by deploy/master.build_worker); locally
-    if `local`, or when None, if `workflow.patched(LOCAL_CALLS_PATCH)`."""
+    if `local`, or when None, if `workflow.patched(LOCAL_CALLS_PATCH)`. A regular one given
+    `heartbeat` must heartbeat that often: a master that dies while it runs has it retried
+    then, not after `timeout`."""
     if local is None:
         local = workflow.patched(LOCAL_CALLS_PATCH) if timeout <= DB_ACTIVITY_TIMEOUT else False
-    run = workflow.execute_local_activity if local else workflow.execute_activity
-    result: T = await run(
-        name,
-        arg,
-        result_type=result_type,
-        start_to_close_timeout=timeout,
-        retry_policy=retry_policy,
-    )
+    if local:
+        result: T = await workflow.execute_local_activity(
+            name, arg, result_type=result_type, start_to_close_timeout=timeout,
+            retry_policy=retry_policy)
+        return result
+    result = await workflow.execute_activity(
+        name, arg, result_type=result_type, start_to_close_timeout=timeout,
+        heartbeat_timeout=heartbeat, retry_policy=retry_policy)
     return result

@@ -72,6 +72,10 @@ with workflow.unsafe.imports_passed_through():
     )
 
 GC_TIMEOUT = timedelta(minutes=10)
+# The experiment's end (`finish_experiment`: its rows, then the checkpoints GC drops) heartbeats,
+# so a master that dies while it runs has it retried after this, not after GC_TIMEOUT.
+FINISH_HEARTBEAT = timedelta(seconds=30)
+FINISH_HEARTBEAT_PATCH = "experiment-finish-heartbeats"
 # A sampler's draw fits a model of every trial so far (GP: seconds on hundreds of trials).
 SAMPLE_TIMEOUT = timedelta(minutes=5)
 # Pause, activate, cancel and kill write the experiment's state and signal its trials one
@@ -195,6 +199,7 @@ class ExperimentWorkflow:
             FinishExperimentInput(experiment_id=inp.experiment_id, state=final,
                                   error=self._error),
             timeout=GC_TIMEOUT,
+            heartbeat=FINISH_HEARTBEAT if workflow.patched(FINISH_HEARTBEAT_PATCH) else None,
         )
         self._show_state(final)
         if final in ("ERROR", "CANCELED") and workflow.patched(FAILED_END_PATCH):

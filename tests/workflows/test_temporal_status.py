@@ -29,6 +29,7 @@ from api.queries import tasks as task_queries
 from common import search_attributes
 from common.search_attributes import task_attributes
 from common.temporal_names import (
+    FINISH_EXPERIMENT,
     MASTER_TASK_QUEUE,
     TASK_WORKFLOW,
     TaskMessages,
@@ -58,6 +59,8 @@ from workflows.experiment import (
     CANCELED_END_PATCH,
     CHILD_TRIALS_PATCH,
     EXTERNAL_CANCEL_PATCH,
+    FINISH_HEARTBEAT,
+    FINISH_HEARTBEAT_PATCH,
 )
 from workflows.task import TASK_CANCEL_REQUEST_PATCH, TASK_STATUS_PATCH
 from workflows.types import RunTaskInput, RunTaskResult, RunTrialInput, RunTrialResult, TaskInput
@@ -130,6 +133,12 @@ async def test_trials_are_the_experiments_children_and_end_in_their_status(
     listed = await children_listed(temporal_client, temporal_address, experiment_id, 4)
     assert listed == {trial_workflow_id(experiment_id, t)
                       for t in await trial_ids(pool, experiment_id)}
+    # Its end heartbeats: a master that dies while it runs has it retried within 30 s.
+    scheduled = [e.activity_task_scheduled_event_attributes
+                 for e in (await handle.fetch_history()).events
+                 if e.HasField("activity_task_scheduled_event_attributes")]
+    [finish] = [a for a in scheduled if a.activity_type.name == FINISH_EXPERIMENT]
+    assert finish.heartbeat_timeout.ToTimedelta() == FINISH_HEARTBEAT
 
 
 async def crash(inp: RunTrialInput, pool: asyncpg.Pool) -> RunTrialResult:
@@ -238,7 +247,7 @@ async def test_trials_of_every_run_of_a_continued_experiment_are_its_children(
 # -- an experiment started before issue 34 ---------------------------------------------------
 
 ISSUE34_PATCHES = {EXTERNAL_CANCEL_PATCH, CANCELED_END_PATCH, CHILD_TRIALS_PATCH,
-                   TASK_CANCEL_REQUEST_PATCH, TASK_STATUS_PATCH}
+                   TASK_CANCEL_REQUEST_PATCH, TASK_STATUS_PATCH, FINISH_HEARTBEAT_PATCH}
 
 
 def before_issue34(patch: PatchActivationInput) -> bool:
