@@ -45,6 +45,7 @@ from agent_worker.runtime import (
     Runtime,
     checkpoint_cache_dir,
     run_tmp_dir,
+    run_workdir,
 )
 from agent_worker.sandbox import TaskUser, TaskUserError, user_identity
 from agent_worker.slots import SlotPool, gpu_environment
@@ -201,8 +202,9 @@ class AgentActivities:
 
     async def prepare(self, inp: RunTrialInput, master_url: str,
                       slot_ids: list[int]) -> Launch:
-        """A fresh working directory with the model definition and trial_info.json in it, and
-        beside it Determined's info files and clean copy of the model definition."""
+        """A fresh run directory whose working directory holds the model definition and
+        trial_info.json, and beside it Determined's info files and clean copy of the model
+        definition."""
         entrypoint: str = inp.config["entrypoint"]  # one command line: the model made it so
         if inp.session_token is None and self.cluster_token:
             # This run's own token: it may write only this trial's reports, and only while
@@ -216,11 +218,10 @@ class AgentActivities:
         user, owner = await self.run_identity(owner_user)
         await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
         run_dir = self.run_dir(inp)
-        await asyncio.to_thread(fresh_dir, run_dir)
-        await asyncio.to_thread(fresh_dir, determined_info_dir(run_dir))
-        await asyncio.to_thread(fresh_dir, determined_model_dir(run_dir))
-        await asyncio.to_thread(fresh_dir, run_tmp_dir(run_dir))
-        await self.model_defs.extract_to(inp.experiment_id, run_dir)
+        for directory in run_directories(run_dir):
+            await asyncio.to_thread(fresh_dir, directory)
+        workdir = run_workdir(run_dir)
+        await self.model_defs.extract_to(inp.experiment_id, workdir)
         await self.model_defs.extract_to(inp.experiment_id, determined_model_dir(run_dir))
         # One agent's run is its own rendezvous: this host, with ports free here.
         rendezvous = inp.rendezvous or Rendezvous(
@@ -229,7 +230,7 @@ class AgentActivities:
         info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
                                 cluster_id=self.cluster_id, slot_ids=slot_ids,
                                 rendezvous=rendezvous)
-        info_path = run_dir / TRIAL_INFO_FILE
+        info_path = workdir / TRIAL_INFO_FILE
         await asyncio.to_thread(write_private, info_path, json.dumps(info, indent=2) + "\n")
         env = trial_environment(inp.config, trial_info_path=str(info_path),
                                 master_url=master_url)
@@ -238,11 +239,12 @@ class AgentActivities:
         if traceparent:
             env[tracing.TRACEPARENT_ENV] = traceparent
         username = str(owner_user["username"]) if owner_user else FALLBACK_USER
+        mounted = self.runtime.mounts_shared_fs
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
-                                username=username)
-        env.update(determined_environment(info, username=username))
+                                username=username, shared_fs_mounted=mounted)
+        env.update(determined_environment(info, username=username, shared_fs_mounted=mounted))
         launch = Launch(input=inp, run_dir=run_dir,
-                        entrypoint=with_startup_hooks(entrypoint, run_dir, env), env=env,
+                        entrypoint=with_startup_hooks(entrypoint, workdir, env), env=env,
                         slot_ids=slot_ids, user=user,
                         ports=rendezvous.ports if rendezvous.container_rank == 0 else [])
         if launch.checkpoint_cache is not None:
@@ -349,10 +351,10 @@ def free_ports(count: int) -> list[int]:
 
 
 def run_directories(run_dir: Path) -> list[Path]:
-    """A run's working directory and, beside it, its Determined info and model copy and its
-    own /tmp."""
-    return [run_dir, determined_info_dir(run_dir), determined_model_dir(run_dir),
-            run_tmp_dir(run_dir)]
+    """A run's directory and the working directory in it and, beside it, its Determined info
+    and model copy and its own /tmp: each made fresh, given to the run's user, removed after."""
+    return [run_dir, run_workdir(run_dir), determined_info_dir(run_dir),
+            determined_model_dir(run_dir), run_tmp_dir(run_dir)]
 
 
 def prune_checkpoint_caches(trials_dir: Path, max_age: float = CHECKPOINT_CACHE_AGE) -> None:

@@ -2,11 +2,13 @@
 labels, built from the trial's launch without an engine (so tests need none). The Docker
 runtime (agent_worker/docker_runtime.py) creates the container from it.
 
-The run directory (model definition, trial_info.json) is bind-mounted at `/run/epochal/workdir`,
-the working directory; trial_info.json also read-only at `/run/epochal/info/trial_info.json`,
-which `EPOCHAL_TRIAL_INFO` names; Determined's info files and clean model copy read-only at
-their fixed paths (agent_worker/determined_env.py). The container uses the host's network, so
-the master URL the agent uses works inside too (and the parts of a trial on several agents reach
+The run's directory is bind-mounted at `/run/epochal` (its home), so its working directory
+(model definition, trial_info.json) is `/run/epochal/workdir` and `../data` is the run's own, as
+under Determined's `/run/determined/workdir`; trial_info.json is also read-only at
+`/run/epochal/info/trial_info.json`, which `EPOCHAL_TRIAL_INFO` names; Determined's info files
+and clean model copy read-only at their fixed paths, shared_fs storage at its host path and at
+Determined's (agent_worker/determined_env.py). The container uses the host's network, so the
+master URL the agent uses works inside too (and the parts of a trial on several agents reach
 each other). So that it cannot read the host's traffic, it runs as an unprivileged uid:gid
 (never root; agent_worker/sandbox.py's `container_user_for_agent`) with every capability dropped
 (no NET_RAW, NET_ADMIN) and `no-new-privileges` (no set-uid program gives them back). GPU slots
@@ -33,17 +35,20 @@ from temporalio.exceptions import ApplicationError
 from agent_worker.determined_env import (
     DETERMINED_INFO_DIR,
     DETERMINED_MODEL_DIR,
+    SHARED_FS_CONTAINER_PATH,
     determined_info_dir,
     determined_model_dir,
 )
-from agent_worker.runtime import Launch
+from agent_worker.runtime import WORKDIR_NAME, Launch
 from agent_worker.sandbox import CONTAINER_USER
 from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
+from common.checkpoint_storage import shared_fs_host_path
 from common.temporal_names import task_allocation_id
 from workflows.types import RunTaskInput
 
-CONTAINER_WORKDIR = "/run/epochal/workdir"
+CONTAINER_RUN_DIR = "/run/epochal"
+CONTAINER_WORKDIR = f"{CONTAINER_RUN_DIR}/{WORKDIR_NAME}"
 CONTAINER_INFO_DIR = "/run/epochal/info"
 CONTAINER_TRIAL_INFO = f"{CONTAINER_INFO_DIR}/{TRIAL_INFO_FILE}"
 DEFAULT_SHM_SIZE = 4 * 1024**3  # Determined's default for resources.shm_size
@@ -137,12 +142,22 @@ def shm_size_for(config: Mapping[str, Any]) -> int:
 
 
 def user_mounts(config: Mapping[str, Any]) -> list[docker.types.Mount]:
-    """The config's `bind_mounts` (the model checked them); a relative container_path is under
-    the working directory, as on Determined."""
-    return [docker.types.Mount(target=posixpath.join(CONTAINER_WORKDIR, m["container_path"]),
-                               source=m["host_path"], type="bind",
-                               read_only=bool(m.get("read_only", False)))
-            for m in config.get("bind_mounts") or []]
+    """The config's `bind_mounts` (the model checked them, the master held their host side to
+    its allowed roots); a relative container_path is under the working directory, as on
+    Determined. Docker follows a symbolic link in a host path as root, and a run could have put
+    one there pointing at a secret: such a host path is refused."""
+    mounts = []
+    for i, m in enumerate(config.get("bind_mounts") or []):
+        host_path = os.path.normpath(m["host_path"])
+        if os.path.realpath(host_path) != host_path:
+            raise ApplicationError(
+                f"bind_mounts[{i}].host_path: {host_path} passes through a symbolic link "
+                f"(to {os.path.realpath(host_path)}); name the directory it points to",
+                type="BindMountError", non_retryable=True)
+        mounts.append(docker.types.Mount(
+            target=posixpath.join(CONTAINER_WORKDIR, m["container_path"]), source=host_path,
+            type="bind", read_only=bool(m.get("read_only", False))))
+    return mounts
 
 
 # A FIFO the agent holds open while the run lasts (agent_worker/docker_runtime.py): its reader in
@@ -222,9 +237,9 @@ def container_spec(
         env.setdefault("USER", launch.user.name)
         env.setdefault("LOGNAME", launch.user.name)
     env.update(gpu_environment(run_slots))
-    env.setdefault("HOME", "/tmp")  # an arbitrary uid has no home in the image
+    env.setdefault("HOME", CONTAINER_RUN_DIR)  # an arbitrary uid has no home in the image
     run_dir = str(launch.run_dir)
-    mounts = [docker.types.Mount(target=CONTAINER_WORKDIR, source=run_dir, type="bind")]
+    mounts = [docker.types.Mount(target=CONTAINER_RUN_DIR, source=run_dir, type="bind")]
     if isinstance(launch.input, RunTaskInput):
         # Its command and variables name its directory by the host's path (Jupyter's files,
         # TensorBoard's event files), which the container's user could not make in the image.
@@ -232,7 +247,7 @@ def container_spec(
     else:  # a trial's info (an interactive task has none)
         env[TRIAL_INFO_ENV] = CONTAINER_TRIAL_INFO
         mounts.append(docker.types.Mount(target=CONTAINER_TRIAL_INFO,
-                                         source=str(launch.run_dir / TRIAL_INFO_FILE),
+                                         source=str(launch.workdir / TRIAL_INFO_FILE),
                                          type="bind", read_only=True))
     det_info = determined_info_dir(launch.run_dir)
     if det_info.is_dir():  # what Determined's Core API reads (agent_worker/determined_env.py)
@@ -242,13 +257,13 @@ def container_spec(
     if model_copy.is_dir():  # what Determined's trial APIs copy into checkpoints
         mounts.append(docker.types.Mount(target=DETERMINED_MODEL_DIR, source=str(model_copy),
                                          type="bind", read_only=True))
-    storage = config.get("checkpoint_storage") or {}
-    host_path = storage.get("host_path") if storage.get("type") == "shared_fs" else None
+    host_path = shared_fs_host_path(config.get("checkpoint_storage"))
     if host_path:
-        # Same path inside, so the storage path in the trial info holds in the container.
+        # Same path inside, so the storage path in the trial info holds in the container; and
+        # where Determined's code looks for it.
         os.makedirs(host_path, exist_ok=True)
-        mounts.append(docker.types.Mount(target=str(host_path), source=str(host_path),
-                                         type="bind"))
+        for target in (str(host_path), SHARED_FS_CONTAINER_PATH):
+            mounts.append(docker.types.Mount(target=target, source=str(host_path), type="bind"))
     if launch.checkpoint_cache is not None:  # S3 checkpoints: only the trial's cache
         mounts.append(docker.types.Mount(target=str(launch.checkpoint_cache),
                                          source=str(launch.checkpoint_cache), type="bind"))

@@ -8,10 +8,12 @@ The runtimes put the files at `DETERMINED_INFO_DIR`, and a clean copy of the mod
 `DETERMINED_MODEL_DIR` (read-only): the Docker runtime mounts them there, the process runtime
 bind-mounts them there in a mount namespace of the trial's own (as root).
 
-Determined maps `shared_fs` storage to `/determined_shared_fs` inside its containers. Epochal's
-runtimes make checkpoint storage reachable at its host path instead, so Determined's code sees
-the equivalent `directory` storage at `host_path[/storage_path]`: checkpoints land in the same
-`<dir>/<uuid>/` Epochal's harness, GC and restore use.
+Determined mounts `shared_fs` storage's host_path at `/determined_shared_fs` in its containers,
+and its code (`storage.build`, `torch_batch_process`) expects the `shared_fs` type there. Epochal's
+runtimes mount it there too where they can (Docker; the process runtime in a mount namespace),
+and at its host path, which Epochal's harness uses: checkpoints land in the same `<dir>/<uuid>/`
+either way. A process runtime without mount namespaces (an agent that is not root) cannot: its
+trials see the equivalent `directory` storage at `host_path[/storage_path]`.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from common.checkpoint_storage import shared_fs_directory
 from common.expconf import LENGTH_UNITS, with_determined_defaults
 
 DETERMINED_INFO_DIR = "/run/determined/info"
+SHARED_FS_CONTAINER_PATH = "/determined_shared_fs"  # where Determined's code looks for shared_fs
 # Where Determined keeps a clean copy of the model definition: PyTorchTrial, DeepSpeedTrial and
 # TFKerasTrial copy it into every checkpoint's `code/` (the working directory may hold data).
 DETERMINED_MODEL_DIR = "/run/determined/train/model"
@@ -47,14 +50,16 @@ def determined_model_dir(run_dir: Path) -> Path:
     return run_dir.with_name(run_dir.name + _MODEL_DIR_SUFFIX)
 
 
-def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:
+def determined_config(info: Mapping[str, Any], *, shared_fs_mounted: bool = False
+                      ) -> dict[str, Any]:
     """The experiment config as Determined's code in the trial should see it.
 
     As Determined's master gives it: its defaults filled in, and `searcher.max_length` only
     when there is one (Determined then offers no `core.searcher`, as 0.38 does). That is what
     this run trains to (an ASHA rung) when counted in batches, records or epochs; a run
-    counted in a `time_metric` leaves it alone. shared_fs storage is the `directory` storage
-    at its host path (see the module docstring).
+    counted in a `time_metric` leaves it alone. shared_fs storage is given as it is where the
+    runtime mounts it at `SHARED_FS_CONTAINER_PATH`, else as the `directory` storage at its host
+    path (see the module docstring).
     """
     config = with_determined_defaults(info.get("experiment_config") or {})
     max_length = info.get("max_length")
@@ -66,16 +71,17 @@ def determined_config(info: Mapping[str, Any]) -> dict[str, Any]:
             searcher["max_length"] = dict(max_length)
     storage = info.get("checkpoint_storage") or config.get("checkpoint_storage")
     directory = shared_fs_directory(storage)
-    if directory is not None:
+    if directory is not None and not shared_fs_mounted:
         config["checkpoint_storage"] = {"type": "directory", "container_path": directory}
     elif storage:
         config["checkpoint_storage"] = storage
     return config
 
 
-def determined_environment(info: Mapping[str, Any], *, username: str) -> dict[str, str]:
+def determined_environment(info: Mapping[str, Any], *, username: str,
+                           shared_fs_mounted: bool = False) -> dict[str, str]:
     """The `DET_*` variables of a trial (determined/_info.py, common/api/authentication.py)."""
-    config = determined_config(info)
+    config = determined_config(info, shared_fs_mounted=shared_fs_mounted)
     env = {
         "DET_MASTER": str(info["master_url"]),
         "DET_CLUSTER_ID": str(info.get("cluster_id") or "epochal"),
@@ -117,10 +123,11 @@ def _rendezvous(info: Mapping[str, Any]) -> dict[str, Any]:
             "container_slot_counts": [len(info.get("slot_ids") or [])], "ports": []}
 
 
-def determined_info_files(info: Mapping[str, Any], *, username: str) -> dict[str, Any]:
+def determined_info_files(info: Mapping[str, Any], *, username: str,
+                          shared_fs_mounted: bool = False) -> dict[str, Any]:
     """File name -> JSON content of what `det.get_cluster_info()` reads (keys are the
     constructor arguments of ClusterInfo, TrialInfo, RendezvousInfo and ResourcesInfo)."""
-    env = determined_environment(info, username=username)
+    env = determined_environment(info, username=username, shared_fs_mounted=shared_fs_mounted)
     slot_ids = list(info.get("slot_ids") or [])
     config = json.loads(env["DET_EXPERIMENT_CONFIG"])
     return {
@@ -156,9 +163,11 @@ def determined_info_files(info: Mapping[str, Any], *, username: str) -> dict[str
     }
 
 
-def write_determined_info(directory: Path, info: Mapping[str, Any], *, username: str) -> None:
+def write_determined_info(directory: Path, info: Mapping[str, Any], *, username: str,
+                          shared_fs_mounted: bool = False) -> None:
     """Write the info files into `directory` (created). They hold the run's token: the agent
     makes them private to the trial's user (agent_worker/activities.py)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for name, content in determined_info_files(info, username=username).items():
+    files = determined_info_files(info, username=username, shared_fs_mounted=shared_fs_mounted)
+    for name, content in files.items():
         write_private(directory / name, json.dumps(content) + "\n")

@@ -58,6 +58,8 @@ class ImageUnavailable(Exception):
 # -- the runtime ---------------------------------------------------------------------------------
 
 class DockerRuntime(Runtime):
+    mounts_shared_fs = True  # agent_worker/container_spec.py
+
     def __init__(
         self,
         *,

@@ -40,6 +40,7 @@ from agent_worker.aio import uninterruptible
 from agent_worker.determined_env import (
     DETERMINED_INFO_DIR,
     DETERMINED_MODEL_DIR,
+    SHARED_FS_CONTAINER_PATH,
     determined_info_dir,
     determined_model_dir,
 )
@@ -54,7 +55,7 @@ from agent_worker.sandbox import (
     identity_files,
 )
 from agent_worker.task_env import HarnessPath, TaskEnvironment
-from common.checkpoint_storage import shared_fs_directory
+from common.checkpoint_storage import shared_fs_directory, shared_fs_host_path
 
 logger = logging.getLogger(__name__)
 
@@ -132,7 +133,9 @@ _MOUNT_THEN_RUN = (
     ' scripts will not find their cluster info" >&2; '
     '{ mount --bind "$3" "$4" && mount -o remount,bind,ro "$4"; } || echo "epochal: cannot'
     ' mount $3 at $4; checkpoints of Determined\'s PyTorchTrial will fail" >&2; '
-    'exec /bin/sh -c "$5"'
+    '[ -z "$5" ] || mount --bind "$5" "$6" || echo "epochal: cannot mount $5 at $6;'
+    ' Determined\'s code will not find its shared_fs checkpoint storage" >&2; '
+    'exec /bin/sh -c "$7"'
 )
 # The line a Python traceback ends with when a process died of an import; launchers prefix
 # their workers' lines (Determined's `[rank=0] `, torch's `[rank0]: `) and print a summary after.
@@ -183,6 +186,52 @@ def closed_ancestor(path: Path) -> Path | None:
     return None
 
 
+# Where a missing container_path is made in the run's own namespace (its directory, its /tmp),
+# never on the host's disk: elsewhere it must exist on the host.
+_OWN_MOUNT_ROOTS = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def user_binds(launch: Launch, keep: list[Path]) -> tuple[list[tuple[str, str, bool]],
+                                                         list[Path]]:
+    """The config's `bind_mounts` as the sandbox binds them (source, target, read-only), a
+    relative container_path under the working directory as on Determined; and the host paths
+    the run keeps where they are instead (a host path bound onto itself, as Determined's
+    examples bind /tmp: the host's, not the run's own).
+
+    The sandbox binds them after what the run keeps (its directory, its Python), so one may not
+    cover those: that would hide them, or make their mount points in the bound directory."""
+    binds, kept = [], []
+    for i, mount in enumerate(launch.config.get("bind_mounts") or []):
+        field = f"bind_mounts[{i}].container_path"
+        source = os.path.normpath(mount["host_path"])
+        target = os.path.normpath(os.path.join(launch.workdir, mount["container_path"]))
+        read_only = bool(mount.get("read_only"))
+        if source == target and not read_only:
+            kept.append(Path(source))
+            continue
+        covered = [path for path in (launch.run_dir, *keep) if _inside(str(path), target)]
+        if covered:
+            raise ApplicationError(
+                f"{field}: {target} would cover {covered[0]}, which the run needs on this "
+                f"agent; the process runtime binds {source} there only onto itself "
+                "(container_path equal to host_path, not read-only); name another "
+                "container_path, or use the Docker runtime", type="BindMountError",
+                non_retryable=True)
+        own = (str(launch.run_dir), *_OWN_MOUNT_ROOTS)
+        if not any(_inside(target, root) for root in own) and not os.path.exists(target):
+            raise ApplicationError(
+                f"{field}: {target} does not exist on this agent, where the process runtime "
+                "binds onto the host's own paths; use a path that exists there, one under the "
+                "working directory or /tmp, or the Docker runtime",
+                type="BindMountError", non_retryable=True)
+        binds.append((source, target, read_only))
+    return binds, kept
+
+
+def _inside(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
+
+
 class ProcessRuntime(Runtime):
     def __init__(
         self,
@@ -212,6 +261,7 @@ class ProcessRuntime(Runtime):
                                else python_bin_dir or Path(sys.executable).parent)
         self.output_drain_timeout = output_drain_timeout
         self.private_mounts = can_make_mount_namespaces()
+        self.mounts_shared_fs = self.private_mounts
         self.task_user = task_user
         self.per_user = per_user and task_user is not None
         self.hidden_from_trials = hidden_from_trials
@@ -226,6 +276,7 @@ class ProcessRuntime(Runtime):
         if self.private_mounts:
             os.makedirs(DETERMINED_INFO_DIR, exist_ok=True)
             os.makedirs(DETERMINED_MODEL_DIR, exist_ok=True)
+            os.makedirs(SHARED_FS_CONTAINER_PATH, exist_ok=True)
         else:
             logger.warning("cannot make mount namespaces (not root?): Determined's code run "
                            "by the process runtime will not find %s nor %s",
@@ -257,21 +308,26 @@ class ProcessRuntime(Runtime):
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
         storage = shared_fs_directory(launch.config.get("checkpoint_storage"))
+        host = shared_fs_host_path(launch.config.get("checkpoint_storage"))
         cache = launch.checkpoint_cache
         keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else []),
                 *([cache] if cache else []), *self.shared_with_trials]
         # A directory others may not enter (/root, a 0700 temp dir) would stop the task user on
         # its way to what it keeps: it is hidden too, and what is kept bound back into it.
+        mounts, kept_as_they_are = user_binds(launch, keep)
+        keep.extend(kept_as_they_are)
         hide.extend(closed for path in keep if (closed := closed_ancestor(path)) is not None)
         return SandboxPlan(
-            command=launch.entrypoint, cwd=str(launch.run_dir),
+            command=launch.entrypoint, cwd=str(launch.workdir),
             env=self.environment(launch), uid=user.uid, gid=user.gid,
             binds=[*((str(source), target, read_only) for source, target, read_only in (
                 (determined_info_dir(launch.run_dir), DETERMINED_INFO_DIR, False),
                 (determined_model_dir(launch.run_dir), DETERMINED_MODEL_DIR, True),
+                *(((Path(host), SHARED_FS_CONTAINER_PATH, False),) if host else ()),
             ) if source.is_dir()), *identity],
             hide=[str(p) for p in hide], keep=[str(p) for p in keep],
-            tmp=str(launch.tmp_dir) if launch.tmp_dir.is_dir() else "")
+            tmp=str(launch.tmp_dir) if launch.tmp_dir.is_dir() else "",
+            mounts=mounts)
 
     def _python_paths(self) -> list[Path]:
         """What running the trial's Python and importing the harness needs: the environment,
@@ -299,9 +355,11 @@ class ProcessRuntime(Runtime):
         elif not self.private_mounts or not info_dir.is_dir():
             argv = ["/bin/sh", "-c", launch.entrypoint]
         else:
+            storage = shared_fs_host_path(launch.config.get("checkpoint_storage")) or ""
             argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
                     _MOUNT_THEN_RUN, "epochal-trial", str(info_dir), DETERMINED_INFO_DIR,
-                    str(model_dir), DETERMINED_MODEL_DIR, launch.entrypoint]
+                    str(model_dir), DETERMINED_MODEL_DIR, storage, SHARED_FS_CONTAINER_PATH,
+                    launch.entrypoint]
         if cgroup is None:
             return argv
         return ["/bin/sh", "-c", JOIN_THEN_RUN, "epochal-join", str(cgroup), *argv]
@@ -309,22 +367,22 @@ class ProcessRuntime(Runtime):
     def environment(self, launch: Launch) -> dict[str, str]:
         """The agent's variables trials may see, the launch's, and PATH/PYTHONPATH put first.
 
-        With a task environment, PYTHONPATH holds the run directory and the harness alone, and
-        the variables activating it are set."""
+        With a task environment, PYTHONPATH holds the working directory and the harness alone,
+        and the variables activating it are set."""
         env = agent_variables_for_trials(os.environ)
         user = launch.user or self.task_user
         if user is not None:
-            # Its own home: the run directory, private to it and removed after the run.
+            # Its own home: the run's directory, private to it and removed after the run.
             env.update(HOME=str(launch.run_dir), USER=user.name, LOGNAME=user.name)
         env.update(launch.env)
         env["PATH"] = _prepend(str(self.python_bin_dir), env.get("PATH"))
         if self.task_env is None or self.harness_path is None:
-            env["PYTHONPATH"] = _prepend(str(launch.run_dir), env.get("PYTHONPATH"))
+            env["PYTHONPATH"] = _prepend(str(launch.workdir), env.get("PYTHONPATH"))
             return env
         env.update(self.task_env.activation())
         env.update(self.harness_path.environment())
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(launch.run_dir), str(self.harness_path.path),
+            p for p in (str(launch.workdir), str(self.harness_path.path),
                         launch.env.get("PYTHONPATH")) if p)
         return env
 
@@ -346,6 +404,12 @@ class ProcessRuntime(Runtime):
         self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None],
         cgroup: Path | None,
     ) -> ExitStatus:
+        if launch.config.get("bind_mounts") and self.task_user is None:
+            raise ApplicationError(
+                "bind_mounts: the process runtime binds them only in its sandbox, and this "
+                "agent runs trials unsandboxed as its own user (it is not root, or was given "
+                "--task-user root); run the agent as root, or use the Docker runtime",
+                type="BindMountError", non_retryable=True)
         if self.task_user is not None:
             plan_file = _plan_file(launch)
             plan = await asyncio.to_thread(self.sandbox_plan, launch)
@@ -356,7 +420,7 @@ class ProcessRuntime(Runtime):
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
-                cwd=launch.run_dir,
+                cwd=launch.workdir,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,

@@ -16,6 +16,8 @@ from typing import Any, Protocol
 from agent_worker.sandbox import TaskUser
 from workflows.types import RunTaskInput, RunTrialInput
 
+WORKDIR_NAME = "workdir"  # as Determined names it (/run/determined/workdir)
+
 
 class LogSink(Protocol):
     def add(self, stdtype: str, line: str) -> None:
@@ -24,8 +26,13 @@ class LogSink(Protocol):
 
 @dataclass
 class Launch:
-    """One prepared run of a trial (`run_dir` holds the extracted model definition and
-    trial_info.json) or of an interactive task (`run_dir` holds its context files)."""
+    """One prepared run of a trial or of an interactive task.
+
+    `run_dir` is the run's own directory, private to it and removed after it: its home, and
+    the parent of its working directory `workdir` (the extracted model definition and
+    trial_info.json, or a task's context files). As on Determined, whose working directory is
+    `/run/determined/workdir`, a path that climbs out of it (`../data`) lands where the run may
+    write, and no other run sees."""
 
     input: RunTrialInput | RunTaskInput
     run_dir: Path
@@ -63,8 +70,13 @@ class Launch:
         return f"trial {self.input.trial_id} run {self.input.run_id}"
 
     @property
+    def workdir(self) -> Path:
+        """The working directory: the model definition or the task's files."""
+        return run_workdir(self.run_dir)
+
+    @property
     def tmp_dir(self) -> Path:
-        """The run's own /tmp, beside its working directory (the sandbox binds it there)."""
+        """The run's own /tmp, beside its directory (the sandbox binds it there)."""
         return run_tmp_dir(self.run_dir)
 
 
@@ -73,6 +85,10 @@ class Launch:
         """The trial's S3 checkpoint cache on this agent (kept across its runs), if it uses S3."""
         storage = self.config.get("checkpoint_storage") or {}
         return checkpoint_cache_dir(self.run_dir) if storage.get("type") == "s3" else None
+
+
+def run_workdir(run_dir: Path) -> Path:
+    return run_dir / WORKDIR_NAME
 
 
 def run_tmp_dir(run_dir: Path) -> Path:
@@ -94,6 +110,9 @@ class ExitStatus:
 class Runtime(ABC):
     # Whether each user's runs get an identity of their own (a root agent given no task user).
     per_user: bool = False
+    # Whether runs see shared_fs storage at Determined's path as well as at its host path
+    # (agent_worker/determined_env.py).
+    mounts_shared_fs: bool = False
 
     @property
     def task_owner(self) -> tuple[int, int] | None:

@@ -13,6 +13,9 @@ clean environment) and gets:
 - a /tmp of its own (a directory beside its run directory, also bound on /var/tmp) and a
   /dev/shm of its own (a tmpfs), so no trial sees another's sockets and files there
   (Determined's launchers put theirs at fixed names) and nothing there outlives the run;
+- the config's `bind_mounts`, as Docker would bind them (a relative `container_path` under the
+  working directory), bound last; the master holds their host side to its allowed roots, and
+  neither side may pass through a symbolic link (a run could point one at a secret);
 - a PID namespace with its own /proc, so it sees no process but its own: not the master's or the
   agent's environment, nor other trials' (which run as the same user);
 - the task user's uid and gid, no supplementary groups and `no_new_privs`, so no set-uid program
@@ -185,6 +188,9 @@ class SandboxPlan:
     hide: list[str] = field(default_factory=list)  # covered by an empty tmpfs
     keep: list[str] = field(default_factory=list)  # bound back where they were, when hidden
     tmp: str = ""  # bound on /tmp (with what is kept under /tmp bound back); empty: host's
+    # The config's bind_mounts (source, target, read-only), bound last: over the run's own /tmp
+    # too, as Docker binds them over the image's. Neither end may pass through a symbolic link.
+    mounts: list[tuple[str, str, bool]] = field(default_factory=list)
     # The agent's pid: the sandbox dies with it (a run whose agent is gone has nobody to stop it).
     agent_pid: int = field(default_factory=os.getpid)
 

@@ -67,8 +67,8 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int,
            f"mount {source or fstype} on {target}")
 
 
-def _bind(source: str, target: str, read_only: bool) -> None:
-    _mount(source, target, None, _MS_BIND | _MS_REC)
+def _bind(source: str, target: str, read_only: bool, recursive: bool = True) -> None:
+    _mount(source, target, None, _MS_BIND | (_MS_REC if recursive else 0))
     if read_only:
         _mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
 
@@ -84,6 +84,9 @@ def _set_up_mounts(plan: dict[str, Any]) -> None:
     """In the new mount and PID namespaces, as root: /proc, Determined's paths, the hiding."""
     _mount(None, "/", None, _MS_REC | _MS_PRIVATE)
     _mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    # Opened before anything is covered: a host path under /tmp is bound over the run's own.
+    user_mounts = [(_open_user_mount(source), target, read_only)
+                   for source, target, read_only in plan.get("mounts", [])]
     for source, target, read_only in plan["binds"]:
         try:
             if os.path.isdir(source):
@@ -118,13 +121,39 @@ def _set_up_mounts(plan: dict[str, Any]) -> None:
     if own_tmp is not None:
         os.close(own_tmp)
     for path, fd in kept.items():
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            os.makedirs(path, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            open(path, "a").close()
-        _bind(f"/proc/self/fd/{fd}", path, read_only=False)
+        # A covered directory kept whole (the host's /tmp, bound onto itself) is bound without
+        # what now covers it: a recursive bind would take the run's own /tmp along.
+        _bind_fd(fd, path, read_only=False, recursive=path not in covered)
         os.close(fd)
+    for fd, target, read_only in user_mounts:
+        if os.path.realpath(target) != os.path.normpath(target):
+            raise OSError(f"bind_mounts: container_path {target} passes through a symbolic "
+                          "link")
+        _bind_fd(fd, target, read_only)
+        os.close(fd)
+
+
+def _bind_fd(fd: int, target: str, read_only: bool, recursive: bool = True) -> None:
+    """Bind what `fd` (an O_PATH descriptor) opened on `target`, made if missing."""
+    if os.path.isdir(f"/proc/self/fd/{fd}"):
+        os.makedirs(target, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        open(target, "a").close()
+    _bind(f"/proc/self/fd/{fd}", target, read_only, recursive)
+
+
+def _open_user_mount(source: str) -> int:
+    """The host side of one of the config's bind_mounts, opened (O_PATH). Root follows no
+    symbolic link on either side (the target is checked as it is bound): a run could have put
+    one in a shared host directory (pointing at a secret) or in its own working directory
+    (pointing where root would make a directory)."""
+    fd = os.open(source, os.O_PATH | os.O_CLOEXEC)
+    if os.readlink(f"/proc/self/fd/{fd}") != os.path.normpath(source):
+        os.close(fd)
+        raise OSError(f"bind_mounts: host_path {source} passes through a symbolic link; name "
+                      "the directory it points to")
+    return fd
 
 
 def _drop_privileges(plan: dict[str, Any]) -> None:

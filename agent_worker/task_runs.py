@@ -31,7 +31,7 @@ from temporalio.exceptions import ApplicationError
 from agent_worker.activities import AgentActivities, free_ports, fresh_dir
 from agent_worker.aio import uninterruptible
 from agent_worker.private_files import make_private
-from agent_worker.runtime import ExitStatus, Launch
+from agent_worker.runtime import ExitStatus, Launch, run_workdir
 from agent_worker.slots import gpu_environment
 from agent_worker.startup_hook import HookWatch, with_startup_hooks
 from common.temporal_names import RUN_TASK, task_allocation_id
@@ -81,23 +81,25 @@ class TaskActivities:
         spec = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/launch")
         assert isinstance(spec, dict)
         run_dir = self.run_dir(inp.task_id)
+        workdir = run_workdir(run_dir)
         await asyncio.to_thread(fresh_dir, run_dir)
+        await asyncio.to_thread(fresh_dir, workdir)
         if spec.get("hasContext"):
             archive = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/context",
                                       raw=True)
             assert isinstance(archive, bytes)
-            await asyncio.to_thread(extract_context, archive, run_dir)
+            await asyncio.to_thread(extract_context, archive, workdir)
         user, owner = await self.agent.run_identity(spec.get("owner"))
         await asyncio.to_thread(make_private, run_dir, owner)
         config: dict[str, Any] = spec.get("config") or {}
         port = free_ports(1)[0]
         command = task_command(inp.task_type, inp.task_id, config, spec,
-                               host=self.agent.address, port=port, run_dir=run_dir)
+                               host=self.agent.address, port=port, workdir=workdir)
         env = task_environment(config, spec, master_url=master_url, task_id=inp.task_id,
                                agent_id=self.agent.agent_id, run_dir=run_dir)
         env.update(gpu_environment(self.agent.slots.of(slot_ids)))
         return Launch(input=dataclasses.replace(inp, config=config), run_dir=run_dir,
-                      entrypoint=with_startup_hooks(command, run_dir, env), env=env,
+                      entrypoint=with_startup_hooks(command, workdir, env), env=env,
                       slot_ids=slot_ids, user=user,
                       ports=[] if inp.task_type == "COMMAND" else [port],
                       service=None if inp.task_type == "COMMAND"
@@ -183,17 +185,18 @@ async def _settled(run: asyncio.Future[Any]) -> None:
     await asyncio.gather(run, return_exceptions=True)
 
 
-def extract_context(archive: bytes, run_dir: Path) -> None:
+def extract_context(archive: bytes, workdir: Path) -> None:
     """The task's files (a .tar.gz made by the API), with tarfile's `data` filter: no absolute
     paths, no links out of the directory, no devices."""
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-        tar.extractall(run_dir, filter="data")
+        tar.extractall(workdir, filter="data")
 
 
 def task_command(task_type: str, task_id: str, config: dict[str, Any], spec: dict[str, Any], *,
-                 host: str, port: int, run_dir: Path) -> str:
+                 host: str, port: int, workdir: Path) -> str:
     """The shell command line of the task: the user's for a command, else its service's,
-    listening on host:port under the proxy's path."""
+    listening on host:port under the proxy's path (a notebook's files are the working
+    directory's)."""
     prefix = f"/proxy/{task_id}"
     if task_type == "COMMAND":
         entrypoint = config.get("entrypoint")
@@ -207,7 +210,7 @@ def task_command(task_type: str, task_id: str, config: dict[str, Any], spec: dic
         return shlex.join([
             "jupyter", "lab", "--no-browser", f"--ip={host}", f"--port={port}",
             "--port-retries=0", f"--ServerApp.base_url={prefix}/",
-            f"--ServerApp.root_dir={run_dir}",
+            f"--ServerApp.root_dir={workdir}",
             # Reached only through the master's proxy, which sends this token.
             f"--IdentityProvider.token={spec['secret']}",
             # The browser's origin is the master's address, not this host's.
@@ -218,7 +221,7 @@ def task_command(task_type: str, task_id: str, config: dict[str, Any], spec: dic
         experiments = ",".join(str(e) for e in spec.get("experimentIds") or [])
         trials = ",".join(str(t) for t in spec.get("trialIds") or [])
         argv = ["python3", "-m", "harness.tensorboard", "--host", host, "--port", str(port),
-                "--path-prefix", prefix, "--logdir", str(run_dir / "tensorboard")]
+                "--path-prefix", prefix, "--logdir", str(workdir / "tensorboard")]
         if experiments:
             argv += ["--experiment-ids", experiments]
         if trials:
@@ -251,7 +254,7 @@ def task_environment(config: dict[str, Any], spec: dict[str, Any], *, master_url
         "DET_TASK_TYPE": str(spec.get("taskType") or ""),
         "DET_AGENT_ID": agent_id,
         "DET_RESOURCES_TYPE": "docker-container",
-        # Jupyter's and IPython's own files stay in the task's directory.
+        # Jupyter's and IPython's own files stay in the task's directory, beside its files.
         "JUPYTER_CONFIG_DIR": str(run_dir / ".jupyter"),
         "JUPYTER_DATA_DIR": str(run_dir / ".local" / "share" / "jupyter"),
         "JUPYTER_RUNTIME_DIR": str(run_dir / ".local" / "share" / "jupyter" / "runtime"),

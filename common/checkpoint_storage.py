@@ -57,6 +57,15 @@ def shared_fs_directory(storage: Mapping[str, Any] | None) -> str | None:
     return posixpath.normpath(posixpath.join(host_path, str(sub))) if sub else host_path
 
 
+def shared_fs_host_path(storage: Mapping[str, Any] | None) -> str | None:
+    """shared_fs storage's `host_path` (None for other storage): Determined's containers see it
+    at /determined_shared_fs (agent_worker/determined_env.py)."""
+    if shared_fs_directory(storage) is None:
+        return None
+    assert storage is not None
+    return str(storage["host_path"])
+
+
 def storage_path(storage: Mapping[str, Any], uuid: str) -> str:
     """Where checkpoint `uuid` lives: a directory for shared_fs, an `s3://` URL for S3."""
     if storage.get("type") == "s3":

@@ -462,6 +462,72 @@ def test_a_startup_hook_prepares_the_run_and_a_failing_one_fails_it(
     assert "No matching distribution found for torch==9.9" in logs.split("its last lines:")[1]
 
 
+# Determined's batch inference (torch_batch_process), in the style of its
+# torch_batch_process_core_api_comparison example: data prepared in `../data`, each batch's
+# output uploaded to the checkpoint storage and written to a host directory bound in.
+BATCH_PROCESS = """
+import os
+import pathlib
+
+import torch
+from determined.pytorch import experimental
+
+
+class Doubler(experimental.TorchBatchProcessor):
+    def __init__(self, context):
+        self.context = context
+
+    def process_batch(self, batch, batch_idx) -> None:
+        doubled = batch[0] * 2
+        with self.context.upload_path() as path:
+            torch.save(doubled, pathlib.Path(path, f"doubled_{batch_idx}"))
+        pathlib.Path("predictions", f"batch_{batch_idx}.txt").write_text(
+            " ".join(str(int(x)) for x in doubled.flatten()))
+
+
+def main():
+    data = pathlib.Path("../data")
+    data.mkdir(parents=True, exist_ok=True)
+    torch.save(torch.arange(20.0).reshape(10, 2), data / "inputs.pt")
+    inputs = torch.load(data / "inputs.pt")
+    experimental.torch_batch_process(
+        Doubler, torch.utils.data.TensorDataset(inputs), batch_size=5, checkpoint_interval=1)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_determineds_batch_inference_writes_beside_its_workdir_and_into_a_bind_mount(
+    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """Determined's `torch_batch_process` completes on its first run: its `../data` is the
+    run's own, the host directory it binds receives its predictions (the process runtime binds
+    it as Docker would), and the shared_fs storage it reads is shared_fs, as Determined gives
+    it."""
+    context, predictions = tmp_path / "context", tmp_path / "predictions"
+    context.mkdir()
+    predictions.mkdir(mode=0o777)
+    predictions.chmod(0o777)  # as an admin gives a team's runs a directory of the host
+    (context / "infer.py").write_text(BATCH_PROCESS)
+    config = {"name": "det-batch", "entrypoint": f"{det_venv / 'python'} infer.py",
+              "searcher": {"name": "single", "metric": "x", "max_length": {"batches": 1}},
+              "bind_mounts": [{"host_path": str(predictions), "container_path": "predictions",
+                               "read_only": False}],
+              "max_restarts": 0}
+    (tmp_path / "batch.yaml").write_text(yaml.safe_dump(config))
+    experiment = _created(det.run("experiment", "create", str(tmp_path / "batch.yaml"),
+                                  str(context)).stdout)
+    _wait_for_trial(cluster, det, experiment, "COMPLETED", 180, "the batch inference to end")
+    assert sorted(p.name for p in predictions.iterdir()) == ["batch_0.txt", "batch_1.txt"]
+    assert (predictions / "batch_1.txt").read_text() == " ".join(
+        str(2 * x) for x in range(10, 20))
+    trial = _trial_state(det, experiment)[0]
+    logs = det.run("trial", "logs", trial).stdout
+    assert "not implemented" not in logs and "Traceback" not in logs, logs
+
+
 def _created(output: str) -> str:
     found = re.search(r"Created experiment (\d+)", output)
     assert found, output
@@ -589,7 +655,7 @@ def test_workspaces_projects_and_templates(det: Det, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("command", "feature"), [
-    (("master", "config"), "the master's config is not served by Epochal"),
+    (("user-group", "list"), "user groups are not served by Epochal (RBAC)"),
 ])
 def test_features_epochal_does_not_serve_say_so(
     det: Det, command: tuple[str, ...], feature: str

@@ -394,7 +394,7 @@ def test_a_users_trial_cannot_reach_the_clusters_secrets_or_other_trials(
     victim = created_id(cluster.run("experiment", "create", str(victim_config),
                                     str(victim_dir), env_extra=alice).stdout)
     agent_dir = cluster.state_dir / "agent"
-    wait_for(lambda: list(agent_dir.glob("trials/*/run-*/marker.txt")), 60, "the victim")
+    wait_for(lambda: list(agent_dir.glob("trials/*/run-*/workdir/marker.txt")), 60, "the victim")
     # The victim's TensorBoard: its port authenticates nobody.
     identity = wait_for(lambda: cluster.printed(victim, "IDENTITY "), 60, "the victim's identity")
     board = cluster.run("tensorboard", "start", str(victim), "--config", "resources.slots=0",

@@ -117,7 +117,7 @@ def trial_input(experiment_id: int, entrypoint: str = "python3 train.py") -> Run
 
 
 async def _pids(agent: RunningAgent) -> list[int]:
-    path = agent.config.work_dir / "trials" / "3" / "run-1" / "pids"
+    path = agent.config.work_dir / "trials" / "3" / "run-1" / "workdir" / "pids"
     deadline = time.monotonic() + 10
     while not path.exists():
         assert time.monotonic() < deadline

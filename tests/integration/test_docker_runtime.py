@@ -42,12 +42,18 @@ print("INFO: inside", flush=True)
 print("to stderr", file=sys.stderr, flush=True)
 with open(os.environ["EPOCHAL_TRIAL_INFO"]) as f:
     info = json.load(f)
+os.makedirs("../data")  # beside the working directory, as Determined's tutorials keep data
+with open("../data/set.txt", "w") as f:
+    f.write("the run's")
+with open("/determined_shared_fs/from-determined.txt", "w") as f:  # where its code looks
+    f.write("same storage")
 # Into the checkpoint storage: the run's own directory is removed when it ends.
 with open(os.path.join(info["checkpoint_storage"]["host_path"], "seen.json"), "w") as f:
     json.dump({"env": dict(os.environ), "cwd": os.getcwd(), "info": info,
                "python": sys.version_info[:2],
                "ckpt_dir": os.path.isdir(info["checkpoint_storage"]["host_path"]),
-               "extra": open("/extra/hello.txt").read()}, f)
+               "extra": open("/extra/hello.txt").read(),
+               "data": open("../data/set.txt").read(), "home": os.path.expanduser("~")}, f)
 sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """
 
@@ -127,6 +133,8 @@ async def test_trial_runs_in_a_container(master: FakeMaster, http: httpx.AsyncCl
     assert seen["python"] == [3, 11]
     assert seen["ckpt_dir"] is True  # the checkpoint storage, at the same path inside
     assert seen["extra"] == "from the host"  # the user's bind mount
+    assert seen["data"] == "the run's" and seen["home"] == "/run/epochal"
+    assert (tmp_path / "ckpts" / "from-determined.txt").read_text() == "same storage"
     assert agent_containers(docker_client, agent_id) == []  # removed after the run
 
 

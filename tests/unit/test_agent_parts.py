@@ -257,7 +257,7 @@ def test_epochal_variables_win_over_the_users(tmp_path: Path) -> None:
         run_dir=tmp_path, entrypoint="true", env=env)
     full = ProcessRuntime(kill_grace_seconds=1).environment(launch)
     assert full["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}/usr/bin"
-    assert full["PYTHONPATH"] == f"{tmp_path}{os.pathsep}/mine"
+    assert full["PYTHONPATH"] == f"{tmp_path / 'workdir'}{os.pathsep}/mine"
     assert full["X"] == "1" and full["PYTHONUNBUFFERED"] == "1"
 
 

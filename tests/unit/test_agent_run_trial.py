@@ -44,6 +44,9 @@ for i in range(450):
     print(f"line {i}")
 print("oops", file=sys.stderr)
 info = os.environ["EPOCHAL_TRIAL_INFO"]
+os.makedirs("../data", exist_ok=True)  # as Determined's tutorials keep their datasets
+with open("../data/probe", "w") as f:
+    f.write("x")
 with open(os.path.join(os.environ.get("SEEN_DIR", "."), "seen.json"), "w") as f:
     json.dump({
         "env": {k: os.environ.get(k) for k in (
@@ -54,7 +57,8 @@ with open(os.path.join(os.environ.get("SEEN_DIR", "."), "seen.json"), "w") as f:
         "helper": open("pkg/helper.py").read() if os.path.exists("pkg") else None,
         "info": json.load(open(info)),
         "modes": {"info": stat.S_IMODE(os.stat(info).st_mode),
-                  "run_dir": stat.S_IMODE(os.stat(".").st_mode)},
+                  "workdir": stat.S_IMODE(os.stat(".").st_mode),
+                  "run_dir": stat.S_IMODE(os.stat("..").st_mode)},
     }, f)
 sys.exit(int(os.environ.get("EXIT_CODE", "0")))
 """
@@ -117,11 +121,12 @@ async def test_run_trial_ships_logs_and_writes_trial_info(
     assert result == RunTrialResult(exit_code=0, agent_id="agent-1",
                                     message="exited with code 0")
     assert heartbeats
-    run_dir = work_dir / "trials" / "7" / "run-2"
+    workdir = work_dir / "trials" / "7" / "run-2" / "workdir"
     seen = json.loads((seen_dir / "seen.json").read_text())
     assert seen["helper"] == "X = 1\n"
-    # Its token was in files only it could read, and they are gone with the run.
-    assert seen["modes"] == {"info": 0o600, "run_dir": 0o700}
+    # Its token was in files only it could read, and they are gone with the run; so is what
+    # it wrote beside its working directory.
+    assert seen["modes"] == {"info": 0o600, "workdir": 0o700, "run_dir": 0o700}
     assert not (work_dir / "trials" / "7").exists()
 
     # Logs: every line, in order, with the contract's fields.
@@ -147,14 +152,14 @@ async def test_run_trial_ships_logs_and_writes_trial_info(
         "max_length": {"batches": 100},
         "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/ckpts"},
         "slot_ids": [0], "session_token": None}
-    assert seen["env"]["EPOCHAL_TRIAL_INFO"] == str(run_dir / "trial_info.json")
+    assert seen["env"]["EPOCHAL_TRIAL_INFO"] == str(workdir / "trial_info.json")
     assert seen["env"]["EPOCHAL_MASTER"] == master.url
     assert seen["env"]["PYTHONUNBUFFERED"] == "1"
     assert seen["env"]["MY_VAR"] == "hello"
     assert seen["env"]["MY_NUM"] == "3"
     assert seen["env"]["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
-    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(run_dir)
-    assert Path(seen["cwd"]).resolve() == run_dir.resolve()
+    assert seen["env"]["PYTHONPATH"].split(os.pathsep)[0] == str(workdir)
+    assert Path(seen["cwd"]).resolve() == workdir.resolve()
     # `python3` in the entrypoint is the agent's interpreter (it has the harness installed).
     assert Path(seen["executable"]).parent == Path(sys.executable).parent
 
@@ -216,7 +221,7 @@ async def test_cancel_kills_the_whole_process_group(master: FakeMaster,
     env = ActivityEnvironment()
     task = asyncio.create_task(env.run(acts.run_trial, trial_input(exp)))
     parent, child = map(int, (await _wait_for_file(
-        tmp_path / "trials" / "7" / "run-2" / "pids")).split())
+        tmp_path / "trials" / "7" / "run-2" / "workdir" / "pids")).split())
     assert not _dead(parent) and not _dead(child)
 
     cancelled_at = time.monotonic()
@@ -337,10 +342,10 @@ async def test_trials_run_concurrently(master: FakeMaster, http: httpx.AsyncClie
     master.model_defs[exp] = make_tgz({"train.py": """
 import json, os, sys, time
 print("slot", json.load(open(os.environ["EPOCHAL_TRIAL_INFO"]))["slot_ids"][0])
-open(f"../../started-{os.environ['TRIAL']}", "w").close()
+open(f"../../../started-{os.environ['TRIAL']}", "w").close()
 other = "1" if os.environ["TRIAL"] == "2" else "2"
 deadline = time.time() + 10
-while not os.path.exists(f"../../started-{other}"):
+while not os.path.exists(f"../../../started-{other}"):
     if time.time() > deadline:
         sys.exit(1)
     time.sleep(0.01)

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 import agent_worker.docker_engine as docker_engine
 from agent_worker.container_spec import (
+    CONTAINER_RUN_DIR,
     CONTAINER_TRIAL_INFO,
     CONTAINER_WORKDIR,
     DEFAULT_SHM_SIZE,
@@ -20,6 +21,7 @@ from agent_worker.container_spec import (
     gpu_device_requests,
     shm_size_for,
 )
+from agent_worker.determined_env import SHARED_FS_CONTAINER_PATH
 from agent_worker.docker_engine import split_lines
 from agent_worker.docker_runtime import DockerRuntime
 from agent_worker.main import AgentConfig, make_runtime, parse_args
@@ -82,7 +84,7 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
     assert env["EPOCHAL_TRIAL_INFO"] == CONTAINER_TRIAL_INFO == "/run/epochal/info/trial_info.json"
     assert env["EPOCHAL_MASTER"] == "http://127.0.0.1:8080"
     assert env["PYTHONPATH"] == CONTAINER_WORKDIR
-    assert env["MINE"] == "x" and env["HOME"] == "/tmp"
+    assert env["MINE"] == "x" and env["HOME"] == CONTAINER_RUN_DIR == "/run/epochal"
     assert "CUDA_VISIBLE_DEVICES" not in env
     assert kw["labels"] == {
         "ai.epochal.managed": "true", "ai.epochal.agent-id": "agent/1",
@@ -90,10 +92,14 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
         "ai.epochal.experiment-id": "3", "ai.epochal.trial-id": "9",
         "ai.epochal.trial-run-id": "2", "ai.epochal.task-id": "3.9",
         "ai.epochal.allocation-id": "3.9.2"}
+    # The run's directory is its home and holds the working directory (`../data` is its own),
+    # shared_fs storage is at its host path and where Determined's code looks for it.
+    assert CONTAINER_WORKDIR == "/run/epochal/workdir"
     assert mounts(kw) == {
-        CONTAINER_WORKDIR: (str(tmp_path / "run"), False),
-        CONTAINER_TRIAL_INFO: (str(tmp_path / "run" / "trial_info.json"), True),
+        CONTAINER_RUN_DIR: (str(tmp_path / "run"), False),
+        CONTAINER_TRIAL_INFO: (str(tmp_path / "run" / "workdir" / "trial_info.json"), True),
         str(tmp_path / "ckpt"): (str(tmp_path / "ckpt"), False),
+        SHARED_FS_CONTAINER_PATH: (str(tmp_path / "ckpt"), False),
     }
 
 
@@ -119,7 +125,7 @@ def test_every_container_runs_unprivileged(tmp_path: Path, monkeypatch: pytest.M
         assert uid == str(euid or 65534) and int(uid) != 0 and int(gid) != 0
         assert kw["cap_drop"] == ["ALL"]
         assert kw["security_opt"] == ["no-new-privileges"]
-        assert kw["environment"]["HOME"] == "/tmp"
+        assert kw["environment"]["HOME"] == CONTAINER_RUN_DIR
         assert kw["network_mode"] == "host"  # distributed training across agents needs it
     # A root agent gives the run's files to the containers' user; another runs them as itself.
     assert runtime.task_owner == ((65534, 65534) if euid == 0 else None)
@@ -130,7 +136,7 @@ def test_an_interactive_tasks_directory_is_also_at_its_host_path(tmp_path: Path)
     run_dir = str(tmp_path / "tasks" / "0b1c")
     found = mounts(container_spec(task_launch(tmp_path, "NOTEBOOK"), agent_id="a", slots=[],
                                   default_image="d").create_kwargs())
-    assert found == {CONTAINER_WORKDIR: (run_dir, False), run_dir: (run_dir, False)}
+    assert found == {CONTAINER_RUN_DIR: (run_dir, False), run_dir: (run_dir, False)}
 
 
 def test_root_containers_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -192,6 +198,20 @@ def test_image_bind_mounts_shm_and_pull_from_the_config(tmp_path: Path) -> None:
     assert gpu.image == "me/cuda:1"
     assert container_spec(launch(tmp_path, {"environment": {"image": "x:2"}}), agent_id="a",
                           slots=[], default_image="d").image == "x:2"
+
+
+def test_a_bind_mount_whose_host_path_passes_through_a_link_is_refused(tmp_path: Path) -> None:
+    """Docker follows it as root: a run that put a link in an allowed directory would hand the
+    next run whatever it points at."""
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "link").symlink_to(tmp_path / "secret")
+    cfg = {"bind_mounts": [{"host_path": str(tmp_path / "shared" / "link" / "."),
+                            "container_path": "/data"}]}
+    with pytest.raises(ApplicationError, match=r"bind_mounts\[0\].host_path: .* passes through "
+                                               "a symbolic link") as refused:
+        container_spec(launch(tmp_path, cfg), agent_id="a", slots=[], default_image="d")
+    assert refused.value.non_retryable
 
 
 def test_shm_sizes_are_the_models_bytes() -> None:

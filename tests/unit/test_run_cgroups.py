@@ -41,7 +41,9 @@ def alive(pid: int) -> bool:
 def launch(run_dir: Path, entrypoint: str, run_id: int = 1) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=run_id, hparams={}, config={},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    return Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env={})
+    launched = Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env={})
+    launched.workdir.mkdir(parents=True, exist_ok=True)
+    return launched
 
 
 def test_the_cgroup_v2_mount_is_found() -> None:

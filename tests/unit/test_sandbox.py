@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import pwd
+import re
 import stat
 import sys
 from pathlib import Path
@@ -99,8 +100,8 @@ def layout(tmp_path: Path) -> dict[str, Path]:
     work = tmp_path / "work"
     run, other = work / "trials" / "2" / "run-1", work / "trials" / "3" / "run-1"
     for directory in (run, other):
-        directory.mkdir(parents=True)
-    (other / "trial_info.json").write_text('{"session_token": "the other run\'s"}')
+        (directory / "workdir").mkdir(parents=True)
+    (other / "workdir" / "trial_info.json").write_text('{"session_token": "the other run\'s"}')
     (work / "secrets.json").write_text("agent secret")
     storage = tmp_path / "storage"
     storage.mkdir()
@@ -116,7 +117,7 @@ async def test_a_sandboxed_run_sees_its_own_things_and_nothing_else(
     make_private(layout["run"], (nobody.uid, nobody.gid))
     runtime = ProcessRuntime(task_user=nobody, hidden_from_trials=(layout["work"],),
                              heartbeat_interval=0.1)
-    probe = layout["run"] / "probe.py"
+    probe = layout["run"] / "workdir" / "probe.py"
     probe.write_text("""
 import json, os, sys, harness
 def read(path):
@@ -151,7 +152,8 @@ print(json.dumps({
         path.chmod(0o644)
     launch = _launch(layout["run"], "python3 probe.py", config, TOKEN="run-token", MARK=mark,
                      STORAGE=str(layout["storage"]), AGENT_PID=str(os.getpid()),
-                     WORK=str(layout["work"]), OTHER=str(layout["other"] / "trial_info.json"))
+                     WORK=str(layout["work"]),
+                     OTHER=str(layout["other"] / "workdir" / "trial_info.json"))
 
     task = asyncio.create_task(runtime.run(launch, logs, lambda: None))
     try:
@@ -167,7 +169,8 @@ print(json.dumps({
     assert status.exit_code == 0, logs.lines
     seen = json.loads(logs.lines[-1])
     assert seen["uid"] == nobody.uid and seen["groups"] in ([], [nobody.gid])
-    assert seen["home"] == seen["cwd"] == str(layout["run"]) and seen["token"] == "run-token"
+    assert seen["cwd"] == str(layout["run"] / "workdir") and seen["token"] == "run-token"
+    assert seen["home"] == str(layout["run"])  # its own, beside its working directory
     assert len(seen["processes"]) <= 3 and 1 in seen["processes"]
     assert seen["agent_environ"] == "FileNotFoundError"
     assert seen["work"] == ["trials"]  # the work dir is empty but for the way to its run
@@ -178,6 +181,93 @@ print(json.dumps({
     # /dev/shm and /var/tmp are the run's own: it sees nothing of the host's, leaves nothing.
     assert seen["hosts_shared"] == ["FileNotFoundError", "FileNotFoundError"]
     assert not [p for p in planted if Path(f"{p}-left").exists()]
+
+
+@needs_root
+async def test_a_sandboxed_run_writes_beside_its_working_directory_and_gets_its_bind_mounts(
+        layout: dict[str, Path], tmp_path: Path) -> None:
+    """`../data` is the run's own (as under Determined's /run/determined/workdir); bind_mounts
+    are bound as Docker binds them (Determined's examples bind the host's /tmp onto /tmp, over
+    the run's own); shared_fs storage is also where Determined's code looks for it."""
+    nobody = task_user_for_agent(None, euid=0)
+    assert nobody is not None
+    owner = (nobody.uid, nobody.gid)
+    make_private(layout["run"], owner)
+    tmp = layout["run"].with_name("run-1.tmp")
+    tmp.mkdir()
+    make_private(tmp, owner)
+    read_only = tmp_path / "read-only"
+    read_only.mkdir()
+    (read_only / "input.txt").write_text("read me")
+    os.chown(layout["storage"], *owner)
+    mark = f"epochal-bind-{os.getpid()}"
+    script = f"""
+import json, os
+os.makedirs("../data")
+open("../data/set.txt", "w").write("kept by the run")
+open("/tmp/{mark}", "w").write("for the host")
+open("/determined_shared_fs/ckpt.txt", "w").write("a checkpoint")
+try:
+    open("data-ro/new.txt", "w")
+    refused = None
+except OSError as err:
+    refused = type(err).__name__
+print(json.dumps({{"ro": open("data-ro/input.txt").read(), "refused": refused}}))
+"""
+    config = {"bind_mounts": [{"host_path": "/tmp", "container_path": "/tmp"},
+                              {"host_path": str(read_only), "container_path": "data-ro",
+                               "read_only": True}],
+              "checkpoint_storage": {"type": "shared_fs", "host_path": str(layout["storage"])}}
+    runtime = ProcessRuntime(task_user=nobody, hidden_from_trials=(layout["work"],),
+                             heartbeat_interval=0.1)
+    logs = Lines()
+    try:
+        status = await runtime.run(_launch(layout["run"], f"{sys.executable} -c \"$SCRIPT\"",
+                                           config, SCRIPT=script), logs, lambda: None)
+        assert status.exit_code == 0, logs.lines
+        assert json.loads(logs.lines[-1]) == {"ro": "read me", "refused": "OSError"}
+        assert Path("/tmp", mark).read_text() == "for the host"
+    finally:
+        Path("/tmp", mark).unlink(missing_ok=True)
+    assert (layout["storage"] / "ckpt.txt").read_text() == "a checkpoint"
+    data = layout["run"] / "data"
+    assert (data / "set.txt").read_text() == "kept by the run"
+    assert data.stat().st_uid == nobody.uid and stat.S_IMODE(data.stat().st_mode) == 0o700
+
+    # A host path through a symbolic link (a run may plant one in a shared directory) is not
+    # followed by root: the run fails, saying why.
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "link").symlink_to(layout["work"])
+    linked = {"bind_mounts": [{"host_path": str(shared / "link"), "container_path": "/mnt"}]}
+    logs = Lines()
+    status = await runtime.run(_launch(layout["run"], "ls /mnt", linked), logs, lambda: None)
+    assert status.exit_code != 0
+    assert any("passes through a symbolic link" in line for line in logs.lines), logs.lines
+    assert not any("secrets.json" in line for line in logs.lines)
+
+    # A container_path the host lacks is not made on the host's disk; one that would hide the
+    # run's own directory cannot be bound: both refused, not retried.
+    for container_path, refusal in (
+            ("/no-such-dir-e", "/no-such-dir-e does not exist"),
+            (str(layout["work"].parent), f"would cover {layout['run']}")):
+        wrong = {"bind_mounts": [{"host_path": str(shared), "container_path": container_path}]}
+        with pytest.raises(ApplicationError, match=r"bind_mounts\[0\].container_path: .*"
+                                                   + re.escape(refusal)) as refused:
+            await runtime.run(_launch(layout["run"], "true", wrong), logs, lambda: None)
+        assert refused.value.non_retryable
+    assert not Path("/no-such-dir-e").exists()
+
+
+async def test_an_unsandboxed_process_runtime_refuses_bind_mounts(tmp_path: Path) -> None:
+    """Never ignored: the trial would write what it means to keep into its own directory."""
+    (tmp_path / "run" / "workdir").mkdir(parents=True)
+    runtime = ProcessRuntime(heartbeat_interval=0.1)
+    config = {"bind_mounts": [{"host_path": "/tmp", "container_path": "/tmp"}]}
+    with pytest.raises(ApplicationError, match="bind_mounts: the process runtime binds them "
+                                               "only in its sandbox") as refused:
+        await runtime.run(_launch(tmp_path / "run", "true", config), Lines(), lambda: None)
+    assert refused.value.non_retryable
 
 
 @needs_root

@@ -70,7 +70,7 @@ def test_the_entrypoint_sees_the_task_environment_and_only_the_harness_of_epocha
     assert env["PATH"].split(os.pathsep)[0] == str(tmp_path / "userenv" / "bin")
     assert env["VIRTUAL_ENV"] == str(tmp_path / "userenv") and "PYTHONHOME" not in env
     assert env["PYTHONPATH"].split(os.pathsep) == [
-        str(tmp_path / "run"), str(harness_path.path), "/users/own"]
+        str(tmp_path / "run" / "workdir"), str(harness_path.path), "/users/own"]
     assert env["EPOCHAL_HARNESS_FALLBACK_PATH"] == str(harness_path.fallback)
     assert sorted(p.name for p in harness_path.path.iterdir()) == ["harness"]
     assert {"httpx", "httpcore", "h11", "anyio", "idna", "certifi"} <= {
@@ -109,7 +109,7 @@ async def test_a_module_the_environment_lacks_fails_the_run_at_once(tmp_path: Pa
     runtime = ProcessRuntime(task_env=task_env, harness_path=HarnessPath.prepare(tmp_path / "w"),
                              heartbeat_interval=0.1)
     run_dir = tmp_path / "run"
-    run_dir.mkdir()
+    (run_dir / "workdir").mkdir(parents=True)
     logs = Lines()
     with pytest.raises(ApplicationError) as raised:
         await runtime.run(launch(run_dir, "python3 -c 'import no_such_module_here'"), logs,
