@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import asyncpg
 from temporalio import activity
 
-from activities.checkpoint_gc import RetentionPolicy, StoredCheckpoint, checkpoints_to_keep
-from common.checkpoint_storage import CheckpointFiles, StorageError, UnsafeCheckpointPath
-from common.expconf import RetentionCounts
+from activities.checkpoint_gc import (
+    completed_checkpoints,
+    delete_marked_files,
+    dropped_by,
+    inside_storage,
+    mark_deleted,
+    policy_of,
+)
+from common.checkpoint_storage import CheckpointFiles, StorageError
 from common.temporal_names import (
     CHECK_SEARCHER_METRIC,
     CREATE_TRIAL,
@@ -60,15 +65,6 @@ async def heartbeating(every: float) -> AsyncIterator[None]:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task
-
-
-def _searcher_value(metrics: dict[str, object] | None, name: str) -> float | None:
-    if not metrics:
-        return None
-    value = metrics.get(name)
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        return None
-    return float(value)
 
 
 class ExperimentStore:
@@ -167,15 +163,20 @@ class ExperimentStore:
 
     @activity.defn(name=RECORD_TRIAL_STATE)
     async def record_trial_state(self, inp: RecordTrialStateInput) -> None:
+        """The trial's state; at its end, the session its runs' code had (DET_USER_TOKEN) is
+        revoked with it."""
         await self._pool.execute(
-            "UPDATE trials SET state = $2,"
+            "WITH ended AS (DELETE FROM user_sessions WHERE $5 AND token_hash ="
+            " (SELECT session_hash FROM trials WHERE id = $1))"
+            " UPDATE trials SET state = $2,"
             " restarts = coalesce($3, restarts),"
             " run_id = coalesce($4, run_id),"
             " preempt_requested = CASE WHEN $4::int IS NOT NULL THEN false"
             "                     ELSE preempt_requested END,"
             " end_time = CASE WHEN $5 THEN coalesce(end_time, now()) ELSE NULL END,"
             " agent_id = coalesce($6, agent_id),"
-            " search_status = coalesce($7, search_status)"
+            " search_status = coalesce($7, search_status),"
+            " session_hash = CASE WHEN $5 THEN NULL ELSE session_hash END"
             " WHERE id = $1",
             inp.trial_id,
             inp.state,
@@ -223,64 +224,18 @@ class ExperimentStore:
         config = await self._pool.fetchval(
             "SELECT config FROM experiments WHERE id = $1", inp.experiment_id
         )
-        searcher = config["searcher"]
-        metric, smaller = searcher["metric"], searcher.get("smaller_is_better", True)
-        rows = await self._pool.fetch(
-            "SELECT c.uuid::text AS uuid, c.trial_id, c.steps_completed, c.storage_path,"
-            "       m.metrics AS validation"
-            " FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
-            " LEFT JOIN metrics m ON m.trial_id = c.trial_id AND m.metric_group = 'validation'"
-            "   AND m.steps_completed = c.steps_completed"
-            " WHERE t.experiment_id = $1 AND c.state = 'COMPLETED'",
-            inp.experiment_id,
-        )
+        rows = await completed_checkpoints(self._pool, inp.experiment_id)
         best_trial_id: int | None = await self._pool.fetchval(
             "SELECT best_trial($1)", inp.experiment_id)
-        storage = config.get("checkpoint_storage") or {}
-        counts = RetentionCounts.model_validate(
-            {k: v for k, v in storage.items() if k in RetentionCounts.model_fields})
-        policy = RetentionPolicy(**counts.model_dump(), smaller_is_better=smaller)
-        stored = [
-            StoredCheckpoint(
-                r["uuid"],
-                r["trial_id"],
-                r["steps_completed"],
-                _searcher_value(r["validation"], metric),
-            )
-            for r in rows
-        ]
-        keep = checkpoints_to_keep(stored, policy)
         try:
             files: CheckpointFiles | None = CheckpointFiles.of(config, self._cluster_storage)
         except StorageError as err:
             activity.logger.error("experiment %d: checkpoint files kept: %s",
                                   inp.experiment_id, err)
             files = None
-        candidates = []
-        for row in rows:
-            if row["uuid"] in keep:
-                continue
-            try:
-                if files is None:
-                    raise UnsafeCheckpointPath("the storage cannot be reached")
-                files.uuid_and_directory(row["storage_path"])
-            except UnsafeCheckpointPath as err:
-                activity.logger.error("checkpoint %s kept: %s", row["uuid"], err)
-                continue
-            candidates.append(row["uuid"])
+        candidates = inside_storage(dropped_by(rows, config, policy_of(config)), files)
         async with self._pool.acquire() as conn, conn.transaction():
-            # Lock the rows, then look for model versions in a later statement (a fresh
-            # snapshot): a registration that locked a row first is seen here, one that comes
-            # after finds the checkpoint DELETED (api/routes/models.py, register_version).
-            await conn.execute(
-                "SELECT 1 FROM checkpoints WHERE uuid = ANY($1::uuid[]) FOR UPDATE", candidates
-            )
-            await conn.execute(
-                "UPDATE checkpoints c SET state = 'DELETED' WHERE uuid = ANY($1::uuid[])"
-                " AND state = 'COMPLETED' AND NOT EXISTS"
-                " (SELECT 1 FROM model_versions v WHERE v.checkpoint_uuid = c.uuid)",
-                candidates,
-            )
+            await mark_deleted(conn, candidates)
             await conn.execute(
                 "UPDATE experiments SET state = $2, best_trial_id = $3, error = $4,"
                 " end_time = coalesce(end_time, now()) WHERE id = $1",
@@ -290,18 +245,8 @@ class ExperimentStore:
                 inp.error,
             )
         # Files go after the rows say DELETED, so a retry after a crash finishes the job.
-        deleted = [] if files is None else await self._pool.fetch(
-            "SELECT c.uuid::text AS uuid, c.storage_path FROM checkpoints c"
-            " JOIN trials t ON t.id = c.trial_id"
-            " WHERE t.experiment_id = $1 AND c.state = 'DELETED'",
-            inp.experiment_id,
-        )
-        for row in deleted:
-            assert files is not None
-            try:
-                await asyncio.to_thread(files.delete, row["storage_path"])
-            except (UnsafeCheckpointPath, StorageError) as err:
-                activity.logger.error("checkpoint %s files kept: %s", row["uuid"], err)
+        if files is not None:
+            await delete_marked_files(self._pool, inp.experiment_id, files)
         return best_trial_id
 
     def all(self) -> list[Callable[..., Any]]:

@@ -243,6 +243,9 @@ class AgentActivities:
         await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
                                 username=username, shared_fs_mounted=mounted)
         env.update(determined_environment(info, username=username, shared_fs_mounted=mounted))
+        user_token = await self.owner_session(master_url, inp.trial_id, inp.session_token)
+        if user_token:  # what `det` and det.experimental.Determined() in the run log in with
+            env["DET_USER_TOKEN"] = user_token
         launch = Launch(input=inp, run_dir=run_dir,
                         entrypoint=with_startup_hooks(entrypoint, workdir, env), env=env,
                         slot_ids=slot_ids, user=user,
@@ -270,6 +273,23 @@ class AgentActivities:
                 logger.warning("GET /api/v1/me answered %s", answer.status_code)
             except (httpx.HTTPError, KeyError, TypeError, ValueError) as err:
                 logger.warning("cannot learn the experiment owner (%s)", err)
+        return None
+
+    async def owner_session(self, master_url: str, trial_id: int, token: str | None
+                            ) -> str | None:
+        """A session of the trial's owner for this run's code (Determined's DET_USER_TOKEN),
+        which the trial's end revokes. None when it cannot be had (no tokens on this cluster)."""
+        if not token:
+            return None
+        try:
+            answer = await self.http.post(f"{master_url}/api/v1/trials/{trial_id}/user-session",
+                                          headers={"Authorization": f"Bearer {token}"})
+            if answer.status_code == 200:
+                return str(answer.json()["userToken"])
+            logger.warning("no session of trial %s's owner for its code: the master answered "
+                           "%s", trial_id, answer.status_code)
+        except (httpx.HTTPError, KeyError, TypeError, ValueError) as err:
+            logger.warning("no session of trial %s's owner for its code (%s)", trial_id, err)
         return None
 
     async def run_identity(self, owner: dict[str, Any] | None

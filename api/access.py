@@ -20,10 +20,11 @@ import enum
 from fastapi import Request
 
 from api.errors import ApiError
-from api.queries import owners
+from api.queries import owners, users
 
 PREFIX = "/api/v1"
-UNVERSIONED = ("/health", "/info")  # the two routes outside PREFIX
+# The routes outside PREFIX (Determined serves `preview_gc` there).
+UNVERSIONED = ("/health", "/info", "/experiments/{experiment_id}/preview_gc", "/task-logs")
 
 
 class Rule(enum.Enum):
@@ -62,7 +63,7 @@ RULES: dict[tuple[str, str], Rule] = {
         "GET /agents", "GET /agents/{agent_id}", "GET /agents/{agent_id}/slots",
         "GET /resource-pools",
     ),
-    **_routes(Rule.PERSON, "GET /me"),
+    **_routes(Rule.PERSON, "GET /me", "GET /master/cluster_message"),
     **_routes(Rule.FILES, "GET /checkpoints/{checkpoint_uuid}/files",
               "GET /checkpoints/{checkpoint_uuid}/download"),
     **_routes(
@@ -76,6 +77,7 @@ RULES: dict[tuple[str, str], Rule] = {
         "GET /experiments/{experiment_id}/logs/stream", "GET /experiments/{experiment_id}/stream",
         "GET /experiments/{experiment_id}/hyperparameter-importance",
         "GET /experiments/{experiment_id}/searcher/best_searcher_validation_metric",
+        "GET /experiments/{experiment_id}/preview_gc",
         "GET /trials/time-series", "GET /trials/{trial_id}", "GET /trials/{trial_id}/metrics",
         "GET /trials/{trial_id}/checkpoints", "GET /trials/{trial_id}/workloads",
         "GET /trials/{trial_id}/logs", "GET /trials/{trial_id}/logs/stream",
@@ -90,12 +92,16 @@ RULES: dict[tuple[str, str], Rule] = {
         "GET /commands", "GET /commands/{task_id}", "GET /notebooks", "GET /notebooks/{task_id}",
         "GET /shells", "GET /shells/{task_id}", "GET /tensorboards",
         "GET /tensorboards/{task_id}", "GET /tasks/{task_id}", "GET /tasks/{task_id}/logs",
+        "GET /roles/workspace/{workspace_id}",
     ),
     **_routes(
         Rule.USER,
         "POST /auth/logout", "POST /experiments", "POST /experiments/continue",
         "POST /job-queues", "POST /workspaces", "POST /templates/{name}", "POST /models",
         "POST /commands", "POST /notebooks", "POST /shells", "POST /tensorboards",
+        "POST /preview-hp-search", "DELETE /checkpoints",
+        "PUT /experiments/by-external-id/{external_experiment_id}", "POST /trials", "PUT /trials",
+        "GET /tokens", "POST /tokens",
     ),
     **_routes(
         Rule.OWNER,
@@ -104,6 +110,9 @@ RULES: dict[tuple[str, str], Rule] = {
         "PATCH /experiments/{experiment_id}", "POST /experiments/{experiment_id}/move",
         "POST /experiments/{experiment_id}/archive", "POST /experiments/{experiment_id}/unarchive",
         "DELETE /experiments/{experiment_id}", "POST /trials/{trial_id}/kill",
+        "POST /trials/{trial_id}/start", "PATCH /trials/{trial_id}",
+        "PUT /experiments/{experiment_id}/retain_logs", "PUT /trials/{trial_id}/retain_logs",
+        "DELETE /experiments/{experiment_id}/tensorboard-files",
         "PATCH /workspaces/{workspace_id}", "DELETE /workspaces/{workspace_id}",
         "POST /workspaces/{item_id}/archive", "POST /workspaces/{item_id}/unarchive",
         "POST /workspaces/{workspace_id}/projects",
@@ -119,11 +128,14 @@ RULES: dict[tuple[str, str], Rule] = {
         "POST /notebooks/{task_id}/kill", "POST /notebooks/{task_id}/set_priority",
         "POST /shells/{task_id}/kill", "POST /shells/{task_id}/set_priority",
         "POST /tensorboards/{task_id}/kill", "POST /tensorboards/{task_id}/set_priority",
+        "PATCH /tokens/{token_id}",
     ),
     **_routes(Rule.SELF, "PATCH /users/{user_id}", "POST /users/{user_id}/password"),
     **_routes(Rule.ADMIN, "POST /users", "POST /agents/{agent_id}/enable",
+              "POST /cleanup_logs",
               "POST /agents/{agent_id}/disable", "POST /temporal-codec/decode",
-              "POST /temporal-codec/encode"),
+              "POST /temporal-codec/encode", "GET /master/config", "GET /master/logs",
+              "PUT /master/cluster_message", "DELETE /master/cluster_message"),
     **_routes(Rule.AGENT, "PUT /agents/{agent_id}"),
     **_routes(Rule.RUNS, "GET /tasks/{task_id}/launch", "GET /tasks/{task_id}/context",
               "POST /tasks/{task_id}/ready"),
@@ -131,13 +143,14 @@ RULES: dict[tuple[str, str], Rule] = {
         Rule.REPORT,
         "POST /trials/{trial_id}/metrics", "POST /trials/{trial_id}/metrics/batch",
         "POST /trials/{trial_id}/progress", "POST /trials/{trial_id}/early_exit",
-        "POST /trials/{trial_id}/runner/metadata",
+        "POST /trials/{trial_id}/runner/metadata", "POST /trials/{trial_id}/user-session",
         "POST /allocations/{allocation_id}/signals/ack_preemption",
     ),
     **_routes(
         Rule.BODY,
         "POST /checkpoints", "PATCH /checkpoints", "POST /checkpoints/{checkpoint_uuid}/upload",
         "POST /checkpoints/{checkpoint_uuid}/upload/complete", "POST /task/logs",
+        "POST /task-logs",
         "POST /runs/start",
     ),
 }
@@ -177,6 +190,9 @@ async def owner_named(request: Request) -> str | None:
         return await owners.checkpoint_owner(pool, str(params["checkpoint_uuid"]))
     if "task_id" in params:
         return await owners.task_owner(pool, str(params["task_id"]))
+    if "token_id" in params:
+        number = _int(params["token_id"])
+        return None if number is None else await users.access_token_owner(pool, number)
     if "model_name" in params:
         return await owners.model_owner(pool, str(params["model_name"]))
     if "name" in params:

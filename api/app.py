@@ -28,6 +28,7 @@ from api.routes import (
     dashboard,
     determined,
     experiments,
+    gc_preview,
     importance,
     jobs,
     metrics,
@@ -39,6 +40,7 @@ from api.routes import (
     templates,
     temporal_codec,
     trials,
+    unmanaged,
     users,
     workspaces,
 )
@@ -47,7 +49,7 @@ from api.settings import Settings
 # The routers behind `authorize`, each route with its rule in api/access.py.
 API_MODULES = (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
                determined, streams, workspaces, templates, jobs, models, importance, ntsc,
-               temporal_codec)
+               temporal_codec, gc_preview, unmanaged)
 
 
 @contextlib.asynccontextmanager

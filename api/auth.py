@@ -6,7 +6,9 @@ trial's own token). Routes whose body names what they change check it themselves
 `require_trial_write` / `require_owner`.
 
 Passwords are hashed the way Determined's client sends them (salted SHA-512, `isHashed`), then
-with argon2id; session tokens are random and stored only as their SHA-256.
+with argon2id; session tokens and access tokens (`det token create`: long-lived, revocable, each
+with an id) are random and stored only as their SHA-256. An access token acts as its user
+exactly as a session does, until it expires or is revoked.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ from common.tokens import TrialRun, verify_trial_token
 # hashed with it is what `det user login` sends, so the server stores the same form for everyone.
 DETERMINED_PASSWORD_SALT = "GubPEmmotfiK9TMD6Zdw"
 SESSION_TOKEN_PREFIX = "eps"
+ACCESS_TOKEN_PREFIX = "epa"
+# Determined's defaults are 30 days for both; Epochal lets a token live up to a year.
+ACCESS_TOKEN_DEFAULT_DAYS = 30
+ACCESS_TOKEN_MAX_DAYS = 365
+MAX_ACCESS_TOKENS_PER_USER = 100  # live ones (neither revoked nor expired)
 AUTH_COOKIE = "auth"
 MIN_PASSWORD_LENGTH = 8
 
@@ -155,6 +162,15 @@ async def open_session(pool: asyncpg.Pool, user_id: int, ttl: timedelta) -> str:
     return token
 
 
+async def create_access_token(conn: asyncpg.Connection, user_id: int, lifespan: timedelta,
+                              description: str) -> tuple[int, str]:
+    """A new access token of the user (its id, and the token, which is never stored)."""
+    token = f"{ACCESS_TOKEN_PREFIX}.{secrets.token_urlsafe(32)}"
+    token_id = await user_queries.insert_access_token(conn, user_id, _digest(token), lifespan,
+                                                      description)
+    return token_id, token
+
+
 async def close_session(pool: asyncpg.Pool, principal: Principal) -> None:
     if principal.session_hash is not None:
         await user_queries.delete_session(pool, principal.session_hash)
@@ -211,11 +227,20 @@ async def _resolve(token: str, pool: asyncpg.Pool, settings: Settings) -> Princi
     if hmac.compare_digest(token.encode(), settings.cluster_token.encode()):
         return Principal("agent")
     digest = _digest(token)
-    row = await user_queries.fetch_session_user(pool, digest)
-    if row is None:
-        raise ApiError(401, "invalid or revoked token: log in again (`epochal user login`)")
-    if row["expired"]:
-        raise ApiError(401, "token expired: log in again (`epochal user login`)")
+    if token.startswith(f"{ACCESS_TOKEN_PREFIX}."):
+        row = await user_queries.fetch_access_token_user(pool, digest)
+        if row is None:
+            raise ApiError(401, "invalid access token")
+        if row["revoked"]:
+            raise ApiError(401, f"access token {row['token_id']} is revoked")
+        if row["expired"]:
+            raise ApiError(401, f"access token {row['token_id']} expired")
+    else:
+        row = await user_queries.fetch_session_user(pool, digest)
+        if row is None:
+            raise ApiError(401, "invalid or revoked token: log in again (`epochal user login`)")
+        if row["expired"]:
+            raise ApiError(401, "token expired: log in again (`epochal user login`)")
     if not row["active"]:
         raise ApiError(403, f"user {row['username']} is deactivated")
     return Principal(
@@ -223,7 +248,7 @@ async def _resolve(token: str, pool: asyncpg.Pool, settings: Settings) -> Princi
         user_id=row["id"],
         username=row["username"],
         admin=row["admin"],
-        session_hash=digest,
+        session_hash=None if token.startswith(f"{ACCESS_TOKEN_PREFIX}.") else digest,
     )
 
 

@@ -58,16 +58,14 @@ UNSERVED_FEATURES = {
     "resources": "historical resource allocation reports are not served by Epochal",
     "allocation": "allocation reports are not served by Epochal",
     "namespace-bindings": "Kubernetes namespace bindings are not served by Epochal",
-    "tokens": "long-lived access tokens are not served by Epochal",
     "runs": "runs (the flat-runs view) are not served by Epochal",
     "searches": "searches (the flat-runs view) are not served by Epochal",
-    "preview-hp-search": "search previews are not served by Epochal",
-    "master/config": "the master's config is not served by Epochal",
-    "master/logs": "the master's logs are not served by Epochal",
-    "master/cluster_message": "cluster messages are not served by Epochal",
     "users/setting": "user web settings are not served by Epochal",
     "trials/profiler": "the profiler is not served by Epochal",
     "checkpoints/rm": "checkpoint storage removal is not served by Epochal",
+    # Only its GET is served: the rest answer 501 with this, not a 405.
+    "master/config": "changing the master's config while it runs is not served by Epochal "
+                     "(set its EPOCHAL_* variables and restart it)",
     "webui": "the Determined web UI is not served by Epochal (see the dashboard at /)",
 }
 
@@ -77,13 +75,22 @@ UNSERVED_FEATURES = {
 DETERMINED_PREFIXES = ("/api/v1/", "/resources/")
 
 
-def unserved_feature(path: str, method: str | None = None) -> str:
-    """What a Determined path no route serves belongs to, as a sentence for a 501; `method`
-    when the path exists for other methods only."""
+def unserved_entry(path: str) -> str | None:
+    """The sentence UNSERVED_FEATURES has for the path, if any."""
     parts = [p for p in path.removeprefix("/api/v1/").split("/") if p]
     for key in ("/".join(parts[:2]), "/".join(parts[:1])):
         if key in UNSERVED_FEATURES:
             return UNSERVED_FEATURES[key]
+    return None
+
+
+def unserved_feature(path: str, method: str | None = None) -> str:
+    """What a Determined path no route serves belongs to, as a sentence for a 501; `method`
+    when the path exists for other methods only."""
+    entry = unserved_entry(path)
+    if entry is not None:
+        return entry
+    parts = [p for p in path.removeprefix("/api/v1/").split("/") if p]
     verb = f"{method} " if method else ""
     if len(parts) >= 3 and method is None:  # e.g. experiments/{id}/tensorboard-files
         return f"{parts[0]}/{{id}}/{parts[2]} is not served by Epochal"
@@ -133,7 +140,9 @@ def install_error_handlers(app: FastAPI) -> None:
             # No route: a Determined feature Epochal does not have (501). A route that exists
             # for other methods only stays a 405, naming the method: the server did not fail.
             # `error.error` is where Determined's client looks for a non-404 error's message.
-            wrong_method = exc.status_code == 405
+            # A feature named in UNSERVED_FEATURES is a 501 even where another method's route
+            # matches its path (`POST /checkpoints/rm` beside `GET /checkpoints/{uuid}`).
+            wrong_method = exc.status_code == 405 and unserved_entry(path) is None
             message = unserved_feature(path, request.method if wrong_method else None)
             return JSONResponse(
                 {"message": message, "details": [], "error": {"code": 12, "error": message}},

@@ -2,6 +2,11 @@
 
 Following polls PostgreSQL for rows newer than the last one sent and stops once the owner (a
 trial, an experiment or an interactive task) is terminal and nothing new arrived after that.
+
+Lines arrive out of the order they were produced: an agent ships a run's output in batches
+(and holds them while the master is away; runs on several agents ship apart), while the master
+writes its own lines (a status, a restart) at once. `ordered_log_records` gives them in the order
+they were produced: by timestamp, then by arrival.
 """
 
 from __future__ import annotations
@@ -56,9 +61,10 @@ async def stream_logs(
     follow: bool,
     is_done: Callable[[], Awaitable[bool]],
 ) -> AsyncIterator[bytes]:
-    """Yield an owner's log lines as NDJSON: `of_owner` is `logs.OF_TRIAL` or
-    `logs.OF_EXPERIMENT`, `owner_id` the trial's or the experiment's id."""
-    async for log in log_records(pool, of_owner, owner_id, follow=follow, is_done=is_done):
+    """Yield an owner's log lines as NDJSON, in the order they were produced: `of_owner` is
+    `logs.OF_TRIAL` or `logs.OF_EXPERIMENT`, `owner_id` the trial's or the experiment's id."""
+    async for log in ordered_log_records(pool, of_owner, owner_id, follow=follow,
+                                         is_done=is_done):
         yield (json.dumps({"result": log}) + "\n").encode()
 
 
@@ -71,24 +77,59 @@ async def log_records(
     is_done: Callable[[], Awaitable[bool]],
     after_id: int = 0,
     to_json: Callable[[asyncpg.Record], dict[str, Any]] = log_json,
+    ordered: bool = False,
 ) -> AsyncIterator[dict[str, Any]]:
     """Yield the log lines of the owner `of_owner` names (ids above `after_id`) as TrialLog JSON
-    (or what `to_json` makes of a row), in id order: NDJSON and Server-Sent Events both stream
-    these."""
+    (or what `to_json` makes of a row), in id order (`ordered`: each batch in the order its
+    lines were produced): NDJSON and Server-Sent Events both stream these."""
     last_id = after_id
     while True:
         done_before = await is_done() if follow else True
         while True:
             rows = await logs.fetch_log_batch(pool, of_owner, owner_id, last_id, BATCH)
-            for row in rows:
-                yield to_json(row)
             if rows:
                 last_id = rows[-1]["id"]
+            for row in production_order(rows) if ordered else rows:
+                yield to_json(row)
             if len(rows) < BATCH:
                 break
         if done_before:
             return
         await asyncio.sleep(POLL_SECONDS)
+
+
+def production_order(rows: Iterable[asyncpg.Record]) -> list[asyncpg.Record]:
+    """Rows in the order their lines were produced: timestamp (the agent's, when it read the
+    line), then id (the order they arrived in, which keeps a batch's lines as read)."""
+    return sorted(rows, key=lambda row: (row["timestamp"], row["id"]))
+
+
+async def ordered_log_records(
+    pool: asyncpg.Pool,
+    of_owner: str,
+    owner_id: int | str,
+    *,
+    follow: bool,
+    is_done: Callable[[], Awaitable[bool]],
+    to_json: Callable[[asyncpg.Record], dict[str, Any]] = log_json,
+) -> AsyncIterator[dict[str, Any]]:
+    """`log_records` in the order the lines were produced: every line already stored in that
+    order; then, following, each batch of newer arrivals in that order (a line that arrives
+    after later ones were sent cannot go back before them)."""
+    upto = await logs.fetch_last_log_id(pool, of_owner, owner_id)
+    after: tuple[Any, int] | None = None
+    while True:
+        rows = await logs.fetch_ordered_log_batch(pool, of_owner, owner_id, after, upto, BATCH)
+        for row in rows:
+            yield to_json(row)
+        if len(rows) < BATCH:
+            break
+        after = (rows[-1]["timestamp"], rows[-1]["id"])
+    if not follow:
+        return
+    async for log in log_records(pool, of_owner, owner_id, follow=True, is_done=is_done,
+                                 after_id=upto, to_json=to_json, ordered=True):
+        yield log
 
 
 async def ndjson_lines(

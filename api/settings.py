@@ -63,6 +63,11 @@ class Settings:
     # Where users reach the dashboard (EPOCHAL_DASHBOARD_URL; the API's address unless given):
     # Temporal's UI shows an experiment's page there, from its memo.
     dashboard_url: str | None = None
+    # Days a trial's logs are kept after it ends when neither it nor its experiment says
+    # (EPOCHAL_LOG_RETENTION_DAYS; -1: for ever, Determined's default), and how often the master
+    # deletes expired ones (EPOCHAL_LOG_RETENTION_INTERVAL_SECONDS): activities/log_retention.py.
+    log_retention_days: int = -1
+    log_retention_interval: float = 3600.0
 
     def allowed_storage_roots(self) -> tuple[str, ...]:
         return (self.checkpoint_dir, *self.storage_roots)
@@ -103,6 +108,9 @@ class Settings:
             create_bucket=flag("EPOCHAL_CREATE_BUCKET", env.get("EPOCHAL_CREATE_BUCKET")),
             temporal_ui_url=(env.get("EPOCHAL_TEMPORAL_UI_URL") or "").rstrip("/") or None,
             dashboard_url=(env.get("EPOCHAL_DASHBOARD_URL") or "").rstrip("/") or None,
+            log_retention_days=parse_retention_days(env.get("EPOCHAL_LOG_RETENTION_DAYS")),
+            log_retention_interval=parse_interval(
+                env.get("EPOCHAL_LOG_RETENTION_INTERVAL_SECONDS"), base.log_retention_interval),
         )
 
 
@@ -118,6 +126,30 @@ def parse_storage(text: str | None) -> dict[str, Any] | None:
         raise ValueError('EPOCHAL_CHECKPOINT_STORAGE: expected {"type": "s3", "bucket": ..., '
                          '"endpoint_url": ..., "access_key": ..., "secret_key": ...}')
     return storage
+
+
+def parse_retention_days(text: str | None) -> int:
+    """EPOCHAL_LOG_RETENTION_DAYS: -1 (keep for ever, the default) to 32767, as Determined's."""
+    if not text:
+        return -1
+    if not text.strip().lstrip("-").isdigit() or not -1 <= int(text) <= 32767:
+        raise ValueError(f"EPOCHAL_LOG_RETENTION_DAYS: expected a whole number of days from -1 "
+                         f"(keep for ever) to 32767, got {text!r}")
+    return int(text)
+
+
+def parse_interval(text: str | None, default: float) -> float:
+    """EPOCHAL_LOG_RETENTION_INTERVAL_SECONDS: from 1 s to a week."""
+    if not text:
+        return default
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 1 <= seconds <= 7 * 24 * 3600:
+        raise ValueError("EPOCHAL_LOG_RETENTION_INTERVAL_SECONDS: expected seconds from 1 to "
+                         f"604800, got {text!r}")
+    return seconds
 
 
 def parse_roots(text: str | None) -> tuple[str, ...]:

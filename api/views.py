@@ -236,8 +236,9 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "bestTrialSearcherMetric": best_validation,
         "duration": _duration_ms(row["start_time"], row["end_time"]),
         "parentArchived": False,
-        "unmanaged": False,
-        "workflowId": experiment_workflow_id(row["id"]),  # Epochal's, as a trial's
+        # A script outside the cluster runs it (Determined's core_v2): no workflow does.
+        "unmanaged": row["unmanaged"],
+        "workflowId": None if row["unmanaged"] else experiment_workflow_id(row["id"]),
     }
 
 

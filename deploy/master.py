@@ -23,12 +23,14 @@ from temporalio.worker import Worker
 
 from activities.database import apply_migrations, create_pool
 from activities.experiment_store import ExperimentStore
+from activities.log_retention import delete_expired_trial_logs, run_log_retention
 from activities.model_sampling import SamplingActivities
 from activities.pool_start import start_pool
 from activities.provisioning import ProvisioningActivities
 from activities.scheduler import SchedulerActivities
 from activities.task_store import TaskStore
 from activities.workflow_messages import MessageActivities
+from api import master_logs
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
@@ -219,11 +221,16 @@ async def serve(settings: Settings,
                               providers=providers, findable=findable)
         gauges = (asyncio.create_task(report_pool_gauges(client, settings.resource_pools))
                   if tracing.enabled() else None)
+        # Trial logs whose retention has passed go at start and then every interval.
+        retention = asyncio.create_task(run_log_retention(
+            lambda: delete_expired_trial_logs(pool, settings.log_retention_days),
+            settings.log_retention_interval))
         try:
             async with worker:
                 log.info("master serving on %s", settings.master_url)
                 await server.serve()
         finally:
+            retention.cancel()
             if gauges is not None:
                 gauges.cancel()
     finally:
@@ -234,6 +241,7 @@ def main() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    master_logs.attach()  # `det master logs` (api/master_logs.py), from the first record on
     if tracing.setup("epochal-master"):
         log.info("tracing on (OpenTelemetry, configured by OTEL_* variables)")
     try:

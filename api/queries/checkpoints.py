@@ -106,3 +106,20 @@ async def fetch_checkpoint_storage(conn: Conn, checkpoint_uuid: uuid.UUID) -> as
         "SELECT c.trial_id, c.storage_path, c.state, e.config FROM checkpoints c"
         " JOIN trials t ON t.id = c.trial_id JOIN experiments e ON e.id = t.experiment_id"
         " WHERE c.uuid = $1", checkpoint_uuid)
+
+
+async def fetch_checkpoint_experiments(conn: Conn, uuids: list[uuid.UUID]) -> list[asyncpg.Record]:
+    """(uuid, experiment_id, config) of those of the checkpoints that exist."""
+    return list(await conn.fetch(
+        "SELECT c.uuid::text AS uuid, t.experiment_id, e.config FROM checkpoints c"
+        " JOIN trials t ON t.id = c.trial_id JOIN experiments e ON e.id = t.experiment_id"
+        " WHERE c.uuid = ANY($1::uuid[]) ORDER BY c.uuid", uuids))
+
+
+async def fetch_registrations(conn: Conn, uuids: list[uuid.UUID]) -> list[asyncpg.Record]:
+    """The model versions the checkpoints are registered as: uuid, model name and id, version."""
+    return list(await conn.fetch(
+        "SELECT v.checkpoint_uuid::text AS uuid, m.name, m.id AS model_id, v.version"
+        " FROM model_versions v JOIN models m ON m.id = v.model_id"
+        " WHERE v.checkpoint_uuid = ANY($1::uuid[]) ORDER BY v.checkpoint_uuid, m.id, v.version",
+        uuids))

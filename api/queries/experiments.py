@@ -17,7 +17,7 @@ from api.queries import Conn
 # would send them all).
 _EXPERIMENT_SELECT = """
 SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.state,
-       e.owner, e.archived, e.error, best_id.id AS best_trial_id,
+       e.owner, e.archived, e.error, e.unmanaged, best_id.id AS best_trial_id,
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
        p.workspace_id, w.name AS workspace_name, tr.num_trials, ts.trial_states,
        best.searcher_metric_value AS best_validation,
@@ -269,3 +269,15 @@ async def fetch_best_searcher_metric(conn: Conn, experiment_id: int) -> float | 
     value: float | None = await conn.fetchval(
         "SELECT searcher_metric_value FROM trials WHERE id = best_trial($1)", experiment_id)
     return value
+
+
+async def set_log_retention(conn: Conn, experiment_id: int, days: int) -> bool:
+    """The experiment's log retention, for its trials now and later; False: no experiment."""
+    found = await conn.fetchval(
+        "UPDATE experiments SET log_retention_days = $2 WHERE id = $1 RETURNING id",
+        experiment_id, days)
+    if found is None:
+        return False
+    await conn.execute(
+        "UPDATE trials SET log_retention_days = $2 WHERE experiment_id = $1", experiment_id, days)
+    return True

@@ -1,5 +1,6 @@
 """Trial log lines: written in batches as agents ship them, read (a trial's or all of an
-experiment's trials') in id order in batches."""
+experiment's trials') in batches: in the order they were produced (timestamp, then id: the
+order they arrived in), or, for a live stream, in id order."""
 
 from __future__ import annotations
 
@@ -29,6 +30,29 @@ async def fetch_log_batch(
     ))
 
 
+async def fetch_last_log_id(conn: Conn, of_owner: str, owner_id: int | str) -> int:
+    """The id of the owner's newest line to arrive (0 when it has none)."""
+    last: int = await conn.fetchval(
+        f"SELECT coalesce(max(l.id), 0) FROM task_logs l WHERE {of_owner}", owner_id)
+    return last
+
+
+async def fetch_ordered_log_batch(
+    conn: Conn, of_owner: str, owner_id: int | str, after: tuple[datetime, int] | None,
+    upto_id: int, limit: int,
+) -> list[asyncpg.Record]:
+    """The first `limit` of the owner's lines with ids at most `upto_id`, in the order they were
+    produced (timestamp, then id), after the line `after` ((timestamp, id); None: from the
+    first). Lines arrive in batches, a master's line at once, so ids alone are not that order."""
+    after_time, after_id = after if after is not None else (None, 0)
+    return list(await conn.fetch(
+        f"SELECT l.* FROM task_logs l WHERE {of_owner} AND l.id <= $2"
+        " AND ($3::timestamptz IS NULL OR (l.timestamp, l.id) > ($3, $4))"
+        f" ORDER BY l.timestamp, l.id LIMIT {int(limit)}",
+        owner_id, upto_id, after_time, after_id,
+    ))
+
+
 async def fetch_experiment_tail_start(conn: Conn, experiment_id: int, tail: int) -> int:
     """The id just before the experiment's last `tail` log lines (0 when it has none)."""
     start: int = await conn.fetchval(
@@ -38,9 +62,10 @@ async def fetch_experiment_tail_start(conn: Conn, experiment_id: int, tail: int)
 
 
 async def fetch_trial_logs_newest_first(conn: Conn, trial_id: int) -> list[asyncpg.Record]:
-    """All of a trial's lines, newest first (`det trial logs --tail N` reads the first N)."""
+    """All of a trial's lines, newest first (`det trial logs --tail N` reads the first N): the
+    reverse of the order they were produced in."""
     return list(await conn.fetch(
-        "SELECT * FROM task_logs WHERE trial_id = $1 ORDER BY id DESC", trial_id
+        "SELECT * FROM task_logs WHERE trial_id = $1 ORDER BY timestamp DESC, id DESC", trial_id
     ))
 
 

@@ -204,3 +204,26 @@ async def fetch_trial_run(conn: Conn, trial_id: int) -> asyncpg.Record | None:
     return await conn.fetchrow(
         "SELECT experiment_id, run_id, agent_id, preempt_requested FROM trials WHERE id = $1",
         trial_id)
+
+
+async def set_log_retention(conn: Conn, trial_id: int, days: int) -> bool:
+    """The trial's own log retention; False: no such trial."""
+    found = await conn.fetchval(
+        "UPDATE trials SET log_retention_days = $2 WHERE id = $1 RETURNING id", trial_id, days)
+    return found is not None
+
+
+async def fetch_trial_owner_account(conn: Conn, trial_id: int) -> asyncpg.Record | None:
+    """The trial's state and its owner's account (id, username), for a session of theirs."""
+    return await conn.fetchrow(
+        "SELECT t.state, u.id AS user_id, u.username FROM trials t"
+        " JOIN experiments e ON e.id = t.experiment_id JOIN users u ON u.username = e.owner"
+        " WHERE t.id = $1", trial_id)
+
+
+async def set_trial_session(conn: Conn, trial_id: int, session_hash: bytes) -> bytes | None:
+    """Record the session minted for the trial's running run; answers the one it replaces."""
+    old: bytes | None = await conn.fetchval(
+        "UPDATE trials t SET session_hash = $2 FROM (SELECT session_hash FROM trials WHERE id = $1"
+        " FOR UPDATE) old WHERE t.id = $1 RETURNING old.session_hash", trial_id, session_hash)
+    return old

@@ -151,3 +151,114 @@ async def fetch_trial_run_state(conn: Conn, trial_id: int) -> asyncpg.Record | N
         "SELECT t.run_id, t.state, u.active FROM trials t"
         " JOIN experiments e ON e.id = t.experiment_id"
         " LEFT JOIN users u ON u.username = e.owner WHERE t.id = $1", trial_id)
+
+
+# -- renaming ----------------------------------------------------------------------------------
+
+# Every column that names a user by username: a rename changes them all in one transaction.
+OWNER_COLUMNS = (("experiments", "owner"), ("workspaces", "owner"), ("projects", "owner"),
+                 ("templates", "owner"), ("models", "owner"), ("model_versions", "owner"))
+
+
+async def rename_user(conn: asyncpg.Connection, user_id: int, username: str) -> str | None:
+    """Rename the user and what they own (the caller holds a transaction); the old name, or
+    None if there is no such user. Raises asyncpg.UniqueViolationError if the name is taken."""
+    old: str | None = await conn.fetchval(
+        "SELECT username FROM users WHERE id = $1 FOR UPDATE", user_id)
+    if old is None or old == username:
+        return old
+    await conn.execute("UPDATE users SET username = $2, modified_at = now() WHERE id = $1",
+                       user_id, username)
+    for table, column in OWNER_COLUMNS:
+        await conn.execute(f"UPDATE {table} SET {column} = $2 WHERE {column} = $1", old,
+                           username)
+    return old
+
+
+# -- access tokens -----------------------------------------------------------------------------
+
+_TOKEN_COLUMNS = ("t.id, t.user_id, t.description, t.created_at, t.expires_at,"
+                  " t.revoked_at IS NOT NULL AS revoked")
+
+
+async def insert_access_token(conn: Conn, user_id: int, token_hash: bytes, lifespan: timedelta,
+                              description: str) -> int:
+    token_id: int = await conn.fetchval(
+        "INSERT INTO access_tokens (user_id, token_hash, description, expires_at)"
+        " VALUES ($1, $2, $3, now() + $4) RETURNING id",
+        user_id, token_hash, description, lifespan)
+    return token_id
+
+
+async def lock_user(conn: asyncpg.Connection, user_id: int) -> bool:
+    """Lock the user's row (token creations of one user one after the other); whether it
+    exists."""
+    return bool(await conn.fetchval("SELECT true FROM users WHERE id = $1 FOR UPDATE", user_id))
+
+
+async def count_live_access_tokens(conn: Conn, user_id: int) -> int:
+    count: int = await conn.fetchval(
+        "SELECT count(*) FROM access_tokens WHERE user_id = $1 AND revoked_at IS NULL"
+        " AND expires_at > now()", user_id)
+    return count
+
+
+async def fetch_access_token_user(conn: Conn, token_hash: bytes) -> asyncpg.Record | None:
+    """The token's user (id, username, admin, active), and whether it is revoked or expired."""
+    return await conn.fetchrow(
+        "SELECT u.id, u.username, u.admin, u.active, t.id AS token_id,"
+        " t.revoked_at IS NOT NULL AS revoked, t.expires_at <= now() AS expired"
+        " FROM access_tokens t JOIN users u ON u.id = t.user_id WHERE t.token_hash = $1",
+        token_hash)
+
+
+async def fetch_access_tokens(conn: Conn, *, user_id: int | None, token_ids: list[int] | None,
+                              show_inactive: bool, order: str, descending: bool, limit: int,
+                              offset: int) -> tuple[list[asyncpg.Record], int]:
+    """A page of tokens (of one user, or everyone's; only these ids; live ones unless
+    `show_inactive`) ordered by `order` (a column of _TOKEN_ORDER), and how many match."""
+    where = ("($1::int IS NULL OR t.user_id = $1) AND ($2::int[] IS NULL OR t.id = ANY($2))"
+             " AND ($3 OR (t.revoked_at IS NULL AND t.expires_at > now()))")
+    column = _TOKEN_ORDER[order]
+    direction = "DESC" if descending else "ASC"
+    rows = await conn.fetch(
+        f"SELECT {_TOKEN_COLUMNS} FROM access_tokens t WHERE {where}"
+        f" ORDER BY {column} {direction}, t.id LIMIT $4 OFFSET $5",
+        user_id, token_ids, show_inactive, limit, offset)
+    total: int = await conn.fetchval(f"SELECT count(*) FROM access_tokens t WHERE {where}",
+                                     user_id, token_ids, show_inactive)
+    return list(rows), total
+
+
+# Determined's GetAccessTokensRequest.SortBy, as columns.
+_TOKEN_ORDER = {
+    "SORT_BY_UNSPECIFIED": "t.id", "SORT_BY_USER_ID": "t.user_id",
+    "SORT_BY_EXPIRY": "t.expires_at", "SORT_BY_CREATED_AT": "t.created_at",
+    "SORT_BY_TOKEN_TYPE": "t.id", "SORT_BY_REVOKED": "t.revoked_at",
+    "SORT_BY_DESCRIPTION": "t.description",
+}
+TOKEN_ORDERS = tuple(_TOKEN_ORDER)
+
+
+async def fetch_access_token(conn: Conn, token_id: int) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {_TOKEN_COLUMNS}, t.expires_at <= now() AS expired FROM access_tokens t"
+        " WHERE t.id = $1", token_id)
+
+
+async def update_access_token(conn: Conn, token_id: int, description: str | None,
+                              revoke: bool) -> asyncpg.Record | None:
+    """Change a live token's description, or revoke it; None if it is not live (or gone)."""
+    return await conn.fetchrow(
+        "UPDATE access_tokens t SET description = coalesce($2, description),"
+        " revoked_at = CASE WHEN $3 THEN now() ELSE revoked_at END"
+        " WHERE id = $1 AND revoked_at IS NULL AND expires_at > now()"
+        f" RETURNING {_TOKEN_COLUMNS}", token_id, description, revoke)
+
+
+async def access_token_owner(conn: Conn, token_id: int) -> str | None:
+    """The username of the token's user (who may change it, api/access.py)."""
+    owner: str | None = await conn.fetchval(
+        "SELECT u.username FROM access_tokens t JOIN users u ON u.id = t.user_id"
+        " WHERE t.id = $1", token_id)
+    return owner

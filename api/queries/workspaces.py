@@ -52,6 +52,16 @@ async def fetch_workspaces(
     return list(await conn.fetch(_WORKSPACE_SELECT + where + order, name, exact_name, archived))
 
 
+async def fetch_workspace_creator(conn: Conn, workspace_id: int) -> asyncpg.Record | None:
+    """The user who made the workspace (none for workspace 1, which no one made), with the
+    columns of api/queries/users.py's USER_COLUMNS."""
+    return await conn.fetchrow(
+        "SELECT u.id, u.username, u.display_name, u.admin, u.active, u.modified_at,"
+        " u.agent_uid, u.agent_gid, u.agent_user, u.agent_group"
+        " FROM workspaces w JOIN users u ON u.username = w.owner"
+        " WHERE w.id = $1 AND NOT w.immutable", workspace_id)
+
+
 async def workspace_exists(conn: Conn, workspace_id: int) -> bool:
     return await conn.fetchval("SELECT 1 FROM workspaces WHERE id = $1", workspace_id) is not None
 

@@ -257,37 +257,51 @@ async def list_slots(agent_id: str, pool: Pool, temporal: Temporal) -> dict[str,
 
 @router.get("/api/v1/tasks", **answers(TaskList))
 async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any]:
-    """Determined's GetTasks: the running allocations by id (`det slot list` names the trial
-    holding each slot with it), and every interactive task not over yet, queued ones too."""
+    """Determined's GetTasks (`det task list`; `det slot list` names the trial holding each slot
+    with it): the allocations the pools' schedulers hold and queue, and every interactive task
+    not over yet, each with when it was registered, its agents' devices and its priority."""
     tasks = {task_allocation_id(r["id"]): r for r in await task_queries.fetch_active_tasks(pool)}
+    agents = await queries.fetch_agents(pool, AGENT_ALIVE_SECONDS)
+    devices = {(a["id"], str(s["id"])): {**(s.get("device") or {}),
+                                         "type": s.get("type", "TYPE_CPU"),
+                                         "id": _int_or(s["id"], 0)}
+               for a in agents for s in a["slots"]}
+    pools = {a["resource_pool"] for a in agents} | {t["resource_pool"] for t in tasks.values()}
     summaries: dict[str, dict[str, Any]] = {}
 
-    def summary(allocation_id: str, name: str, resource_pool: str) -> dict[str, Any]:
+    def summary(held: dict[str, Any], pool_name: str) -> dict[str, Any]:
+        allocation_id = str(held["allocation_id"])
+        task = tasks.get(allocation_id)
+        name = (task["description"] if task is not None
+                else f"Trial {held['trial_id']} (Experiment {held['experiment_id']})")
         return summaries.setdefault(allocation_id, {
             "taskId": allocation_id.rsplit(".", 1)[0], "allocationId": allocation_id,
-            "name": name, "resourcePool": resource_pool, "slotsNeeded": 0, "resources": [],
-            "schedulerType": "priority",
+            "name": name, "resourcePool": pool_name, "slotsNeeded": held.get("slots", 0),
+            "registeredTime": held.get("requested_at") or held.get("granted_at") or None,
+            "priority": held.get("priority", DEFAULT_PRIORITY), "schedulerType": "priority",
         })
 
-    for agent in await _agents(pool, temporal):
-        for slot in agent["slots"].values():
-            container = slot["container"]
-            if container is None:
-                continue
-            allocation_id = container["id"]
-            name = (f"Trial {slot['trialId']} (Experiment {slot['experimentId']})"
-                    if slot["experimentId"] else f"Task {allocation_id.rsplit('.', 1)[0]}")
-            held = summary(allocation_id, name, agent["resourcePool"])
-            held["slotsNeeded"] += 1
-            if not held["resources"]:
-                held["resources"].append({
-                    "resourcesId": allocation_id, "resourcesType": "agent",
-                    "allocationId": allocation_id, "containerId": allocation_id,
-                    "agentDevices": {}, "started": {}, "exited": None,
-                })
+    for pool_name, view in (await _pool_views(temporal, pools)).items():
+        for held in view.get("allocations", []):
+            parts = held.get("parts") or [{"agent_id": held["agent_id"],
+                                           "slot_ids": held["slot_ids"]}]
+            summary(held, pool_name)["resources"] = [{
+                "resourcesId": held["allocation_id"], "resourcesType": "agent",
+                "allocationId": held["allocation_id"], "containerId": held["allocation_id"],
+                "agentDevices": {part["agent_id"]: {"devices": [
+                    devices.get((part["agent_id"], str(i)), {"id": i})
+                    for i in part["slot_ids"]]}},
+                "started": {}, "exited": None,
+            } for part in parts]
+        for waiting in view.get("queue", []):
+            summary(waiting, pool_name)
     for allocation_id, row in tasks.items():
-        summary(allocation_id, row["description"], row["resource_pool"]).update(
+        summaries.setdefault(allocation_id, {
+            "taskId": row["id"], "allocationId": allocation_id,
+            "resourcePool": row["resource_pool"], "schedulerType": "priority",
+        }).update(
             name=row["description"], slotsNeeded=row["slots"],
+            registeredTime=rfc3339(row["created_at"]),
             taskType=f"TASK_TYPE_{row['task_type']}", username=row["username"],
             state=f"STATE_{row['state']}", priority=row["priority"] or DEFAULT_PRIORITY)
     return {"allocationIdToSummary": summaries}

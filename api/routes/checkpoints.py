@@ -1,6 +1,6 @@
 """Checkpoints: the harness reports each one it stores; anyone can look one up; the owner's
-trials upload and download S3 checkpoints through URLs presigned here, and the owner downloads
-any checkpoint as a tar stream."""
+trials upload and download S3 checkpoints through URLs presigned here, the owner downloads
+any checkpoint as a tar stream and deletes checkpoints (`det checkpoint delete`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
+from activities import checkpoint_gc
 from api import auth, views
 from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
@@ -40,6 +41,7 @@ from common.checkpoint_storage import (
 router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 
 MAX_PATCHED_CHECKPOINTS = 1_000
+MAX_DELETED_CHECKPOINTS = 1_000
 
 
 class ReportedTraining(BaseModel):
@@ -168,6 +170,44 @@ async def patch_checkpoints(
         await checkpoint_queries.update_checkpoint_resources(
             pool, patch.uuid, remaining, not remaining
         )
+    return {}
+
+
+class DeleteCheckpointsRequest(BaseModel):
+    """Determined's DeleteCheckpoints (`det checkpoint delete UUID[,UUID...]`)."""
+
+    checkpointUuids: list[uuidlib.UUID] = Field(min_length=1,
+                                                max_length=MAX_DELETED_CHECKPOINTS)
+
+
+@router.delete("/checkpoints", **answers(Empty))
+async def delete_checkpoints(
+    body: DeleteCheckpointsRequest, request: Request, pool: Pool, settings: AppSettings
+) -> dict[str, Any]:
+    """Delete checkpoints (their files, then they are DELETED), as checkpoint GC does; only
+    their experiments' owners and admins, and none registered as a model version."""
+    uuids = sorted(set(body.checkpointUuids))
+    rows = await checkpoint_queries.fetch_checkpoint_experiments(pool, uuids)
+    missing = sorted({str(u) for u in uuids} - {r["uuid"] for r in rows})
+    if missing:
+        raise ApiError(404, f"checkpoints {', '.join(missing)} not found")
+    by_experiment: dict[int, list[str]] = {}
+    configs: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        by_experiment.setdefault(row["experiment_id"], []).append(row["uuid"])
+        configs[row["experiment_id"]] = row["config"]
+    for experiment_id in sorted(by_experiment):
+        await auth.require_owner(request, experiment_id, "delete checkpoints of")
+    registered = await checkpoint_queries.fetch_registrations(pool, uuids)
+    if registered:
+        # Determined's words (master/internal/api_checkpoint.go).
+        listed = ", ".join(f"{r['uuid']}, registered to {r['name']} (model #{r['model_id']}),"
+                           f" version {r['version']}" for r in registered)
+        raise ApiError(400, "this subset of checkpoints provided are in the model registry "
+                            f"and cannot be deleted: {listed}.")
+    for experiment_id, named in sorted(by_experiment.items()):
+        files = await _files_of(configs[experiment_id], settings)
+        await checkpoint_gc.delete_checkpoints(pool, experiment_id, named, files)
     return {}
 
 

@@ -9,8 +9,9 @@ import secrets
 from collections.abc import Sequence
 from typing import Annotated, Any
 
+import asyncpg
 import yaml
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHandle
@@ -18,9 +19,11 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities import checkpoint_gc
+from activities.log_retention import FOREVER, MAX_DAYS
 from activities.model_sampling import sampler_problem
 from activities.pool_start import signal_pool
-from api import auth, views
+from api import auth, unmanaged, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
 from api.log_stream import experiment_ended, stream_logs
@@ -29,6 +32,7 @@ from api.queries import checkpoints as checkpoint_queries
 from api.queries import experiments as experiment_queries
 from api.queries import logs as log_queries
 from api.queries import trials as trial_queries
+from api.queries import unmanaged as unmanaged_queries
 from api.routes import models
 from api.routes.agents import never_fits
 from api.routes.templates import merge_under, template_config
@@ -37,6 +41,7 @@ from api.schemas import Empty, answers
 from api.schemas import checkpoints as checkpoint_schemas
 from api.schemas import experiments as experiment_schemas
 from api.schemas import trials as trial_schemas
+from api.search_preview import search_summary
 from api.settings import Settings
 from common import payload_codec
 from common.checkpoint_storage import (
@@ -48,6 +53,7 @@ from common.checkpoint_storage import (
 from common.expconf import (
     ConfigError,
     ExperimentConfig,
+    RetentionCounts,
     config_warnings,
     load_config_yaml,
     parse_experiment_config,
@@ -67,6 +73,8 @@ from workflows.pool_types import ExperimentResources, ReopenTrial
 from workflows.types import ExperimentInput
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
+
+MAX_COUNT = 2**31 - 1  # Determined's int32 fields
 
 
 class ModelFile(BaseModel):
@@ -90,19 +98,45 @@ class CreateExperimentRequest(BaseModel):
     unmanaged: bool = False
 
 
+# What a detached run's config is validated with in place of the entrypoint it has not got (the
+# script runs outside the cluster); the stored config has none.
+_NO_ENTRYPOINT = "true"
+
+
+def _unmanaged_config(data: dict[str, Any]) -> dict[str, Any]:
+    """A detached script's config as the master keeps it: the placeholder entrypoint, and its
+    `directory` storage (core_v2's default: a directory of the script's host, written by the
+    script) as the shared_fs storage at that path the master reads, restores and collects."""
+    data = {**data, "entrypoint": data.get("entrypoint") or _NO_ENTRYPOINT}
+    storage = data.get("checkpoint_storage")
+    if isinstance(storage, dict) and storage.get("type") == "directory" and isinstance(
+            storage.get("container_path"), str):
+        data["checkpoint_storage"] = {"type": "shared_fs",
+                                      "host_path": storage["container_path"]}
+    return data
+
+
 def normalized_config(text: str, default_storage: dict[str, Any],
                       storage_roots: Sequence[str] | None = None,
-                      cluster_storage: dict[str, Any] | None = None) -> dict[str, Any]:
+                      cluster_storage: dict[str, Any] | None = None,
+                      unmanaged: bool = False) -> dict[str, Any]:
     """Validate the YAML and fill in the master's default checkpoint storage; with
     `storage_roots`, shared_fs storage and the host side of `bind_mounts` must lie under one of
     them (a task container runs as the agent's user: a mount of its home or the cluster's state
     would hand the trial their secrets). S3 storage needs credentials the master may use to
-    restore and delete its checkpoints."""
+    restore and delete its checkpoints. An unmanaged experiment's config (Determined's core_v2)
+    has no entrypoint."""
     try:
+        if unmanaged:
+            data = load_config_yaml(text)
+            if isinstance(data, dict):
+                text = yaml.safe_dump(_unmanaged_config(data), sort_keys=False)
         config = parse_experiment_config(text, source="config", default_storage=default_storage)
     except ConfigError as err:
         raise ApiError(400, "invalid experiment config", list(err.errors)) from err
     dumped = config.model_dump(mode="json")
+    if unmanaged and dumped.get("entrypoint") == _NO_ENTRYPOINT:
+        del dumped["entrypoint"]
     sampler = dumped["searcher"].get("sampler")
     if sampler and (problem := sampler_problem(sampler)) is not None:
         raise ApiError(400, "invalid experiment config", [problem])
@@ -133,10 +167,12 @@ def _under_any(directory: str, roots: Sequence[str]) -> bool:
                for root in map(os.path.normpath, roots))
 
 
-async def checked_config(text: str, settings: Settings) -> dict[str, Any]:
+async def checked_config(text: str, settings: Settings, unmanaged: bool = False
+                         ) -> dict[str, Any]:
     """`normalized_config` for this master, off the event loop: it keeps answering meanwhile."""
     return await asyncio.to_thread(normalized_config, text, settings.default_storage(),
-                                   settings.allowed_storage_roots(), settings.checkpoint_storage)
+                                   settings.allowed_storage_roots(), settings.checkpoint_storage,
+                                   unmanaged)
 
 
 async def _start_experiment(
@@ -172,8 +208,7 @@ async def create_experiment(
     sent; the project is `projectId`, else the config's `workspace`/`project`, else project 1."""
     owner = auth.require_user(auth.current(request), "create experiments").username
     if body.unmanaged:
-        raise ApiError(400, "unmanaged experiments are not supported",
-                       ["unmanaged: must be false"])
+        return await _create_unmanaged(body, pool, settings, owner or "", None)
     config_text = body.config
     if body.template:
         config_text = yaml.safe_dump(
@@ -253,6 +288,54 @@ async def create_experiment(
     }
 
 
+@router.put("/experiments/by-external-id/{external_experiment_id}",
+            **answers(experiment_schemas.ExperimentCreated))
+async def put_experiment(
+    external_experiment_id: Annotated[
+        str, Path(min_length=1, max_length=unmanaged.MAX_EXTERNAL_ID)],
+    body: CreateExperimentRequest, request: Request, pool: Pool, settings: AppSettings,
+) -> dict[str, Any]:
+    """Determined's PutExperiment (core_v2's `external_experiment_id`): the unmanaged experiment
+    with this external id, made by the first call; a script run again reports to it."""
+    owner = auth.require_user(auth.current(request), "create experiments").username or ""
+    if not body.unmanaged:
+        raise ApiError(400, "only unmanaged experiments are made by external id",
+                       ["unmanaged: must be true"])
+    found = await unmanaged_queries.fetch_experiment_by_external_id(pool, external_experiment_id)
+    if found is None:
+        try:
+            return await _create_unmanaged(body, pool, settings, owner, external_experiment_id)
+        except asyncpg.UniqueViolationError:  # another call made it meanwhile
+            found = await unmanaged_queries.fetch_experiment_by_external_id(
+                pool, external_experiment_id)
+            assert found is not None
+    if not found["unmanaged"]:
+        raise ApiError(409, f"external id {external_experiment_id!r} names experiment "
+                       f"{found['id']}, which the cluster runs")
+    await auth.require_owner(request, found["id"], "report to")
+    row = await _experiment_row(pool, found["id"])
+    return {"experiment": views.experiment_json(row), "config": views.shown_config(row["config"]),
+            "warnings": [], "configWarnings": []}
+
+
+async def _create_unmanaged(body: CreateExperimentRequest, pool: Pool, settings: Settings,
+                            owner: str, external_id: str | None) -> dict[str, Any]:
+    """An experiment whose trials a script outside the cluster creates, reports and ends
+    (Determined's core_v2): rows only; no workflow runs it."""
+    config = await checked_config(body.config, settings, unmanaged=True)
+    project_id = await resolve_project(pool, body.projectId, config)
+    async with pool.acquire() as conn, conn.transaction():
+        experiment_id = await experiment_queries.insert_experiment(
+            conn, name=config["name"], description=config.get("description"),
+            labels=config.get("labels") or [], config=config, original_config=body.config,
+            seed=secrets.randbelow(2**31), owner=owner, project_id=project_id,
+            parent_id=None, planned_trials=None)
+        await unmanaged_queries.mark_unmanaged(conn, experiment_id, external_id)
+    row = await _experiment_row(pool, experiment_id)
+    return {"experiment": views.experiment_json(row), "config": views.shown_config(config),
+            "warnings": [], "configWarnings": []}
+
+
 def _config_mapping(text: str) -> dict[str, Any]:
     """The YAML config as a mapping, for a template to be merged under it."""
     try:
@@ -286,6 +369,9 @@ async def continue_experiment(
     if row["state"] not in TERMINAL_STATES or row["state"] == "DELETED":
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
                        " experiment can be continued")
+    if row["unmanaged"]:
+        raise ApiError(409, f"experiment {experiment_id} is unmanaged: its script runs outside "
+                       "the cluster (run it again with the same external ids to resume it)")
     if len(row["trial_ids"]) != 1:
         raise ApiError(400, "only a single-trial experiment can be continued", [
             f"id: experiment {experiment_id} has {len(row['trial_ids'])} trials"])
@@ -383,6 +469,9 @@ async def _signal(temporal: Temporal, pool: Pool, experiment_id: int, signal: st
         raise ApiError(
             409, f"experiment {experiment_id} is {row['state']}: it can no longer {signal}"
         )
+    if row["unmanaged"]:
+        await unmanaged.control(pool, experiment_id, signal)
+        return
     handle: WorkflowHandle[Any, Any] = temporal.get_workflow_handle(
         experiment_workflow_id(experiment_id)
     )
@@ -422,9 +511,23 @@ class ResourcesPatch(BaseModel):
     weight: float | None = Field(None, gt=0)
 
 
+class CheckpointStoragePatch(BaseModel):
+    """Determined's PatchExperiment.checkpointStorage (`det experiment set gc-policy`): the
+    retention counts; the storage itself never changes."""
+
+    saveExperimentBest: int = Field(0, ge=0, le=MAX_COUNT)
+    saveTrialBest: int = Field(0, ge=0, le=MAX_COUNT)
+    saveTrialLatest: int = Field(0, ge=0, le=MAX_COUNT)
+
+    def counts(self) -> RetentionCounts:
+        return RetentionCounts(save_experiment_best=self.saveExperimentBest,
+                               save_trial_best=self.saveTrialBest,
+                               save_trial_latest=self.saveTrialLatest)
+
+
 class PatchExperimentRequest(BaseModel):
-    """Determined's PatchExperiment (`det e set name|description|priority|max-slots|weight`,
-    `det e label add|remove`, the web UI's notes); checkpoint storage is not patched here."""
+    """Determined's PatchExperiment (`det e set name|description|priority|max-slots|weight|
+    gc-policy`, `det e label add|remove`, the web UI's notes)."""
 
     id: int | None = None
     name: str | None = Field(None, min_length=1, max_length=1000)
@@ -432,24 +535,22 @@ class PatchExperimentRequest(BaseModel):
     labels: list[str] | None = Field(None, max_length=1000)
     notes: str | None = Field(None, max_length=100_000)
     resources: ResourcesPatch | None = None
-    checkpointStorage: dict[str, Any] | None = None
+    checkpointStorage: CheckpointStoragePatch | None = None
 
 
 @router.patch("/experiments/{experiment_id}", **answers(experiment_schemas.PatchedExperiment))
 async def patch_experiment(
     experiment_id: int, body: PatchExperimentRequest, request: Request, pool: Pool,
-    temporal: Temporal,
+    temporal: Temporal, settings: AppSettings,
 ) -> dict[str, Any]:
     if body.id not in (None, experiment_id):
         raise ApiError(400, "id does not match",
                        [f"id: is {body.id}, but the path names experiment {experiment_id}"])
-    unsupported = [name for name in ("checkpointStorage",) if getattr(body, name)]
-    if unsupported:
-        raise ApiError(400, "cannot change these fields of an experiment",
-                       [f"{name}: not supported by Epochal" for name in unsupported])
     await _experiment_row(pool, experiment_id)
     if body.resources is not None:
         await change_experiment_resources(request, pool, temporal, experiment_id, body.resources)
+    if body.checkpointStorage is not None:
+        await _change_gc_policy(pool, settings, experiment_id, body.checkpointStorage.counts())
     await experiment_queries.update_experiment(
         pool, experiment_id, name=body.name, description=body.description,
         labels=None if body.labels is None else sorted(set(body.labels)), notes=body.notes)
@@ -483,6 +584,99 @@ async def change_experiment_resources(
                           PoolMessages.SET_EXPERIMENT_RESOURCES, change)
     except RPCError as err:
         raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+
+
+async def _change_gc_policy(pool: Pool, settings: Settings, experiment_id: int,
+                            counts: RetentionCounts) -> None:
+    """New retention counts in the stored config; an ended experiment's checkpoints are
+    collected by them now, a running one's when it ends (as its end always does)."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await experiment_queries.lock_experiment_config(conn, experiment_id)
+        if row is None:
+            raise not_found("experiment", experiment_id)
+        config = row["config"]
+        config["checkpoint_storage"] = {**(config.get("checkpoint_storage") or {}),
+                                        **counts.model_dump()}
+        await experiment_queries.update_experiment_config(conn, experiment_id, config)
+    if row["state"] not in TERMINAL_STATES:
+        return
+    files = await _storage_files(config, settings, experiment_id)
+    await checkpoint_gc.collect_garbage(pool, experiment_id, config, files)
+
+
+async def _storage_files(config: dict[str, Any], settings: Settings,
+                         experiment_id: int) -> CheckpointFiles:
+    try:
+        return CheckpointFiles.of(config, settings.checkpoint_storage)
+    except StorageError as err:
+        raise ApiError(502, f"experiment {experiment_id}: {err}") from None
+
+
+class RetainLogsRequest(BaseModel):
+    """Determined's PutExperimentRetainLogs (`det experiment set log-retention ID --days N|
+    --forever`)."""
+
+    experimentId: int | None = None
+    numDays: int = Field(ge=FOREVER, le=MAX_DAYS,
+                         description="Days the logs are kept after each trial ends; -1: for ever")
+
+
+@router.put("/experiments/{experiment_id}/retain_logs", **answers(Empty))
+async def retain_experiment_logs(
+    experiment_id: int, body: RetainLogsRequest, pool: Pool
+) -> dict[str, Any]:
+    """The log retention of every trial of the experiment, and of those it starts later
+    (activities/log_retention.py deletes what has expired)."""
+    if body.experimentId not in (None, experiment_id):
+        raise ApiError(400, "experimentId does not match", [
+            f"experimentId: is {body.experimentId}, but the path names {experiment_id}"])
+    async with pool.acquire() as conn, conn.transaction():
+        if not await experiment_queries.set_log_retention(conn, experiment_id, body.numDays):
+            raise not_found("experiment", experiment_id)
+    return {}
+
+
+@router.delete("/experiments/{experiment_id}/tensorboard-files", **answers(Empty))
+async def delete_tensorboard_files(
+    experiment_id: int, pool: Pool, settings: AppSettings
+) -> dict[str, Any]:
+    """`det experiment delete-tb-files`: the TensorBoard files Determined's Core API uploaded
+    beside the experiment's checkpoints go from its storage."""
+    row = await _experiment_row(pool, experiment_id)
+    files = await _storage_files(row["config"], settings, experiment_id)
+    try:
+        await asyncio.to_thread(checkpoint_gc.delete_tensorboard_files, files,
+                                settings.cluster_id, experiment_id)
+    except StorageError as err:
+        raise ApiError(502, f"experiment {experiment_id}: {err}") from None
+    return {}
+
+
+class PreviewSearchRequest(BaseModel):
+    """Determined's PreviewHPSearch: an experiment config as a JSON object."""
+
+    config: dict[str, Any]
+
+
+@router.post("/preview-hp-search", **answers(experiment_schemas.SearchPreview))
+async def preview_search(body: PreviewSearchRequest) -> dict[str, Any]:
+    """`det preview-search CONFIG`: what the config's searcher would do (api/search_preview.py);
+    nothing starts. The config is checked as a submission's is (within the same bounds); its
+    entrypoint may be left out."""
+    data = dict(body.config)
+    if "searcher" not in data:
+        raise ApiError(400, "invalid experiment config", ["searcher: field required"])
+    data.setdefault("entrypoint", "preview")
+    config = await asyncio.to_thread(_preview_config, data)
+    return {"summary": search_summary(config)}
+
+
+def _preview_config(data: dict[str, Any]) -> ExperimentConfig:
+    try:
+        return parse_experiment_config(yaml.safe_dump(data, sort_keys=False), source="config")
+    except (ConfigError, yaml.YAMLError) as err:
+        details = list(err.errors) if isinstance(err, ConfigError) else [str(err)]
+        raise ApiError(400, "invalid experiment config", details) from err
 
 
 class MoveExperimentRequest(BaseModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal, TypeGuard
 
 from fastapi import APIRouter, Body, Query, Request
@@ -19,14 +19,16 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from api import views
-from api.deps import Pool, Temporal
+from activities.log_retention import FOREVER, MAX_DAYS, delete_expired_trial_logs
+from api import auth, unmanaged, views
+from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
-from api.log_stream import log_records, ndjson_lines, trial_ended
+from api.log_stream import ndjson_lines, ordered_log_records, trial_ended
 from api.queries import checkpoints as checkpoint_queries
 from api.queries import logs as log_queries
 from api.queries import metrics as metric_queries
 from api.queries import trials as trial_queries
+from api.queries import users as user_queries
 from api.schemas import Empty, answers
 from api.schemas import checkpoints as checkpoint_schemas
 from api.schemas import trials as trial_schemas
@@ -43,6 +45,8 @@ from workflows.types import ValidationReport
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 
 MAX_REPORTS_PER_BATCH = 10_000
+# A trial's run may train for days; its session ends with the trial (or the next run) first.
+TRIAL_SESSION_TTL = timedelta(days=7)
 # How long a validation report waits for its searcher's decision before the validation goes
 # to the experiment by signal instead (the decision then reaches the trial through its
 # preemption poll, as before).
@@ -258,6 +262,10 @@ async def kill_trial(
         raise not_found("trial", trial_id)
     if row["state"] in TERMINAL_STATES:
         raise ApiError(409, f"trial {trial_id} is {row['state']}: it can no longer be killed")
+    if (await unmanaged.trial_of(pool, trial_id))["unmanaged"]:
+        # A script outside the cluster runs it: the cluster records its end, cannot stop it.
+        await unmanaged.report_state(pool, trial_id, "CANCELED")
+        return {}
     handle = temporal.get_workflow_handle(trial_workflow_id(row["experiment_id"], trial_id))
     try:
         await handle.signal(TrialMessages.KILL)
@@ -266,6 +274,26 @@ async def kill_trial(
             raise ApiError(409, f"trial {trial_id} is no longer running") from err
         raise
     return {}
+
+
+@router.post("/trials/{trial_id}/user-session", **answers(trial_schemas.TrialUserSession))
+async def open_trial_user_session(trial_id: int, pool: Pool) -> dict[str, Any]:
+    """A session of the trial's owner for its running run's code: Determined gives every task
+    one (DET_USER_TOKEN), which `det` and `det.experimental.Determined()` in a trial use. It
+    replaces the one the trial's last run had, and the trial's end revokes it."""
+    row = await trial_queries.fetch_trial_owner_account(pool, trial_id)
+    if row is None:
+        raise not_found("trial", trial_id)
+    if row["state"] in TERMINAL_STATES:
+        raise ApiError(409, f"trial {trial_id} is {row['state']}: it runs no more")
+    token = await auth.open_session(pool, row["user_id"], TRIAL_SESSION_TTL)
+    replaced = await trial_queries.set_trial_session(pool, trial_id, auth._digest(token))
+    if replaced is not None:
+        await user_queries.delete_session(pool, replaced)
+    if await views.require_trial(pool, trial_id) in TERMINAL_STATES:  # it ended meanwhile
+        await user_queries.delete_session(pool, auth._digest(token))
+        raise ApiError(409, f"trial {trial_id} has ended: it runs no more")
+    return {"userToken": token, "username": row["username"]}
 
 
 @router.post("/trials/{trial_id}/early_exit", **answers(Empty))
@@ -372,9 +400,10 @@ async def trial_logs(
     timestampAfter: str | None = None,
     timestampBefore: str | None = None,
 ) -> StreamingResponse:
-    """NDJSON `{"result": TrialLog}` lines (Determined's TrialLogs stream). `limit` with
-    orderBy DESC is `det trial logs --tail N` (newest first); with follow the stream ends once
-    the trial is terminal and its logs are drained."""
+    """NDJSON `{"result": TrialLog}` lines (Determined's TrialLogs stream), in the order they
+    were produced (api/log_stream.py). `limit` with orderBy DESC is `det trial logs --tail N`
+    (newest first); with follow the stream ends once the trial is terminal and its logs are
+    drained."""
     await views.require_trial(pool, trial_id)
     keep = LogFilter(
         levels={views.log_level(v) for v in levels} if levels else None,
@@ -390,7 +419,34 @@ async def trial_logs(
         rows = await log_queries.fetch_trial_logs_newest_first(pool, trial_id)
         records = [views.log_json(r) for r in rows]
     else:
-        records = log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
-                              is_done=trial_ended(pool, trial_id))
+        records = ordered_log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
+                                      is_done=trial_ended(pool, trial_id))
     return StreamingResponse(ndjson_lines(records, keep.keeps, limit),
                              media_type="application/x-ndjson")
+
+
+class RetainLogsRequest(BaseModel):
+    """Determined's PutTrialRetainLogs (`det trial set log-retention ID --days N|--forever`)."""
+
+    trialId: int | None = None
+    numDays: int = Field(ge=FOREVER, le=MAX_DAYS,
+                         description="Days the logs are kept after the trial ends; -1: for ever")
+
+
+@router.put("/trials/{trial_id}/retain_logs", **answers(Empty))
+async def retain_trial_logs(trial_id: int, body: RetainLogsRequest, pool: Pool) -> dict[str, Any]:
+    """The trial's own log retention (activities/log_retention.py deletes what has expired)."""
+    if body.trialId not in (None, trial_id):
+        raise ApiError(400, "trialId does not match",
+                       [f"trialId: is {body.trialId}, but the path names trial {trial_id}"])
+    if not await trial_queries.set_log_retention(pool, trial_id, body.numDays):
+        raise not_found("trial", trial_id)
+    return {}
+
+
+@router.post("/cleanup_logs", **answers(trial_schemas.CleanupLogsAnswer))
+async def cleanup_logs(pool: Pool, settings: AppSettings) -> dict[str, Any]:
+    """`det task cleanup-logs` (admins): delete expired trial logs now, not at the master's
+    next round."""
+    removed = await delete_expired_trial_logs(pool, settings.log_retention_days)
+    return {"removedCount": str(removed)}

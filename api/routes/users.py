@@ -1,22 +1,33 @@
-"""Logging in and out, and the users who may: Determined's paths and JSON (`det user ...` works)."""
+"""Logging in and out, the users who may, and their access tokens: Determined's paths and JSON
+(`det user ...` and `det token ...` work)."""
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from datetime import timedelta
+from typing import Annotated, Any
 
 import asyncpg
 from fastapi import APIRouter, Body, Query, Request
 from pydantic import BaseModel, Field
 
-from api import auth, views
+from api import auth, go_duration, views
 from api.auth import CurrentPrincipal, Principal
 from api.deps import AppSettings, Pool
-from api.errors import ApiError, not_found
+from api.errors import ApiError, not_found, require_choice
 from api.queries import users as queries
 from api.schemas import Empty, answers
-from api.schemas.users import LoginAnswer, UserAnswer, UserList
+from api.schemas.users import (
+    LoginAnswer,
+    TokenCreated,
+    TokenList,
+    TokenPatched,
+    UserAnswer,
+    UserList,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["users"])
+log = logging.getLogger(__name__)  # who changed whom: names and ids, never a token
 
 USERNAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}$"
 
@@ -164,6 +175,8 @@ class AgentUserGroupBody(BaseModel):
 
 
 class PatchUserRequest(BaseModel):
+    # `det user rename OLD NEW`: the user themself or an admin (as Determined's basic rules).
+    username: str | None = Field(None, pattern=USERNAME_PATTERN)
     password: str | None = Field(None, max_length=1024)
     isHashed: bool = False
     admin: bool | None = None
@@ -202,10 +215,27 @@ async def patch_user(
         raise ApiError(403, f"{principal.describe()} may not rename user {user_id}")
     if body.password is not None:
         await _set_password(pool, principal, user_id, body.password, body.isHashed)
+    if body.username is not None:
+        await _rename(pool, principal, user_id, body.username)
     await queries.update_user(pool, user_id, body.admin, body.active, body.displayName)
     if body.active is False:
         await queries.delete_user_sessions(pool, user_id)
     return {"user": views.user_json(await _fetch_user(pool, user_id))}
+
+
+async def _rename(pool: asyncpg.Pool, principal: Principal, user_id: int, username: str) -> None:
+    """The user's name, and every owner column that holds it, in one transaction: sessions and
+    access tokens name the user by id and keep working."""
+    if not (principal.kind == "user" and (principal.admin or principal.user_id == user_id)):
+        raise ApiError(403, f"{principal.describe()} may not rename user {user_id}")
+    try:
+        async with pool.acquire() as conn, conn.transaction():
+            old = await queries.rename_user(conn, user_id, username)
+    except asyncpg.UniqueViolationError as err:
+        raise ApiError(409, f"username {username} is taken by another user") from err
+    if old != username:
+        log.info("%s renamed user %d from %s to %s", principal.describe(), user_id, old,
+                 username)
 
 
 @router.post("/users/{user_id}/password", **answers(UserAnswer))
@@ -220,3 +250,126 @@ async def set_user_password(
     await _fetch_user(pool, user_id)
     await _set_password(pool, principal, user_id, password, is_hashed=True)
     return {"user": views.user_json(await _fetch_user(pool, user_id))}
+
+
+# -- access tokens (`det token ...`) -----------------------------------------------------------
+# A user sees, creates, edits and revokes their own; an admin everyone's. (Determined's basic
+# rules let only admins create, edit or revoke; Epochal lets users manage their own.)
+
+MAX_TOKEN_DESCRIPTION = 512
+MAX_TOKEN_IDS = 100
+INFINITE_LIFESPAN = "-1"  # Determined's "as long as allowed"
+
+
+def token_json(row: asyncpg.Record) -> dict[str, Any]:
+    """Determined's v1TokenInfo."""
+    return {"id": row["id"], "userId": row["user_id"], "description": row["description"],
+            "createdAt": views.rfc3339(row["created_at"]),
+            "expiry": views.rfc3339(row["expires_at"]), "revoked": row["revoked"],
+            "tokenType": "TOKEN_TYPE_ACCESS_TOKEN"}
+
+
+@router.get("/tokens", **answers(TokenList))
+async def list_access_tokens(
+    principal: CurrentPrincipal,
+    pool: Pool,
+    username: str | None = Query(None, max_length=128),
+    tokenIds: Annotated[list[int] | None, Query(max_length=MAX_TOKEN_IDS)] = None,  # noqa: N803
+    showInactive: bool = False,  # noqa: N803
+    sortBy: str = "SORT_BY_UNSPECIFIED",  # noqa: N803
+    orderBy: str = "ORDER_BY_UNSPECIFIED",  # noqa: N803
+    limit: int = Query(0, ge=0, le=1000),
+    offset: int = Query(0, ge=0, le=2**31 - 1),
+) -> dict[str, Any]:
+    """Determined's GetAccessTokens: a user's own tokens (`username` another's: admins only),
+    live ones unless `showInactive`."""
+    require_choice("sortBy", sortBy, queries.TOKEN_ORDERS)
+    require_choice("orderBy", orderBy, ("ORDER_BY_UNSPECIFIED", "ORDER_BY_ASC", "ORDER_BY_DESC"))
+    user_id = principal.user_id
+    if username:
+        row = await queries.fetch_user_by_username(pool, username)
+        if row is None:
+            raise not_found("user", username)
+        if row["id"] != principal.user_id and not principal.admin:
+            raise ApiError(403, f"user {principal.username} may not see the access tokens of "
+                           f"{username}")
+        user_id = row["id"]
+    elif principal.admin:
+        user_id = None  # an admin sees everyone's
+    limit = limit or 1000
+    rows, total = await queries.fetch_access_tokens(
+        pool, user_id=user_id, token_ids=[i for i in tokenIds or [] if 0 < i < 2**31] or None,
+        show_inactive=showInactive, order=sortBy, descending=orderBy == "ORDER_BY_DESC",
+        limit=limit, offset=offset)
+    return {"tokenInfo": [token_json(r) for r in rows],
+            "pagination": views.pagination(offset, limit, len(rows), total)}
+
+
+class PostAccessTokenRequest(BaseModel):
+    userId: int = Field(ge=1, le=2**31 - 1)
+    lifespan: str | None = Field(None, max_length=64, description="A Go duration, or -1")
+    description: str | None = Field(None, max_length=MAX_TOKEN_DESCRIPTION)
+
+
+def _lifespan(text: str | None) -> timedelta:
+    longest = timedelta(days=auth.ACCESS_TOKEN_MAX_DAYS)
+    if text is None or not text.strip():
+        return timedelta(days=auth.ACCESS_TOKEN_DEFAULT_DAYS)
+    if text.strip() == INFINITE_LIFESPAN:
+        return longest
+    lifespan = go_duration.parse("lifespan", text, longest=longest)
+    if lifespan <= timedelta(0):
+        raise ApiError(400, "bad lifespan", ["lifespan: must be longer than 0, or -1 for the "
+                                             f"longest ({auth.ACCESS_TOKEN_MAX_DAYS} days)"])
+    return lifespan
+
+
+@router.post("/tokens", **answers(TokenCreated))
+async def create_access_token(
+    body: PostAccessTokenRequest, principal: CurrentPrincipal, pool: Pool
+) -> dict[str, Any]:
+    """Determined's PostAccessToken (`det token create [USER] [-e DAYS] [-d TEXT]`)."""
+    if body.userId != principal.user_id and not principal.admin:
+        raise ApiError(403, f"user {principal.username} may create access tokens only for "
+                       "themself")
+    lifespan = _lifespan(body.lifespan)
+    async with pool.acquire() as conn, conn.transaction():
+        if not await queries.lock_user(conn, body.userId):
+            raise not_found("user", body.userId)
+        if await queries.count_live_access_tokens(conn, body.userId) >= (
+                auth.MAX_ACCESS_TOKENS_PER_USER):
+            raise ApiError(409, f"user {body.userId} has {auth.MAX_ACCESS_TOKENS_PER_USER} live "
+                           "access tokens, the most allowed: revoke one first")
+        token_id, token = await auth.create_access_token(conn, body.userId, lifespan,
+                                                         body.description or "")
+    log.info("%s created access token %d of user %d, for %g days", principal.describe(),
+             token_id, body.userId, lifespan.total_seconds() / 86400)
+    return {"token": token, "tokenId": token_id}
+
+
+class PatchAccessTokenRequest(BaseModel):
+    tokenId: int | None = Field(None, ge=1, le=2**31 - 1)
+    description: str | None = Field(None, max_length=MAX_TOKEN_DESCRIPTION)
+    setRevoked: bool = False
+
+
+@router.patch("/tokens/{token_id}", **answers(TokenPatched))
+async def patch_access_token(
+    token_id: int, body: PatchAccessTokenRequest, principal: CurrentPrincipal, pool: Pool
+) -> dict[str, Any]:
+    """Determined's PatchAccessToken (`det token edit ID -d TEXT`, `det token revoke ID`): only
+    a live token changes. Who may is the route's rule (its user or an admin)."""
+    if body.tokenId is not None and body.tokenId != token_id:
+        raise ApiError(400, "bad tokenId", [f"tokenId: {body.tokenId} is not the token of the "
+                                            f"path ({token_id})"])
+    row = await queries.update_access_token(pool, token_id, body.description, body.setRevoked)
+    if row is None:
+        found = await queries.fetch_access_token(pool, token_id)
+        if found is None:
+            raise not_found("access token", token_id)
+        why = "revoked" if found["revoked"] else "expired"
+        raise ApiError(409, f"access token {token_id} is {why}: it cannot be changed")
+    if body.setRevoked:
+        log.info("%s revoked access token %d of user %d", principal.describe(), token_id,
+                 row["user_id"])
+    return {"tokenInfo": token_json(row)}

@@ -26,6 +26,7 @@ from api.schemas.workspaces import (
     WorkspaceAnswer,
     WorkspaceCreated,
     WorkspaceList,
+    WorkspaceMembers,
 )
 
 router = APIRouter(prefix="/api/v1", tags=["workspaces"])
@@ -157,6 +158,32 @@ async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool) 
         raise ApiError(409, f"workspace {name!r} already exists")
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id)),
             "namespaceBindings": {}}
+
+
+# Determined's pre-canned role its master gives a workspace's creator
+# (security.authz.workspace_creator_assign_role, on by default; role 2).
+WORKSPACE_ADMIN_ROLE = {"roleId": 2, "name": "WorkspaceAdmin"}
+
+
+@router.get("/roles/workspace/{workspace_id}", **answers(WorkspaceMembers))
+async def list_workspace_members(
+    workspace_id: int, pool: Pool, name: str | None = Query(None, max_length=128),
+) -> dict[str, Any]:
+    """Determined's GetGroupsAndUsersAssignedToWorkspace (`det workspace list-members`) on a
+    cluster without RBAC: Epochal has no roles nor groups, so the one member is the workspace's
+    creator, as the WorkspaceAdmin Determined assigns them. `name` filters by (display) name."""
+    await fetch_workspace(pool, workspace_id)  # 404 if there is none
+    creator = await queries.fetch_workspace_creator(pool, workspace_id)
+    if creator is not None and name and not any(
+            name in (text or "") for text in (creator["display_name"], creator["username"])):
+        creator = None
+    if creator is None:
+        return {"assignments": [], "groups": [], "usersAssignedDirectly": []}
+    assignment = {"userId": creator["id"], "roleAssignment": {
+        "role": WORKSPACE_ADMIN_ROLE, "scopeWorkspaceId": workspace_id, "scopeCluster": False}}
+    return {"assignments": [{"role": WORKSPACE_ADMIN_ROLE, "groupRoleAssignments": [],
+                             "userRoleAssignments": [assignment]}],
+            "groups": [], "usersAssignedDirectly": [views.user_json(creator)]}
 
 
 # -- projects --------------------------------------------------------------------------------

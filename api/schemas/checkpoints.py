@@ -67,3 +67,12 @@ class FileDownload(Answer):
 
 class DownloadPlan(Answer):
     files: list[FileDownload]
+
+
+class GcPreview(Answer):
+    """What `preview_gc` answers: the checkpoints a GC policy would delete, as Determined's
+    master sends its checkpoint rows (Go field names: `UUID`, `TrialID`, ...), and the
+    searcher's metric."""
+
+    checkpoints: list[dict[str, Any]]
+    metric_name: str

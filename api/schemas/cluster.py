@@ -1,4 +1,4 @@
-"""The master: its health and what it says about itself."""
+"""The master: its health, what it says about itself, its config and its message."""
 
 from __future__ import annotations
 
@@ -9,6 +9,27 @@ from api.schemas import Answer
 
 class Health(Answer):
     ok: bool
+
+
+class ClusterMessage(Answer):
+    """Determined's v1ClusterMessage."""
+
+    message: str
+    startTime: str
+    endTime: str | None = None
+    createdTime: str | None = None
+
+
+class ClusterMessageAnswer(Answer):
+    """Determined's v1GetClusterMessageResponse (null when there is none)."""
+
+    clusterMessage: ClusterMessage | None
+
+
+class MasterConfig(Answer):
+    """Determined's v1GetMasterConfigResponse: the config, secrets hidden."""
+
+    config: dict[str, Any]
 
 
 class MasterInfo(Answer):
@@ -26,6 +47,7 @@ class MasterInfo(Answer):
     product: str
     featureSwitches: list[str]
     ssoProviders: list[dict[str, Any]]
+    clusterMessage: ClusterMessage | None = None
 
 
 class Telemetry(Answer):

@@ -129,3 +129,29 @@ class BestSearcherValidation(Answer):
     """Determined's GetBestSearcherValidationMetricResponse."""
 
     metric: float
+
+
+class SearchUnit(Answer):
+    """Determined's v1SearchUnit: a length (`name`, `value`), or the whole `maxLength`."""
+
+    maxLength: bool
+    name: str | None = None
+    value: int | None = None
+
+
+class TrialSummary(Answer):
+    """Determined's v1TrialSummary: `count` trials train for `unit`."""
+
+    count: int
+    unit: SearchUnit
+
+
+class SearchSummary(Answer):
+    config: dict[str, Any]
+    trials: list[TrialSummary]
+
+
+class SearchPreview(Answer):
+    """Determined's v1PreviewHPSearchResponse (`det preview-search`)."""
+
+    summary: SearchSummary

@@ -14,20 +14,23 @@ class AllocationResources(Answer):
     resourcesType: str
     allocationId: str
     containerId: str
-    agentDevices: dict[str, Any]
+    agentDevices: dict[str, dict[str, list[dict[str, Any]]]]
     started: dict[str, Any]
     exited: dict[str, Any] | None
 
 
 class AllocationSummary(Answer):
-    """Determined's v1AllocationSummary."""
+    """Determined's v1AllocationSummary: `resources` only once slots are granted (`det task
+    list` shows "unassigned" without them)."""
 
     taskId: str
     allocationId: str
     name: str
     resourcePool: str
     slotsNeeded: int
-    resources: list[AllocationResources]
+    registeredTime: str | None
+    priority: int
+    resources: list[AllocationResources] | None = None
     schedulerType: str
 
 

@@ -139,3 +139,16 @@ class MetricReportList(Answer):
     """A trial's metric reports (Epochal's `GET /trials/{id}/metrics`)."""
 
     metrics: list[MetricReport]
+
+
+class CleanupLogsAnswer(Answer):
+    """Determined's v1CleanupLogsResponse: how many log lines were deleted (an int64 as text)."""
+
+    removedCount: str
+
+
+class TrialUserSession(Answer):
+    """A session of the trial's owner for its run's code (Determined's DET_USER_TOKEN)."""
+
+    userToken: str
+    username: str

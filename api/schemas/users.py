@@ -44,3 +44,35 @@ class LoginAnswer(Answer):
 
     token: str
     user: User
+
+
+class TokenInfo(Answer):
+    """Determined's v1TokenInfo (an access token, never its value)."""
+
+    id: int
+    userId: int
+    description: str
+    createdAt: str
+    expiry: str
+    revoked: bool
+    tokenType: str
+
+
+class TokenList(Answer):
+    """Determined's v1GetAccessTokensResponse."""
+
+    tokenInfo: list[TokenInfo]
+    pagination: Pagination
+
+
+class TokenCreated(Answer):
+    """Determined's v1PostAccessTokenResponse: the token, shown this once."""
+
+    token: str
+    tokenId: int
+
+
+class TokenPatched(Answer):
+    """Determined's v1PatchAccessTokenResponse."""
+
+    tokenInfo: TokenInfo

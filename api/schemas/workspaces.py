@@ -86,3 +86,11 @@ class Deleted(Answer):
     """Determined's v1DeleteWorkspaceResponse and v1DeleteProjectResponse."""
 
     completed: bool
+
+
+class WorkspaceMembers(Answer):
+    """Determined's v1GetGroupsAndUsersAssignedToWorkspaceResponse."""
+
+    assignments: list[dict[str, Any]]
+    groups: list[dict[str, Any]]
+    usersAssignedDirectly: list[dict[str, Any]]

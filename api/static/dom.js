@@ -35,6 +35,14 @@ export function stateBadge(state) {
   return el("span", { class: `state state-${name.toLowerCase()}`, "data-state": name }, name);
 }
 
+// An experiment a script outside the cluster runs (Determined's core_v2): the cluster only records
+// what it reports.
+export function unmanagedBadge(experiment) {
+  return experiment.unmanaged ? el("span", { class: "unmanaged", title:
+    "Unmanaged: run outside the cluster by a script (Determined's core_v2); the cluster records "
+    + "its reports and cannot pause or stop it" }, "unmanaged") : "";
+}
+
 export function fmtNumber(value) {
   if (value === null || value === undefined || value === "") return "";
   if (typeof value !== "number") return String(value);

@@ -11,7 +11,7 @@ import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/ch
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
 import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table,
-  workflowLink } from "/static/dom.js";
+  unmanagedBadge, workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
 const PAGE_SIZE = 100;
@@ -20,10 +20,11 @@ const HP_VIEW_SECONDS = 10;
 const HIDDEN_COLUMNS_KEY = "epochal.hiddenTrialColumns";
 const BY_METRIC = "SORT_BY_BEST_VALIDATION_METRIC";
 const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
-// Each action and when it applies: (state, archived) -> bool.
+// Each action and when it applies: (state, archived, unmanaged) -> bool. The cluster cannot
+// pause a script it does not run.
 const ACTIONS = {
-  pause: (state) => state === "ACTIVE",
-  activate: (state) => state === "PAUSED",
+  pause: (state, archived, unmanaged) => state === "ACTIVE" && !unmanaged,
+  activate: (state, archived, unmanaged) => state === "PAUSED" && !unmanaged,
   cancel: (state) => state === "ACTIVE" || state === "PAUSED",
   kill: (state) => ["ACTIVE", "PAUSED", "STOPPING_CANCELED"].includes(state),
   archive: (state, archived) => TERMINAL.includes(state) && !archived,
@@ -112,7 +113,7 @@ function renderHeader(exp) {
   document.title = `Experiment ${exp.id} · Epochal`;
   replace(headline,
     el("h1", {}, `Experiment ${exp.id}: `, el("span", { class: "name" }, exp.name), " ",
-      stateBadge(exp.state)),
+      stateBadge(exp.state), " ", unmanagedBadge(exp)),
     el("p", { class: "summary" },
       `${exp.searcherType} search on ${exp.searcherMetric} `,
       `(${exp.smallerIsBetter ? "smaller" : "larger"} is better) · `,
@@ -124,7 +125,7 @@ function renderHeader(exp) {
       workflowLink(exp.workflowId, " · ")));
   replace(progressSlot, progressBar(exp.progress));
   for (const [name, applies] of Object.entries(ACTIONS)) {
-    actionButtons[name].disabled = inFlight.has(name) || !applies(state, exp.archived);
+    actionButtons[name].disabled = inFlight.has(name) || !applies(state, exp.archived, exp.unmanaged);
   }
   replace(labelBox, exp.labels.length ? el("p", { class: "labels" },
     exp.labels.map((label) => el("span", { class: "label" }, label))) : "");

@@ -2,8 +2,8 @@
 // refreshed every two seconds.
 
 import { api, every, query, startPage } from "/static/api.js";
-import { el, fmtNumber, fmtTime, message, progressBar, replace, stateBadge, table }
-  from "/static/dom.js";
+import { el, fmtNumber, fmtTime, message, progressBar, replace, stateBadge, table,
+  unmanagedBadge } from "/static/dom.js";
 
 const PAGE_SIZE = 50;
 const STATES = ["ACTIVE", "PAUSED", "STOPPING_CANCELED", "STOPPING_KILLED", "COMPLETED",
@@ -32,7 +32,7 @@ function render() {
   const columns = [
     { label: "ID", cell: (e) => el("a", { href: `/experiments/${e.id}` }, e.id) },
     { label: "Name", cell: (e) => el("a", { href: `/experiments/${e.id}` }, e.name) },
-    { label: "State", cell: (e) => stateBadge(e.state) },
+    { label: "State", cell: (e) => [stateBadge(e.state), " ", unmanagedBadge(e)] },
     { label: "Progress", cell: (e) => progressBar(e.progress) },
     { label: "Best metric", cell: (e) => (e.bestValidation === null || e.bestValidation === undefined
       ? "" : `${e.searcherMetric} ${fmtNumber(e.bestValidation)}`) },

@@ -178,6 +178,41 @@ def test_the_experiment_and_trial_pages_link_their_workflows_in_temporals_ui(
     assert in_thread(memo)["dashboard"] == f"{cluster.url}/experiments/{experiment_id}"
 
 
+def test_an_unmanaged_experiment_is_marked_and_cannot_be_paused_from_the_page(
+    logged_in: BrowserContext, cluster: Cluster, tmp_path: Path
+) -> None:
+    """A detached run (Determined's core_v2, its calls made here as its script makes them) is
+    listed and shown with a badge that says the cluster did not run it; no Temporal workflow
+    is linked and the page offers no pause."""
+    config = ("name: detached-in-browser\nsearcher: {name: single, metric: unmanaged}\n"
+              f"checkpoint_storage: {{type: directory, container_path: {tmp_path}}}\n")
+
+    def call(method: str, path: str, body: dict[str, Any]) -> Any:
+        answer = httpx.request(method, cluster.url + path, json=body, headers=cluster.headers,
+                               timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    experiment = call("POST", "/api/v1/experiments", {"config": config, "unmanaged": True})
+    experiment_id = experiment["experiment"]["id"]
+    trial = call("POST", "/api/v1/trials", {"experimentId": experiment_id, "unmanaged": True})
+    call("POST", f"/api/v1/trials/{trial['trial']['id']}/start", {"resume": True})
+    call("PATCH", f"/api/v1/trials/{trial['trial']['id']}", {"state": "STATE_RUNNING"})
+
+    page = logged_in.new_page()
+    page.goto("/")
+    row = page.locator(f"tr.experiment-row[data-id='{experiment_id}']")
+    expect(row.locator(".unmanaged")).to_have_text("unmanaged")
+    page.goto(f"/experiments/{experiment_id}")
+    expect(page.locator("#experiment-header .unmanaged")).to_have_text("unmanaged")
+    expect(page.locator("#experiment-header h1 .state")).to_have_text("ACTIVE")
+    expect(page.locator("button[data-action='pause']")).to_be_disabled()
+    expect(page.locator("button[data-action='kill']")).to_be_enabled()
+    expect(page.locator("#experiment-header a.workflow-link")).to_have_count(0)
+    screenshot(page, "experiment-unmanaged")
+    page.close()
+
+
 def test_pause_and_activate_buttons_change_the_state(
     logged_in: BrowserContext, cluster: Cluster, experiment_id: int
 ) -> None:

@@ -528,6 +528,110 @@ def test_determineds_batch_inference_writes_beside_its_workdir_and_into_a_bind_m
     assert "not implemented" not in logs and "Traceback" not in logs, logs
 
 
+# A detached run in the style of Determined's examples/features/unmanaged: a script on the
+# user's machine reports to the cluster through core_v2, which runs nothing of it.
+DETACHED = """
+import sys
+
+from determined.experimental import core_v2
+
+core_v2.init(config=core_v2.Config(
+    name="detached-run", checkpoint_storage=sys.argv[1],
+    external_experiment_id=sys.argv[2], external_trial_id=sys.argv[2],
+    hparams={"lr": 0.5}))
+start = core_v2.info.latest_checkpoint
+print("detached run starts from", start, flush=True)
+for step in range(1, 4):
+    core_v2.train.report_training_metrics(steps_completed=step, metrics={"loss": 1 / step})
+core_v2.train.report_validation_metrics(steps_completed=3, metrics={"loss": 0.25})
+with core_v2.checkpoint.store_path({"steps_completed": 3}) as (path, uuid):
+    (path / "weights.txt").write_text("trained")
+core_v2.close()
+"""
+
+# A managed trial using Determined's Python SDK with no login, as on Determined (DET_USER_TOKEN).
+SDK_IN_A_TRIAL = """
+import os
+import pathlib
+import sys
+
+import determined as det
+from determined.experimental import client
+
+experiment = client.Determined().get_experiment(int(os.environ["DET_EXPERIMENT_ID"]))
+experiment.reload()
+print("the SDK sees", experiment.name, flush=True)
+pathlib.Path(sys.argv[1], "token").write_text(os.environ["DET_USER_TOKEN"])
+with det.core.init() as core:
+    core.train.report_validation_metrics(steps_completed=1, metrics={"answer": 42.0})
+"""
+
+
+def test_a_detached_core_v2_run_reports_to_the_cluster_and_det_shows_it(
+    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """Determined's unmanaged mode: the experiment and its trial made by the script (by external
+    id, so a second run resumes them), its metrics, checkpoint and output, shown by `det` like
+    any other experiment, marked unmanaged; the cluster ran none of it."""
+    script, storage = tmp_path / "detached.py", tmp_path / "storage"
+    script.write_text(DETACHED)
+    external = f"detached-{uuid.uuid4().hex[:8]}"
+    env = {**det.env, "DET_MASTER": cluster.url}
+    for _ in range(2):  # run again: the same experiment and trial, resumed
+        ran = subprocess.run([str(det_venv / "python"), str(script), str(storage), external],
+                             env=env, capture_output=True, text=True, timeout=120,
+                             stdin=subprocess.DEVNULL)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+    described = cluster.json("experiment", "list")
+    [experiment] = [e for e in described["experiments"] if e["name"] == "detached-run"]
+    assert experiment["unmanaged"] is True and experiment["state"] == "STATE_COMPLETED"
+    shown = det.run("experiment", "describe", str(experiment["id"])).stdout
+    assert "detached-run" in shown and "COMPLETED" in shown
+    [trial] = cluster.trials(experiment["id"])
+    assert trial["state"] == "STATE_COMPLETED" and trial["hparams"] == {"lr": 0.5}
+    # Its searcher metric is core_v2's placeholder ("unmanaged"), so no best validation.
+    assert trial["runId"] == 2, trial
+    assert trial["latestValidation"]["metrics"]["avgMetrics"] == {"loss": 0.25}, trial
+    listed = det.run("experiment", "list-checkpoints", str(experiment["id"])).stdout
+    uuids = re.findall(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", listed)
+    assert len(uuids) == 2, listed  # one per run, both in the storage the script named
+    assert [(storage / u / "weights.txt").read_text() for u in uuids] == ["trained"] * 2
+    # The second run resumed from the first one's checkpoint; both runs' output is the trial's.
+    [first] = [u for u in uuids if u != trial["latestCheckpointUuid"]]
+    logs = det.run("trial", "logs", str(trial["id"])).stdout
+    assert "detached run starts from None" in logs and f"starts from {first}" in logs, logs
+    # The cluster cannot pause a script it does not run, and says so.
+    paused = det.run("experiment", "pause", str(experiment["id"]), check=False)
+    assert paused.returncode != 0 and "Traceback" not in paused.stderr
+
+
+def test_a_managed_trial_uses_determineds_sdk_with_its_owners_session(
+    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """`client.Determined()` in a trial logs in with no password, as its owner
+    (DET_USER_TOKEN), and that session ends with the trial."""
+    context, out = tmp_path / "context", tmp_path / "out"
+    context.mkdir()
+    out.mkdir(mode=0o777)
+    out.chmod(0o777)
+    (context / "train.py").write_text(SDK_IN_A_TRIAL)
+    config = {"name": "det-sdk-in-trial", "entrypoint": f"{det_venv / 'python'} train.py out",
+              "searcher": {"name": "single", "metric": "answer", "max_length": {"batches": 1}},
+              "bind_mounts": [{"host_path": str(out), "container_path": "out"}],
+              "max_restarts": 0}
+    (tmp_path / "sdk.yaml").write_text(yaml.safe_dump(config))
+    experiment = _created(det.run("experiment", "create", str(tmp_path / "sdk.yaml"),
+                                  str(context)).stdout)
+    _wait_for_trial(cluster, det, experiment, "COMPLETED", 120, "the SDK trial to end")
+    logs = det.run("trial", "logs", _trial_state(det, experiment)[0]).stdout
+    assert "the SDK sees det-sdk-in-trial" in logs, logs
+    token = (out / "token").read_text()
+    answer = subprocess.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H",
+                             f"Authorization: Bearer {token}", f"{cluster.url}/api/v1/me"],
+                            capture_output=True, text=True, timeout=30)
+    assert answer.stdout == "401"  # revoked with the trial's end
+
+
 def _created(output: str) -> str:
     found = re.search(r"Created experiment (\d+)", output)
     assert found, output
@@ -655,7 +759,7 @@ def test_workspaces_projects_and_templates(det: Det, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("command", "feature"), [
-    (("user-group", "list"), "user groups are not served by Epochal (RBAC)"),
+    (("config-policies", "describe", "experiment"), "config policies are not served by Epochal"),
 ])
 def test_features_epochal_does_not_serve_say_so(
     det: Det, command: tuple[str, ...], feature: str

@@ -169,6 +169,8 @@ async def _world(api: httpx.AsyncClient, live_master: LiveMaster, pool_name: str
         assert made.status_code == 200, made.text
         model = f"model-{uuid.uuid4().hex[:8]}"
         assert (await a.post("/api/v1/models", json={"name": model})).status_code == 200
+        token = await a.post("/api/v1/tokens", json={"userId": a_id})
+        assert token.status_code == 200, token.text
     task_id = str(uuid.uuid4())
     await pool.execute(
         "INSERT INTO tasks (id, task_type, owner_id, workspace_id, description, config,"
@@ -180,7 +182,8 @@ async def _world(api: httpx.AsyncClient, live_master: LiveMaster, pool_name: str
         "checkpoint_uuid": checkpoint, "task_id": task_id, "workspace_id": str(workspace["id"]),
         "project_id": str(project["id"]), "name": template, "model_name": model, "version": "1",
         "user_id": str(a_id), "username": a_name, "agent_id": f"phantom-{uuid.uuid4().hex[:6]}",
-        "action": "decode",
+        "action": "decode", "token_id": str(token.json()["tokenId"]),
+        "external_experiment_id": f"access-{uuid.uuid4().hex[:8]}",
     }
 
     async def user_token(user_id: int) -> str:

@@ -41,7 +41,7 @@ def test_bind_mounts_add_the_templates_for_other_paths() -> None:
 
 def test_unserved_routes_name_their_feature() -> None:
     assert unserved_feature("/api/v1/webhooks") == "webhooks are not served by Epochal"
-    assert unserved_feature("/api/v1/master/config").startswith("the master's config")
+    assert unserved_feature("/api/v1/users/setting").startswith("user web settings")
     assert unserved_feature("/api/v1/experiments/3/preview_gc") == (
         "experiments/{id}/preview_gc is not served by Epochal")
     assert unserved_feature("/api/v1/whatever") == "/api/v1/whatever is not served by Epochal"
