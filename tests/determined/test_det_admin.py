@@ -30,7 +30,7 @@ import yaml
 from api import go_duration, master_config, master_logs
 from api.errors import ApiError
 from api.settings import Settings
-from tests.determined.test_det_cli import Det, header, table_rows
+from tests.determined.test_det_cli import Det, header, refused, table_rows
 from tests.e2e.cluster import Cluster, shared_servers_cluster
 from tests.waiting import wait_for
 
@@ -144,16 +144,6 @@ def user(det: Det, cluster: Cluster, det_venv: Path,
          tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Det]:
     """An ordinary user (not an admin), and `det` logged in as them."""
     return _new_user(det, cluster, det_venv, tmp_path_factory.mktemp("det-user"))
-
-
-def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
-    """The message of a command that failed without a traceback, holding `words`."""
-    said = result.stdout + result.stderr
-    assert result.returncode != 0, said
-    assert "Traceback" not in result.stderr, said
-    for word in words:
-        assert word in said, said
-    return said
 
 
 def _db(cluster: Cluster, query: str, *args: object) -> list[asyncpg.Record]:

@@ -53,6 +53,16 @@ class Det:
         return table_rows(self.run(*args).stdout)
 
 
+def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
+    """The message of a command that failed without a traceback, holding `words`."""
+    said = result.stdout + result.stderr
+    assert result.returncode != 0, said
+    assert "Traceback" not in result.stderr, said
+    for word in words:
+        assert word in said, said
+    return said
+
+
 def table_rows(text: str) -> list[list[str]]:
     lines = [line for line in text.splitlines() if "|" in line and not line.startswith("---")]
     cells = [[c.strip() for c in line.split("|")] for line in lines]

@@ -27,7 +27,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.determined.test_det_cli import Det, table_rows
+from tests.determined.test_det_cli import Det, refused, table_rows
 from tests.e2e.cluster import Cluster, shared_servers_cluster
 
 pytestmark = pytest.mark.slow
@@ -131,15 +131,6 @@ def run_with_input(det: Det, text: str, *args: str) -> subprocess.CompletedProce
     """`det ARGS` answering its prompts with `text`."""
     return subprocess.run([str(det.binary), "-m", det.url, *args], env=det.env, input=text,
                           capture_output=True, text=True, timeout=120)
-
-
-def refused(result: subprocess.CompletedProcess[str], *words: str) -> str:
-    said = result.stdout + result.stderr
-    assert result.returncode != 0, said
-    assert "Traceback" not in result.stderr, said
-    for word in words:
-        assert word in said, said
-    return said
 
 
 def test_preview_search_prints_what_the_searcher_would_do(det: Det, tmp_path: Path) -> None:
