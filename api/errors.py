@@ -63,9 +63,6 @@ UNSERVED_FEATURES = {
     "users/setting": "user web settings are not served by Epochal",
     "trials/profiler": "the profiler is not served by Epochal",
     "checkpoints/rm": "checkpoint storage removal is not served by Epochal",
-    # Only its GET is served: the rest answer 501 with this, not a 405.
-    "master/config": "changing the master's config while it runs is not served by Epochal "
-                     "(set its EPOCHAL_* variables and restart it)",
     "webui": "the Determined web UI is not served by Epochal (see the dashboard at /)",
 }
 
@@ -75,22 +72,21 @@ UNSERVED_FEATURES = {
 DETERMINED_PREFIXES = ("/api/v1/", "/resources/")
 
 
-def unserved_entry(path: str) -> str | None:
-    """The sentence UNSERVED_FEATURES has for the path, if any."""
-    parts = [p for p in path.removeprefix("/api/v1/").split("/") if p]
-    for key in ("/".join(parts[:2]), "/".join(parts[:1])):
-        if key in UNSERVED_FEATURES:
-            return UNSERVED_FEATURES[key]
-    return None
+# Calls Determined's client makes to a path that a route for another method matches (`GET
+# /checkpoints/{uuid}`): a 501 naming the feature, not a 405. A path Epochal serves for another
+# method (`PATCH /master/config`) stays a 405 that names the method.
+UNSERVED_CALLS = {
+    ("POST", "/api/v1/checkpoints/rm"): UNSERVED_FEATURES["checkpoints/rm"],
+}
 
 
 def unserved_feature(path: str, method: str | None = None) -> str:
     """What a Determined path no route serves belongs to, as a sentence for a 501; `method`
     when the path exists for other methods only."""
-    entry = unserved_entry(path)
-    if entry is not None:
-        return entry
     parts = [p for p in path.removeprefix("/api/v1/").split("/") if p]
+    for key in ("/".join(parts[:2]), "/".join(parts[:1])):
+        if key in UNSERVED_FEATURES:
+            return UNSERVED_FEATURES[key]
     verb = f"{method} " if method else ""
     if len(parts) >= 3 and method is None:  # e.g. experiments/{id}/tensorboard-files
         return f"{parts[0]}/{{id}}/{parts[2]} is not served by Epochal"
@@ -140,10 +136,10 @@ def install_error_handlers(app: FastAPI) -> None:
             # No route: a Determined feature Epochal does not have (501). A route that exists
             # for other methods only stays a 405, naming the method: the server did not fail.
             # `error.error` is where Determined's client looks for a non-404 error's message.
-            # A feature named in UNSERVED_FEATURES is a 501 even where another method's route
-            # matches its path (`POST /checkpoints/rm` beside `GET /checkpoints/{uuid}`).
-            wrong_method = exc.status_code == 405 and unserved_entry(path) is None
-            message = unserved_feature(path, request.method if wrong_method else None)
+            unserved_call = UNSERVED_CALLS.get((request.method, path))
+            wrong_method = exc.status_code == 405 and unserved_call is None
+            message = unserved_call or unserved_feature(
+                path, request.method if wrong_method else None)
             return JSONResponse(
                 {"message": message, "details": [], "error": {"code": 12, "error": message}},
                 status_code=405 if wrong_method else 501,

@@ -293,12 +293,13 @@ def read(path):
         return f"<{type(err).__name__}>"
 
 state = os.environ["STATE_DIR"]
-own = os.path.dirname(os.environ["EPOCHAL_TRIAL_INFO"])
+own = os.path.dirname(os.path.dirname(os.environ["EPOCHAL_TRIAL_INFO"]))  # its run's directory
 found = {"uid": os.getuid()}
 found["secrets"] = read(os.path.join(state, "secrets.json"))
 found["cli_login"] = read(os.path.join(state, "auth.json"))
-found["other_runs"] = [read(p) for p in glob.glob(os.path.join(state, "agent/trials/*/*/*"))
-                       if not p.startswith(own + os.sep)]
+found["other_runs"] = [read(p) for p in glob.glob(os.path.join(state, "agent/trials/**"),
+                                                  recursive=True)
+                       if os.path.isfile(p) and not p.startswith(own + os.sep)]
 found["processes"] = {pid: read(f"/proc/{pid}/environ") for pid in os.listdir("/proc")
                       if pid.isdigit()}
 home = os.environ["AGENT_HOME"]
