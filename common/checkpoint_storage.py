@@ -16,7 +16,7 @@ import posixpath
 import shutil
 import threading
 import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -41,6 +41,17 @@ _RETRIES = urllib3.Retry(total=2, backoff_factor=0.2, status_forcelist=(500, 502
 
 class StorageError(Exception):
     """The storage refused or could not be reached; the message names the bucket and cause."""
+
+
+class StorageOutsideRoots(StorageError):
+    """shared_fs storage outside the directories the master reads and deletes in: a detached
+    run's (Determined's core_v2), whose script keeps its files where it runs."""
+
+
+def under_any_root(directory: str, roots: Sequence[str]) -> bool:
+    path = posixpath.normpath(directory)
+    return any(path == root or path.startswith(root.rstrip("/") + "/")
+               for root in map(posixpath.normpath, roots))
 
 
 class UnsafeCheckpointPath(ValueError):
@@ -323,10 +334,17 @@ class CheckpointFiles:
     s3: S3Store | None
 
     @classmethod
-    def of(cls, config: Mapping[str, Any],
-           cluster_storage: Mapping[str, Any] | None) -> CheckpointFiles:
-        """Raises StorageError when an S3 storage has no credentials the master may use."""
+    def of(cls, config: Mapping[str, Any], cluster_storage: Mapping[str, Any] | None,
+           roots: Sequence[str] | None = None) -> CheckpointFiles:
+        """Raises StorageError when an S3 storage has no credentials the master may use, and
+        (StorageOutsideRoots) when shared_fs storage lies outside `roots`, where given."""
         storage = config.get("checkpoint_storage") or {}
+        directory = shared_fs_directory(storage)
+        if roots is not None and directory is not None and not under_any_root(directory, roots):
+            raise StorageOutsideRoots(
+                f"the checkpoint storage {directory} is outside the directories this master "
+                f"reads and deletes in ({', '.join(roots)}): its files stay where the detached "
+                "script that wrote them keeps them")
         if storage.get("type") != "s3":
             return cls(storage, None)
         environment = (config.get("environment") or {}).get("environment_variables") or {}

@@ -34,6 +34,7 @@ from common.checkpoint_storage import (
     CheckpointFiles,
     S3Store,
     StorageError,
+    StorageOutsideRoots,
     UnsafeCheckpointPath,
     storage_path,
 )
@@ -66,7 +67,10 @@ def files_storage_type(config: dict[str, Any]) -> str:
 
 async def _files_of(config: dict[str, Any], settings: Settings) -> CheckpointFiles:
     try:
-        return CheckpointFiles.of(config, settings.checkpoint_storage)
+        return CheckpointFiles.of(config, settings.checkpoint_storage,
+                                  settings.allowed_storage_roots())
+    except StorageOutsideRoots as err:
+        raise ApiError(409, str(err)) from None
     except StorageError as err:
         raise ApiError(400, str(err)) from None
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 import secrets
 from collections.abc import Sequence
 from typing import Annotated, Any
@@ -47,8 +46,10 @@ from common import payload_codec
 from common.checkpoint_storage import (
     CheckpointFiles,
     StorageError,
+    StorageOutsideRoots,
     UnsafeCheckpointPath,
     shared_fs_directory,
+    under_any_root,
 )
 from common.expconf import (
     ConfigError,
@@ -141,8 +142,10 @@ def normalized_config(text: str, default_storage: dict[str, Any],
     if sampler and (problem := sampler_problem(sampler)) is not None:
         raise ApiError(400, "invalid experiment config", [problem])
     directory = shared_fs_directory(dumped["checkpoint_storage"])
-    if storage_roots is not None and directory is not None and not _under_any(
-            directory, storage_roots):
+    # A detached run's storage is its script's, written where it runs: anywhere (the master
+    # never reads nor deletes outside the roots: common/checkpoint_storage.py).
+    if storage_roots is not None and directory is not None and not unmanaged and not (
+            under_any_root(directory, storage_roots)):
         raise ApiError(400, "invalid experiment config", [
             f"checkpoint_storage.host_path: {directory} is outside the directories this cluster "
             f"keeps checkpoints in ({', '.join(storage_roots)}); an admin can allow more with "
@@ -153,18 +156,13 @@ def normalized_config(text: str, default_storage: dict[str, Any],
         raise ApiError(400, "invalid experiment config", [str(err)]) from None
     for i, mount in enumerate(dumped.get("bind_mounts") or []):
         host_path = mount.get("host_path")
-        if storage_roots is not None and host_path and not _under_any(host_path, storage_roots):
+        if storage_roots is not None and host_path and not under_any_root(host_path,
+                                                                          storage_roots):
             raise ApiError(400, "invalid experiment config", [
                 f"bind_mounts[{i}].host_path: {host_path} is outside the directories this "
                 f"cluster lets trials mount ({', '.join(storage_roots)}); an admin can allow "
                 "more with EPOCHAL_STORAGE_ROOTS"])
     return dumped
-
-
-def _under_any(directory: str, roots: Sequence[str]) -> bool:
-    path = os.path.normpath(directory)
-    return any(path == root or path.startswith(root.rstrip("/") + "/")
-               for root in map(os.path.normpath, roots))
 
 
 async def checked_config(text: str, settings: Settings, unmanaged: bool = False
@@ -607,7 +605,10 @@ async def _change_gc_policy(pool: Pool, settings: Settings, experiment_id: int,
 async def _storage_files(config: dict[str, Any], settings: Settings,
                          experiment_id: int) -> CheckpointFiles:
     try:
-        return CheckpointFiles.of(config, settings.checkpoint_storage)
+        return CheckpointFiles.of(config, settings.checkpoint_storage,
+                                  settings.allowed_storage_roots())
+    except StorageOutsideRoots as err:
+        raise ApiError(409, f"experiment {experiment_id}: {err}") from None
     except StorageError as err:
         raise ApiError(502, f"experiment {experiment_id}: {err}") from None
 
@@ -741,8 +742,11 @@ async def delete_experiment(experiment_id: int, request: Request, pool: Pool,
                             " first")
     paths = await experiment_queries.fetch_checkpoint_paths(pool, experiment_id)
     try:
-        files = CheckpointFiles.of(row["config"], settings.checkpoint_storage)
+        files = CheckpointFiles.of(row["config"], settings.checkpoint_storage,
+                                   settings.allowed_storage_roots())
         await asyncio.to_thread(_delete_checkpoints, files, paths)
+    except StorageOutsideRoots:
+        pass  # a detached run's files: its script's host keeps them, the rows go
     except StorageError as err:
         raise ApiError(502, f"experiment {experiment_id} is kept: {err}") from None
     await experiment_queries.delete_experiment(pool, experiment_id)

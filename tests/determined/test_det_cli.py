@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -613,6 +615,37 @@ def test_a_detached_core_v2_run_reports_to_the_cluster_and_det_shows_it(
     # The cluster cannot pause a script it does not run, and says so.
     paused = det.run("experiment", "pause", str(experiment["id"]), check=False)
     assert paused.returncode != 0 and "Traceback" not in paused.stderr
+
+
+def test_a_detached_runs_storage_may_be_anywhere_and_the_master_never_touches_it(
+    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path
+) -> None:
+    """core_v2's storage is a directory of the script's host (by default under its user's
+    home): accepted outside the cluster's roots, where the master neither reads nor deletes."""
+    script = tmp_path / "detached.py"
+    script.write_text(DETACHED)
+    storage = Path("/var/lib") / f"epochal-test-detached-{uuid.uuid4().hex[:8]}"  # no root
+    try:
+        ran = subprocess.run([str(det_venv / "python"), str(script), str(storage),
+                              f"outside-{uuid.uuid4().hex[:8]}"],
+                             env={**det.env, "DET_MASTER": cluster.url}, capture_output=True,
+                             text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        [checkpoint] = [p.parent.name for p in storage.glob("*/weights.txt")]
+        files = httpx.get(f"{cluster.url}/api/v1/checkpoints/{checkpoint}/files",
+                          headers=cluster.headers, timeout=30)
+        assert files.status_code == 409 and "outside the directories this master reads and "\
+            "deletes in" in files.json()["message"], files.text
+        described = httpx.get(f"{cluster.url}/api/v1/checkpoints/{checkpoint}",
+                              headers=cluster.headers, timeout=30).json()["checkpoint"]
+        experiment = str(described["training"]["experimentId"])
+        det.run("experiment", "delete", experiment, "--yes")
+        wait_for(lambda: experiment not in [r[0] for r in det.rows("experiment", "list",
+                                                                   "--all")],
+                 60, "the detached experiment to be deleted")
+        assert (storage / checkpoint / "weights.txt").read_text() == "trained"  # kept
+    finally:
+        shutil.rmtree(storage, ignore_errors=True)
 
 
 def test_a_managed_trial_uses_determineds_sdk_with_its_owners_session(
