@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Annotated
 
 import typer
@@ -16,10 +17,17 @@ PASSWORD_ENV = "EPOCHAL_PASSWORD"
 
 
 def _ask_password(prompt: str, *, confirm: bool = False) -> str:
-    """The password from $EPOCHAL_PASSWORD (scripts), else asked without echo."""
+    """The password from $EPOCHAL_PASSWORD (scripts), else asked without echo; without a
+    terminal, the first line of stdin (`... | epochal user login NAME`)."""
     env = os.environ.get(PASSWORD_ENV)
     if env:
         return env
+    if not sys.stdin.isatty():  # getpass would warn that it cannot hide the input
+        line = sys.stdin.readline().rstrip("\r\n")
+        if not line:
+            raise CliError(f"no password given: no terminal to ask on and nothing on stdin "
+                           f"(pipe it in, or set ${PASSWORD_ENV})")
+        return line
     try:
         return str(typer.prompt(prompt, hide_input=True, confirmation_prompt=confirm))
     except typer.Abort:

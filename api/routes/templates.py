@@ -62,9 +62,10 @@ def merge_under(config: dict[str, Any], template: dict[str, Any]) -> dict[str, A
 async def template_config(conn: asyncpg.Pool | asyncpg.Connection, name: str) -> dict[str, Any]:
     """A template's config for experiment creation; unknown names are the request's mistake."""
     config = await queries.fetch_template_config(conn, name)
-    if config is None:
-        raise ApiError(400, f"template {name!r} not found",
-                       [f"template: no config template is named {name!r}"])
+    if config is None:  # the message says what was wrong, the detail which field and why
+        raise ApiError(400, "invalid request: unknown config template",
+                       [f"template: no config template is named {name!r} (`epochal template "
+                        "list` names them)"])
     return dict(config)
 
 

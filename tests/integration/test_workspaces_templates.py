@@ -144,7 +144,10 @@ async def test_templates_are_kept_and_merged_under_the_config(api: httpx.AsyncCl
     assert merged["hyperparameters"]["lr"]["type"] == "categorical"  # taken whole
     assert merged["hyperparameters"]["layers"] == {"type": "const", "val": 3}
     unknown = await create_experiment(api, yaml.safe_dump(config), template="no-such-template")
-    assert unknown.status_code == 400 and "no-such-template" in unknown.json()["details"][0]
+    assert unknown.status_code == 400 and unknown.json() == {
+        "message": "invalid request: unknown config template",  # said once, not twice
+        "details": ["template: no config template is named 'no-such-template' (`epochal "
+                    "template list` names them)"]}
 
     assert (await api.patch(f"/api/v1/templates/{name}", json={"labels": ["x"]})).json()[
         "template"]["config"] == {"labels": ["x"]}

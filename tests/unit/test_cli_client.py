@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import socket
+from pathlib import Path
 
 import httpx
 import pytest
@@ -140,3 +142,36 @@ def test_help_is_fast_to_import() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+def test_a_401_without_a_login_says_to_log_in(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    """Not the server's words for API clients (an Authorization header to send)."""
+    fake = FakeMaster().on("GET", "/me", error(401, "not logged in: send 'Authorization: "
+                                                    "Bearer <token>'"))
+    monkeypatch.setattr(cli.client, "transport_factory", fake.transport)
+    logged_out = {"EPOCHAL_AUTH_FILE": str(tmp_path / "auth.json"), "EPOCHAL_TOKEN": None}
+
+    result = run("-m", "http://master.example:8080", "user", "whoami", env=logged_out)
+
+    assert result.exit_code == 1
+    assert result.stderr == ("error: not logged in to http://master.example:8080: log in with "
+                             "`epochal user login NAME` (or point -m / EPOCHAL_MASTER at the "
+                             "master you are logged in to)\n")
+    # Logged in with a token the master refuses: the master's own words (expired, revoked).
+    fake.on("GET", "/me", error(401, "token expired: log in again (`epochal user login`)"))
+    result = run("-m", "http://master.example:8080", "user", "whoami",
+                 env={**logged_out, "EPOCHAL_TOKEN": "eps.old"})
+    assert result.stderr == "error: token expired: log in again (`epochal user login`)\n"
+
+
+def test_a_password_comes_from_stdin_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`echo pw | epochal user login NAME`: no getpass warning, no prompt."""
+    from cli.user import _ask_password
+
+    monkeypatch.delenv("EPOCHAL_PASSWORD", raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO("s3cret-pass\n"))
+    assert _ask_password("Password for alice") == "s3cret-pass"
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))
+    with pytest.raises(cli.client.CliError, match="no terminal to ask on and nothing on stdin"):
+        _ask_password("Password for alice")
