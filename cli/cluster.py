@@ -234,10 +234,12 @@ def down(state_dir: StateDir = None) -> None:
 
 @app.command(
     "status",
-    help="Show each part of the local cluster: running, answering, address. "
-    "Exit code 1 when a part does not answer.",
+    help="Show each part of the local cluster: running, answering, address; with -m or "
+    "EPOCHAL_MASTER (and no --state-dir), the master there and its agents. Exit code 1 when a "
+    "part does not answer.",
 )
 def status(
+    ctx: typer.Context,
     state_dir: StateDir = None,
     api_port: ApiPort = None,
     temporal_port: TemporalPort = None,
@@ -245,6 +247,10 @@ def status(
     postgres_port: PostgresPort = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status as JSON.")] = False,
 ) -> None:
+    named = _named_master(ctx)
+    if named is not None and state_dir is None:
+        _remote_status(named, as_json)
+        return
     from deploy import local_cluster
 
     s = settings(
@@ -263,6 +269,63 @@ def status(
     else:
         _show_status(result)
     if not getattr(result, "all_answering", True):
+        raise typer.Exit(1)
+
+
+def _named_master(ctx: typer.Context) -> str | None:
+    """The master the user named (`-m`, else EPOCHAL_MASTER), when it is not this machine's
+    local cluster (nor is a state dir named, EPOCHAL_STATE_DIR): `status` reports that one."""
+    import os
+
+    from cli.client import MASTER_ENV, master_url
+
+    given = ctx.find_root().params.get("master") or os.environ.get(MASTER_ENV)
+    if not given or os.environ.get("EPOCHAL_STATE_DIR"):
+        return None
+    from deploy.local_cluster import load_settings
+
+    url = master_url(ctx)
+    local = load_settings()
+    ours = {f"http://{host}:{local.api_port}" for host in (local.host, "127.0.0.1", "localhost")}
+    return None if url in ours else url
+
+
+def _remote_status(url: str, as_json: bool) -> None:
+    """A master the user named (not this machine's local cluster): whether it answers, what it
+    is, and (logged in) its agents."""
+    from cli.client import ApiError, Client, ConnectionLost, MasterUnreachable
+
+    found: dict[str, Any] = {"master": url, "dashboard": f"{url}/", "answering": False}
+    try:
+        with Client(url, anonymous=True) as client:
+            master = client.get("/master")
+        found.update(answering=True, clusterName=master.get("clusterName"),
+                     version=master.get("version"))
+        with Client(url) as client:
+            agents = client.get("/agents").get("agents") or []
+        found["agents"] = [{"id": a.get("id"), "slots": len(a.get("slots") or {}),
+                            "enabled": a.get("enabled", True)} for a in agents]
+    except (MasterUnreachable, ConnectionLost) as err:
+        found["error"] = err.message
+    except ApiError as err:  # answering, but not to this caller (not logged in)
+        found["agents_error"] = err.message
+    if as_json:
+        render.print_json({**found, "allAnswering": found["answering"]})
+    else:
+        t = render.table("Part", "Answering", "Address", wrap=["Address"])
+        t.add_row("master", "yes" if found["answering"] else "no", url)
+        for agent in found.get("agents", []):
+            t.add_row("agent", "yes" if agent["enabled"] else "disabled",
+                      f"{agent['id']} ({agent['slots']} slots)")
+        render.show(t)
+        if "error" in found:
+            render.say(found["error"])
+        elif "agents_error" in found:
+            render.say(f"agents: {found['agents_error']}")
+        else:
+            render.say(f"Cluster: {found['clusterName']} (Epochal {found['version']})")
+            render.say(f"Dashboard: {found['dashboard']}")
+    if not found["answering"]:
         raise typer.Exit(1)
 
 

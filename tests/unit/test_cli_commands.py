@@ -6,13 +6,22 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 from typer.testing import CliRunner
 
 import cli.agent
 import cli.client
 from cli.main import app
-from tests.fakes.cli_master import CHECKPOINTS, FakeMaster, experiment, log, ndjson, trial
+from tests.fakes.cli_master import (
+    CHECKPOINTS,
+    FakeMaster,
+    experiment,
+    log,
+    ndjson,
+    trial,
+    unreachable,
+)
 
 
 @pytest.fixture
@@ -379,6 +388,40 @@ def test_cluster_status_json(cluster, tmp_path) -> None:
     assert data["info"]["api_url"] == "http://127.0.0.1:8080"
     assert data["parts"][0]["log_file"] == "/l/pg.log"
     assert data["allAnswering"] is False
+
+
+def test_cluster_status_of_a_named_master_is_that_masters(
+    cluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """-m or EPOCHAL_MASTER naming another master: its answer and agents, not this machine's
+    local cluster (which `status` used to report whatever the user named)."""
+    fake = (FakeMaster()
+            .on("GET", "/master", {"clusterName": "team", "version": "1.2.3"})
+            .on("GET", "/agents", {"agents": [{"id": "gpu-1", "enabled": True,
+                                               "slots": {"0": {}, "1": {}}}]}))
+    monkeypatch.setattr(cli.client, "transport_factory", fake.transport)
+    monkeypatch.setenv("EPOCHAL_STATE_DIR", "")  # the local cluster's own, if any
+    monkeypatch.setenv("HOME", str(tmp_path))  # no local cluster there
+
+    result = run("-m", "http://team-master:8080", "cluster", "status")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[2].split()[:3] == ["master", "yes", "http://team-master:8080"]
+    assert lines[3].split()[:4] == ["agent", "yes", "gpu-1", "(2"]
+    assert "Cluster: team (Epochal 1.2.3)" in result.stdout
+    assert "status" not in cluster  # the local cluster's status was not asked
+
+    data = json.loads(run("-m", "http://team-master:8080", "cluster", "status", "--json").stdout)
+    assert data["answering"] is True and data["agents"] == [
+        {"id": "gpu-1", "slots": 2, "enabled": True}]
+
+    monkeypatch.setattr(cli.client, "transport_factory",
+                        lambda: httpx.MockTransport(unreachable))
+    gone = run("-m", "http://team-master:8080", "cluster", "status")
+    assert gone.exit_code == 1
+    assert gone.stdout.splitlines()[2].split()[:2] == ["master", "no"]
+    assert "cannot reach the master at http://team-master:8080" in gone.stdout
 
 
 def test_master_run_calls_deploy_master(monkeypatch: pytest.MonkeyPatch) -> None:
