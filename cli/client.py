@@ -131,7 +131,8 @@ def _error_from_response(response: httpx.Response) -> ApiError:
             message += f": {text}"
     elif status >= 500:
         message = f"the master failed on {where} ({status}): {message}"
-    if status == 401 and "authorization" not in request.headers:
+    if status == 401 and "authorization" not in request.headers and message.startswith(
+            "not logged in"):  # a route that needs a login (not a refused login itself)
         master = f"{request.url.scheme}://{request.url.netloc.decode()}"
         message = (f"not logged in to {master}: log in with `epochal user login NAME` (or point "
                    "-m / EPOCHAL_MASTER at the master you are logged in to)")

@@ -163,6 +163,11 @@ def test_a_401_without_a_login_says_to_log_in(monkeypatch: pytest.MonkeyPatch,
     result = run("-m", "http://master.example:8080", "user", "whoami",
                  env={**logged_out, "EPOCHAL_TOKEN": "eps.old"})
     assert result.stderr == "error: token expired: log in again (`epochal user login`)\n"
+    # A refused login keeps its own words.
+    fake.on("POST", "/auth/login", error(401, "invalid username or password"))
+    result = run("-m", "http://master.example:8080", "user", "login", "alice",
+                 env={**logged_out, "EPOCHAL_PASSWORD": "wrong-password"})
+    assert result.stderr == "error: invalid username or password\n"
 
 
 def test_a_password_comes_from_stdin_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
