@@ -118,6 +118,17 @@ def trial_json(row: asyncpg.Record) -> JSON:
 
 
 
+MAX_LOGS_PER_REQUEST = 10_000  # lines one request ships (the agents', a detached script's)
+
+
+def trial_of_task(task_id: str, where: str) -> int:
+    """Trial tasks are named `<experimentId>.<trialId>` (allocations add `.<runId>`)."""
+    parts = task_id.split(".")
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+        raise ApiError(400, f"{where}: {task_id!r} is not a trial task id (expected EXP.TRIAL)")
+    return int(parts[1])
+
+
 async def require_trial(conn: asyncpg.Pool | asyncpg.Connection, trial_id: int) -> str:
     """The trial's state (without the STATE_ prefix); 404 if there is no such trial."""
     state = await trials.fetch_trial_state(conn, trial_id)

@@ -23,7 +23,6 @@ from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
 from api.queries import checkpoints as checkpoint_queries
 from api.queries import trials as trial_queries
-from api.routes.tasks import trial_of_task
 from api.schemas import Empty, answers
 from api.schemas import checkpoints as checkpoint_schemas
 from api.settings import Settings
@@ -105,7 +104,7 @@ async def _check_stored(files: CheckpointFiles, uuid: str, resources: dict[str, 
 async def report_checkpoint(
     body: ReportCheckpointRequest, request: Request, pool: Pool, settings: AppSettings
 ) -> dict[str, Any]:
-    trial_id = trial_of_task(body.taskId, "taskId")
+    trial_id = views.trial_of_task(body.taskId, "taskId")
     await auth.require_trial_write(request, trial_id)
     if body.training and body.training.trialId not in (None, trial_id):
         raise ApiError(400, f"training.trialId: {body.training.trialId} does not match taskId")
@@ -247,7 +246,7 @@ async def _writable_checkpoint(
 ) -> tuple[int, dict[str, Any]]:
     """The trial (and its experiment's config) a trial may upload checkpoint files for: its
     own, and only a checkpoint not yet recorded (files of a recorded one never change)."""
-    trial_id = trial_of_task(task_id, "taskId")
+    trial_id = views.trial_of_task(task_id, "taskId")
     await auth.require_trial_write(request, trial_id)
     config = await trial_queries.fetch_experiment_config_of_trial(pool, trial_id)
     if config is None:

@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
-from api import auth
+from api import auth, views
 from api.deps import Pool, Preemption
 from api.errors import ApiError, not_found
 from api.queries import logs as log_queries
@@ -20,9 +20,6 @@ from common import tracing
 from common.temporal_names import is_task_uuid
 
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
-
-MAX_LOGS_PER_REQUEST = 10_000
-
 
 class TaskLog(BaseModel):
     taskId: str
@@ -38,15 +35,7 @@ class TaskLog(BaseModel):
 
 
 class PostTaskLogsRequest(BaseModel):
-    logs: list[TaskLog] = Field(max_length=MAX_LOGS_PER_REQUEST)
-
-
-def trial_of_task(task_id: str, where: str) -> int:
-    """Trial tasks are named `<experimentId>.<trialId>` (allocations add `.<runId>`)."""
-    parts = task_id.split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
-        raise ApiError(400, f"{where}: {task_id!r} is not a trial task id (expected EXP.TRIAL)")
-    return int(parts[1])
+    logs: list[TaskLog] = Field(max_length=views.MAX_LOGS_PER_REQUEST)
 
 
 @router.post("/task/logs", **answers(Empty))
@@ -63,7 +52,7 @@ async def post_task_logs(
         if is_task_uuid(log.taskId):
             task_rows.append(line)
         else:
-            trial_rows.append((trial_of_task(log.taskId, f"logs[{i}].taskId"), *line))
+            trial_rows.append((views.trial_of_task(log.taskId, f"logs[{i}].taskId"), *line))
     if task_rows:  # a task's output comes from the agent that runs it
         auth.require_agent(auth.current(request), f"write the logs of task {task_rows[0][0]}")
     for trial_id in sorted({row[0] for row in trial_rows}):

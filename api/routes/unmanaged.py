@@ -15,7 +15,6 @@ from api.deps import Pool
 from api.errors import ApiError, not_found
 from api.queries import logs as log_queries
 from api.queries import trials as trial_queries
-from api.routes.tasks import MAX_LOGS_PER_REQUEST, trial_of_task
 from api.schemas import Empty, answers
 from api.schemas import trials as trial_schemas
 
@@ -116,14 +115,14 @@ async def patch_trial(trial_id: int, body: PatchTrialRequest, pool: Pool) -> dic
 
 @router.post("/task-logs", **answers(Empty))
 async def post_shipped_lines(
-    lines: Annotated[list[ShippedLine], Body(max_length=MAX_LOGS_PER_REQUEST)],
+    lines: Annotated[list[ShippedLine], Body(max_length=views.MAX_LOGS_PER_REQUEST)],
     request: Request, pool: Pool,
 ) -> dict[str, Any]:
     """The output of a detached trial's script, as its log shipper sends it; its owner's (or
     the trial's own token's) to write."""
     rows: list[log_queries.TaskLogRow] = []
     for i, line in enumerate(lines):
-        trial_id = trial_of_task(line.task_id, f"[{i}].task_id")
+        trial_id = views.trial_of_task(line.task_id, f"[{i}].task_id")
         rows.append((trial_id, line.task_id, None, None, "stdout", "LOG_LEVEL_INFO",
                      line.log.rstrip("\n").replace("\x00", ""),
                      line.timestamp or datetime.now().astimezone()))
