@@ -68,6 +68,7 @@ from workflows.types import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTria
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
 MAX_PORTS = 16  # what one reserve_ports call may ask for
+OWNER_ATTEMPTS = 3  # GET /me again after a dropped connection
 # How often a run with `profiling: {enabled: true}` is sampled (agent_worker/system_metrics.py).
 SYSTEM_METRICS_INTERVAL = 5.0
 # A trial's S3 checkpoint cache goes once no run of it on this agent used it for this long.
@@ -263,7 +264,9 @@ class AgentActivities:
                                ) -> dict[str, Any] | None:
         """The experiment owner (Determined's v1User): `GET /me` with the trial's token names
         them. None when it cannot be learnt."""
-        if token:
+        for attempt in range(OWNER_ATTEMPTS if token else 0):
+            if attempt:
+                await asyncio.sleep(0.5 * attempt)
             try:
                 answer = await self.http.get(f"{master_url}/api/v1/me",
                                              headers={"Authorization": f"Bearer {token}"})
@@ -271,8 +274,14 @@ class AgentActivities:
                     user: dict[str, Any] = answer.json()["user"]
                     return user
                 logger.warning("GET /api/v1/me answered %s", answer.status_code)
+                if answer.status_code < 500:
+                    break
+            except httpx.TransportError as err:  # a dropped connection: the GET is idempotent
+                logger.warning("cannot learn the experiment owner (%s): attempt %d of %d",
+                               err, attempt + 1, OWNER_ATTEMPTS)
             except (httpx.HTTPError, KeyError, TypeError, ValueError) as err:
                 logger.warning("cannot learn the experiment owner (%s)", err)
+                break
         return None
 
     async def owner_session(self, master_url: str, trial_id: int, token: str | None
@@ -311,7 +320,7 @@ class AgentActivities:
             return None
         if owner is None:
             raise ApplicationError("cannot learn who owns this run, so which identity it has "
-                                   "on this agent (GET /api/v1/me); trying again",
+                                   "on this agent (GET /api/v1/me)",
                                    type="OwnerUnknown")
         try:
             return user_identity(int(owner["id"]), str(owner["username"]),

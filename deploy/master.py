@@ -61,6 +61,7 @@ from workflows.trial import TrialWorkflow
 log = logging.getLogger("epochal.master")
 T = TypeVar("T")
 CONNECT_ATTEMPTS = 60
+MASTER_KEEP_ALIVE_SECONDS = 65
 
 
 async def _retry(what: str, connect: Callable[[], Awaitable[T]]) -> T:
@@ -215,6 +216,10 @@ async def serve(settings: Settings,
                 port=settings.api_port,
                 log_level="warning",
                 timeout_graceful_shutdown=2,
+                # Longer than any client keeps an idle connection (httpx: 5 s, as long as the
+                # agent's heartbeat): at equal times a request sent as the server closes the
+                # connection is lost ("Server disconnected without sending a response").
+                timeout_keep_alive=MASTER_KEEP_ALIVE_SECONDS,
             )
         )
         worker = build_worker(client, pool, cluster_storage=settings.checkpoint_storage,

@@ -33,7 +33,7 @@ from api.auth import ensure_admin_password
 from api.settings import Settings
 from common import search_attributes
 from common.payload_codec import data_converter
-from deploy.master import build_worker
+from deploy.master import MASTER_KEEP_ALIVE_SECONDS, build_worker
 from deploy.processes import free_port
 
 
@@ -161,6 +161,7 @@ async def live_master(
             log_level="warning",
             lifespan="on",  # closes the app's LISTEN connection (api/preemption.py)
             timeout_graceful_shutdown=1,
+            timeout_keep_alive=MASTER_KEEP_ALIVE_SECONDS,
         )
     )
     server.install_signal_handlers = lambda: None  # type: ignore[method-assign]

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 import agent_worker
+from agent_worker.activities import AgentActivities
 from agent_worker.logs import LogShipper, log_level, pump_lines
 from agent_worker.main import parse_args
 from agent_worker.process_runtime import (
@@ -308,3 +309,29 @@ def test_unwritable_checkpoint_storage_fails_the_run_naming_it(tmp_path: Path) -
     check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
                                                    "host_path": str(tmp_path / "new")}}, "a")
     assert (tmp_path / "new").is_dir()
+
+
+async def test_the_owner_is_asked_again_after_the_master_drops_the_connection(
+        tmp_path: Path) -> None:
+    """A connection the master closes as the agent's GET /me goes out (its keep-alive ending)
+    loses the request; the agent asks again rather than failing the run."""
+    connections = 0
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await reader.readuntil(b"\r\n\r\n")
+        if connections > 1:
+            body = b'{"user": {"id": 7, "username": "ann"}}'
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                         b"content-length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    async with server, httpx.AsyncClient() as http:
+        acts = AgentActivities(agent_id="a", master_url=url, work_dir=tmp_path, http=http,
+                               runtime=ProcessRuntime(), slots=SlotPool(cpu_slots(1)))
+        assert await acts.experiment_owner(url, "ept.1.token") == {"id": 7, "username": "ann"}
+    assert connections == 2
