@@ -67,7 +67,7 @@ determined: install
 # Debian's docker.io, starts dockerd if none answers and builds the image once (cached by content
 # hash); elsewhere without an engine it says so and those tests skip.
 docker: install
-	$(STAGE) docker -- $(BIN)/python -m deploy.docker_engine --build-image
+	$(STAGE) docker -- $(BIN)/python -m deploy.dockerd --build-image
 
 # The dashboard's browser tests drive Debian's chromium through Playwright: in CI (or as root)
 # this installs it when /usr/bin/chromium is missing; elsewhere it says how to.
@@ -79,6 +79,7 @@ browser: install
 lint: install
 	$(STAGE) lint -- $(BIN)/ruff check .
 	$(STAGE) lint -- $(BIN)/mypy
+	$(STAGE) lint -- $(BIN)/lint-imports
 
 down: install
 	$(BIN)/epochal cluster down

@@ -34,7 +34,7 @@ from common.temporal_names import (
     REQUEST_PREEMPTION,
     WRITE_TRIAL_LOG,
 )
-from workflows.types import (
+from wire.workflow_io import (
     CheckSearcherMetricInput,
     CreateTrialInput,
     FinishExperimentInput,

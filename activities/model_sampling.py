@@ -38,9 +38,9 @@ from common.expconf import (
 )
 from common.states import TERMINAL_STATES
 from common.temporal_names import SAMPLE_TRIAL_HPARAMS
+from wire.workflow_io import SampleHparamsInput
 from workflows.searchers import trial_seed
 from workflows.searchers.hparams import nest
-from workflows.types import SampleHparamsInput
 
 
 @dataclass(frozen=True)

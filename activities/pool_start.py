@@ -19,7 +19,7 @@ from common.temporal_names import (
     RESOURCE_POOL_WORKFLOW,
     resource_pool_workflow_id,
 )
-from workflows.pool_types import PoolInput
+from wire.pools import PoolInput
 
 
 async def start_pool(client: Client, name: str) -> None:

@@ -1,6 +1,6 @@
 """The provisioner's activities (workflows/provisioner.py), on the master's queue: what a pool
 looks like (its provider's instances, its scheduler's agents and queue), and the provider's
-launches and terminations. Providers come from the master's config (deploy/providers/config.py).
+launches and terminations. Providers come from the master's config (providers/config.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from common.temporal_names import (
     PoolMessages,
     resource_pool_workflow_id,
 )
-from deploy.providers import Provider, ProviderError
-from deploy.providers.config import ProviderBase
-from workflows.pool_types import AgentEnabled
-from workflows.provisioner_types import (
+from providers import Provider, ProviderError
+from providers.config import ProviderBase
+from wire.pools import AgentEnabled
+from wire.provisioning import (
     AgentView,
     EnableRequest,
     LaunchRequest,

@@ -30,7 +30,7 @@ from common.temporal_names import (
     PoolMessages,
     resource_pool_workflow_id,
 )
-from workflows.pool_types import (
+from wire.pools import (
     ReleaseSlotsInput,
     RequestSlotsInput,
     SlotRelease,

@@ -12,7 +12,7 @@ import asyncpg
 from temporalio import activity
 
 from common.temporal_names import RECORD_TASK_STATE, TASK_IDLE_SECONDS
-from workflows.types import RecordTaskStateInput
+from wire.workflow_io import RecordTaskStateInput
 
 
 class TaskStore:

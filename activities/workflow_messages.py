@@ -35,7 +35,7 @@ from common.temporal_names import (
     ExperimentMessages,
     experiment_workflow_id,
 )
-from workflows.types import CancelRequestInput, StartTrialInput, TrialClosedInput
+from wire.workflow_io import CancelRequestInput, StartTrialInput, TrialClosedInput
 
 
 class MessageActivities:

@@ -5,10 +5,10 @@ the `run_trial` activity, and runs each trial with a `Runtime`: a process group 
 (`ProcessRuntime`, the default) or a task container (`DockerRuntime`, `--runtime docker`).
 """
 
-from agent_worker.activities import AgentActivities
 from agent_worker.main import Agent, AgentConfig, main
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import ExitStatus, Launch, Runtime
+from agent_worker.trial_runs import AgentActivities
 
 __all__ = [
     "Agent",

@@ -45,7 +45,7 @@ from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
 from common.checkpoint_storage import shared_fs_host_path
 from common.temporal_names import task_allocation_id
-from workflows.types import RunTaskInput
+from wire.workflow_io import RunTaskInput
 
 CONTAINER_RUN_DIR = "/run/epochal"
 CONTAINER_WORKDIR = f"{CONTAINER_RUN_DIR}/{WORKDIR_NAME}"

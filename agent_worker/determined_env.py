@@ -166,7 +166,7 @@ def determined_info_files(info: Mapping[str, Any], *, username: str,
 def write_determined_info(directory: Path, info: Mapping[str, Any], *, username: str,
                           shared_fs_mounted: bool = False) -> None:
     """Write the info files into `directory` (created). They hold the run's token: the agent
-    makes them private to the trial's user (agent_worker/activities.py)."""
+    makes them private to the trial's user (agent_worker/trial_runs.py)."""
     directory.mkdir(parents=True, exist_ok=True)
     files = determined_info_files(info, username=username, shared_fs_mounted=shared_fs_mounted)
     for name, content in files.items():

@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 def default_task_image() -> str:
     """Epochal's task image for the harness this agent has (tag from a content hash)."""
-    from deploy.images.task_image import task_image_tag
+    from task_image.image import task_image_tag
 
     return task_image_tag()
 

@@ -2,7 +2,7 @@
 
 The container is described by agent_worker/container_spec.py; this module pulls its image (by the
 agent's pull policy), creates and starts it, ships its output as trial logs, stops it with the
-kill grace, and removes it. The harness is installed in Epochal's task image (deploy/images),
+kill grace, and removes it. The harness is installed in Epochal's task image (task_image),
 so a container needs nothing from the agent's host but the run directory, the checkpoint
 storage (mounted at the same path, so paths in trial info hold inside) and the user's
 `bind_mounts`. `startup` removes whatever a crashed agent of the same id left behind.

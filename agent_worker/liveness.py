@@ -15,7 +15,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from common.temporal_names import AGENT_LIVENESS
-from workflows.pool_types import AgentLivenessInput
+from wire.pools import AgentLivenessInput
 
 BEAT_SECONDS = 3.0
 PERIOD_SECONDS = 3600.0

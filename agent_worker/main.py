@@ -34,7 +34,6 @@ import httpx
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from agent_worker.activities import SYSTEM_METRICS_INTERVAL, AgentActivities
 from agent_worker.liveness import Liveness
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.registration import Registration, host_addresses, route_address
@@ -52,6 +51,7 @@ from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.task_runs import TaskActivities
 from agent_worker.trial_firewall import TrialFirewall, listeners
+from agent_worker.trial_runs import SYSTEM_METRICS_INTERVAL, AgentActivities
 from common import payload_codec, tracing
 from common.temporal_connection import TemporalConnectionError, TemporalSecurity, connect
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent_worker.sandbox import TaskUser
-from workflows.types import RunTaskInput, RunTrialInput
+from wire.workflow_io import RunTaskInput, RunTrialInput
 
 WORKDIR_NAME = "workdir"  # as Determined names it (/run/determined/workdir)
 

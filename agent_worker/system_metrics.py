@@ -23,7 +23,7 @@ import psutil
 from agent_worker.runtime import Launch
 from agent_worker.slots import TYPE_CUDA, Slot, load_nvml
 from common.metric_groups import SYSTEM
-from workflows.types import RunTrialInput
+from wire.workflow_io import RunTrialInput
 
 logger = logging.getLogger(__name__)
 

@@ -28,14 +28,14 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agent_worker.activities import AgentActivities, free_ports, fresh_dir
 from agent_worker.aio import uninterruptible
 from agent_worker.private_files import make_private
 from agent_worker.runtime import ExitStatus, Launch, run_workdir
 from agent_worker.slots import gpu_environment
 from agent_worker.startup_hook import HookWatch, with_startup_hooks
+from agent_worker.trial_runs import AgentActivities, free_ports, fresh_dir
 from common.temporal_names import RUN_TASK, task_allocation_id
-from workflows.types import RunTaskInput, RunTaskResult
+from wire.workflow_io import RunTaskInput, RunTaskResult
 
 logger = logging.getLogger(__name__)
 

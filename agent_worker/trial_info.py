@@ -10,7 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from common.temporal_names import allocation_id, task_id
-from workflows.types import Rendezvous, RunTrialInput
+from wire.workflow_io import Rendezvous, RunTrialInput
 
 TRIAL_INFO_FILE = "trial_info.json"
 TRIAL_INFO_ENV = "EPOCHAL_TRIAL_INFO"

@@ -75,8 +75,8 @@ from activities.database import apply_migrations, create_pool  # noqa: E402
 from bench.common.reads import ReadPath, time_reads  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from bench.common.temporal import dev_server  # noqa: E402
+from common import processes  # noqa: E402
 from common.tokens import mint_trial_token  # noqa: E402
-from deploy import processes  # noqa: E402
 from deploy.postgres import EmbeddedPostgres  # noqa: E402
 from harness import core  # noqa: E402
 from harness.core._info import TrialInfo  # noqa: E402

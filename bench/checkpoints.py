@@ -41,8 +41,8 @@ from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common.processes import free_port_block  # noqa: E402
 from deploy import local_cluster  # noqa: E402
-from deploy.processes import free_port_block  # noqa: E402
 from deploy.s3_server import PORT_BLOCK  # noqa: E402
 
 MIB = 1024 * 1024

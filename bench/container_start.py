@@ -154,7 +154,7 @@ def main() -> None:
     if "docker" in runtimes:
         import docker
 
-        from deploy.images.task_image import image_exists, task_image_tag
+        from task_image.image import image_exists, task_image_tag
 
         tag = task_image_tag()
         if not image_exists(docker.from_env(), tag):

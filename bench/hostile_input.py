@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
-from deploy.processes import read_pid  # noqa: E402
+from common.processes import read_pid  # noqa: E402
 
 BASE = {"name": "hostile", "entrypoint": "python3 train.py",
         "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}

@@ -45,8 +45,8 @@ from bench.common.login import admin_headers  # noqa: E402
 from bench.common.reads import ReadPath, time_reads  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common.processes import read_pid  # noqa: E402
 from deploy import local_cluster  # noqa: E402
-from deploy.processes import read_pid  # noqa: E402
 
 TRAIN = '''\
 import time

@@ -51,13 +51,13 @@ from common.temporal_names import (  # noqa: E402
     agent_task_queue,
     resource_pool_workflow_id,
 )
-from workflows.allocation import Allocator, Resources  # noqa: E402
-from workflows.pool_types import (  # noqa: E402
+from wire.pools import (  # noqa: E402
     AgentRegistration,
     Allocation,
     PoolInput,
     SlotRequest,
 )
+from workflows.allocation import Allocator, Resources  # noqa: E402
 from workflows.resource_pool import ResourcePoolWorkflow  # noqa: E402
 
 FLOOR_QUEUE = "bench-floor"

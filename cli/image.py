@@ -1,4 +1,4 @@
-"""`epochal image build`: Epochal's default task image, made offline (deploy/images)."""
+"""`epochal image build`: Epochal's default task image, made offline (task_image)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ app = typer.Typer(help="Build Epochal's task image for the Docker runtime.",
 def build() -> None:
     import docker.errors
 
-    from deploy.images import task_image
+    from task_image import image as task_image
 
     def say(message: str) -> None:
         sys.stderr.write(f"{message}\n")
@@ -36,6 +36,6 @@ def build() -> None:
 
 @app.command("tag", help="Print the tag of this installation's default task image.")
 def tag() -> None:
-    from deploy.images import task_image
+    from task_image import image as task_image
 
     render.say(task_image.task_image_tag())

@@ -1,4 +1,6 @@
-"""The `epochal` command: experiments, trials, checkpoints, agents and the local cluster.
+"""The `epochal` command's client half: experiments, trials, checkpoints, agents, users, models
+and tasks, through a master's REST API. The installed `epochal` adds the commands that run a
+cluster (`cluster`, `master run`: deploy/console.py), which only deploy may compose.
 
 Every expected failure is a `cli.client.CliError`, turned into `error: ...` on stderr and its exit
 code by `_Root.invoke`, the one error handler. Heavy modules (temporalio, deploy, the config
@@ -16,7 +18,6 @@ from typer.core import TyperGroup
 from cli import (
     agent,
     checkpoint,
-    cluster,
     experiment,
     image,
     model,
@@ -91,7 +92,6 @@ app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(agent.app, name="agent")
 app.add_typer(scheduling.slot_app, name="slot")
 app.add_typer(scheduling.job_app, name="job")
-app.add_typer(cluster.app, name="cluster")
 app.add_typer(image.app, name="image")
 app.add_typer(user.app, name="user")
 app.add_typer(workspace.workspace_app, name="workspace")
@@ -99,24 +99,6 @@ app.add_typer(workspace.project_app, name="project")
 app.add_typer(workspace.template_app, name="template")
 app.add_typer(model.app, name="model")
 ntsc.register(app)  # cmd, notebook, shell, tensorboard
-
-master_app = typer.Typer(help="Run the master.", no_args_is_help=True)
-app.add_typer(master_app, name="master")
-
-
-@master_app.command(
-    "run",
-    help=(
-        "Run the master in this process: database migrations, the REST API and the Temporal "
-        "worker. Configured by env EPOCHAL_DB_URL, EPOCHAL_TEMPORAL_ADDRESS, "
-        "EPOCHAL_API_HOST, EPOCHAL_API_PORT (see docs/CONTRACTS.md)."
-    ),
-)
-def master_run() -> None:
-    from deploy.master import main
-
-    main()
-
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -35,10 +35,11 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from common import processes
 from common.agent_args import AGENT_PROGRAM, AgentArgs
-from deploy import processes, temporal_server
+from common.processes import ClusterError, failure
+from deploy import temporal_server
 from deploy.postgres import EmbeddedPostgres, database_url, without_password
-from deploy.processes import ClusterError, failure
 from deploy.s3_server import SeaweedFSServer
 from deploy.temporal_server import TemporalDevServer
 
@@ -461,7 +462,7 @@ def down(settings: ClusterSettings | None = None) -> list[str]:
     for part in ("agent", "master"):
         if processes.stop_pid_file(s.pid_file(part), s.stop_grace):
             stopped.append(part)
-    from deploy.providers.process import pid_files
+    from providers.process import pid_files
 
     provisioned = [f for f in pid_files(s.state_dir) if processes.stop_pid_file(f, s.stop_grace)]
     if provisioned:  # agents the master's `process` provider started

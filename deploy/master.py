@@ -44,16 +44,16 @@ from common.temporal_names import (
     resource_pool_workflow_id,
 )
 from deploy.local_cluster import default_state_dir
-from deploy.providers import AgentSetup, Provider, make_provider
-from deploy.providers.config import (
+from providers import AgentSetup, Provider, make_provider
+from providers.config import (
     MASTER_CONFIG_ENV,
     MasterConfigError,
     ProviderBase,
     load_master_config,
 )
+from wire.provisioning import ProvisionerInput
 from workflows.experiment import ExperimentWorkflow
 from workflows.provisioner import ProvisionerWorkflow
-from workflows.provisioner_types import ProvisionerInput
 from workflows.resource_pool import ResourcePoolWorkflow
 from workflows.task import TaskWorkflow
 from workflows.trial import TrialWorkflow

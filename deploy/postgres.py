@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from deploy.processes import ClusterError, failure, is_alive, port_in_use
+from common.processes import ClusterError, failure, is_alive, port_in_use
 
 SYSTEM_USER = "embedded_postgres"
 SUPERUSER = "postgres"

@@ -18,8 +18,8 @@ import urllib3
 from minio import Minio
 from minio.error import MinioException
 
-from deploy import processes
-from deploy.processes import failure
+from common import processes
+from common.processes import failure
 
 PORT_BLOCK = 10  # the S3 port, then SeaweedFS's other servers' ports after it
 

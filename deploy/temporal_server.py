@@ -14,8 +14,8 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from deploy import processes
-from deploy.processes import failure
+from common import processes
+from common.processes import failure
 
 if TYPE_CHECKING:
     from common.temporal_connection import TemporalSecurity

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 import pytest_asyncio
 
+from common.processes import free_port
 from deploy.postgres import EmbeddedPostgres, bin_dir
-from deploy.processes import free_port
 from deploy.temporal_server import TemporalDevServer
 
 pytest_plugins = ["tests.master_fixtures", "tests.docker_fixtures", "tests.agent_fixtures",

@@ -1,7 +1,7 @@
 """Session fixtures for the Docker runtime's tests: an engine and Epochal's task image.
 
 In CI (env CI=true) both must be there: `make test` starts dockerd and builds the image first
-(deploy/docker_engine.py), and a missing engine fails the tests instead of skipping them.
+(deploy/dockerd.py), and a missing engine fails the tests instead of skipping them.
 Elsewhere they skip, saying why, when no engine answers. The image is built at most once per
 session and only when its content-hash tag is missing.
 """
@@ -23,7 +23,7 @@ def docker_client() -> Iterator[docker.DockerClient]:
 
     if not engine_answers():
         reason = ("no Docker engine answers (start dockerd, or run `python -m "
-                  "deploy.docker_engine` as root)")
+                  "deploy.dockerd` as root)")
         if in_ci():
             pytest.fail(f"CI runs the Docker tests, but {reason}")
         pytest.skip(reason)
@@ -35,7 +35,7 @@ def docker_client() -> Iterator[docker.DockerClient]:
 @pytest.fixture(scope="session")
 def task_image(docker_client: docker.DockerClient) -> str:
     """The default task image's tag, built here if `make test` did not build it already."""
-    from deploy.images import task_image as images
+    from task_image import image as images
 
     tag = images.task_image_tag()
     if not images.image_exists(docker_client, tag):

@@ -33,8 +33,8 @@ from api.auth import ensure_admin_password
 from api.settings import Settings
 from common import search_attributes
 from common.payload_codec import data_converter
+from common.processes import free_port
 from deploy.master import MASTER_KEEP_ALIVE_SECONDS, build_worker
-from deploy.processes import free_port
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")

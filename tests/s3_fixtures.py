@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from minio import Minio
 
-from deploy.processes import free_port_block
+from common.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK, SeaweedFSServer
 from tests.conftest import scratch_dir
 

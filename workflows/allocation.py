@@ -30,8 +30,7 @@ with workflow.unsafe.imports_passed_through():
         PoolMessages,
         resource_pool_workflow_id,
     )
-    from workflows.db_activities import db_activity
-    from workflows.pool_types import (
+    from wire.pools import (
         DEFAULT_PRIORITY,
         Allocation,
         ReleaseSlotsInput,
@@ -41,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         SlotReply,
         SlotRequest,
     )
+    from workflows.db_activities import db_activity
 
 SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
 SCHEDULER_RETRY = RetryPolicy(

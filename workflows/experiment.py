@@ -41,21 +41,7 @@ with workflow.unsafe.imports_passed_through():
         TrialMessages,
         trial_workflow_id,
     )
-    from workflows.db_activities import LOCAL_CALLS_PATCH, db_activity
-    from workflows.searchers import make_search, trial_seed
-    from workflows.searchers.base import (
-        ERRORED,
-        USER_STOPPED,
-        Continue,
-        Create,
-        Op,
-        SearchMethod,
-        Stop,
-    )
-    from workflows.searchers.fixed import FixedSearch
-    from workflows.temporal_status import cancel_requested, end_canceled, end_failed, run_shielded
-    from workflows.trial import TrialWorkflow
-    from workflows.types import (
+    from wire.workflow_io import (
         JSON,
         LOCAL_CALLS_REVISION,
         TRIAL_REVISION,
@@ -70,6 +56,20 @@ with workflow.unsafe.imports_passed_through():
         TrialOutcome,
         ValidationReport,
     )
+    from workflows.db_activities import LOCAL_CALLS_PATCH, db_activity
+    from workflows.searchers import make_search, trial_seed
+    from workflows.searchers.base import (
+        ERRORED,
+        USER_STOPPED,
+        Continue,
+        Create,
+        Op,
+        SearchMethod,
+        Stop,
+    )
+    from workflows.searchers.fixed import FixedSearch
+    from workflows.temporal_status import cancel_requested, end_canceled, end_failed, run_shielded
+    from workflows.trial import TrialWorkflow
 
 GC_TIMEOUT = timedelta(minutes=10)
 # The experiment's end (`finish_experiment`: its rows, then the checkpoints GC drops) heartbeats,

@@ -1,6 +1,6 @@
 """ProvisionerWorkflow (`provisioner-<pool>`): starts agents when a pool's queue needs slots and
 retires them when idle, as Determined's provisioner does, through a provider (processes, Docker
-containers, EC2 instances: deploy/providers/).
+containers, EC2 instances: providers/).
 
 Every `interval` seconds it observes the pool (its instances from the provider; its agents and
 queue from the pool's scheduler) and acts on `plan()`:
@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         PROVISIONER_TERMINATE,
         PROVISIONER_WORKFLOW,
     )
-    from workflows.provisioner_types import (
+    from wire.provisioning import (
         EnableRequest,
         LaunchRequest,
         Limits,

@@ -47,7 +47,7 @@ with workflow.unsafe.imports_passed_through():
         TrialMessages,
         agent_task_queue,
     )
-    from workflows.pool_types import (
+    from wire.pools import (
         AgentEnabled,
         AgentLivenessInput,
         AgentLost,

@@ -36,9 +36,10 @@ with workflow.unsafe.imports_passed_through():
         TaskMessages,
         task_allocation_id,
     )
+    from wire.pools import DEFAULT_PRIORITY, Allocation, SlotFailure, SlotRequest
+    from wire.workflow_io import RecordTaskStateInput, RunTaskInput, RunTaskResult, TaskInput
     from workflows.allocation import Allocator, Resources
     from workflows.db_activities import db_activity
-    from workflows.pool_types import DEFAULT_PRIORITY, Allocation, SlotFailure, SlotRequest
     from workflows.temporal_status import (
         ShownState,
         cancel_requested,
@@ -46,7 +47,6 @@ with workflow.unsafe.imports_passed_through():
         end_failed,
         run_shielded,
     )
-    from workflows.types import RecordTaskStateInput, RunTaskInput, RunTaskResult, TaskInput
 
 RUN_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the task by then

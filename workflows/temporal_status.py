@@ -25,8 +25,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from common.search_attributes import STATE
     from common.temporal_names import REQUEST_CANCEL
+    from wire.workflow_io import CancelRequestInput
     from workflows.db_activities import db_activity
-    from workflows.types import CancelRequestInput
 
 T = TypeVar("T")
 

@@ -55,9 +55,7 @@ with workflow.unsafe.imports_passed_through():
         experiment_workflow_id,
         task_id,
     )
-    from workflows.allocation import Allocator, Resources
-    from workflows.db_activities import db_activity
-    from workflows.pool_types import (
+    from wire.pools import (
         Allocation,
         AllocationPart,
         SlotFailure,
@@ -65,14 +63,7 @@ with workflow.unsafe.imports_passed_through():
         SlotWaiting,
         allocation_parts,
     )
-    from workflows.temporal_status import (
-        ShownState,
-        cancel_requested,
-        end_canceled,
-        end_failed,
-        run_shielded,
-    )
-    from workflows.types import (
+    from wire.workflow_io import (
         LOCAL_CALLS_REVISION,
         RENDEZVOUS_PORTS,
         TEMPORAL_STATUS_REVISION,
@@ -87,6 +78,15 @@ with workflow.unsafe.imports_passed_through():
         TrialInput,
         TrialLogInput,
         TrialOutcome,
+    )
+    from workflows.allocation import Allocator, Resources
+    from workflows.db_activities import db_activity
+    from workflows.temporal_status import (
+        ShownState,
+        cancel_requested,
+        end_canceled,
+        end_failed,
+        run_shielded,
     )
 
 T = TypeVar("T")

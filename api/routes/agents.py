@@ -33,7 +33,7 @@ from common.temporal_names import (
     resource_pool_workflow_id,
     task_allocation_id,
 )
-from workflows.pool_types import (
+from wire.pools import (
     DEFAULT_PRIORITY,
     AgentEnabled,
     AgentRegistration,

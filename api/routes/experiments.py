@@ -70,8 +70,8 @@ from common.temporal_names import (
     PoolMessages,
     experiment_workflow_id,
 )
-from workflows.pool_types import ExperimentResources, ReopenTrial
-from workflows.types import ExperimentInput
+from wire.pools import ExperimentResources, ReopenTrial
+from wire.workflow_io import ExperimentInput
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
 

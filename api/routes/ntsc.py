@@ -63,7 +63,7 @@ from common.temporal_names import (
     task_allocation_id,
     task_workflow_id,
 )
-from workflows.types import RecordTaskStateInput, TaskInput
+from wire.workflow_io import RecordTaskStateInput, TaskInput
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["tasks"])

@@ -40,7 +40,7 @@ from common.temporal_names import (
     experiment_workflow_id,
     trial_workflow_id,
 )
-from workflows.types import ValidationReport
+from wire.workflow_io import ValidationReport
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 

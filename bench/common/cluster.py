@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from common.processes import free_port
 from deploy import local_cluster
-from deploy.processes import free_port
 
 
 @contextmanager

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from deploy.processes import free_port
+from common.processes import free_port
 from deploy.temporal_server import TemporalDevServer
 
 

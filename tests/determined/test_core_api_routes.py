@@ -137,9 +137,9 @@ async def test_agent_learns_det_user_from_the_trial_token(
     api: httpx.AsyncClient, live_master: LiveMaster, tmp_path: Path
 ) -> None:
     """DET_USER is the experiment's owner: `GET /me` with the trial's token names them."""
-    from agent_worker.activities import AgentActivities
     from agent_worker.process_runtime import ProcessRuntime
     from agent_worker.slots import SlotPool, cpu_slots
+    from agent_worker.trial_runs import AgentActivities
 
     experiment = (await create(api))["experiment"]
     trial = (await wait_for_trials(api, experiment["id"], 2))[0]

@@ -18,7 +18,6 @@ import httpx
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from agent_worker.activities import AgentActivities
 from agent_worker.determined_env import (
     determined_config,
     determined_environment,
@@ -27,8 +26,9 @@ from agent_worker.determined_env import (
 )
 from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespaces
 from agent_worker.slots import SlotPool, cpu_slots
+from agent_worker.trial_runs import AgentActivities
 from tests.fakes.agent_master import FakeMaster, make_tgz
-from workflows.types import RunTrialInput
+from wire.workflow_io import RunTrialInput
 
 CONFIG: dict[str, Any] = {
     "entrypoint": "python3 train.py",

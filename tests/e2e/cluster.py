@@ -26,8 +26,8 @@ from typing import Any
 import httpx
 import yaml
 
+from common.processes import free_port
 from common.states import TERMINAL_STATES
-from deploy.processes import free_port
 from tests.conftest import E2E_NAMESPACE, fresh_database
 from tests.e2e.hosts import Host
 from tests.e2e.namespace import fresh_ids, start_clean
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 DIGITS = REPO / "examples" / "digits"
 # A slow trial of the test suite's own (one step per `sleep` seconds; see its docstring).
 SLOW_MODEL = REPO / "tests" / "e2e" / "slow_model"
-EPOCHAL = [sys.executable, "-m", "cli.main"]
+EPOCHAL = [sys.executable, "-m", "deploy.console"]
 
 
 @dataclass

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from agent_worker.docker_engine import agent_containers
+from common.processes import read_pid
 from deploy.local_cluster import AGENT_ID
-from deploy.processes import read_pid
 from tests.e2e.cluster import (
     DIGITS,
     Cluster,

@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from deploy.processes import read_pid
+from common.processes import read_pid
 from tests.e2e.cluster import SLOW_MODEL, Cluster, SecondAgent, created_id, shared_servers_cluster
 from tests.waiting import wait_for
 

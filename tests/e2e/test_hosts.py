@@ -21,7 +21,7 @@ import psutil
 import pytest
 import yaml
 
-from deploy.processes import free_port_block
+from common.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK
 from tests.e2e.cluster import Cluster, SecondAgent, script_experiment, shared_servers_cluster
 from tests.e2e.hosts import Host, HostNetwork

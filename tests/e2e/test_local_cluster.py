@@ -21,8 +21,8 @@ import pytest
 import yaml
 
 from agent_worker.sandbox import RUN_ID_BASE
+from common.processes import free_port
 from common.states import TERMINAL_STATES
-from deploy.processes import free_port
 from tests.e2e.cluster import DIGITS, EPOCHAL, Cluster, created_id, shared_servers_cluster
 from tests.waiting import wait_for
 

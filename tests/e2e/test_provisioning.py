@@ -17,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from deploy.providers.process import pid_files
+from providers.process import pid_files
 from tests.e2e.cluster import Cluster, shared_servers_cluster
 from tests.e2e.test_faults import create, trials, wait_done
 from tests.waiting import wait_for

@@ -17,9 +17,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from common.processes import free_port, read_pid
 from deploy.local_cluster import load_settings
 from deploy.postgres import EmbeddedPostgres
-from deploy.processes import free_port, read_pid
 from tests.e2e.cluster import Cluster
 from tests.e2e.test_faults import restart_during_training
 

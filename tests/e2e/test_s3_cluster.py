@@ -16,8 +16,8 @@ import yaml
 from minio import Minio
 from temporalio.client import Client
 
+from common.processes import free_port_block
 from deploy.local_cluster import S3_BUCKET
-from deploy.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK
 from tests.e2e.cluster import Cluster, SecondAgent, shared_servers_cluster
 from tests.e2e.test_faults import create, slow_config, state, trials, wait_done

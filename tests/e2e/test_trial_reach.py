@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from agent_worker.sandbox import RUN_ID_BASE
-from deploy.processes import free_port, free_port_block, read_pid
+from common.processes import free_port, free_port_block, read_pid
 from deploy.s3_server import PORT_BLOCK, ports
 from tests.e2e.cluster import Cluster, script_experiment
 from tests.e2e.test_faults import wait_done

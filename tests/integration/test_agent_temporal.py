@@ -29,10 +29,10 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from agent_worker.main import Agent, AgentConfig
 from agent_worker.process_runtime import ProcessRuntime
+from common.processes import free_port
 from common.temporal_names import agent_task_queue
-from deploy.processes import free_port
 from tests.fakes.agent_master import FakeMaster, make_tgz
-from workflows.types import RunTrialInput, RunTrialResult
+from wire.workflow_io import RunTrialInput, RunTrialResult
 
 SLEEPER_PY = """
 import os, subprocess, sys, time

@@ -12,7 +12,7 @@ from temporalio.client import Client
 from common.temporal_names import resource_pool_workflow_id
 from tests.master_fixtures import LiveMaster
 from tests.waiting import eventually
-from workflows.pool_types import SlotReply, SlotRequest
+from wire.pools import SlotReply, SlotRequest
 
 
 def registration(pool: str, boot: str, slots: int = 2) -> dict[str, Any]:

@@ -32,9 +32,9 @@ from activities.database import apply_migrations, create_pool
 from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
+from common.processes import free_port
 from common.tokens import mint_trial_token
 from deploy.master import build_worker
-from deploy.processes import free_port
 from tests.conftest import fresh_database
 from tests.integration.test_api import config_yaml, model_definition
 from tests.master_fixtures import fresh_namespace

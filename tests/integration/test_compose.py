@@ -30,7 +30,7 @@ def compose_command() -> list[str]:
                             ) if shutil.which("docker") else None
     if plugin is not None and plugin.returncode == 0:
         return ["docker", "compose"]
-    if in_ci():  # `make test` installs it (deploy/docker_engine.py)
+    if in_ci():  # `make test` installs it (deploy/dockerd.py)
         pytest.fail("neither docker-compose nor `docker compose` is installed")
     pytest.skip("neither docker-compose nor `docker compose` is installed")
 

@@ -10,10 +10,10 @@ import asyncpg
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from common.processes import ClusterError, free_port
 from deploy import local_cluster
 from deploy.local_cluster import ClusterSettings
 from deploy.postgres import without_password
-from deploy.processes import ClusterError, free_port
 
 SERVERS = ("postgres", "temporal")
 

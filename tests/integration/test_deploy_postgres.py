@@ -8,8 +8,8 @@ from pathlib import Path
 import asyncpg
 import pytest
 
+from common.processes import ClusterError, free_port
 from deploy.postgres import EmbeddedPostgres
-from deploy.processes import ClusterError, free_port
 
 
 @pytest.fixture

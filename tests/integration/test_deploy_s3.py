@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from deploy.processes import free_port_block
+from common.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK, SeaweedFSServer
 from tests.conftest import scratch_dir
 from tests.s3_fixtures import ACCESS_KEY, SECRET_KEY, S3Server

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from common.processes import ClusterError, free_port, is_alive
 from deploy import temporal_server
-from deploy.processes import ClusterError, free_port, is_alive
 from deploy.temporal_server import TemporalDevServer
 
 

@@ -19,7 +19,6 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from agent_worker.activities import AgentActivities
 from agent_worker.container_spec import (
     CONTAINER_TRIAL_INFO,
     CONTAINER_WORKDIR,
@@ -29,8 +28,9 @@ from agent_worker.container_spec import (
 from agent_worker.docker_engine import agent_containers
 from agent_worker.docker_runtime import DockerRuntime
 from agent_worker.slots import SlotPool, cpu_slots
+from agent_worker.trial_runs import AgentActivities
 from tests.fakes.agent_master import FakeMaster, make_tgz
-from workflows.types import RunTrialInput
+from wire.workflow_io import RunTrialInput
 
 _experiment_ids = itertools.count(500)
 _agents = itertools.count(1)

@@ -15,9 +15,9 @@ import psutil
 import pytest
 import yaml
 
-from deploy.providers import AgentSetup
-from deploy.providers.aws import Ec2Agents
-from deploy.providers.config import (
+from providers import AgentSetup
+from providers.aws import Ec2Agents
+from providers.config import (
     AwsProvider,
     DockerProvider,
     MasterConfigError,
@@ -25,8 +25,8 @@ from deploy.providers.config import (
     load_master_config,
     parse_duration,
 )
-from deploy.providers.docker import AGENT_LABEL, DockerAgents
-from deploy.providers.process import ProcessAgents, pid_files
+from providers.docker import AGENT_LABEL, DockerAgents
+from providers.process import ProcessAgents, pid_files
 
 SETUP = AgentSetup(pool="gpu", master_url="http://10.0.0.5:8080", temporal_address="10.0.0.5:7233",
                    namespace="default", cluster_token="the-cluster-token", slots=2)

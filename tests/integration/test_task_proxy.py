@@ -37,7 +37,7 @@ from websockets.typing import Origin, Subprotocol
 
 from api.queries import tasks as task_queries
 from api.queries import users as user_queries
-from deploy.processes import free_port
+from common.processes import free_port
 
 if TYPE_CHECKING:
     from tests.master_fixtures import LiveMaster

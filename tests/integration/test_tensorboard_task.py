@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from deploy.processes import free_port
+from common.processes import free_port
 from harness import tensorboard as tb
 from harness.core._session import Session
 from tests.integration.test_auth import ordinary  # noqa: F401 (a fixture: the owner's token)

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 import agent_worker
-from agent_worker.activities import AgentActivities
 from agent_worker.logs import LogShipper, log_level, pump_lines
 from agent_worker.main import parse_args
 from agent_worker.process_runtime import (
@@ -26,9 +25,10 @@ from agent_worker.registration import Registration
 from agent_worker.runtime import Launch
 from agent_worker.slots import SlotPool, cpu_slots, discover_slots
 from agent_worker.trial_info import trial_environment, user_environment
+from agent_worker.trial_runs import AgentActivities
 from common.expconf import EnvironmentConfig
 from tests.fakes.agent_master import FakeMaster
-from workflows.types import RunTrialInput
+from wire.workflow_io import RunTrialInput
 
 
 def shipper(master_url: str, http: httpx.AsyncClient, **kwargs: Any) -> LogShipper:
@@ -296,7 +296,7 @@ def test_kill_grace_and_exit_messages(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_unwritable_checkpoint_storage_fails_the_run_naming_it(tmp_path: Path) -> None:
     from temporalio.exceptions import ApplicationError
 
-    from agent_worker.activities import check_storage_writable
+    from agent_worker.trial_runs import check_storage_writable
 
     (tmp_path / "a-file").write_text("")
     storage = {"type": "shared_fs", "host_path": str(tmp_path / "a-file"), "storage_path": "x"}

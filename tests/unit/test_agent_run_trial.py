@@ -20,11 +20,11 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from agent_worker.activities import AgentActivities
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.slots import SlotPool, cpu_slots
+from agent_worker.trial_runs import AgentActivities
 from tests.fakes.agent_master import FakeMaster, make_tgz
-from workflows.types import RunTrialInput, RunTrialResult
+from wire.workflow_io import RunTrialInput, RunTrialResult
 
 _experiment_ids = itertools.count(100)
 
@@ -381,7 +381,7 @@ async def test_a_part_of_a_run_on_several_gpu_agents_gets_its_gpus_and_the_rende
     """The GPU path with a fake NVML (no NVIDIA GPU here): agent 2 of 2, slots 2 and 3."""
     from agent_worker.slots import discover_slots
     from tests.unit.test_scheduler_parts import fake_nvml
-    from workflows.types import Rendezvous
+    from wire.workflow_io import Rendezvous
 
     exp = next(_experiment_ids)
     master.model_defs[exp] = make_tgz({"train.py": PART_PY})

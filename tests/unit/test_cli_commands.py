@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 import cli.agent
 import cli.client
-from cli.main import app
+from deploy.console import app
 from tests.fakes.cli_master import (
     CHECKPOINTS,
     FakeMaster,

@@ -31,8 +31,8 @@ from agent_worker.sandbox import CONTAINER_USER, TaskUser, TaskUserError, contai
 from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots, discover_slots
 from common.expconf import ResourcesConfig
 from deploy import local_cluster
-from deploy.images import task_image
-from workflows.types import RunTaskInput, RunTrialInput
+from task_image import image as task_image
+from wire.workflow_io import RunTaskInput, RunTrialInput
 
 # GPU slots as slots.py makes them from NVML (a fake: there is no GPU here).
 GPUS = [Slot(id=i, type=TYPE_CUDA, brand="NVIDIA A100", uuid=f"GPU-{i}aaa-{i}bbb")

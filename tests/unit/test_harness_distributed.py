@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from deploy.processes import free_port
+from common.processes import free_port
 from harness.core import _info
 from harness.core._checkpoint import CheckpointContext
 from harness.core._distributed import DistributedContext, DistributedError

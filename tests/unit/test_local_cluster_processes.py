@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from deploy import processes
+from common import processes
+from common.processes import ClusterError
 from deploy.local_cluster import ClusterSettings, _up_process
-from deploy.processes import ClusterError
 
 
 def test_read_pid_removes_stale_file(tmp_path: Path) -> None:

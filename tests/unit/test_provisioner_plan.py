@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from workflows.provisioner import plan
-from workflows.provisioner_types import (
+from wire.provisioning import (
     AgentView,
     Instance,
     Limits,
     Observation,
     ProvisionerMemory,
 )
+from workflows.provisioner import plan
 
 LIMITS = Limits(min_instances=0, max_instances=3, max_idle_agent_period=60,
                 max_agent_starting_period=120, slots_per_instance=1)

@@ -16,7 +16,7 @@ import pytest
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups, cgroup2_mount
 from agent_worker.runtime import Launch
-from workflows.types import RunTrialInput
+from wire.workflow_io import RunTrialInput
 
 
 @pytest.fixture

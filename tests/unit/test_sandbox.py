@@ -18,13 +18,13 @@ import psutil
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from agent_worker.activities import check_storage_writable, writable_by
 from agent_worker.private_files import make_private
 from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespaces, closed_ancestor
 from agent_worker.runtime import Launch
 from agent_worker.sandbox import TaskUser, TaskUserError, task_user_for_agent
 from agent_worker.sandbox_init import outermost
-from workflows.types import RunTrialInput
+from agent_worker.trial_runs import check_storage_writable, writable_by
+from wire.workflow_io import RunTrialInput
 
 needs_root = pytest.mark.skipif(not can_make_mount_namespaces(),
                                 reason="sandboxes need root with mount namespaces")

@@ -14,8 +14,8 @@ from agent_worker.liveness import Liveness
 from agent_worker.slots import TYPE_CPU, TYPE_CUDA, SlotPool, cpu_slots, discover_slots
 from api.settings import parse_pools
 from common.expconf import ResourcesConfig
+from wire.pools import AgentLivenessInput
 from workflows.allocation import Resources
-from workflows.pool_types import AgentLivenessInput
 
 
 class FakeNVMLError(Exception):

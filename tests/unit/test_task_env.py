@@ -15,7 +15,7 @@ from agent_worker.main import parse_args
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import Launch
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment
-from workflows.types import RunTrialInput
+from wire.workflow_io import RunTrialInput
 
 
 def fake_env(tmp_path: Path, *, conda: bool = False) -> Path:

@@ -24,7 +24,7 @@ from agent_worker.trial_firewall import (
     rule_tag,
     tagged_rules,
 )
-from deploy.processes import free_port
+from common.processes import free_port
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("iptables") is None

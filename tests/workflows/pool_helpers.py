@@ -15,7 +15,7 @@ from temporalio.worker import Worker
 
 from agent_worker.liveness import Liveness
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, resource_pool_workflow_id
-from workflows.pool_types import AgentRegistration, Allocation, PoolInput
+from wire.pools import AgentRegistration, Allocation, PoolInput
 
 
 async def register(

@@ -28,7 +28,7 @@ from deploy.master import build_worker
 from tests.replay.recording import save, tag
 from tests.workflows.pool_helpers import fake_agent
 from tests.workflows.test_experiment_workflow import ended
-from workflows.types import ExperimentInput, RunTrialInput, RunTrialResult
+from wire.workflow_io import ExperimentInput, RunTrialInput, RunTrialResult
 
 VALIDATION_PERIOD = 5
 # A stop reaches the trainer a few tenths of a second after the validation that decided it

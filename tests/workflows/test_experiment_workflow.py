@@ -43,13 +43,13 @@ from common.temporal_names import (
 from tests.replay.recording import save_experiment
 from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import register
-from workflows.experiment import ExperimentWorkflow
-from workflows.types import (
+from wire.workflow_io import (
     ExperimentInput,
     RecordExperimentStateInput,
     RunTrialInput,
     RunTrialResult,
 )
+from workflows.experiment import ExperimentWorkflow
 
 Script = Callable[[RunTrialInput, asyncpg.Pool], Awaitable[RunTrialResult]]
 

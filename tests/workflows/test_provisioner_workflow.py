@@ -20,8 +20,7 @@ from common.temporal_names import (
     PROVISIONER_TERMINATE,
 )
 from tests.replay.recording import save, tag
-from workflows.provisioner import ProvisionerWorkflow
-from workflows.provisioner_types import (
+from wire.provisioning import (
     AgentView,
     EnableRequest,
     Instance,
@@ -31,6 +30,7 @@ from workflows.provisioner_types import (
     ProvisionerInput,
     TerminateRequest,
 )
+from workflows.provisioner import ProvisionerWorkflow
 
 LIMITS = Limits(min_instances=0, max_instances=3, max_idle_agent_period=0.5,
                 max_agent_starting_period=1.0, slots_per_instance=1, interval=0.2)

@@ -27,7 +27,7 @@ from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
 from tests.replay.recording import save, tag
 from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
-from workflows.pool_types import (
+from wire.pools import (
     AgentEnabled,
     AgentLost,
     Allocation,

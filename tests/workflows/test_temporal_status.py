@@ -55,6 +55,7 @@ from tests.workflows.test_experiment_workflow import (
     trial_states,
     wait_for_preemption,
 )
+from wire.workflow_io import RunTaskInput, RunTaskResult, RunTrialInput, RunTrialResult, TaskInput
 from workflows.experiment import (
     CANCELED_END_PATCH,
     CHILD_TRIALS_PATCH,
@@ -63,7 +64,6 @@ from workflows.experiment import (
     FINISH_HEARTBEAT_PATCH,
 )
 from workflows.task import TASK_CANCEL_REQUEST_PATCH, TASK_STATUS_PATCH
-from workflows.types import RunTaskInput, RunTaskResult, RunTrialInput, RunTrialResult, TaskInput
 
 
 async def trial_ids(pool: asyncpg.Pool, experiment_id: int) -> list[int]:

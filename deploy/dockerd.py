@@ -1,6 +1,6 @@
 """A Docker engine for the Docker runtime's tests (and for a fresh machine): find or start one.
 
-    python -m deploy.docker_engine [--build-image]
+    python -m deploy.dockerd [--build-image]
 
 If no engine answers and this is CI (env CI=true) or we are root, it installs Debian's
 `docker.io` and `debootstrap` when `dockerd` is missing (apt-get, never prompting) and starts
@@ -99,7 +99,7 @@ def ensure() -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m deploy.docker_engine",
+    p = argparse.ArgumentParser(prog="python -m deploy.dockerd",
                                 description="Find or start a Docker engine.")
     p.add_argument("--build-image", action="store_true",
                    help="then build the default task image (cached by content hash)")
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     if not ok:
         return 1 if may_set_up() else 0
     if args.build_image:
-        from deploy.images import task_image
+        from task_image import image as task_image
 
         try:
             result = task_image.build(say=say)

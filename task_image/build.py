@@ -1,8 +1,8 @@
 """Build Epochal's default task image offline (cached by content hash).
 
-    python -m deploy.images.build_task_image [--print-tag]
+    python -m task_image.build [--print-tag]
 
-Prints the image's tag on its last line. See deploy/images/task_image.py for how.
+Prints the image's tag on its last line. See task_image/image.py for how.
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import argparse
 import logging
 import sys
 
-from deploy.images import task_image
+from task_image import image as task_image
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m deploy.images.build_task_image",
+    p = argparse.ArgumentParser(prog="python -m task_image.build",
                                 description="Build Epochal's default task image offline.")
     p.add_argument("--print-tag", action="store_true",
                    help="print the tag this installation's task image has, build nothing")

@@ -16,7 +16,7 @@ runs the same on any agent; the tag's hash ties it to the harness sources, so an
 another harness asks for another image (and only the small second layer is rebuilt). A second
 build with the same inputs is a no-op.
 
-    python -m deploy.images.build_task_image   (also `epochal image build`)
+    python -m task_image.build   (also `epochal image build`)
 """
 
 from __future__ import annotations

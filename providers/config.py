@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from workflows.provisioner_types import Limits
+from wire.provisioning import Limits
 
 log = logging.getLogger(__name__)
 

@@ -15,11 +15,11 @@ import shutil
 import signal
 from pathlib import Path
 
+from common import processes
 from common.agent_args import AGENT_PROGRAM
-from deploy import processes
-from deploy.providers import TEMPORAL_VARIABLES, AgentSetup
-from deploy.providers.config import ProcessProvider
-from workflows.provisioner_types import Instance
+from providers import TEMPORAL_VARIABLES, AgentSetup
+from providers.config import ProcessProvider
+from wire.provisioning import Instance
 
 PASSED = ("PATH", "HOME", "LANG", "TZ", "PYTHONPATH", "EPOCHAL_TASK_ENV", "EPOCHAL_TASK_USER",
           "EPOCHAL_KILL_GRACE_SECONDS", "EPOCHAL_TRACES_FILE", *TEMPORAL_VARIABLES)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from deploy.providers import AgentSetup, ProviderError
-from deploy.providers.config import AwsProvider
-from workflows.provisioner_types import Instance
+from providers import AgentSetup, ProviderError
+from providers.config import AwsProvider
+from wire.provisioning import Instance
 
 POOL_TAG = "epochal-pool"
 METADATA = "169.254.169.254"

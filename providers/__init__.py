@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from common.agent_args import AgentArgs
-from deploy.providers.config import AwsProvider, DockerProvider, ProcessProvider, ProviderBase
-from workflows.provisioner_types import Instance
+from providers.config import AwsProvider, DockerProvider, ProcessProvider, ProviderBase
+from wire.provisioning import Instance
 
 # Variables an agent may need from the master's environment: how to reach Temporal.
 TEMPORAL_VARIABLES = ("EPOCHAL_TEMPORAL_TLS_CERT", "EPOCHAL_TEMPORAL_TLS_KEY",
@@ -54,15 +54,15 @@ class Provider(Protocol):
 
 def make_provider(config: ProviderBase, setup: AgentSetup, *, state_dir: str) -> Provider:
     if isinstance(config, ProcessProvider):
-        from deploy.providers.process import ProcessAgents
+        from providers.process import ProcessAgents
 
         return ProcessAgents(config, setup, python=sys.executable, state_dir=state_dir)
     if isinstance(config, DockerProvider):
-        from deploy.providers.docker import DockerAgents
+        from providers.docker import DockerAgents
 
         return DockerAgents(config, setup)
     if isinstance(config, AwsProvider):
-        from deploy.providers.aws import Ec2Agents
+        from providers.aws import Ec2Agents
 
         return Ec2Agents(config, setup)
     raise ValueError(f"no provider for {type(config).__name__}")

@@ -63,7 +63,7 @@ from common.checkpoint_storage import shared_fs_directory
 from common.expconf import profiling_enabled
 from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from common.tokens import mint_trial_token
-from workflows.types import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTrialResult
+from wire.workflow_io import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20

@@ -80,7 +80,7 @@ def _check_host(host: str) -> None:
     """--host must be an address of this machine that others can connect to."""
     import ipaddress
 
-    from deploy.processes import address_is_local
+    from common.processes import address_is_local
 
     try:
         address = ipaddress.ip_address(host)

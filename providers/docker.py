@@ -13,9 +13,9 @@ import docker
 from docker.errors import DockerException, NotFound
 from docker.types import DeviceRequest
 
-from deploy.providers import TEMPORAL_VARIABLES, AgentSetup, ProviderError
-from deploy.providers.config import DockerProvider
-from workflows.provisioner_types import Instance
+from providers import TEMPORAL_VARIABLES, AgentSetup, ProviderError
+from providers.config import DockerProvider
+from wire.provisioning import Instance
 
 POOL_LABEL = "epochal.provisioner.pool"
 AGENT_LABEL = "epochal.provisioner.agent-id"
