@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,15 +43,14 @@ from agent_worker.runtime import WORKDIR_NAME, Launch
 from agent_worker.sandbox import CONTAINER_USER
 from agent_worker.slots import TYPE_CUDA, Slot, gpu_environment
 from agent_worker.trial_info import TRIAL_INFO_ENV, TRIAL_INFO_FILE
-from common.checkpoint_storage import shared_fs_host_path
 from common.temporal_names import task_allocation_id
+from wire.run_spec import RunSpec
 from wire.workflow_io import RunTaskInput
 
 CONTAINER_RUN_DIR = "/run/epochal"
 CONTAINER_WORKDIR = f"{CONTAINER_RUN_DIR}/{WORKDIR_NAME}"
 CONTAINER_INFO_DIR = "/run/epochal/info"
 CONTAINER_TRIAL_INFO = f"{CONTAINER_INFO_DIR}/{TRIAL_INFO_FILE}"
-DEFAULT_SHM_SIZE = 4 * 1024**3  # Determined's default for resources.shm_size
 
 LABEL_PREFIX = "ai.epochal"
 LABEL_MANAGED = f"{LABEL_PREFIX}.managed"
@@ -112,14 +111,10 @@ class ContainerSpec:
         }
 
 
-def image_for(config: Mapping[str, Any], slots: Sequence[Slot], default: str) -> str:
-    """`environment.image`: one name, or Determined's `{cpu: ..., cuda: ...}` by slot type (the
-    config model keeps the mapping only when the names differ)."""
-    image = (config.get("environment") or {}).get("image")
-    if isinstance(image, Mapping):
-        kind = "cuda" if any(s.type == TYPE_CUDA for s in slots) else "cpu"
-        image = image.get(kind) or image.get("cpu")
-    return image.strip() if isinstance(image, str) and image.strip() else default
+def image_for(spec: RunSpec, slots: Sequence[Slot], default: str) -> str:
+    """The run's image: its CUDA image when it has a CUDA slot, else its CPU one (the same
+    name unless the config gave Determined's `{cpu: ..., cuda: ...}`); none: `default`."""
+    return spec.image_for(cuda=any(s.type == TYPE_CUDA for s in slots)) or default
 
 
 def gpu_device_requests(slots: Sequence[Slot]) -> list[docker.types.DeviceRequest]:
@@ -135,28 +130,22 @@ def gpu_device_requests(slots: Sequence[Slot]) -> list[docker.types.DeviceReques
                                        capabilities=[["gpu"]])]
 
 
-def shm_size_for(config: Mapping[str, Any]) -> int:
-    """`resources.shm_size` in bytes (the config model read "4G" as bytes), else the default."""
-    size = (config.get("resources") or {}).get("shm_size")
-    return int(size) if size else DEFAULT_SHM_SIZE
-
-
-def user_mounts(config: Mapping[str, Any]) -> list[docker.types.Mount]:
+def user_mounts(spec: RunSpec) -> list[docker.types.Mount]:
     """The config's `bind_mounts` (the model checked them, the master held their host side to
     its allowed roots); a relative container_path is under the working directory, as on
     Determined. Docker follows a symbolic link in a host path as root, and a run could have put
     one there pointing at a secret: such a host path is refused."""
     mounts = []
-    for i, m in enumerate(config.get("bind_mounts") or []):
-        host_path = os.path.normpath(m["host_path"])
+    for i, m in enumerate(spec.bind_mounts):
+        host_path = m.host_path
         if os.path.realpath(host_path) != host_path:
             raise ApplicationError(
                 f"bind_mounts[{i}].host_path: {host_path} passes through a symbolic link "
                 f"(to {os.path.realpath(host_path)}); name the directory it points to",
                 type="BindMountError", non_retryable=True)
         mounts.append(docker.types.Mount(
-            target=posixpath.join(CONTAINER_WORKDIR, m["container_path"]), source=host_path,
-            type="bind", read_only=bool(m.get("read_only", False))))
+            target=posixpath.join(CONTAINER_WORKDIR, m.container_path), source=host_path,
+            type="bind", read_only=m.read_only))
     return mounts
 
 
@@ -227,7 +216,7 @@ def container_spec(
     (uid:gid), which must not be root."""
     if user.partition(":")[0] in ("0", "root"):
         raise ValueError(f"task containers never run as root, got user {user!r}")
-    config = launch.config
+    spec = launch.spec
     by_id = {s.id: s for s in slots}
     run_slots = [by_id[i] for i in launch.slot_ids if i in by_id]
     env = dict(launch.env)
@@ -257,7 +246,7 @@ def container_spec(
     if model_copy.is_dir():  # what Determined's trial APIs copy into checkpoints
         mounts.append(docker.types.Mount(target=DETERMINED_MODEL_DIR, source=str(model_copy),
                                          type="bind", read_only=True))
-    host_path = shared_fs_host_path(config.get("checkpoint_storage"))
+    host_path = spec.checkpoint_storage.host_path if spec.checkpoint_storage else None
     if host_path:
         # Same path inside, so the storage path in the trial info holds in the container; and
         # where Determined's code looks for it.
@@ -271,19 +260,18 @@ def container_spec(
     if alive.exists():
         mounts.append(docker.types.Mount(target=CONTAINER_AGENT_ALIVE, source=str(alive),
                                          type="bind", read_only=True))
-    mounts.extend(user_mounts(config))
-    force_pull = force_pull or bool((config.get("environment") or {}).get("force_pull_image"))
+    mounts.extend(user_mounts(spec))
     return ContainerSpec(
-        image=image_for(config, run_slots, default_image),
+        image=image_for(spec, run_slots, default_image),
         name=container_name(agent_id, launch),
         command=entrypoint_command(launch.entrypoint),
         environment=env,
         labels=container_labels(agent_id, launch, master),
         mounts=mounts,
         device_requests=gpu_device_requests(run_slots),
-        shm_size=shm_size_for(config),
+        shm_size=spec.shm_size,
         user=user,
-        force_pull=force_pull,
+        force_pull=force_pull or spec.force_pull_image,
         memory_limit=memory_limit,
     )
 

@@ -3,7 +3,8 @@
 Determined's client reads two things: `DET_*` environment variables (the session token, the
 user, the master) and info files at the fixed paths `/run/determined/info/{cluster,trial,
 rendezvous,resources}.json`, which `det.get_cluster_info()` reads and nothing else. Both are
-derived here from the same trial info Epochal's own harness gets (agent_worker/trial_info.py).
+derived here from the same trial info Epochal's own harness gets (agent_worker/trial_info.py),
+with the config as Determined's code sees it (the run's spec makes it: wire/run_spec.py).
 The runtimes put the files at `DETERMINED_INFO_DIR`, and a clean copy of the model definition at
 `DETERMINED_MODEL_DIR` (read-only): the Docker runtime mounts them there, the process runtime
 bind-mounts them there in a mount namespace of the trial's own (as root).
@@ -24,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_worker.private_files import write_private
-from common.checkpoint_storage import shared_fs_directory
-from common.expconf import LENGTH_UNITS, with_determined_defaults
+from wire.run_spec import RunSpec
 
 DETERMINED_INFO_DIR = "/run/determined/info"
 SHARED_FS_CONTAINER_PATH = "/determined_shared_fs"  # where Determined's code looks for shared_fs
@@ -50,38 +50,12 @@ def determined_model_dir(run_dir: Path) -> Path:
     return run_dir.with_name(run_dir.name + _MODEL_DIR_SUFFIX)
 
 
-def determined_config(info: Mapping[str, Any], *, shared_fs_mounted: bool = False
-                      ) -> dict[str, Any]:
-    """The experiment config as Determined's code in the trial should see it.
-
-    As Determined's master gives it: its defaults filled in, and `searcher.max_length` only
-    when there is one (Determined then offers no `core.searcher`, as 0.38 does). That is what
-    this run trains to (an ASHA rung) when counted in batches, records or epochs; a run
-    counted in a `time_metric` leaves it alone. shared_fs storage is given as it is where the
-    runtime mounts it at `SHARED_FS_CONTAINER_PATH`, else as the `directory` storage at its host
-    path (see the module docstring).
-    """
-    config = with_determined_defaults(info.get("experiment_config") or {})
-    max_length = info.get("max_length")
-    searcher = config.get("searcher")
-    if isinstance(searcher, dict):
-        if searcher.get("max_length") is None:
-            searcher.pop("max_length", None)
-        if isinstance(max_length, Mapping) and list(max_length) in ([u] for u in LENGTH_UNITS):
-            searcher["max_length"] = dict(max_length)
-    storage = info.get("checkpoint_storage") or config.get("checkpoint_storage")
-    directory = shared_fs_directory(storage)
-    if directory is not None and not shared_fs_mounted:
-        config["checkpoint_storage"] = {"type": "directory", "container_path": directory}
-    elif storage:
-        config["checkpoint_storage"] = storage
-    return config
-
-
-def determined_environment(info: Mapping[str, Any], *, username: str,
+def determined_environment(info: Mapping[str, Any], spec: RunSpec, *, username: str,
                            shared_fs_mounted: bool = False) -> dict[str, str]:
-    """The `DET_*` variables of a trial (determined/_info.py, common/api/authentication.py)."""
-    config = determined_config(info, shared_fs_mounted=shared_fs_mounted)
+    """The `DET_*` variables of a trial (determined/_info.py, common/api/authentication.py):
+    the config is the run's as Determined's code sees it, training to this run's target (see
+    the module docstring for its storage)."""
+    config = spec.determined_config(info.get("max_length"), shared_fs_mounted=shared_fs_mounted)
     env = {
         "DET_MASTER": str(info["master_url"]),
         "DET_CLUSTER_ID": str(info.get("cluster_id") or "epochal"),
@@ -123,11 +97,12 @@ def _rendezvous(info: Mapping[str, Any]) -> dict[str, Any]:
             "container_slot_counts": [len(info.get("slot_ids") or [])], "ports": []}
 
 
-def determined_info_files(info: Mapping[str, Any], *, username: str,
+def determined_info_files(info: Mapping[str, Any], spec: RunSpec, *, username: str,
                           shared_fs_mounted: bool = False) -> dict[str, Any]:
     """File name -> JSON content of what `det.get_cluster_info()` reads (keys are the
     constructor arguments of ClusterInfo, TrialInfo, RendezvousInfo and ResourcesInfo)."""
-    env = determined_environment(info, username=username, shared_fs_mounted=shared_fs_mounted)
+    env = determined_environment(info, spec, username=username,
+                                 shared_fs_mounted=shared_fs_mounted)
     slot_ids = list(info.get("slot_ids") or [])
     config = json.loads(env["DET_EXPERIMENT_CONFIG"])
     return {
@@ -152,7 +127,7 @@ def determined_info_files(info: Mapping[str, Any], *, username: str,
             "config": config,
             "steps_completed": int(info.get("steps_completed") or 0),
             "trial_run_id": int(info["trial_run_id"]),
-            "debug": bool(config.get("debug", False)),
+            "debug": spec.debug,
             "inter_node_network_interface": None,
         },
         "rendezvous.json": {
@@ -163,11 +138,12 @@ def determined_info_files(info: Mapping[str, Any], *, username: str,
     }
 
 
-def write_determined_info(directory: Path, info: Mapping[str, Any], *, username: str,
-                          shared_fs_mounted: bool = False) -> None:
+def write_determined_info(directory: Path, info: Mapping[str, Any], spec: RunSpec, *,
+                          username: str, shared_fs_mounted: bool = False) -> None:
     """Write the info files into `directory` (created). They hold the run's token: the agent
     makes them private to the trial's user (agent_worker/trial_runs.py)."""
     directory.mkdir(parents=True, exist_ok=True)
-    files = determined_info_files(info, username=username, shared_fs_mounted=shared_fs_mounted)
+    files = determined_info_files(info, spec, username=username,
+                                  shared_fs_mounted=shared_fs_mounted)
     for name, content in files.items():
         write_private(directory / name, json.dumps(content) + "\n")

@@ -55,7 +55,7 @@ from agent_worker.sandbox import (
     identity_files,
 )
 from agent_worker.task_env import HarnessPath, TaskEnvironment
-from common.checkpoint_storage import shared_fs_directory, shared_fs_host_path
+from common.checkpoint_storage import under_any_root
 
 logger = logging.getLogger(__name__)
 
@@ -201,15 +201,15 @@ def user_binds(launch: Launch, keep: list[Path]) -> tuple[list[tuple[str, str, b
     The sandbox binds them after what the run keeps (its directory, its Python), so one may not
     cover those: that would hide them, or make their mount points in the bound directory."""
     binds, kept = [], []
-    for i, mount in enumerate(launch.config.get("bind_mounts") or []):
+    for i, mount in enumerate(launch.spec.bind_mounts):
         field = f"bind_mounts[{i}].container_path"
-        source = os.path.normpath(mount["host_path"])
-        target = os.path.normpath(os.path.join(launch.workdir, mount["container_path"]))
-        read_only = bool(mount.get("read_only"))
+        source = mount.host_path
+        target = os.path.normpath(os.path.join(launch.workdir, mount.container_path))
+        read_only = mount.read_only
         if source == target and not read_only:
             kept.append(Path(source))
             continue
-        covered = [path for path in (launch.run_dir, *keep) if _inside(str(path), target)]
+        covered = [path for path in (launch.run_dir, *keep) if under_any_root(str(path), [target])]
         if covered:
             raise ApplicationError(
                 f"{field}: {target} would cover {covered[0]}, which the run needs on this "
@@ -218,7 +218,7 @@ def user_binds(launch: Launch, keep: list[Path]) -> tuple[list[tuple[str, str, b
                 "container_path, or use the Docker runtime", type="BindMountError",
                 non_retryable=True)
         own = (str(launch.run_dir), *_OWN_MOUNT_ROOTS)
-        if not any(_inside(target, root) for root in own) and not os.path.exists(target):
+        if not under_any_root(target, own) and not os.path.exists(target):
             raise ApplicationError(
                 f"{field}: {target} does not exist on this agent, where the process runtime "
                 "binds onto the host's own paths; use a path that exists there, one under the "
@@ -228,8 +228,11 @@ def user_binds(launch: Launch, keep: list[Path]) -> tuple[list[tuple[str, str, b
     return binds, kept
 
 
-def _inside(path: str, directory: str) -> bool:
-    return path == directory or path.startswith(directory.rstrip("/") + "/")
+def _shared_fs(launch: Launch) -> tuple[str | None, str | None]:
+    """The run's shared_fs checkpoint directory and the host_path it is in (None, None: other
+    storage)."""
+    storage = launch.spec.checkpoint_storage
+    return (storage.directory, storage.host_path) if storage is not None else (None, None)
 
 
 class ProcessRuntime(Runtime):
@@ -307,8 +310,7 @@ class ProcessRuntime(Runtime):
         hide = list(self.hidden_from_trials)
         if Path.home() != Path("/"):
             hide.append(Path.home())  # the agent user's: CLI logins, cloud credentials
-        storage = shared_fs_directory(launch.config.get("checkpoint_storage"))
-        host = shared_fs_host_path(launch.config.get("checkpoint_storage"))
+        storage, host = _shared_fs(launch)
         cache = launch.checkpoint_cache
         keep = [launch.run_dir, *self.python_paths, *([Path(storage)] if storage else []),
                 *([cache] if cache else []), *self.shared_with_trials]
@@ -355,7 +357,7 @@ class ProcessRuntime(Runtime):
         elif not self.private_mounts or not info_dir.is_dir():
             argv = ["/bin/sh", "-c", launch.entrypoint]
         else:
-            storage = shared_fs_host_path(launch.config.get("checkpoint_storage")) or ""
+            storage = _shared_fs(launch)[1] or ""
             argv = ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
                     _MOUNT_THEN_RUN, "epochal-trial", str(info_dir), DETERMINED_INFO_DIR,
                     str(model_dir), DETERMINED_MODEL_DIR, storage, SHARED_FS_CONTAINER_PATH,
@@ -404,7 +406,7 @@ class ProcessRuntime(Runtime):
         self, launch: Launch, logs: LogSink, heartbeat: Callable[[], None],
         cgroup: Path | None,
     ) -> ExitStatus:
-        if launch.config.get("bind_mounts") and self.task_user is None:
+        if launch.spec.bind_mounts and self.task_user is None:
             raise ApplicationError(
                 "bind_mounts: the process runtime binds them only in its sandbox, and this "
                 "agent runs trials unsandboxed as its own user (it is not root, or was given "

@@ -11,9 +11,10 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from agent_worker.sandbox import TaskUser
+from wire.run_spec import RunSpec
 from wire.workflow_io import RunTaskInput, RunTrialInput
 
 WORKDIR_NAME = "workdir"  # as Determined names it (/run/determined/workdir)
@@ -32,9 +33,11 @@ class Launch:
     the parent of its working directory `workdir` (the extracted model definition and
     trial_info.json, or a task's context files). As on Determined, whose working directory is
     `/run/determined/workdir`, a path that climbs out of it (`../data`) lands where the run may
-    write, and no other run sees."""
+    write, and no other run sees. `spec` is what the run is, built from its config by the
+    master's builder (wire/run_spec.py): the runtimes read nothing else of the config."""
 
     input: RunTrialInput | RunTaskInput
+    spec: RunSpec
     run_dir: Path
     entrypoint: str  # a shell command line
     env: dict[str, str]  # added to the runtime's own environment (EPOCHAL_*, the user's)
@@ -50,11 +53,6 @@ class Launch:
     # Ports of this host the run listens on (its service, its rendezvous as the chief): closed
     # to other users' runs while it lasts.
     ports: list[int] = field(default_factory=list)
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The experiment's config, or the task's."""
-        return self.input.config
 
     @property
     def name(self) -> str:
@@ -83,8 +81,8 @@ class Launch:
     @property
     def checkpoint_cache(self) -> Path | None:
         """The trial's S3 checkpoint cache on this agent (kept across its runs), if it uses S3."""
-        storage = self.config.get("checkpoint_storage") or {}
-        return checkpoint_cache_dir(self.run_dir) if storage.get("type") == "s3" else None
+        storage = self.spec.checkpoint_storage
+        return checkpoint_cache_dir(self.run_dir) if storage is not None and storage.s3 else None
 
 
 def run_workdir(run_dir: Path) -> Path:

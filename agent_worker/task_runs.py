@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import io
 import logging
 import os
@@ -35,6 +34,7 @@ from agent_worker.slots import gpu_environment
 from agent_worker.startup_hook import HookWatch, with_startup_hooks
 from agent_worker.trial_runs import AgentActivities, free_ports, fresh_dir
 from common.temporal_names import RUN_TASK, task_allocation_id
+from wire.run_spec import RunSpec, task_run_spec
 from wire.workflow_io import RunTaskInput, RunTaskResult
 
 logger = logging.getLogger(__name__)
@@ -78,27 +78,27 @@ class TaskActivities:
 
     async def prepare(self, inp: RunTaskInput, master_url: str, slot_ids: list[int]) -> Launch:
         """The task's directory with its files, and what runs there."""
-        spec = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/launch")
-        assert isinstance(spec, dict)
+        fetched = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/launch")
+        assert isinstance(fetched, dict)
+        spec = task_run_spec(fetched.get("config") or {})
         run_dir = self.run_dir(inp.task_id)
         workdir = run_workdir(run_dir)
         await asyncio.to_thread(fresh_dir, run_dir)
         await asyncio.to_thread(fresh_dir, workdir)
-        if spec.get("hasContext"):
+        if fetched.get("hasContext"):
             archive = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/context",
                                       raw=True)
             assert isinstance(archive, bytes)
             await asyncio.to_thread(extract_context, archive, workdir)
-        user, owner = await self.agent.run_identity(spec.get("owner"))
+        user, owner = await self.agent.run_identity(fetched.get("owner"))
         await asyncio.to_thread(make_private, run_dir, owner)
-        config: dict[str, Any] = spec.get("config") or {}
         port = free_ports(1)[0]
-        command = task_command(inp.task_type, inp.task_id, config, spec,
+        command = task_command(inp.task_type, inp.task_id, spec, fetched,
                                host=self.agent.address, port=port, workdir=workdir)
-        env = task_environment(config, spec, master_url=master_url, task_id=inp.task_id,
+        env = task_environment(spec, fetched, master_url=master_url, task_id=inp.task_id,
                                agent_id=self.agent.agent_id, run_dir=run_dir)
         env.update(gpu_environment(self.agent.slots.of(slot_ids)))
-        return Launch(input=dataclasses.replace(inp, config=config), run_dir=run_dir,
+        return Launch(input=inp, spec=spec, run_dir=run_dir,
                       entrypoint=with_startup_hooks(command, workdir, env), env=env,
                       slot_ids=slot_ids, user=user,
                       ports=[] if inp.task_type == "COMMAND" else [port],
@@ -192,34 +192,32 @@ def extract_context(archive: bytes, workdir: Path) -> None:
         tar.extractall(workdir, filter="data")
 
 
-def task_command(task_type: str, task_id: str, config: dict[str, Any], spec: dict[str, Any], *,
+def task_command(task_type: str, task_id: str, spec: RunSpec, launch: dict[str, Any], *,
                  host: str, port: int, workdir: Path) -> str:
-    """The shell command line of the task: the user's for a command, else its service's,
-    listening on host:port under the proxy's path (a notebook's files are the working
-    directory's)."""
+    """The shell command line of the task: the user's for a command (one command line: the
+    config model made it so), else its service's, listening on host:port under the proxy's
+    path (a notebook's files are the working directory's). `launch` is what the master
+    answered for it (its service's secret, the experiments a TensorBoard shows)."""
     prefix = f"/proxy/{task_id}"
     if task_type == "COMMAND":
-        entrypoint = config.get("entrypoint")
-        if isinstance(entrypoint, list):
-            return shlex.join(str(part) for part in entrypoint)
-        if not entrypoint:
+        if not spec.entrypoint:
             raise ApplicationError(f"command {task_id} has no entrypoint",
                                    type="TaskLaunchRefused", non_retryable=True)
-        return str(entrypoint)
+        return spec.entrypoint
     if task_type == "NOTEBOOK":
         return shlex.join([
             "jupyter", "lab", "--no-browser", f"--ip={host}", f"--port={port}",
             "--port-retries=0", f"--ServerApp.base_url={prefix}/",
             f"--ServerApp.root_dir={workdir}",
             # Reached only through the master's proxy, which sends this token.
-            f"--IdentityProvider.token={spec['secret']}",
+            f"--IdentityProvider.token={launch['secret']}",
             # The browser's origin is the master's address, not this host's.
             "--ServerApp.allow_origin=*", "--ServerApp.allow_remote_access=True",
             "--allow-root",  # an agent without a task user runs it as root
         ])
     if task_type == "TENSORBOARD":
-        experiments = ",".join(str(e) for e in spec.get("experimentIds") or [])
-        trials = ",".join(str(t) for t in spec.get("trialIds") or [])
+        experiments = ",".join(str(e) for e in launch.get("experimentIds") or [])
+        trials = ",".join(str(t) for t in launch.get("trialIds") or [])
         argv = ["python3", "-m", "harness.tensorboard", "--host", host, "--port", str(port),
                 "--path-prefix", prefix, "--logdir", str(workdir / "tensorboard")]
         if experiments:
@@ -234,24 +232,21 @@ def task_command(task_type: str, task_id: str, config: dict[str, Any], spec: dic
                            type="TaskLaunchRefused", non_retryable=True)
 
 
-def task_environment(config: dict[str, Any], spec: dict[str, Any], *, master_url: str,
+def task_environment(spec: RunSpec, launch: dict[str, Any], *, master_url: str,
                      task_id: str, agent_id: str, run_dir: Path) -> dict[str, str]:
     """The user's variables, and Determined's: a task's code reaches the master as its owner
     (`det` inside a notebook or command works as on Determined)."""
-    env: dict[str, str] = {}
-    variables = (config.get("environment") or {}).get("environment_variables") or {}
-    if isinstance(variables, dict):
-        env.update({str(k): str(v) for k, v in variables.items()})
-    token = str(spec.get("userToken") or "")
+    env = dict(spec.environment_variables)
+    token = str(launch.get("userToken") or "")
     env.update({
         "DET_MASTER": master_url,
         "EPOCHAL_MASTER": master_url,
-        "DET_USER": str(spec.get("username") or ""),
+        "DET_USER": str(launch.get("username") or ""),
         "DET_USER_TOKEN": token,
         "DET_SESSION_TOKEN": token,
         "DET_TASK_ID": task_id,
         "DET_ALLOCATION_ID": task_allocation_id(task_id),
-        "DET_TASK_TYPE": str(spec.get("taskType") or ""),
+        "DET_TASK_TYPE": str(launch.get("taskType") or ""),
         "DET_AGENT_ID": agent_id,
         "DET_RESOURCES_TYPE": "docker-container",
         # Jupyter's and IPython's own files stay in the task's directory, beside its files.
@@ -260,6 +255,6 @@ def task_environment(config: dict[str, Any], spec: dict[str, Any], *, master_url
         "JUPYTER_RUNTIME_DIR": str(run_dir / ".local" / "share" / "jupyter" / "runtime"),
         "IPYTHONDIR": str(run_dir / ".ipython"),
     })
-    if spec.get("publicKey"):
-        env["EPOCHAL_SHELL_PUBLIC_KEY"] = str(spec["publicKey"])
+    if launch.get("publicKey"):
+        env["EPOCHAL_SHELL_PUBLIC_KEY"] = str(launch["publicKey"])
     return env

@@ -5,11 +5,11 @@ See docs/CONTRACTS.md, "Trial info"; the harness reads both (harness/core/_info.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
 from common.temporal_names import allocation_id, task_id
+from wire.run_spec import RunSpec
 from wire.workflow_io import Rendezvous, RunTrialInput
 
 TRIAL_INFO_FILE = "trial_info.json"
@@ -21,6 +21,7 @@ CHECKPOINT_CACHE_ENV = "EPOCHAL_CHECKPOINT_CACHE"
 
 def build_trial_info(
     inp: RunTrialInput,
+    spec: RunSpec,
     *,
     master_url: str,
     agent_id: str,
@@ -28,8 +29,7 @@ def build_trial_info(
     slot_ids: list[int],
     rendezvous: Rendezvous,
 ) -> dict[str, Any]:
-    config = inp.config
-    searcher = config.get("searcher") or {}
+    storage = spec.checkpoint_storage
     return {
         "master_url": master_url,
         "cluster_id": cluster_id,
@@ -41,12 +41,12 @@ def build_trial_info(
         "allocation_id": allocation_id(inp.experiment_id, inp.trial_id, inp.run_id),
         "trial_seed": inp.trial_seed,
         "hparams": inp.hparams,
-        "experiment_config": config,
+        "experiment_config": spec.experiment_config,
         "latest_checkpoint": inp.latest_checkpoint,
         "steps_completed": inp.steps_completed,
         # The searcher's target for this run (a rung's length with ASHA), else the config's.
-        "max_length": inp.max_length or searcher.get("max_length"),
-        "checkpoint_storage": config.get("checkpoint_storage"),
+        "max_length": inp.max_length or spec.max_length,
+        "checkpoint_storage": storage.stored if storage is not None else None,
         "slot_ids": list(slot_ids),
         "session_token": inp.session_token,
         # Every part of the run (one per agent), this one's rank, free ports on the chief.
@@ -54,17 +54,11 @@ def build_trial_info(
     }
 
 
-def user_environment(config: Mapping[str, Any]) -> dict[str, str]:
-    """The config's `environment.environment_variables`: one mapping of strings, whatever form the
-    user wrote (a list of "KEY=VALUE", per device), since the config model stored it so."""
-    return dict((config.get("environment") or {}).get("environment_variables") or {})
-
-
-def trial_environment(
-    config: Mapping[str, Any], *, trial_info_path: str, master_url: str
-) -> dict[str, str]:
-    """Variables every runtime sets for a trial; the user's own, then Epochal's (which win)."""
-    env = user_environment(config)
+def trial_environment(spec: RunSpec, *, trial_info_path: str, master_url: str
+                      ) -> dict[str, str]:
+    """Variables every runtime sets for a trial; the user's own (one mapping of strings,
+    whatever form they wrote), then Epochal's (which win)."""
+    env = dict(spec.environment_variables)
     env[TRIAL_INFO_ENV] = trial_info_path
     env[MASTER_ENV] = master_url
     env["PYTHONUNBUFFERED"] = "1"

@@ -59,10 +59,9 @@ from agent_worker.trial_info import (
     trial_environment,
 )
 from common import tracing
-from common.checkpoint_storage import shared_fs_directory
-from common.expconf import profiling_enabled
 from common.temporal_names import RESERVE_PORTS, RUN_TRIAL, allocation_id, task_id
 from common.tokens import mint_trial_token
+from wire.run_spec import RunSpec, trial_run_spec
 from wire.workflow_io import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTrialResult
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
@@ -163,7 +162,7 @@ class AgentActivities:
         shipper.start()
         sampler = asyncio.create_task(report_system_metrics(
             self.http, master_url, launch, self.slots.of(launch.slot_ids),
-            self.system_metrics_interval)) if profiling_enabled(inp.config) else None
+            self.system_metrics_interval)) if launch.spec.profiling else None
         try:
             watch = HookWatch(shipper)
             async with self.ports_closed_to_others(launch):
@@ -206,7 +205,7 @@ class AgentActivities:
         """A fresh run directory whose working directory holds the model definition and
         trial_info.json, and beside it Determined's info files and clean copy of the model
         definition."""
-        entrypoint: str = inp.config["entrypoint"]  # one command line: the model made it so
+        spec = trial_run_spec(inp)  # the one the master sent, or the same builder's
         if inp.session_token is None and self.cluster_token:
             # This run's own token: it may write only this trial's reports, and only while
             # this run is the trial's running one (api/auth.py).
@@ -217,7 +216,7 @@ class AgentActivities:
         # owner's own identity here where each user has one (agent_worker/sandbox.py).
         owner_user = await self.experiment_owner(master_url, inp.session_token)
         user, owner = await self.run_identity(owner_user)
-        await asyncio.to_thread(check_storage_writable, inp.config, self.agent_id, owner)
+        await asyncio.to_thread(check_storage_writable, spec, self.agent_id, owner)
         run_dir = self.run_dir(inp)
         for directory in run_directories(run_dir):
             await asyncio.to_thread(fresh_dir, directory)
@@ -228,27 +227,28 @@ class AgentActivities:
         rendezvous = inp.rendezvous or Rendezvous(
             container_addrs=[self.address], container_rank=0,
             container_slot_counts=[len(slot_ids)], ports=free_ports(RENDEZVOUS_PORTS))
-        info = build_trial_info(inp, master_url=master_url, agent_id=self.agent_id,
+        info = build_trial_info(inp, spec, master_url=master_url, agent_id=self.agent_id,
                                 cluster_id=self.cluster_id, slot_ids=slot_ids,
                                 rendezvous=rendezvous)
         info_path = workdir / TRIAL_INFO_FILE
         await asyncio.to_thread(write_private, info_path, json.dumps(info, indent=2) + "\n")
-        env = trial_environment(inp.config, trial_info_path=str(info_path),
-                                master_url=master_url)
+        env = trial_environment(spec, trial_info_path=str(info_path), master_url=master_url)
         env.update(gpu_environment(self.slots.of(slot_ids)))  # this agent's part's GPUs
         traceparent = tracing.traceparent()  # run_trial's span: the harness's reports continue it
         if traceparent:
             env[tracing.TRACEPARENT_ENV] = traceparent
         username = str(owner_user["username"]) if owner_user else FALLBACK_USER
         mounted = self.runtime.mounts_shared_fs
-        await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info,
+        await asyncio.to_thread(write_determined_info, determined_info_dir(run_dir), info, spec,
                                 username=username, shared_fs_mounted=mounted)
-        env.update(determined_environment(info, username=username, shared_fs_mounted=mounted))
+        env.update(determined_environment(info, spec, username=username,
+                                          shared_fs_mounted=mounted))
         user_token = await self.owner_session(master_url, inp.trial_id, inp.session_token)
         if user_token:  # what `det` and det.experimental.Determined() in the run log in with
             env["DET_USER_TOKEN"] = user_token
-        launch = Launch(input=inp, run_dir=run_dir,
-                        entrypoint=with_startup_hooks(entrypoint, workdir, env), env=env,
+        assert spec.entrypoint is not None  # a trial's: one command line, the model requires it
+        launch = Launch(input=inp, spec=spec, run_dir=run_dir,
+                        entrypoint=with_startup_hooks(spec.entrypoint, workdir, env), env=env,
                         slot_ids=slot_ids, user=user,
                         ports=rendezvous.ports if rendezvous.container_rank == 0 else [])
         if launch.checkpoint_cache is not None:
@@ -329,12 +329,13 @@ class AgentActivities:
             raise ApplicationError(str(err), type="TaskUserError", non_retryable=True) from None
 
 
-def check_storage_writable(config: dict[str, Any], agent_id: str,
+def check_storage_writable(spec: RunSpec, agent_id: str,
                            owner: tuple[int, int] | None = None) -> None:
     """Fail the run at once, naming the directory, when its shared_fs checkpoint storage cannot
     be written here (by `owner`, the task user, when given): otherwise the trial would train
     until its first checkpoint and crash. A directory made here is given to `owner`."""
-    directory = shared_fs_directory(config.get("checkpoint_storage"))
+    storage = spec.checkpoint_storage
+    directory = storage.directory if storage is not None else None
     if directory is None:
         return
     try:

@@ -49,6 +49,8 @@ class StorageOutsideRoots(StorageError):
 
 
 def under_any_root(directory: str, roots: Sequence[str]) -> bool:
+    """Whether `directory` is one of `roots` or lies under one, by their normalised paths (no
+    link is followed: a caller that cares resolves them first)."""
     path = posixpath.normpath(directory)
     return any(path == root or path.startswith(root.rstrip("/") + "/")
                for root in map(posixpath.normpath, roots))

@@ -225,6 +225,8 @@ class RunTrialInput:
     trial_id: int
     run_id: int
     hparams: JSON
+    # The stored experiment config: what agents before RunSpec read, and what the spec of a
+    # run scheduled without one is built from (wire/run_spec.py's `trial_run_spec`).
     config: JSON
     trial_seed: int
     latest_checkpoint: str | None
@@ -235,6 +237,9 @@ class RunTrialInput:
     max_length: JSON | None = None
     slot_ids: list[int] | None = None  # the agent's slots the scheduler granted this run
     rendezvous: Rendezvous | None = None  # a run on several agents; None: on one
+    # The run as the agent runs it: wire/run_spec.py's RunSpec, as JSON (None: scheduled by a
+    # workflow from before RunSpec).
+    spec: JSON | None = None
 
 
 @dataclass
@@ -267,14 +272,14 @@ class TaskInput:
 
 @dataclass
 class RunTaskInput:
-    """The agent's `run_task` activity: run the task on these slots until it ends."""
+    """The agent's `run_task` activity: run the task on these slots until it ends. Its config
+    is not sent: the agent fetches the task's launch from the master and builds the task's
+    RunSpec from it (wire/run_spec.py's `task_run_spec`)."""
 
     task_id: str
     task_type: str
     slot_ids: list[int]
     master_url: str = ""  # empty: the agent uses the master URL it was started with
-    # Filled in by the agent from the launch it fetches (never sent through Temporal).
-    config: JSON = field(default_factory=dict)
 
 
 @dataclass

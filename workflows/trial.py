@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         SlotWaiting,
         allocation_parts,
     )
+    from wire.run_spec import RunSpec
     from wire.workflow_io import (
         LOCAL_CALLS_REVISION,
         RENDEZVOUS_PORTS,
@@ -101,6 +102,9 @@ RUN_PICKUP_TIMEOUT = timedelta(seconds=60)  # the granted agent must start the r
 # waiting for its heartbeat timeout would only delay the restart.
 PARTS_STOP_WAIT = timedelta(seconds=15)
 ACROSS_AGENTS_PATCH = "trial-runs-across-agents"
+# Issue 36: each run_trial carries the run's RunSpec (wire/run_spec.py), built here once per
+# trial; runs of histories before it carry only the config, and the agent builds the same spec.
+RUN_SPEC_PATCH = "trial-runs-carry-a-run-spec"
 
 
 def restart_backoff(restarts: int) -> timedelta:
@@ -126,6 +130,7 @@ class TrialWorkflow:
         self._inp: TrialInput | None = None
         self._resources: Resources  # from the config, set by `run`
         self._searcher: SearcherConfig
+        self._spec: dict[str, Any] | None = None  # RUN_SPEC_PATCH: the runs' RunSpec, as JSON
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
@@ -287,7 +292,16 @@ class TrialWorkflow:
             slot_ids=slot_ids,
             max_length=({inp.length_unit: self._target} if self._target is not None else None),
             rendezvous=rendezvous,
+            spec=self._run_spec(inp),
         )
+
+    def _run_spec(self, inp: TrialInput) -> dict[str, Any] | None:
+        """What the agent runs (RunSpec, as JSON), the same for every run of the trial."""
+        if not workflow.patched(RUN_SPEC_PATCH):
+            return None
+        if self._spec is None:
+            self._spec = RunSpec.of(stored_config(inp.config), inp.config).model_dump(mode="json")
+        return self._spec
 
     def _start_run(self, task_queue: str, run: RunTrialInput) -> workflow.ActivityHandle[Any]:
         return workflow.start_activity(

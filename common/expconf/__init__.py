@@ -45,7 +45,7 @@ from common.expconf.parsing import (
     validate_experiment_config,
     with_default_storage,
 )
-from common.expconf.resources import ResourcesConfig
+from common.expconf.resources import DEFAULT_SHM_SIZE, ResourcesConfig
 from common.expconf.searchers import (
     SEARCHER_CONFIGS,
     AdaptiveAshaConfig,
@@ -77,6 +77,7 @@ __all__ = [
     "CheckpointStorageConfig",
     "ConfigError",
     "ConstHyperparameter",
+    "DEFAULT_SHM_SIZE",
     "DoubleHyperparameter",
     "EnvironmentConfig",
     "ExperimentConfig",

@@ -8,6 +8,10 @@ from pydantic import BeforeValidator, Field, field_validator
 from common.expconf._base import _DUMPED_WHEN_GIVEN, NotActedOn, _describe, _fail, _Model
 from common.temporal_names import DEFAULT_RESOURCE_POOL
 
+# Bytes of /dev/shm in a task container when `shm_size` is not given (Determined's default). It
+# is applied where a run is specified (wire/run_spec.py), not stored in the config.
+DEFAULT_SHM_SIZE = 4 * 1024**3
+
 _MEMORY_SIZE = re.compile(r"([0-9]*\.)?[0-9]+ ?(([kmgtp](i?b)?)|b)?", re.IGNORECASE)
 
 

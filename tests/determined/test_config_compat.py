@@ -6,9 +6,10 @@ and survive a round trip through it; real mistakes still get today's errors.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from agent_worker.determined_env import determined_config
 from common.expconf import (
     PLACEHOLDER_STORAGE,
     ConfigError,
@@ -16,6 +17,7 @@ from common.expconf import (
     config_warnings,
     parse_experiment_config,
 )
+from wire.run_spec import RunSpec
 
 DETERMINED_CONFIG = """
 name: mnist_pytorch_const
@@ -205,15 +207,15 @@ def test_asha_without_a_length_is_refused_as_determined_does(name: str) -> None:
     ]
 
 
-def _trial_info(config: ExperimentConfig, max_length: object = None) -> dict[str, object]:
-    dumped = config.model_dump(mode="json")
-    return {"experiment_config": dumped, "max_length": max_length,
-            "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/c"}}
+def _determined_config(config: ExperimentConfig, max_length: dict[str, int] | None = None
+                       ) -> dict[str, Any]:
+    """What Determined's code in a run of `config` training to `max_length` is given."""
+    return RunSpec.of(config).determined_config(max_length)
 
 
 def test_determined_code_sees_no_max_length_when_the_config_has_none() -> None:
     """Determined's Core API then gives no `core.searcher` (its 0.38 behaviour)."""
-    seen = determined_config(_trial_info(parse_experiment_config(CORE_API_0_START)))
+    seen = _determined_config(parse_experiment_config(CORE_API_0_START))
     assert "max_length" not in seen["searcher"]
     # ... and the defaults Determined's master fills in, which its PyTorchTrial harness reads.
     assert seen["min_validation_period"] == {"batches": 0}
@@ -227,7 +229,7 @@ def test_determined_code_sees_no_time_metric_target_as_max_length() -> None:
         "entrypoint: x\nsearcher: {name: adaptive_asha, metric: loss, max_trials: 4,"
         " time_metric: epoch, max_time: 8}\n"
     )
-    seen = determined_config(_trial_info(config, {"epoch": 2}))
+    seen = _determined_config(config, {"epoch": 2})
     assert "max_length" not in seen["searcher"]
     assert seen["searcher"]["time_metric"] == "epoch" and seen["searcher"]["max_time"] == 8
 

@@ -19,7 +19,6 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from agent_worker.determined_env import (
-    determined_config,
     determined_environment,
     determined_info_dir,
     write_determined_info,
@@ -28,6 +27,7 @@ from agent_worker.process_runtime import ProcessRuntime, can_make_mount_namespac
 from agent_worker.slots import SlotPool, cpu_slots
 from agent_worker.trial_runs import AgentActivities
 from tests.fakes.agent_master import FakeMaster, make_tgz
+from tests.fakes.run_specs import spec_of
 from wire.workflow_io import RunTrialInput
 
 CONFIG: dict[str, Any] = {
@@ -57,6 +57,7 @@ INFO: dict[str, Any] = {
     "slot_ids": [1],
     "session_token": "ept.9.sig",
 }
+SPEC = spec_of(CONFIG)  # the run's, as the master builds it
 
 # Run by Determined's Python: what its own code makes of the environment and the files.
 READ_BACK = """
@@ -90,25 +91,27 @@ print(json.dumps({
 
 
 def test_config_seen_by_determined_points_at_epochal_storage() -> None:
-    config = determined_config(INFO)
+    config = SPEC.determined_config(INFO["max_length"])
     assert config["checkpoint_storage"] == {"type": "directory",
                                             "container_path": "/tmp/ckpts/det"}
     assert config["searcher"]["max_length"] == {"batches": 25}  # this run's target
     assert INFO["experiment_config"]["searcher"]["max_length"] == {"batches": 100}  # untouched
-    s3 = {**INFO, "checkpoint_storage": {"type": "s3", "bucket": "b"}}
-    assert determined_config(s3)["checkpoint_storage"] == {"type": "s3", "bucket": "b"}
+    assert SPEC.experiment_config == CONFIG  # untouched
+    s3 = spec_of({**CONFIG, "checkpoint_storage": {"type": "s3", "bucket": "b"}})
+    assert s3.determined_config(INFO["max_length"])["checkpoint_storage"] == {"type": "s3",
+                                                                              "bucket": "b"}
 
 
 def test_environment_without_checkpoint_or_token() -> None:
     env = determined_environment({**INFO, "latest_checkpoint": None, "session_token": None},
-                                 username="")
+                                 SPEC, username="")
     assert "DET_LATEST_CHECKPOINT" not in env
     assert env["DET_SESSION_TOKEN"] and env["DET_USER"] == "determined"
 
 
 def test_determined_reads_the_variables_and_files(det_venv: Path, tmp_path: Path) -> None:
-    write_determined_info(tmp_path, INFO, username="alice")
-    env = {**os.environ, **determined_environment(INFO, username="alice")}
+    write_determined_info(tmp_path, INFO, SPEC, username="alice")
+    env = {**os.environ, **determined_environment(INFO, SPEC, username="alice")}
     done = subprocess.run([str(det_venv / "python"), "-c", READ_BACK, str(tmp_path)], env=env,
                           capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
     assert done.returncode == 0, done.stderr
@@ -168,7 +171,8 @@ def test_without_mount_namespaces_the_entrypoint_runs_as_before(tmp_path: Path) 
     determined_info_dir(run_dir).mkdir(parents=True)
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config=CONFIG,
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    launch = Launch(input=inp, run_dir=run_dir, entrypoint="python3 train.py", env={})
+    launch = Launch(input=inp, spec=SPEC, run_dir=run_dir, entrypoint="python3 train.py",
+                    env={})
     if runtime.private_mounts:
         assert runtime.command(launch)[:2] == ["unshare", "--mount"]
         assert runtime.command(launch)[-1] == "python3 train.py"

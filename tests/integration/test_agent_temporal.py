@@ -111,7 +111,8 @@ async def agent(temporal_client: Client, temporal_address: str, master: FakeMast
 def trial_input(experiment_id: int, entrypoint: str = "python3 train.py") -> RunTrialInput:
     return RunTrialInput(
         experiment_id=experiment_id, trial_id=3, run_id=1, hparams={},
-        config={"entrypoint": entrypoint, "searcher": {"max_length": {"batches": 1}},
+        config={"entrypoint": entrypoint, "searcher": {"name": "single", "metric": "loss",
+                                                       "max_length": {"batches": 1}},
                 "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/x"}},
         trial_seed=1, latest_checkpoint=None, steps_completed=0)
 

@@ -24,10 +24,11 @@ from agent_worker.process_runtime import (
 from agent_worker.registration import Registration
 from agent_worker.runtime import Launch
 from agent_worker.slots import SlotPool, cpu_slots, discover_slots
-from agent_worker.trial_info import trial_environment, user_environment
+from agent_worker.trial_info import trial_environment
 from agent_worker.trial_runs import AgentActivities
 from common.expconf import EnvironmentConfig
 from tests.fakes.agent_master import FakeMaster
+from tests.fakes.run_specs import spec_of
 from wire.workflow_io import RunTrialInput
 
 
@@ -238,24 +239,25 @@ def test_user_environment_is_what_the_config_model_stored() -> None:
     """Every form a user may write reaches the agent as the model stored it: one mapping."""
     def env(value: object) -> dict[str, str]:
         stored = EnvironmentConfig.model_validate({"environment_variables": value})
-        return user_environment({"environment": stored.model_dump(mode="json")})
+        return spec_of({"environment": stored.model_dump(mode="json")}).environment_variables
 
     assert env({"A": "1", "B": 2, "C": True}) == {"A": "1", "B": "2", "C": "true"}
     assert env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
     assert env({"cpu": ["A=1"], "cuda": ["A=1", "B=2"]}) == {"A": "1", "B": "2"}
-    assert env(None) == {} and user_environment({}) == {}
+    assert env(None) == {} and spec_of({}).environment_variables == {}
 
 
 def test_epochal_variables_win_over_the_users(tmp_path: Path) -> None:
     config = {"environment": {"environment_variables": {
         "EPOCHAL_MASTER": "http://wrong", "PYTHONPATH": "/mine", "PATH": "/usr/bin", "X": "1"}}}
-    env = trial_environment(config, trial_info_path="/t/trial_info.json", master_url="http://m")
+    env = trial_environment(spec_of(config), trial_info_path="/t/trial_info.json",
+                            master_url="http://m")
     assert env["EPOCHAL_MASTER"] == "http://m"
     assert env["EPOCHAL_TRIAL_INFO"] == "/t/trial_info.json"
     launch = Launch(
         input=RunTrialInput(experiment_id=1, trial_id=1, run_id=1, hparams={}, config=config,
                             trial_seed=0, latest_checkpoint=None, steps_completed=0),
-        run_dir=tmp_path, entrypoint="true", env=env)
+        spec=spec_of(config), run_dir=tmp_path, entrypoint="true", env=env)
     full = ProcessRuntime(kill_grace_seconds=1).environment(launch)
     assert full["PATH"] == f"{Path(sys.executable).parent}{os.pathsep}/usr/bin"
     assert full["PYTHONPATH"] == f"{tmp_path / 'workdir'}{os.pathsep}/mine"
@@ -273,7 +275,7 @@ def test_a_trial_inherits_no_secret_of_the_agent(
     launch = Launch(
         input=RunTrialInput(experiment_id=1, trial_id=1, run_id=1, hparams={}, config={},
                             trial_seed=0, latest_checkpoint=None, steps_completed=0),
-        run_dir=tmp_path, entrypoint="true", env={"MINE": "x"})
+        spec=spec_of(), run_dir=tmp_path, entrypoint="true", env={"MINE": "x"})
     env = ProcessRuntime(kill_grace_seconds=1).environment(launch)
     assert not any("secret" in value for value in env.values())
     assert env["LC_ALL"] == "C.UTF-8" and env["HOME"] == "/home/agent"
@@ -301,13 +303,13 @@ def test_unwritable_checkpoint_storage_fails_the_run_naming_it(tmp_path: Path) -
     (tmp_path / "a-file").write_text("")
     storage = {"type": "shared_fs", "host_path": str(tmp_path / "a-file"), "storage_path": "x"}
     with pytest.raises(ApplicationError) as raised:
-        check_storage_writable({"checkpoint_storage": storage}, "agent-7")
+        check_storage_writable(spec_of({"checkpoint_storage": storage}), "agent-7")
     assert raised.value.non_retryable
     assert raised.value.message == (
         f"the checkpoint storage {tmp_path}/a-file/x is not writable on agent agent-7: "
         "Not a directory")
-    check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
-                                                   "host_path": str(tmp_path / "new")}}, "a")
+    check_storage_writable(spec_of({"checkpoint_storage": {
+        "type": "shared_fs", "host_path": str(tmp_path / "new")}}), "a")
     assert (tmp_path / "new").is_dir()
 
 

@@ -16,10 +16,8 @@ from agent_worker.container_spec import (
     CONTAINER_RUN_DIR,
     CONTAINER_TRIAL_INFO,
     CONTAINER_WORKDIR,
-    DEFAULT_SHM_SIZE,
     container_spec,
     gpu_device_requests,
-    shm_size_for,
 )
 from agent_worker.determined_env import SHARED_FS_CONTAINER_PATH
 from agent_worker.docker_engine import split_lines
@@ -29,9 +27,11 @@ from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import Launch
 from agent_worker.sandbox import CONTAINER_USER, TaskUser, TaskUserError, container_user_for_agent
 from agent_worker.slots import TYPE_CPU, TYPE_CUDA, Slot, cpu_slots, discover_slots
-from common.expconf import ResourcesConfig
+from common.expconf import DEFAULT_SHM_SIZE, ResourcesConfig, TaskConfig
 from deploy import local_cluster
 from task_image import image as task_image
+from tests.fakes.run_specs import full_config, spec_of
+from wire.run_spec import RunSpec
 from wire.workflow_io import RunTaskInput, RunTrialInput
 
 # GPU slots as slots.py makes them from NVML (a fake: there is no GPU here).
@@ -44,12 +44,14 @@ def launch(tmp_path: Path, config: dict[str, Any] | None = None,
     cfg = {"entrypoint": "python3 train.py", "resources": {"resource_pool": "default"},
            "checkpoint_storage": {"type": "shared_fs", "host_path": str(tmp_path / "ckpt")},
            **(config or {})}
-    inp = RunTrialInput(experiment_id=3, trial_id=9, run_id=2, hparams={}, config=cfg,
-                        trial_seed=1, latest_checkpoint=None, steps_completed=0)
-    return Launch(input=inp, run_dir=tmp_path / "run", entrypoint="python3 train.py",
-                       env={"EPOCHAL_TRIAL_INFO": str(tmp_path / "run" / "trial_info.json"),
-                            "EPOCHAL_MASTER": "http://127.0.0.1:8080", "MINE": "x"},
-                       slot_ids=slot_ids if slot_ids is not None else [0])
+    inp = RunTrialInput(experiment_id=3, trial_id=9, run_id=2, hparams={},
+                        config=full_config(cfg), trial_seed=1, latest_checkpoint=None,
+                        steps_completed=0)
+    return Launch(input=inp, spec=spec_of(cfg), run_dir=tmp_path / "run",
+                  entrypoint="python3 train.py",
+                  env={"EPOCHAL_TRIAL_INFO": str(tmp_path / "run" / "trial_info.json"),
+                       "EPOCHAL_MASTER": "http://127.0.0.1:8080", "MINE": "x"},
+                  slot_ids=slot_ids if slot_ids is not None else [0])
 
 
 def spec_kwargs(tmp_path: Path, config: dict[str, Any] | None = None,
@@ -104,9 +106,9 @@ def test_container_from_a_launch(tmp_path: Path) -> None:
 
 
 def task_launch(tmp_path: Path, task_type: str) -> Launch:
-    inp = RunTaskInput(task_id="0b1c", task_type=task_type, slot_ids=[],
-                       config={"bind_mounts": []})
-    return Launch(input=inp, run_dir=tmp_path / "tasks" / "0b1c", entrypoint="jupyter lab",
+    inp = RunTaskInput(task_id="0b1c", task_type=task_type, slot_ids=[])
+    return Launch(input=inp, spec=RunSpec.of(TaskConfig.model_validate({"bind_mounts": []})),
+                  run_dir=tmp_path / "tasks" / "0b1c", entrypoint="jupyter lab",
                   env={"DET_TASK_ID": "0b1c"})
 
 
@@ -216,10 +218,10 @@ def test_a_bind_mount_whose_host_path_passes_through_a_link_is_refused(tmp_path:
 
 def test_shm_sizes_are_the_models_bytes() -> None:
     stored = ResourcesConfig.model_validate({"shm_size": "512M"}).model_dump(mode="json")
-    assert shm_size_for({"resources": stored}) == 512 * 1024**2
-    assert shm_size_for({"resources": ResourcesConfig().model_dump(mode="json")}) == (
+    assert spec_of({"resources": stored}).shm_size == 512 * 1024**2
+    assert spec_of({"resources": ResourcesConfig().model_dump(mode="json")}).shm_size == (
         DEFAULT_SHM_SIZE)
-    assert shm_size_for({}) == DEFAULT_SHM_SIZE
+    assert spec_of({}).shm_size == DEFAULT_SHM_SIZE
 
 
 def test_gpu_slots_become_one_device_request_by_uuid(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.run_cgroups import JOIN_THEN_RUN, RunCgroups, cgroup2_mount
 from agent_worker.runtime import Launch
+from tests.fakes.run_specs import spec_of
 from wire.workflow_io import RunTrialInput
 
 
@@ -41,7 +42,8 @@ def alive(pid: int) -> bool:
 def launch(run_dir: Path, entrypoint: str, run_id: int = 1) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=run_id, hparams={}, config={},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    launched = Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env={})
+    launched = Launch(input=inp, spec=spec_of(), run_dir=run_dir, entrypoint=entrypoint,
+                      env={})
     launched.workdir.mkdir(parents=True, exist_ok=True)
     return launched
 

@@ -24,6 +24,7 @@ from agent_worker.runtime import Launch
 from agent_worker.sandbox import TaskUser, TaskUserError, task_user_for_agent
 from agent_worker.sandbox_init import outermost
 from agent_worker.trial_runs import check_storage_writable, writable_by
+from tests.fakes.run_specs import spec_of
 from wire.workflow_io import RunTrialInput
 
 needs_root = pytest.mark.skipif(not can_make_mount_namespaces(),
@@ -76,22 +77,24 @@ def test_storage_must_be_writable_by_the_task_user(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         return
     made = tmp_path / "made-here"  # a directory the agent makes is given to the task user
-    check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
-                                                   "host_path": str(made)}}, "a1", owner)
+    check_storage_writable(spec_of({"checkpoint_storage": {"type": "shared_fs",
+                                                           "host_path": str(made)}}), "a1", owner)
     assert (made.stat().st_uid, made.stat().st_gid) == owner
     roots = tmp_path / "roots"
     roots.mkdir(mode=0o755)
     with pytest.raises(ApplicationError, match=rf"{roots} is not writable on agent a1 by the "
                                                rf"task user \(uid {nobody.uid}\)"):
-        check_storage_writable({"checkpoint_storage": {"type": "shared_fs",
-                                                       "host_path": str(roots)}}, "a1", owner)
+        check_storage_writable(spec_of({"checkpoint_storage": {"type": "shared_fs",
+                                                               "host_path": str(roots)}}),
+                               "a1", owner)
 
 
 def _launch(run_dir: Path, entrypoint: str, config: dict[str, Any] | None = None,
             **env: str) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config=config or {},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    return Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
+    return Launch(input=inp, spec=spec_of(config), run_dir=run_dir, entrypoint=entrypoint,
+                  env=dict(env))
 
 
 @pytest.fixture

@@ -15,6 +15,7 @@ from agent_worker.main import parse_args
 from agent_worker.process_runtime import ProcessRuntime
 from agent_worker.runtime import Launch
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment
+from tests.fakes.run_specs import spec_of
 from wire.workflow_io import RunTrialInput
 
 
@@ -31,7 +32,8 @@ def fake_env(tmp_path: Path, *, conda: bool = False) -> Path:
 def launch(run_dir: Path, entrypoint: str = "true", **env: str) -> Launch:
     inp = RunTrialInput(experiment_id=1, trial_id=2, run_id=1, hparams={}, config={},
                         trial_seed=0, latest_checkpoint=None, steps_completed=0)
-    return Launch(input=inp, run_dir=run_dir, entrypoint=entrypoint, env=dict(env))
+    return Launch(input=inp, spec=spec_of(), run_dir=run_dir, entrypoint=entrypoint,
+                  env=dict(env))
 
 
 def test_open_names_the_option_the_path_and_what_is_wrong(tmp_path: Path) -> None:
