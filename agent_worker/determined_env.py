@@ -55,7 +55,8 @@ def determined_environment(info: Mapping[str, Any], spec: RunSpec, *, username: 
     """The `DET_*` variables of a trial (determined/_info.py, common/api/authentication.py):
     the config is the run's as Determined's code sees it, training to this run's target (see
     the module docstring for its storage)."""
-    config = spec.determined_config(info.get("max_length"), shared_fs_mounted=shared_fs_mounted)
+    det_config = spec.determined_config(info.get("max_length"),
+                                        shared_fs_mounted=shared_fs_mounted)
     env = {
         "DET_MASTER": str(info["master_url"]),
         "DET_CLUSTER_ID": str(info.get("cluster_id") or "epochal"),
@@ -72,7 +73,7 @@ def determined_environment(info: Mapping[str, Any], spec: RunSpec, *, username: 
         "DET_TRIAL_SEED": str(info["trial_seed"]),
         "DET_TRIAL_RUN_ID": str(info["trial_run_id"]),
         "DET_HPARAMS": json.dumps(info.get("hparams") or {}),
-        "DET_EXPERIMENT_CONFIG": json.dumps(config),
+        "DET_EXPERIMENT_CONFIG": json.dumps(det_config),
         "DET_STEPS_COMPLETED": str(int(info.get("steps_completed") or 0)),
         "DET_RESOURCES_TYPE": "docker-container",
     }
@@ -104,7 +105,7 @@ def determined_info_files(info: Mapping[str, Any], spec: RunSpec, *, username: s
     env = determined_environment(info, spec, username=username,
                                  shared_fs_mounted=shared_fs_mounted)
     slot_ids = list(info.get("slot_ids") or [])
-    config = json.loads(env["DET_EXPERIMENT_CONFIG"])
+    det_config = json.loads(env["DET_EXPERIMENT_CONFIG"])
     return {
         "cluster.json": {
             "master_url": env["DET_MASTER"],
@@ -124,7 +125,7 @@ def determined_info_files(info: Mapping[str, Any], spec: RunSpec, *, username: s
             "experiment_id": int(info["experiment_id"]),
             "trial_seed": int(info["trial_seed"]),
             "hparams": info.get("hparams") or {},
-            "config": config,
+            "config": det_config,
             "steps_completed": int(info.get("steps_completed") or 0),
             "trial_run_id": int(info["trial_run_id"]),
             "debug": spec.debug,

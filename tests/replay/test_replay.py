@@ -45,6 +45,8 @@ def test_histories_are_recorded() -> None:
         "cancel-request-experiment", "cancel-request-trial", "trial-cancel-request-trial",
         "children-continue-as-new-experiment", "upgraded-killed-experiment",
         "completed-task", "failed-task", "killed-task", "cancel-request-task")} <= recorded
+    # Recorded by issue 36's code: each run carries its RunSpec (patch marker and all).
+    assert {"run-spec-experiment-issue36", "run-spec-trial-issue36"} <= recorded
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -5,11 +5,17 @@ the agent for a run scheduled without one."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import temporalio.converter
 
+from agent_worker.process_runtime import ProcessRuntime
+from agent_worker.slots import SlotPool, cpu_slots
+from agent_worker.task_runs import TaskActivities
+from agent_worker.trial_runs import AgentActivities
 from common.expconf import (
     DEFAULT_SHM_SIZE,
     TaskConfig,
@@ -19,7 +25,7 @@ from common.expconf import (
 )
 from common.payload_codec import data_converter
 from wire.run_spec import CheckpointStorage, Mount, RunSpec, task_run_spec, trial_run_spec
-from wire.workflow_io import RunTrialInput
+from wire.workflow_io import RunTaskInput, RunTrialInput
 
 SUBMITTED = """
 entrypoint: [python3, train.py, --epochs, "2"]
@@ -160,3 +166,26 @@ async def test_the_spec_travels_through_temporal_unchanged(
     old = {k: v for k, v in dataclasses.asdict(inp).items() if k != "spec"}
     (before,) = await converter.decode(await converter.encode([old]), [RunTrialInput])
     assert before.spec is None and trial_run_spec(before) == spec
+
+
+async def test_the_agent_prepares_a_task_from_the_spec_of_its_fetched_config(
+        tmp_path: Path) -> None:
+    config = validate_task_config({"entrypoint": "echo hi", "environment": {
+        "environment_variables": {"X": "1", "DET_USER": "not-theirs"}}}, "COMMAND")
+    launch = {"taskId": "t1", "taskType": "COMMAND", "config": config.model_dump(mode="json"),
+              "secret": "s", "publicKey": None, "username": "ann", "owner": None,
+              "userToken": "tok", "experimentIds": [], "trialIds": [], "hasContext": False}
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/api/v1/tasks/t1/launch"
+        return httpx.Response(200, json=launch)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(answer)) as http:
+        agent = AgentActivities(agent_id="a1", master_url="http://master", work_dir=tmp_path,
+                                http=http, runtime=ProcessRuntime(), slots=SlotPool(cpu_slots(1)))
+        prepared = await TaskActivities(agent).prepare(
+            RunTaskInput(task_id="t1", task_type="COMMAND", slot_ids=[0]), "http://master", [0])
+    assert prepared.spec == RunSpec.of(config)
+    assert prepared.entrypoint.endswith("echo hi")
+    assert prepared.env["X"] == "1" and prepared.env["DET_USER"] == "ann"  # Determined's win
+    assert prepared.service is None and prepared.workdir.is_dir()

@@ -9,6 +9,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from common.expconf import stored_config
+from tests.replay.recording import save_experiment
 from tests.workflows.test_experiment_workflow import (
     ended,
     make_config,
@@ -33,6 +34,7 @@ async def test_every_run_carries_the_spec_built_from_its_config(
         assert await ended(handle, 60) == "COMPLETED"
     finally:
         await stop_agent(agent)
+    await save_experiment(temporal_client, handle, "run-spec")
     assert len(agent.runs) == 4
     for run in agent.runs:
         built = RunSpec.of(stored_config(run.config), run.config)
