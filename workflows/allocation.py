@@ -15,18 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from common.expconf import ResourcesConfig
+    from common.states import AllocationState
     from common.temporal_names import (
         MASTER_TASK_QUEUE,
-        RELEASE_SLOTS_ACTIVITY,
-        REQUEST_SLOTS_ACTIVITY,
         PoolMessages,
         resource_pool_workflow_id,
     )
@@ -40,12 +37,7 @@ with workflow.unsafe.imports_passed_through():
         SlotReply,
         SlotRequest,
     )
-    from workflows.db_activities import db_activity
-
-SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
-SCHEDULER_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
-)
+    from workflows.db_activities import RELEASE_SLOTS_CALL, REQUEST_SLOTS_CALL
 
 
 @dataclass(frozen=True)
@@ -92,7 +84,7 @@ class Allocator:
         key = request.allocation_id
         if self.local:
             reply = await self._request_slots(resources, request)
-            if reply.status == "granted" and reply.allocation is not None:
+            if reply.status == AllocationState.GRANTED and reply.allocation is not None:
                 return reply.allocation
         else:
             pool = workflow.get_external_workflow_handle(
@@ -101,7 +93,7 @@ class Allocator:
                 await pool.signal(PoolMessages.REQUEST, request)
             except Exception:  # the pool does not run yet: the activity starts it with the request
                 reply = await self._request_slots(resources, request)
-                if reply.status == "granted" and reply.allocation is not None:
+                if reply.status == AllocationState.GRANTED and reply.allocation is not None:
                     return reply.allocation
         await workflow.wait_condition(
             lambda: key in self._granted or key in self._failed or give_up())
@@ -119,9 +111,7 @@ class Allocator:
         inp = RequestSlotsInput(pool=resources.pool, request=request,
                                 master_task_queue=MASTER_TASK_QUEUE)
         try:
-            reply: SlotReply = await db_activity(
-                REQUEST_SLOTS_ACTIVITY, inp, SlotReply, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-                retry_policy=SCHEDULER_RETRY, local=self.local)
+            reply = await REQUEST_SLOTS_CALL(inp, local=self.local)
         except ActivityError as err:
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
@@ -134,11 +124,8 @@ class Allocator:
         `local` through the `release_slots` local activity (the master's client signals)."""
         self._granted.pop(allocation_id, None)
         if self.local:
-            await db_activity(
-                RELEASE_SLOTS_ACTIVITY,
-                ReleaseSlotsInput(pool=resources.pool, allocation_id=allocation_id),
-                bool, timeout=SCHEDULER_ACTIVITY_TIMEOUT, retry_policy=SCHEDULER_RETRY,
-                local=True)
+            await RELEASE_SLOTS_CALL(
+                ReleaseSlotsInput(pool=resources.pool, allocation_id=allocation_id), local=True)
             return
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
         await pool.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=allocation_id))

@@ -1,5 +1,7 @@
 """How workflows call the master's activities (database writes, and messages through its client):
-one place for their timeout, retries and whether they run locally.
+each one once, typed (`MasterActivity`: its name, input and result types, timeout, retries and
+whether it runs locally), so a call with the wrong input or a misread result fails mypy, not a
+running workflow.
 
 They retry until PostgreSQL answers again, so a restart of the database pauses experiments
 instead of failing them.
@@ -11,16 +13,62 @@ work per trial with it). A trial workflow is told by its input (`TrialInput.revi
 asking `workflow.patched` itself. A call with a longer timeout than a database round trip
 (the experiment's end, which collects checkpoints) stays a regular activity, so that it never
 holds a workflow task open.
+
+Names, timeouts and retry policies are in the histories (the commands a replay must match):
+change none of them here without a patch marker.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, TypeVar
+from types import NoneType
+from typing import Any, Generic, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+with workflow.unsafe.imports_passed_through():
+    from common.temporal_names import (
+        CHECK_SEARCHER_METRIC,
+        CREATE_TRIAL,
+        FINISH_EXPERIMENT,
+        GET_RESUME_POINT,
+        RECORD_EXPERIMENT_STATE,
+        RECORD_SEARCH,
+        RECORD_TASK_STATE,
+        RECORD_TRIAL_STATE,
+        RELEASE_SLOTS_ACTIVITY,
+        REPORT_TRIAL_CLOSED,
+        REQUEST_CANCEL,
+        REQUEST_PREEMPTION,
+        REQUEST_SLOTS_ACTIVITY,
+        SAMPLE_TRIAL_HPARAMS,
+        START_TRIAL,
+        TASK_IDLE_SECONDS,
+        WRITE_TRIAL_LOG,
+    )
+    from wire.pools import ReleaseSlotsInput, RequestSlotsInput, SlotReply
+    from wire.workflow_io import (
+        JSON,
+        CancelRequestInput,
+        CheckSearcherMetricInput,
+        CreateTrialInput,
+        FinishExperimentInput,
+        RecordExperimentStateInput,
+        RecordSearchInput,
+        RecordTaskStateInput,
+        RecordTrialStateInput,
+        RequestPreemptionInput,
+        ResumePoint,
+        SampleHparamsInput,
+        StartTrialInput,
+        TrialClosedInput,
+        TrialLogInput,
+    )
+
+A = TypeVar("A")  # an activity's input
+R = TypeVar("R")  # its result
 T = TypeVar("T")
 
 DB_ACTIVITY_TIMEOUT = timedelta(seconds=30)
@@ -28,6 +76,15 @@ DB_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)
 )
 LOCAL_CALLS_PATCH = "master-activities-run-locally"
+# The scheduler's activities (a pool's update, the release signal) retry sooner.
+SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
+SCHEDULER_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
+)
+# The experiment's end (`finish_experiment`: its rows, then the checkpoints GC drops).
+GC_TIMEOUT = timedelta(minutes=10)
+# A sampler's draw fits a model of every trial so far (GP: seconds on hundreds of trials).
+SAMPLE_TIMEOUT = timedelta(minutes=5)
 
 
 async def db_activity(
@@ -43,7 +100,7 @@ async def db_activity(
     """Run the master-side activity `name` (registered by deploy/master.build_worker); locally
     if `local`, or when None, if `workflow.patched(LOCAL_CALLS_PATCH)`. A regular one given
     `heartbeat` must heartbeat that often: a master that dies while it runs has it retried
-    then, not after `timeout`."""
+    then, not after `timeout`. Workflows call it through a `MasterActivity`, which types it."""
     if local is None:
         local = workflow.patched(LOCAL_CALLS_PATCH) if timeout <= DB_ACTIVITY_TIMEOUT else False
     if local:
@@ -55,3 +112,80 @@ async def db_activity(
         name, arg, result_type=result_type, start_to_close_timeout=timeout,
         heartbeat_timeout=heartbeat, retry_policy=retry_policy)
     return result
+
+
+@dataclass(frozen=True)
+class MasterActivity(Generic[A, R]):
+    """One master activity as workflows call it: `await RECORD_SEARCH_CALL(inp)` takes only its
+    input type and answers its result type (mypy checks both at every call; a unit test checks
+    them against the activity's own signature, tests/unit/test_master_activities.py).
+
+    `result` is the activity's return annotation; a class is the converter's `result_type`
+    (the payload is read as that dataclass or number), anything else (None, `str | None`) is
+    read as plain JSON, as it always was."""
+
+    name: str
+    arg_type: type[A]
+    result: object
+    timeout: timedelta = DB_ACTIVITY_TIMEOUT
+    retry_policy: RetryPolicy = field(default_factory=lambda: DB_RETRY)
+
+    @property
+    def result_type(self) -> type[Any] | None:
+        result = self.result
+        return result if isinstance(result, type) and result is not NoneType else None
+
+    async def __call__(self, arg: A, *, local: bool | None = None,
+                       heartbeat: timedelta | None = None) -> R:
+        """Run it; `local` as db_activity's (None: by LOCAL_CALLS_PATCH, or regular when its
+        timeout is longer than a database round trip)."""
+        result: R = await db_activity(self.name, arg, self.result_type, timeout=self.timeout,
+                                      retry_policy=self.retry_policy, local=local,
+                                      heartbeat=heartbeat)
+        return result
+
+
+# activities/experiment_store.py
+CREATE_TRIAL_CALL = MasterActivity[CreateTrialInput, int](CREATE_TRIAL, CreateTrialInput, int)
+RECORD_SEARCH_CALL = MasterActivity[RecordSearchInput, None](
+    RECORD_SEARCH, RecordSearchInput, None)
+CHECK_SEARCHER_METRIC_CALL = MasterActivity[CheckSearcherMetricInput, str | None](
+    CHECK_SEARCHER_METRIC, CheckSearcherMetricInput, str | None)
+WRITE_TRIAL_LOG_CALL = MasterActivity[TrialLogInput, None](WRITE_TRIAL_LOG, TrialLogInput, None)
+RECORD_EXPERIMENT_STATE_CALL = MasterActivity[RecordExperimentStateInput, None](
+    RECORD_EXPERIMENT_STATE, RecordExperimentStateInput, None)
+RECORD_TRIAL_STATE_CALL = MasterActivity[RecordTrialStateInput, None](
+    RECORD_TRIAL_STATE, RecordTrialStateInput, None)
+REQUEST_PREEMPTION_CALL = MasterActivity[RequestPreemptionInput, None](
+    REQUEST_PREEMPTION, RequestPreemptionInput, None)
+GET_RESUME_POINT_CALL = MasterActivity[int, ResumePoint](GET_RESUME_POINT, int, ResumePoint)
+FINISH_EXPERIMENT_CALL = MasterActivity[FinishExperimentInput, int | None](
+    FINISH_EXPERIMENT, FinishExperimentInput, int | None, timeout=GC_TIMEOUT)
+# activities/model_sampling.py
+SAMPLE_TRIAL_HPARAMS_CALL = MasterActivity[SampleHparamsInput, JSON](
+    SAMPLE_TRIAL_HPARAMS, SampleHparamsInput, dict, timeout=SAMPLE_TIMEOUT)
+# activities/scheduler.py
+REQUEST_SLOTS_CALL = MasterActivity[RequestSlotsInput, SlotReply](
+    REQUEST_SLOTS_ACTIVITY, RequestSlotsInput, SlotReply, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+    retry_policy=SCHEDULER_RETRY)
+RELEASE_SLOTS_CALL = MasterActivity[ReleaseSlotsInput, bool](
+    RELEASE_SLOTS_ACTIVITY, ReleaseSlotsInput, bool, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
+    retry_policy=SCHEDULER_RETRY)
+# activities/workflow_messages.py
+START_TRIAL_CALL = MasterActivity[StartTrialInput, None](START_TRIAL, StartTrialInput, None)
+REPORT_TRIAL_CLOSED_CALL = MasterActivity[TrialClosedInput, bool](
+    REPORT_TRIAL_CLOSED, TrialClosedInput, bool)
+REQUEST_CANCEL_CALL = MasterActivity[CancelRequestInput, None](
+    REQUEST_CANCEL, CancelRequestInput, None)
+# activities/task_store.py
+RECORD_TASK_STATE_CALL = MasterActivity[RecordTaskStateInput, None](
+    RECORD_TASK_STATE, RecordTaskStateInput, None)
+TASK_IDLE_SECONDS_CALL = MasterActivity[str, float](TASK_IDLE_SECONDS, str, float)
+
+MASTER_ACTIVITIES: tuple[MasterActivity[Any, Any], ...] = (
+    CREATE_TRIAL_CALL, RECORD_SEARCH_CALL, CHECK_SEARCHER_METRIC_CALL, WRITE_TRIAL_LOG_CALL,
+    RECORD_EXPERIMENT_STATE_CALL, RECORD_TRIAL_STATE_CALL, REQUEST_PREEMPTION_CALL,
+    GET_RESUME_POINT_CALL, FINISH_EXPERIMENT_CALL, SAMPLE_TRIAL_HPARAMS_CALL, REQUEST_SLOTS_CALL,
+    RELEASE_SLOTS_CALL, START_TRIAL_CALL, REPORT_TRIAL_CLOSED_CALL, REQUEST_CANCEL_CALL,
+    RECORD_TASK_STATE_CALL, TASK_IDLE_SECONDS_CALL,
+)

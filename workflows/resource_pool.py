@@ -40,6 +40,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from common.states import AllocationState
     from common.temporal_names import (
         AGENT_LIVENESS,
         RESOURCE_POOL_WORKFLOW,
@@ -528,7 +529,7 @@ class ResourcePoolWorkflow:
     async def request_slots(self, request: SlotRequest) -> SlotReply:
         key = request.allocation_id
         if key in self._allocations:
-            return SlotReply(status="granted", allocation=self._allocations[key])
+            return SlotReply(status=AllocationState.GRANTED, allocation=self._allocations[key])
         if key in self._released_set:
             raise ApplicationError(f"allocation {key} was already released",
                                    type="AllocationReleased", non_retryable=True)
@@ -537,8 +538,8 @@ class ResourcePoolWorkflow:
             self._undecided.add(key)
             await workflow.wait_condition(lambda: key not in self._undecided)
         if key in self._allocations:
-            return SlotReply(status="granted", allocation=self._allocations[key])
-        return SlotReply(status="queued", position=self._positions.get(key, 0))
+            return SlotReply(status=AllocationState.GRANTED, allocation=self._allocations[key])
+        return SlotReply(status=AllocationState.QUEUED, position=self._positions.get(key, 0))
 
     @request_slots.validator
     def _validate_request(self, request: SlotRequest) -> None:
