@@ -1,14 +1,17 @@
 """How a trial workflow gets slots from its resource pool before a run and gives them back after.
 
-`Allocator.acquire` signals the pool (`request`) and waits for its answer, signal
-`slots_granted` or `slots_failed`, which the trial workflow hands to `granted`/`failed`. If the
-pool does not run yet, the master's `request_slots` activity starts it with the request (an
-update-with-start). `release` signals the pool (`release`), which ignores a repeated release.
+A `local` allocator (every trial from LOCAL_CALLS_REVISION on, every task) uses one protocol
+each way, through local activities: `acquire` runs `request_slots`, which sends the pool's
+update of that name (starting the pool if it does not run yet) and answers with the grant when
+the pool has the slots now (no signal either way); else the grant comes by signal
+`slots_granted` (or `slots_failed`), which the workflow hands to `granted`/`failed`. `release`
+runs `release_slots`, which sends the pool's `release` signal through the master's client (the
+pool ignores a repeated release).
 
-A `local` allocator (a trial from LOCAL_CALLS_REVISION on, every task) sends both through
-local activities instead: `request_slots` answers with the grant when the pool has the slots
-now (no signal either way), else the grant comes by signal as before; `release_slots` sends
-the `release` signal through the master's client.
+The other allocator is the old path, kept while a trial of revision 0 may run (one started by
+an experiment before LOCAL_CALLS_PATCH; its history replays only so): it signals the pool
+itself (`request`, `release`), and only when the pool does not run yet does the activity start
+it with the request.
 """
 
 from __future__ import annotations
@@ -63,7 +66,9 @@ class Allocator:
     def __init__(self) -> None:
         self._granted: dict[str, Allocation] = {}
         self._failed: dict[str, str] = {}
-        self.local = False  # messages through local activities (set from the trial's input)
+        # Messages through local activities (set from the trial's input); False only for a
+        # trial of revision 0 (the old path, until LOCAL_CALLS_PATCH's old paths go).
+        self.local = False
 
     def granted(self, allocation: Allocation) -> None:
         """The pool's `slots_granted` signal (duplicates are harmless)."""

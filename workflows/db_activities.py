@@ -23,31 +23,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import NoneType
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
-    from common.temporal_names import (
-        CHECK_SEARCHER_METRIC,
-        CREATE_TRIAL,
-        FINISH_EXPERIMENT,
-        GET_RESUME_POINT,
-        RECORD_EXPERIMENT_STATE,
-        RECORD_SEARCH,
-        RECORD_TASK_STATE,
-        RECORD_TRIAL_STATE,
-        RELEASE_SLOTS_ACTIVITY,
-        REPORT_TRIAL_CLOSED,
-        REQUEST_CANCEL,
-        REQUEST_PREEMPTION,
-        REQUEST_SLOTS_ACTIVITY,
-        SAMPLE_TRIAL_HPARAMS,
-        START_TRIAL,
-        TASK_IDLE_SECONDS,
-        WRITE_TRIAL_LOG,
-    )
+    from common import temporal_names as names
     from wire.pools import ReleaseSlotsInput, RequestSlotsInput, SlotReply
     from wire.workflow_io import (
         JSON,
@@ -114,73 +96,70 @@ async def db_activity(
     return result
 
 
-@dataclass(frozen=True)
+@dataclass
 class MasterActivity(Generic[A, R]):
-    """One master activity as workflows call it: `await RECORD_SEARCH_CALL(inp)` takes only its
-    input type and answers its result type (mypy checks both at every call; a unit test checks
-    them against the activity's own signature, tests/unit/test_master_activities.py).
+    """One master activity as workflows call it, declared with its input and result types,
+    `MasterActivity[In, Out](name)`: `await CALL(inp)` takes only an `In` and answers an `Out`
+    (mypy checks both at every call; tests/unit/test_workflow_wire.py checks the declared types
+    against the activity's own signature).
 
-    `result` is the activity's return annotation; a class is the converter's `result_type`
-    (the payload is read as that dataclass or number), anything else (None, `str | None`) is
-    read as plain JSON, as it always was."""
+    A result type that is a class is the converter's `result_type` (the payload is read as
+    that dataclass or number); any other (None, `str | None`) is read as plain JSON."""
 
     name: str
-    arg_type: type[A]
-    result: object
     timeout: timedelta = DB_ACTIVITY_TIMEOUT
     retry_policy: RetryPolicy = field(default_factory=lambda: DB_RETRY)
 
     @property
-    def result_type(self) -> type[Any] | None:
-        result = self.result
-        return result if isinstance(result, type) and result is not NoneType else None
+    def types(self) -> tuple[Any, Any]:
+        """(input, result), as declared in `MasterActivity[In, Out]`."""
+        declared = getattr(self, "__orig_class__", None)
+        if declared is None:
+            raise TypeError(f"{self.name}: declare it as MasterActivity[In, Out](name)")
+        arg, result = get_args(declared)
+        return arg, result
 
     async def __call__(self, arg: A, *, local: bool | None = None,
                        heartbeat: timedelta | None = None) -> R:
         """Run it; `local` as db_activity's (None: by LOCAL_CALLS_PATCH, or regular when its
         timeout is longer than a database round trip)."""
-        result: R = await db_activity(self.name, arg, self.result_type, timeout=self.timeout,
+        result = self.types[1]
+        result_type = result if isinstance(result, type) and result is not NoneType else None
+        answer: R = await db_activity(self.name, arg, result_type, timeout=self.timeout,
                                       retry_policy=self.retry_policy, local=local,
                                       heartbeat=heartbeat)
-        return result
+        return answer
 
 
-# activities/experiment_store.py
-CREATE_TRIAL_CALL = MasterActivity[CreateTrialInput, int](CREATE_TRIAL, CreateTrialInput, int)
-RECORD_SEARCH_CALL = MasterActivity[RecordSearchInput, None](
-    RECORD_SEARCH, RecordSearchInput, None)
+# activities/experiment_store.py: state writes (a trial's resume point, its searcher metric).
+CREATE_TRIAL_CALL = MasterActivity[CreateTrialInput, int](names.CREATE_TRIAL)
+RECORD_SEARCH_CALL = MasterActivity[RecordSearchInput, None](names.RECORD_SEARCH)
 CHECK_SEARCHER_METRIC_CALL = MasterActivity[CheckSearcherMetricInput, str | None](
-    CHECK_SEARCHER_METRIC, CheckSearcherMetricInput, str | None)
-WRITE_TRIAL_LOG_CALL = MasterActivity[TrialLogInput, None](WRITE_TRIAL_LOG, TrialLogInput, None)
+    names.CHECK_SEARCHER_METRIC)
+WRITE_TRIAL_LOG_CALL = MasterActivity[TrialLogInput, None](names.WRITE_TRIAL_LOG)
 RECORD_EXPERIMENT_STATE_CALL = MasterActivity[RecordExperimentStateInput, None](
-    RECORD_EXPERIMENT_STATE, RecordExperimentStateInput, None)
-RECORD_TRIAL_STATE_CALL = MasterActivity[RecordTrialStateInput, None](
-    RECORD_TRIAL_STATE, RecordTrialStateInput, None)
-REQUEST_PREEMPTION_CALL = MasterActivity[RequestPreemptionInput, None](
-    REQUEST_PREEMPTION, RequestPreemptionInput, None)
-GET_RESUME_POINT_CALL = MasterActivity[int, ResumePoint](GET_RESUME_POINT, int, ResumePoint)
+    names.RECORD_EXPERIMENT_STATE)
+RECORD_TRIAL_STATE_CALL = MasterActivity[RecordTrialStateInput, None](names.RECORD_TRIAL_STATE)
+REQUEST_PREEMPTION_CALL = MasterActivity[RequestPreemptionInput, None](names.REQUEST_PREEMPTION)
+GET_RESUME_POINT_CALL = MasterActivity[int, ResumePoint](names.GET_RESUME_POINT)
+# The experiment's end collects its checkpoints: a regular activity, never a local one.
 FINISH_EXPERIMENT_CALL = MasterActivity[FinishExperimentInput, int | None](
-    FINISH_EXPERIMENT, FinishExperimentInput, int | None, timeout=GC_TIMEOUT)
+    names.FINISH_EXPERIMENT, timeout=GC_TIMEOUT)
 # activities/model_sampling.py
 SAMPLE_TRIAL_HPARAMS_CALL = MasterActivity[SampleHparamsInput, JSON](
-    SAMPLE_TRIAL_HPARAMS, SampleHparamsInput, dict, timeout=SAMPLE_TIMEOUT)
-# activities/scheduler.py
+    names.SAMPLE_TRIAL_HPARAMS, timeout=SAMPLE_TIMEOUT)
+# activities/scheduler.py: a pool's update, and its release signal.
 REQUEST_SLOTS_CALL = MasterActivity[RequestSlotsInput, SlotReply](
-    REQUEST_SLOTS_ACTIVITY, RequestSlotsInput, SlotReply, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-    retry_policy=SCHEDULER_RETRY)
+    names.REQUEST_SLOTS_ACTIVITY, SCHEDULER_ACTIVITY_TIMEOUT, SCHEDULER_RETRY)
 RELEASE_SLOTS_CALL = MasterActivity[ReleaseSlotsInput, bool](
-    RELEASE_SLOTS_ACTIVITY, ReleaseSlotsInput, bool, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-    retry_policy=SCHEDULER_RETRY)
-# activities/workflow_messages.py
-START_TRIAL_CALL = MasterActivity[StartTrialInput, None](START_TRIAL, StartTrialInput, None)
-REPORT_TRIAL_CLOSED_CALL = MasterActivity[TrialClosedInput, bool](
-    REPORT_TRIAL_CLOSED, TrialClosedInput, bool)
-REQUEST_CANCEL_CALL = MasterActivity[CancelRequestInput, None](
-    REQUEST_CANCEL, CancelRequestInput, None)
+    names.RELEASE_SLOTS_ACTIVITY, SCHEDULER_ACTIVITY_TIMEOUT, SCHEDULER_RETRY)
+# activities/workflow_messages.py: messages through the master's client.
+START_TRIAL_CALL = MasterActivity[StartTrialInput, None](names.START_TRIAL)
+REPORT_TRIAL_CLOSED_CALL = MasterActivity[TrialClosedInput, bool](names.REPORT_TRIAL_CLOSED)
+REQUEST_CANCEL_CALL = MasterActivity[CancelRequestInput, None](names.REQUEST_CANCEL)
 # activities/task_store.py
-RECORD_TASK_STATE_CALL = MasterActivity[RecordTaskStateInput, None](
-    RECORD_TASK_STATE, RecordTaskStateInput, None)
-TASK_IDLE_SECONDS_CALL = MasterActivity[str, float](TASK_IDLE_SECONDS, str, float)
+RECORD_TASK_STATE_CALL = MasterActivity[RecordTaskStateInput, None](names.RECORD_TASK_STATE)
+TASK_IDLE_SECONDS_CALL = MasterActivity[str, float](names.TASK_IDLE_SECONDS)
 
 MASTER_ACTIVITIES: tuple[MasterActivity[Any, Any], ...] = (
     CREATE_TRIAL_CALL, RECORD_SEARCH_CALL, CHECK_SEARCHER_METRIC_CALL, WRITE_TRIAL_LOG_CALL,

@@ -485,6 +485,13 @@ class ExperimentWorkflow:
 
     @workflow.signal(name=ExperimentMessages.VALIDATION_REPORTED)
     def validation_reported(self, report: ValidationReport) -> None:
+        """The validation without an answer: the old protocol, before `decide_validation`.
+
+        Kept while the API still sends it (its fallback when the update cannot be made,
+        api/routes/trials.py) and then while an experiment run whose history holds it may be
+        replayed (those recorded before the update: tests/replay/histories/asha-*-experiment,
+        -local-calls, -before-local-db): it goes in the release after the first whose API no
+        longer sends it (docs/ARCHITECTURE.md, "Changing workflow code")."""
         self._events.append(("validation", report))
 
     @workflow.update(name=ExperimentMessages.DECIDE_VALIDATION)
