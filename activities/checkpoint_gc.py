@@ -34,6 +34,7 @@ from common.checkpoint_storage import (
     shared_fs_directory,
 )
 from common.expconf import RetentionCounts
+from common.states import CheckpointState
 
 log = logging.getLogger("epochal.checkpoint_gc")
 
@@ -113,7 +114,7 @@ _COMPLETED = (
     " FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
     " LEFT JOIN metrics m ON m.trial_id = c.trial_id AND m.metric_group = 'validation'"
     "   AND m.steps_completed = c.steps_completed"
-    " WHERE t.experiment_id = $1 AND c.state = 'COMPLETED'"
+    f" WHERE t.experiment_id = $1 AND c.state = '{CheckpointState.COMPLETED}'"
 )
 
 
@@ -158,8 +159,8 @@ async def mark_deleted(conn: asyncpg.Connection, uuids: Sequence[str]) -> list[s
     await conn.execute(
         "SELECT 1 FROM checkpoints WHERE uuid = ANY($1::uuid[]) FOR UPDATE", list(uuids))
     rows = await conn.fetch(
-        "UPDATE checkpoints c SET state = 'DELETED' WHERE uuid = ANY($1::uuid[])"
-        " AND state = 'COMPLETED' AND NOT EXISTS"
+        f"UPDATE checkpoints c SET state = '{CheckpointState.DELETED}'"
+        f" WHERE uuid = ANY($1::uuid[]) AND state = '{CheckpointState.COMPLETED}' AND NOT EXISTS"
         " (SELECT 1 FROM model_versions v WHERE v.checkpoint_uuid = c.uuid)"
         " RETURNING uuid::text AS uuid", list(uuids))
     return [r["uuid"] for r in rows]
@@ -172,7 +173,7 @@ async def delete_marked_files(pool: asyncpg.Pool, experiment_id: int,
     rows = await pool.fetch(
         "SELECT c.uuid::text AS uuid, c.storage_path FROM checkpoints c"
         " JOIN trials t ON t.id = c.trial_id"
-        " WHERE t.experiment_id = $1 AND c.state = 'DELETED'",
+        f" WHERE t.experiment_id = $1 AND c.state = '{CheckpointState.DELETED}'",
         experiment_id,
     )
     for row in rows:

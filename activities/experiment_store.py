@@ -23,6 +23,7 @@ from activities.checkpoint_gc import (
     policy_of,
 )
 from common.checkpoint_storage import CheckpointFiles, StorageError
+from common.states import CheckpointState
 from common.temporal_names import (
     CHECK_SEARCHER_METRIC,
     CREATE_TRIAL,
@@ -200,7 +201,7 @@ class ExperimentStore:
             "SELECT c.uuid::text AS uuid, c.steps_completed, t.early_exit_reason"
             " FROM trials t LEFT JOIN LATERAL ("
             "   SELECT uuid, steps_completed FROM checkpoints"
-            "   WHERE trial_id = t.id AND state = 'COMPLETED'"
+            f"   WHERE trial_id = t.id AND state = '{CheckpointState.COMPLETED}'"
             "   ORDER BY steps_completed DESC, report_time DESC LIMIT 1) c ON true"
             " WHERE t.id = $1",
             trial_id,

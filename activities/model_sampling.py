@@ -36,7 +36,7 @@ from common.expconf import (
     iter_hyperparameters,
     stored_config,
 )
-from common.states import TERMINAL_STATES
+from common.states import TERMINAL_STATES, TrialState
 from common.temporal_names import SAMPLE_TRIAL_HPARAMS
 from wire.workflow_io import SampleHparamsInput
 from workflows.searchers import trial_seed
@@ -264,11 +264,11 @@ async def observations(pool: asyncpg.Pool, experiment_id: int,
         experiment_id, metric)
     found = []
     for row in rows:
-        if row["state"] in TERMINAL_STATES and row["state"] != "COMPLETED":
+        if row["state"] in TERMINAL_STATES and row["state"] != TrialState.COMPLETED:
             continue
         reported = {int(s): float(v) for s, v in zip(row["steps"] or [], row["values"] or [],
                                                       strict=True) if math.isfinite(v)}
-        seen = observation(row["hparams"], ended=row["state"] == "COMPLETED",
+        seen = observation(row["hparams"], ended=row["state"] == TrialState.COMPLETED,
                            stopped_early=(row["search_status"] or "").startswith("stopped early"),
                            reports=reported)
         if seen is not None:

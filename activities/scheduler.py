@@ -1,15 +1,19 @@
-"""Master-side activities between trial workflows and the resource-pool scheduler.
+"""Master-side activities between trial workflows (and tasks) and the resource-pool scheduler.
 
-A workflow cannot send an update to another workflow, so a trial asks its pool for slots through
-`request_slots`, an activity that sends the `request_slots` update (starting the pool workflow if
-it does not run yet). The update id is the allocation id: Temporal drops a duplicate within one
-pool run and the pool itself drops one across runs, so a retried activity never allocates twice.
+One protocol each way. A workflow cannot send an update to another workflow, so a trial asks its
+pool for slots through `request_slots`, an activity that sends the pool's `request_slots` update
+(starting the pool workflow if it does not run yet): "granted" with the slots when the pool has
+them now, else "queued", and the grant follows by the `slots_granted` signal. The update id is
+the allocation id: Temporal drops a duplicate within one pool run and the pool itself drops one
+across runs, so a retried activity never allocates twice. `release_slots` sends the `release`
+signal: it needs no answer.
 
-Temporal admits 10 updates in flight per workflow by default (`history.maxInFlightUpdates`) and
-the client retries past that with backoff, so a burst of trials asking at once would wait
-seconds: past UPDATES_IN_FLIGHT requests in flight from this master, a request goes as the
-pool's `request` signal instead (no cap), and its answer comes by the `slots_granted` signal.
-`release_slots` sends the `release` signal: it needs no answer.
+Temporal admits 10 updates in flight per workflow by default (`history.maxInFlightUpdates`): at
+most UPDATES_IN_FLIGHT requests from this master are in flight to a pool, and the others of a
+burst wait here for room. An update lives one scheduling pass of the pool (which takes every
+request that has arrived), so the wait is short. Before issue 36 such requests went as the
+pool's `request` signal instead: the pool keeps that signal for trials started before
+LOCAL_CALLS_PATCH (workflows/resource_pool.py), which send it themselves.
 """
 
 from __future__ import annotations
@@ -58,20 +62,17 @@ class SchedulerActivities:
     async def request_slots(self, inp: RequestSlotsInput) -> SlotReply:
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(inp.pool))
         updates = self._updates.setdefault(inp.pool, asyncio.Semaphore(UPDATES_IN_FLIGHT))
-        try:
-            if updates.locked():  # a burst: ask by signal, answered by signal
-                await handle.signal(PoolMessages.REQUEST, inp.request)
-                return SlotReply(status="queued")
-            async with updates:
+        async with updates:  # a burst waits for room under Temporal's cap
+            try:
                 reply: SlotReply = await handle.execute_update(
                     PoolMessages.REQUEST_SLOTS, inp.request, id=inp.request.allocation_id,
                     result_type=SlotReply)
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return await self._request_starting_pool(inp)  # a pool nobody started yet
-        except WorkflowUpdateFailedError as err:
-            raise _update_failure(err) from None
+            except RPCError as err:
+                if err.status != RPCStatusCode.NOT_FOUND:
+                    raise
+                return await self._request_starting_pool(inp)  # a pool nobody started yet
+            except WorkflowUpdateFailedError as err:
+                raise _update_failure(err) from None
         return reply
 
     async def _request_starting_pool(self, inp: RequestSlotsInput) -> SlotReply:

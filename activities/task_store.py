@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 from temporalio import activity
 
+from common.states import TaskState
 from common.temporal_names import RECORD_TASK_STATE, TASK_IDLE_SECONDS
 from wire.workflow_io import RecordTaskStateInput
 
@@ -26,19 +27,20 @@ class TaskStore:
         """A terminated task stays so (a late STARTING does not revive it); at the end its
         service is no longer reachable and the session its code held is revoked."""
         async with self._pool.acquire() as conn, conn.transaction():
-            if inp.state != "TERMINATED":
+            if inp.state != TaskState.TERMINATED:
                 await conn.execute(
                     "UPDATE tasks SET state = $2, agent_id = coalesce($3, agent_id),"
-                    " started_at = CASE WHEN $2 = 'STARTING' THEN coalesce(started_at, now())"
+                    " started_at = CASE WHEN $2 = $4 THEN coalesce(started_at, now())"
                     " ELSE started_at END"
-                    " WHERE id = $1 AND state <> 'TERMINATED'"
-                    " AND NOT ($2 = 'STARTING' AND state = 'RUNNING')",
-                    inp.task_id, inp.state, inp.agent_id)
+                    " WHERE id = $1 AND state <> $5 AND NOT ($2 = $4 AND state = $6)",
+                    inp.task_id, inp.state, inp.agent_id, TaskState.STARTING,
+                    TaskState.TERMINATED, TaskState.RUNNING)
                 return
             session: bytes | None = await conn.fetchval(
                 "SELECT session_hash FROM tasks WHERE id = $1 FOR UPDATE", inp.task_id)
             await conn.execute(
-                "UPDATE tasks SET state = 'TERMINATED', ready = false, proxy_address = NULL,"
+                f"UPDATE tasks SET state = '{TaskState.TERMINATED}', ready = false,"
+                " proxy_address = NULL,"
                 " agent_id = coalesce($3, agent_id), exit_status = coalesce(exit_status, $2),"
                 " ended_at = coalesce(ended_at, now()), session_hash = NULL WHERE id = $1",
                 inp.task_id, inp.exit_status, inp.agent_id)

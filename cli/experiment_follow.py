@@ -20,6 +20,7 @@ from cli.client import (
     master_url,
 )
 from cli.experiment_results import gather, show_results
+from common.states import ExperimentState
 
 # Seconds between two looks at a followed experiment's state (tests set 0).
 POLL_SECONDS = 2.0
@@ -143,9 +144,9 @@ def wait_until_terminal(client: Client, experiment_id: int) -> dict[str, Any]:
 
 def exit_code_for(state: Any) -> int:
     name = render.state(state)
-    if name == "COMPLETED":
+    if name == ExperimentState.COMPLETED:
         return EXIT_COMPLETED
-    if name == "CANCELED":
+    if name == ExperimentState.CANCELED:
         return EXIT_CANCELED
     return EXIT_ERROR
 

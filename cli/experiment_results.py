@@ -11,6 +11,7 @@ from cli.client import (
     ApiError,
     Client,
 )
+from common.states import CheckpointState
 
 # An experiment with more trials than this shows its best ones (describe --all: every one), so
 # that one of 10,000 trials answers in a screenful.
@@ -48,7 +49,7 @@ class Results:
             c
             for c in self.checkpoints or []
             if render.checkpoint_training(c).get("trialId") == trial_id
-            and render.state(c.get("state")) == "COMPLETED"
+            and render.state(c.get("state")) == CheckpointState.COMPLETED
         ]
         scored = [
             c

@@ -19,6 +19,8 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 from temporalio.service import RPCError
 
+from common.states import ExperimentState, TaskState, TrialState
+
 log = logging.getLogger(__name__)
 
 EXPERIMENT_ID = SearchAttributeKey.for_int("EpochalExperimentId")
@@ -34,7 +36,8 @@ KEYS: tuple[SearchAttributeKey[Any], ...] = (EXPERIMENT_ID, TRIAL_ID, OWNER, STA
 
 
 def experiment_attributes(experiment_id: int, owner: str, config: Mapping[str, Any],
-                          state: str = "ACTIVE") -> TypedSearchAttributes:
+                          state: ExperimentState = ExperimentState.ACTIVE
+                          ) -> TypedSearchAttributes:
     return TypedSearchAttributes([
         SearchAttributePair(EXPERIMENT_ID, experiment_id),
         SearchAttributePair(OWNER, owner),
@@ -45,7 +48,8 @@ def experiment_attributes(experiment_id: int, owner: str, config: Mapping[str, A
 
 
 def trial_attributes(experiment_id: int, trial_id: int, config: Mapping[str, Any],
-                     owner: str | None = None, state: str = "QUEUED") -> TypedSearchAttributes:
+                     owner: str | None = None, state: TrialState = TrialState.QUEUED
+                     ) -> TypedSearchAttributes:
     """Since TEMPORAL_STATUS_REVISION a trial carries its experiment's owner and its own state
     too."""
     return TypedSearchAttributes([
@@ -58,7 +62,8 @@ def trial_attributes(experiment_id: int, trial_id: int, config: Mapping[str, Any
     ])
 
 
-def task_attributes(owner: str, name: str, state: str = "QUEUED") -> TypedSearchAttributes:
+def task_attributes(owner: str, name: str,
+                    state: TaskState = TaskState.QUEUED) -> TypedSearchAttributes:
     """An interactive task's: who runs it, its description and its state."""
     return TypedSearchAttributes([
         SearchAttributePair(OWNER, owner),

@@ -52,6 +52,14 @@ class CheckpointState(StrEnum):
     DELETED = "DELETED"
 
 
+class AllocationState(StrEnum):
+    """A slot request as its resource pool answers it (`SlotReply.status`; lowercase, as the
+    pool has always sent it)."""
+
+    GRANTED = "granted"  # the slots are the caller's now
+    QUEUED = "queued"  # waiting: the grant comes later by signal `slots_granted`
+
+
 class EndState(StrEnum):
     """How a run of work ended: the state its record is left in and its workflow's status."""
 

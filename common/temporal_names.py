@@ -111,10 +111,12 @@ TASK_IDLE_SECONDS = "task_idle_seconds"  # how long since its proxy last carried
 class ExperimentMessages:
     """ExperimentWorkflow's signals, update and query."""
 
-    VALIDATION_REPORTED = "validation_reported"  # from the API: a validation at a rung
     # From the API, a validation at a rung whose report waits for the searcher's decision
-    # (update; the signal above when the update cannot be made).
+    # (update): the one protocol for a validation.
     DECIDE_VALIDATION = "decide_validation"
+    # The old protocol (signal, no answer): kept for histories that hold it (its handler says
+    # until when).
+    VALIDATION_REPORTED = "validation_reported"
     TRIAL_CLOSED = "trial_closed"  # from each of its trials when it ends
     PAUSE = "pause"  # from the API, the user's: passed on to the trials
     ACTIVATE = "activate"
@@ -157,9 +159,10 @@ class PoolMessages:
     SET_AGENT_ENABLED = "set_agent_enabled"  # from the API and the provisioner
     SET_EXPERIMENT_RESOURCES = "set_experiment_resources"
     REOPEN_TRIAL = "reopen_trial"
-    REQUEST = "request"  # from trials: slots for a run
-    RELEASE = "release"
-    REQUEST_SLOTS = "request_slots"  # update
-    RELEASE_SLOTS = "release_slots"  # update
+    REQUEST_SLOTS = "request_slots"  # update, from the activity of that name: slots for a run
+    RELEASE = "release"  # slots given back (from the activity `release_slots`)
+    # The old protocols, kept for what was started before (their handlers say until when):
+    REQUEST = "request"  # signal, from trials of revision 0
+    RELEASE_SLOTS = "release_slots"  # update, which the activity sent before `release`
     CHECK_REQUEST = "check_request"  # query: would a request ever fit
     DESCRIBE = "describe"  # query

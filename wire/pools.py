@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from common.states import AllocationState
+
 DEFAULT_PRIORITY = 42  # Determined's convention: lower numbers run first
 
 
@@ -125,7 +127,7 @@ class SlotWaiting:
 class SlotReply:
     """The answer to `request_slots`: granted now, or queued (a signal follows when granted)."""
 
-    status: str  # "granted" | "queued"
+    status: AllocationState
     allocation: Allocation | None = None
     position: int = 0  # place in the queue when queued (0-based)
 

@@ -9,7 +9,50 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from common.states import EndState, ExperimentState, TrialState
+
 JSON = dict[str, Any]
+
+
+@dataclass
+class ExperimentCarry:
+    """What ExperimentWorkflow carries over continue-as-new: the search and its own bookkeeping.
+
+    It travels as the dict it was before it had a type (`to_json`: the same keys, `pending` or
+    `pending_from`, `error` only when set), and the data converter reads that dict, from a run
+    that continued-as-new before or after, into this (every field has a default, so a field
+    added later reads from an older carry too)."""
+
+    search: JSON | None = None  # the searcher's snapshot
+    state: ExperimentState = ExperimentState.ACTIVE
+    paused: bool = False
+    stop: str | None = None  # TrialMessages.CANCEL or KILL once asked to stop
+    # The trials the search created that have not started: as Create operations (request_id,
+    # hparams, target, decision), or, since COMPACT_CARRY_PATCH, when they are exactly the rest
+    # of a fixed search's list, as the first one's request id (regenerated from the seed).
+    pending: list[JSON] = field(default_factory=list)
+    pending_from: int | None = None
+    running: dict[int, int] = field(default_factory=dict)  # trial id: request id
+    trial_of: dict[int, int] = field(default_factory=dict)  # request id: trial id
+    counts: dict[str, int] = field(default_factory=dict)  # ended trials by EndState
+    seen: dict[int, int] = field(default_factory=dict)  # trial id: last validation length
+    error: str | None = None  # the sampler failed: no more trials
+
+    def to_json(self) -> JSON:
+        """The form it travels in, key for key the dict ExperimentWorkflow carried before."""
+        return {
+            "search": self.search,
+            "state": self.state,
+            "paused": self.paused,
+            "stop": self.stop,
+            **({"pending_from": self.pending_from} if self.pending_from is not None
+               else {"pending": self.pending}),
+            "running": {str(k): v for k, v in self.running.items()},
+            "trial_of": {str(k): v for k, v in self.trial_of.items()},
+            "counts": self.counts,
+            "seen": {str(k): v for k, v in self.seen.items()},
+            **({"error": self.error} if self.error is not None else {}),
+        }
 
 
 @dataclass
@@ -17,8 +60,9 @@ class ExperimentInput:
     experiment_id: int
     config: JSON  # the normalized experiment config (ExperimentConfig.model_dump(mode="json"))
     seed: int
-    # Carried over continue-as-new: the search and the experiment's bookkeeping.
-    carried: JSON | None = None
+    # Carried over continue-as-new: written as `ExperimentCarry.to_json()`, read as an
+    # ExperimentCarry (the converter tries the types in order; a dict is one).
+    carried: ExperimentCarry | JSON | None = None
     # Continue-as-new after this many history events (0: when the server suggests it).
     max_history_events: int = 0
 
@@ -99,7 +143,7 @@ class TrialOutcome:
     experiment continuing-as-new)."""
 
     trial_id: int
-    state: str  # COMPLETED | CANCELED | ERROR
+    state: EndState
     restarts: int = 0
     early_exit_reason: str | None = None
     stopped_early: bool = False
@@ -167,14 +211,14 @@ class CreateTrialInput:
 @dataclass
 class RecordExperimentStateInput:
     experiment_id: int
-    state: str
+    state: ExperimentState
     ended: bool = False
 
 
 @dataclass
 class RecordTrialStateInput:
     trial_id: int
-    state: str
+    state: TrialState
     restarts: int | None = None
     run_id: int | None = None
     ended: bool = False
@@ -198,7 +242,7 @@ class ResumePoint:
 @dataclass
 class FinishExperimentInput:
     experiment_id: int
-    state: str
+    state: ExperimentState
     error: str | None = None  # why it is ERROR when its trials do not say (the sampler failed)
 
 
@@ -292,6 +336,8 @@ class RunTaskResult:
 @dataclass
 class RecordTaskStateInput:
     task_id: str
-    state: str  # QUEUED, STARTING, RUNNING, TERMINATING, TERMINATED
+    # A TaskState (typed as one once api/routes/ntsc.py, for a killed task whose workflow is
+    # gone, passes TaskState.TERMINATED rather than its name).
+    state: str
     agent_id: str | None = None
     exit_status: str | None = None

@@ -1,32 +1,32 @@
 """How a trial workflow gets slots from its resource pool before a run and gives them back after.
 
-`Allocator.acquire` signals the pool (`request`) and waits for its answer, signal
-`slots_granted` or `slots_failed`, which the trial workflow hands to `granted`/`failed`. If the
-pool does not run yet, the master's `request_slots` activity starts it with the request (an
-update-with-start). `release` signals the pool (`release`), which ignores a repeated release.
+A `local` allocator (every trial from LOCAL_CALLS_REVISION on, every task) uses one protocol
+each way, through local activities: `acquire` runs `request_slots`, which sends the pool's
+update of that name (starting the pool if it does not run yet) and answers with the grant when
+the pool has the slots now (no signal either way); else the grant comes by signal
+`slots_granted` (or `slots_failed`), which the workflow hands to `granted`/`failed`. `release`
+runs `release_slots`, which sends the pool's `release` signal through the master's client (the
+pool ignores a repeated release).
 
-A `local` allocator (a trial from LOCAL_CALLS_REVISION on, every task) sends both through
-local activities instead: `request_slots` answers with the grant when the pool has the slots
-now (no signal either way), else the grant comes by signal as before; `release_slots` sends
-the `release` signal through the master's client.
+The other allocator is the old path, kept while a trial of revision 0 may run (one started by
+an experiment before LOCAL_CALLS_PATCH; its history replays only so): it signals the pool
+itself (`request`, `release`), and only when the pool does not run yet does the activity start
+it with the request.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from common.expconf import ResourcesConfig
+    from common.states import AllocationState
     from common.temporal_names import (
         MASTER_TASK_QUEUE,
-        RELEASE_SLOTS_ACTIVITY,
-        REQUEST_SLOTS_ACTIVITY,
         PoolMessages,
         resource_pool_workflow_id,
     )
@@ -40,12 +40,7 @@ with workflow.unsafe.imports_passed_through():
         SlotReply,
         SlotRequest,
     )
-    from workflows.db_activities import db_activity
-
-SCHEDULER_ACTIVITY_TIMEOUT = timedelta(seconds=30)
-SCHEDULER_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10)
-)
+    from workflows.db_activities import RELEASE_SLOTS_CALL, REQUEST_SLOTS_CALL
 
 
 @dataclass(frozen=True)
@@ -71,7 +66,9 @@ class Allocator:
     def __init__(self) -> None:
         self._granted: dict[str, Allocation] = {}
         self._failed: dict[str, str] = {}
-        self.local = False  # messages through local activities (set from the trial's input)
+        # Messages through local activities (set from the trial's input); False only for a
+        # trial of revision 0 (the old path, until LOCAL_CALLS_PATCH's old paths go).
+        self.local = False
 
     def granted(self, allocation: Allocation) -> None:
         """The pool's `slots_granted` signal (duplicates are harmless)."""
@@ -92,7 +89,7 @@ class Allocator:
         key = request.allocation_id
         if self.local:
             reply = await self._request_slots(resources, request)
-            if reply.status == "granted" and reply.allocation is not None:
+            if reply.status == AllocationState.GRANTED and reply.allocation is not None:
                 return reply.allocation
         else:
             pool = workflow.get_external_workflow_handle(
@@ -101,7 +98,7 @@ class Allocator:
                 await pool.signal(PoolMessages.REQUEST, request)
             except Exception:  # the pool does not run yet: the activity starts it with the request
                 reply = await self._request_slots(resources, request)
-                if reply.status == "granted" and reply.allocation is not None:
+                if reply.status == AllocationState.GRANTED and reply.allocation is not None:
                     return reply.allocation
         await workflow.wait_condition(
             lambda: key in self._granted or key in self._failed or give_up())
@@ -119,9 +116,7 @@ class Allocator:
         inp = RequestSlotsInput(pool=resources.pool, request=request,
                                 master_task_queue=MASTER_TASK_QUEUE)
         try:
-            reply: SlotReply = await db_activity(
-                REQUEST_SLOTS_ACTIVITY, inp, SlotReply, timeout=SCHEDULER_ACTIVITY_TIMEOUT,
-                retry_policy=SCHEDULER_RETRY, local=self.local)
+            reply = await REQUEST_SLOTS_CALL(inp, local=self.local)
         except ActivityError as err:
             cause = err.cause
             message = cause.message if isinstance(cause, ApplicationError) else str(err)
@@ -134,11 +129,8 @@ class Allocator:
         `local` through the `release_slots` local activity (the master's client signals)."""
         self._granted.pop(allocation_id, None)
         if self.local:
-            await db_activity(
-                RELEASE_SLOTS_ACTIVITY,
-                ReleaseSlotsInput(pool=resources.pool, allocation_id=allocation_id),
-                bool, timeout=SCHEDULER_ACTIVITY_TIMEOUT, retry_policy=SCHEDULER_RETRY,
-                local=True)
+            await RELEASE_SLOTS_CALL(
+                ReleaseSlotsInput(pool=resources.pool, allocation_id=allocation_id), local=True)
             return
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
         await pool.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=allocation_id))

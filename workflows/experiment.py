@@ -1,15 +1,20 @@
-"""ExperimentWorkflow: drives the searcher and runs each trial it asks for as a child TrialWorkflow.
+"""ExperimentWorkflow: drives the searcher and runs each trial it asks for as a TrialWorkflow.
 
-Everything that happens reaches the workflow as a signal and is queued: validations at the
-searcher's decision points (from the API), trials closing (from the trials themselves), and the
-user's pause, activate, cancel and kill. The main loop hands each event to the searcher
-(workflows/searchers) and applies the operations it answers with: create a trial, let one go on
-to its next rung, stop one early. Trials are started up to the searcher's concurrency.
+Everything that happens reaches the workflow as a message and is queued: validations at the
+searcher's decision points (from the API, update `decide_validation`, which answers whether the
+searcher stopped the trial), trials closing (signal `trial_closed`, which each trial sends
+through the master's client as it ends), and the user's pause, activate, cancel and kill
+(signals). The main loop hands each event to the searcher (workflows/searchers) and applies the
+operations it answers with: create a trial, let one go on to its next rung, stop one early.
+Trials are started up to the searcher's concurrency.
 
-Children are started with ABANDON and report their end by signal, so the experiment can
-continue-as-new (carrying the search's snapshot and its own bookkeeping) while trials run; the
-trials of every run have `experiment-N` as their parent and root in Temporal. (From
-LOCAL_CALLS_PATCH to CHILD_TRIALS_PATCH the master's client started them instead, unrelated.)
+A trial is this experiment's child workflow (Temporal's UI shows the relation; ParentClosePolicy
+ABANDON, so the trial outlives a continue-as-new) and never reports through its result: its end
+comes by signal, which reaches whichever run of the experiment is current. So the experiment
+continues-as-new while trials run, carrying `ExperimentCarry` (the search's snapshot and its own
+bookkeeping). Histories before CHILD_TRIALS_PATCH replay the earlier ways: from LOCAL_CALLS_PATCH
+the master's client started the trials (`start_trial`, no relation), before it they were
+children signalling their end themselves (TrialInput.revision says which to each trial).
 
 It ends in Temporal's status that matches its state (workflows/temporal_status.py), and a cancel
 request made in Temporal's UI cancels it as the user's `cancel` does.
@@ -28,24 +33,19 @@ from temporalio.workflow import ParentClosePolicy
 with workflow.unsafe.imports_passed_through():
     from common.expconf import SearcherConfig, stored_config
     from common.search_attributes import EXPERIMENT_ID, OWNER, STATE, trial_attributes
+    from common.states import EndState, ExperimentState
     from common.temporal_names import (
-        CREATE_TRIAL,
         EXPERIMENT_WORKFLOW,
-        FINISH_EXPERIMENT,
         MASTER_TASK_QUEUE,
-        RECORD_EXPERIMENT_STATE,
-        RECORD_SEARCH,
-        SAMPLE_TRIAL_HPARAMS,
-        START_TRIAL,
         ExperimentMessages,
         TrialMessages,
         trial_workflow_id,
     )
     from wire.workflow_io import (
-        JSON,
         LOCAL_CALLS_REVISION,
         TRIAL_REVISION,
         CreateTrialInput,
+        ExperimentCarry,
         ExperimentInput,
         FinishExperimentInput,
         RecordExperimentStateInput,
@@ -56,7 +56,15 @@ with workflow.unsafe.imports_passed_through():
         TrialOutcome,
         ValidationReport,
     )
-    from workflows.db_activities import LOCAL_CALLS_PATCH, db_activity
+    from workflows.db_activities import (
+        CREATE_TRIAL_CALL,
+        FINISH_EXPERIMENT_CALL,
+        LOCAL_CALLS_PATCH,
+        RECORD_EXPERIMENT_STATE_CALL,
+        RECORD_SEARCH_CALL,
+        SAMPLE_TRIAL_HPARAMS_CALL,
+        START_TRIAL_CALL,
+    )
     from workflows.searchers import make_search, trial_seed
     from workflows.searchers.base import (
         ERRORED,
@@ -71,13 +79,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.temporal_status import cancel_requested, end_canceled, end_failed, run_shielded
     from workflows.trial import TrialWorkflow
 
-GC_TIMEOUT = timedelta(minutes=10)
 # The experiment's end (`finish_experiment`: its rows, then the checkpoints GC drops) heartbeats,
 # so a master that dies while it runs has it retried after this, not after GC_TIMEOUT.
 FINISH_HEARTBEAT = timedelta(seconds=30)
 FINISH_HEARTBEAT_PATCH = "experiment-finish-heartbeats"
-# A sampler's draw fits a model of every trial so far (GP: seconds on hundreds of trials).
-SAMPLE_TIMEOUT = timedelta(minutes=5)
 # Pause, activate, cancel and kill write the experiment's state and signal its trials one
 # message at a time (before it, a quick pause-activate could store PAUSED last).
 SERIAL_MESSAGES_PATCH = "experiment-messages-in-order"
@@ -109,16 +114,16 @@ class ExperimentWorkflow:
     @workflow.init
     def __init__(self, inp: ExperimentInput) -> None:
         self._experiment_id = inp.experiment_id  # signals may run before `run` starts
-        c: JSON = inp.carried or {}
-        self._state: str = c.get("state", "ACTIVE")
-        self._paused: bool = c.get("paused", False)
-        self._stop: str | None = c.get("stop")  # "cancel" or "kill" once asked to stop
-        self._pending: list[JSON] = c.get("pending", [])  # Create ops not started yet
-        self._running: dict[int, int] = {int(k): v for k, v in c.get("running", {}).items()}
-        self._trial_of: dict[int, int] = {int(k): v for k, v in c.get("trial_of", {}).items()}
-        self._counts: dict[str, int] = c.get("counts", {})
-        self._seen: dict[int, int] = {int(k): v for k, v in c.get("seen", {}).items()}
-        self._error: str | None = c.get("error")  # the sampler failed: no more trials
+        c = self._carried(inp)
+        self._state = c.state
+        self._paused = c.paused
+        self._stop = c.stop  # TrialMessages.CANCEL or KILL once asked to stop
+        self._pending = c.pending  # Create ops not started yet
+        self._running = c.running  # trial id: request id
+        self._trial_of = c.trial_of  # request id: trial id
+        self._counts = c.counts  # ended trials by EndState
+        self._seen = c.seen  # trial id: the last validation length handed to the searcher
+        self._error = c.error  # the sampler failed: no more trials
         self._events: list[tuple[str, Any]] = []
         # Decisions on validations whose reports wait for them (`decide_validation`): whether
         # the searcher stopped that trial, kept while someone waits, by (trial, length).
@@ -127,6 +132,15 @@ class ExperimentWorkflow:
         self._finishing = False
         self._messages = asyncio.Lock()  # serialises the user's messages' side effects
         self._takes_cancel_requests = False  # EXTERNAL_CANCEL_PATCH
+
+    @staticmethod
+    def _carried(inp: ExperimentInput) -> ExperimentCarry:
+        """What the run before carried (the data converter reads it as one), or a fresh start."""
+        if inp.carried is None:
+            return ExperimentCarry()
+        if not isinstance(inp.carried, ExperimentCarry):  # a value none of its fields can hold
+            raise TypeError(f"carried state is no ExperimentCarry: keys {sorted(inp.carried)}")
+        return inp.carried
 
     def _retrieve(self, child: asyncio.Task[Any]) -> None:
         """A trial's end reaches the experiment by signal (it may outlive this run); its
@@ -144,13 +158,13 @@ class ExperimentWorkflow:
         return await self._run(inp)
 
     async def _run(self, inp: ExperimentInput) -> str:
-        carried = inp.carried or {}
+        carried = None if inp.carried is None else self._carried(inp)
         config = stored_config(inp.config)  # the API validated it: read through the model
-        search = make_search(config, inp.seed, carried.get("search"))
-        if inp.carried is None:
+        search = make_search(config, inp.seed, carried.search if carried else None)
+        if carried is None:
             await self._apply(search.initial())
-        elif "pending_from" in carried:  # regenerated: the same creates, from the same seed
-            first = int(carried["pending_from"])
+        elif carried.pending_from is not None:  # regenerated: the same creates, same seed
+            first = carried.pending_from
             await self._apply([op for op in search.initial()
                                if isinstance(op, Create) and op.request_id >= first])
         while True:
@@ -187,27 +201,26 @@ class ExperimentWorkflow:
                         experiment_id=inp.experiment_id,
                         config=inp.config,
                         seed=inp.seed,
-                        carried=self._carry(search),
+                        carried=self._carry(search).to_json(),
                         max_history_events=inp.max_history_events,
                     )
                 )
         self._finishing = True  # no more events are handled: updates are refused
         final = self._final_state()
         self._state = final
-        await db_activity(
-            FINISH_EXPERIMENT,
+        await FINISH_EXPERIMENT_CALL(
             FinishExperimentInput(experiment_id=inp.experiment_id, state=final,
                                   error=self._error),
-            timeout=GC_TIMEOUT,
             heartbeat=FINISH_HEARTBEAT if workflow.patched(FINISH_HEARTBEAT_PATCH) else None,
         )
         self._show_state(final)
-        if final in ("ERROR", "CANCELED") and workflow.patched(FAILED_END_PATCH):
-            if final == "ERROR":
+        ended = (ExperimentState.ERROR, ExperimentState.CANCELED)
+        if final in ended and workflow.patched(FAILED_END_PATCH):
+            if final == ExperimentState.ERROR:
                 end_failed(
                     f"experiment {inp.experiment_id} ended in ERROR: "
-                    + (self._error or f"all {self._counts.get('ERROR', 0)} of its trials "
-                                      "failed"),
+                    + (self._error or f"all {self._counts.get(EndState.ERROR, 0)} of its "
+                                      "trials failed"),
                     "ExperimentError")
             if workflow.patched(CANCELED_END_PATCH):
                 await end_canceled(self._stop_reason())
@@ -222,7 +235,7 @@ class ExperimentWorkflow:
         """A cancel request (Temporal's UI) this experiment has not acted on yet."""
         return self._takes_cancel_requests and self._stop is None and cancel_requested()
 
-    def _show_state(self, state: str) -> None:
+    def _show_state(self, state: ExperimentState) -> None:
         """The state, in the `EpochalState` search attribute of a workflow started with them."""
         if (workflow.info().typed_search_attributes.get(EXPERIMENT_ID) is not None
                 and workflow.patched(SEARCH_STATE_PATCH)):
@@ -256,25 +269,25 @@ class ExperimentWorkflow:
             return info.get_current_history_length() >= inp.max_history_events
         return info.is_continue_as_new_suggested()
 
-    def _carry(self, search: SearchMethod) -> JSON:
+    def _carry(self, search: SearchMethod) -> ExperimentCarry:
         # Since COMPACT_CARRY_PATCH: operations and validations only ever concern running
         # trials, and a fixed search's pending trials are regenerated from where they start.
         compact = workflow.patched(COMPACT_CARRY_PATCH)
         first = self._regenerable_from(search) if compact else None
-        return {
-            "search": search.snapshot(),
-            "state": self._state,
-            "paused": self._paused,
-            "stop": self._stop,
-            **({"pending_from": first} if first is not None else {"pending": self._pending}),
-            "running": {str(k): v for k, v in self._running.items()},
-            "trial_of": {str(k): v for k, v in self._trial_of.items()
-                         if not compact or v in self._running},
-            "counts": self._counts,
-            "seen": {str(k): v for k, v in self._seen.items()
-                     if not compact or k in self._running},
-            **({"error": self._error} if self._error is not None else {}),
-        }
+        return ExperimentCarry(
+            search=search.snapshot(),
+            state=self._state,
+            paused=self._paused,
+            stop=self._stop,
+            pending=self._pending if first is None else [],
+            pending_from=first,
+            running=dict(self._running),
+            trial_of={k: v for k, v in self._trial_of.items()
+                      if not compact or v in self._running},
+            counts=self._counts,
+            seen={k: v for k, v in self._seen.items() if not compact or k in self._running},
+            error=self._error,
+        )
 
     def _regenerable_from(self, search: SearchMethod) -> int | None:
         """The first pending request id when the pending trials are exactly the rest of a
@@ -285,15 +298,15 @@ class ExperimentWorkflow:
         ids = [int(p["request_id"]) for p in self._pending]
         return first if ids == list(range(first, search.total)) else None
 
-    def _final_state(self) -> str:
+    def _final_state(self) -> ExperimentState:
         if self._stop is not None:
-            return "CANCELED"
+            return ExperimentState.CANCELED
         if self._error is not None:
-            return "ERROR"
+            return ExperimentState.ERROR
         total = sum(self._counts.values())
-        if total and self._counts.get("ERROR", 0) == total:
-            return "ERROR"
-        return "COMPLETED"
+        if total and self._counts.get(EndState.ERROR, 0) == total:
+            return ExperimentState.ERROR
+        return ExperimentState.COMPLETED
 
     # -- events ------------------------------------------------------------------------------
 
@@ -314,9 +327,9 @@ class ExperimentWorkflow:
         self._counts[outcome.state] = self._counts.get(outcome.state, 0) + 1
         reason = outcome.early_exit_reason
         if reason is None and not outcome.stopped_early:
-            if outcome.state == "ERROR":
+            if outcome.state == EndState.ERROR:
                 reason = ERRORED
-            elif outcome.state == "CANCELED":
+            elif outcome.state == EndState.CANCELED:
                 reason = USER_STOPPED
         await self._apply(search.on_closed(request, reason))
 
@@ -351,10 +364,8 @@ class ExperimentWorkflow:
     async def _record_search(
         self, trial_id: int, length: int | None, rung: int, status: str
     ) -> None:
-        await db_activity(
-            RECORD_SEARCH,
-            RecordSearchInput(trial_id=trial_id, search_length=length, rung=rung, status=status),
-        )
+        await RECORD_SEARCH_CALL(
+            RecordSearchInput(trial_id=trial_id, search_length=length, rung=rung, status=status))
 
     async def _start_trial(self, inp: ExperimentInput, searcher: SearcherConfig) -> None:
         create = self._pending.pop(0)
@@ -362,11 +373,10 @@ class ExperimentWorkflow:
         seed = trial_seed(inp.seed, request_id)
         if create["hparams"] is None:  # the searcher's sampler draws them, from the reports
             try:
-                create["hparams"] = await db_activity(
-                    SAMPLE_TRIAL_HPARAMS,
+                create["hparams"] = await SAMPLE_TRIAL_HPARAMS_CALL(
                     SampleHparamsInput(experiment_id=inp.experiment_id, request_id=request_id,
                                        experiment_seed=inp.seed),
-                    dict, timeout=SAMPLE_TIMEOUT, local=False)
+                    local=False)
             except ActivityError as err:
                 if not workflow.patched(SAMPLER_ERROR_PATCH):
                     raise
@@ -375,8 +385,7 @@ class ExperimentWorkflow:
                                   else err)
                 self._pending.clear()
                 return
-        trial_id: int = await db_activity(
-            CREATE_TRIAL,
+        trial_id = await CREATE_TRIAL_CALL(
             CreateTrialInput(
                 experiment_id=inp.experiment_id,
                 request_id=request_id,
@@ -384,7 +393,6 @@ class ExperimentWorkflow:
                 trial_seed=seed,
                 search_length=create["decision"],
             ),
-            int,
         )
         self._trial_of[request_id] = trial_id
         start_paused = self._paused
@@ -409,7 +417,7 @@ class ExperimentWorkflow:
         if child:
             await self._start_child(trial, workflow_id)
         elif local:  # started by the master's client: no child events in this history
-            await db_activity(START_TRIAL, StartTrialInput(
+            await START_TRIAL_CALL(StartTrialInput(
                 workflow_id=workflow_id, trial=trial,
                 not_before=workflow.info().workflow_start_time.timestamp()))
         else:
@@ -465,12 +473,10 @@ class ExperimentWorkflow:
 
     # -- messages ----------------------------------------------------------------------------
 
-    async def _set_state(self, state: str) -> None:
+    async def _set_state(self, state: ExperimentState) -> None:
         self._state = state
-        await db_activity(
-            RECORD_EXPERIMENT_STATE,
-            RecordExperimentStateInput(experiment_id=self._experiment_id, state=state),
-        )
+        await RECORD_EXPERIMENT_STATE_CALL(
+            RecordExperimentStateInput(experiment_id=self._experiment_id, state=state))
         self._show_state(state)
 
     async def _forward(self, signal: str) -> None:
@@ -479,6 +485,13 @@ class ExperimentWorkflow:
 
     @workflow.signal(name=ExperimentMessages.VALIDATION_REPORTED)
     def validation_reported(self, report: ValidationReport) -> None:
+        """The validation without an answer: the old protocol, before `decide_validation`.
+
+        Kept while the API still sends it (its fallback when the update cannot be made,
+        api/routes/trials.py) and then while an experiment run whose history holds it may be
+        replayed (those recorded before the update: tests/replay/histories/asha-*-experiment,
+        -local-calls, -before-local-db): it goes in the release after the first whose API no
+        longer sends it (docs/ARCHITECTURE.md, "Changing workflow code")."""
         self._events.append(("validation", report))
 
     @workflow.update(name=ExperimentMessages.DECIDE_VALIDATION)
@@ -505,7 +518,7 @@ class ExperimentWorkflow:
     def trial_closed(self, outcome: TrialOutcome) -> None:
         self._events.append(("closed", outcome))
 
-    async def _announce(self, state: str, signal: str) -> None:
+    async def _announce(self, state: ExperimentState, signal: str) -> None:
         """Store the experiment's new state and pass the message on to its trials, after the
         messages before it (`SERIAL_MESSAGES_PATCH`)."""
         if not workflow.patched(SERIAL_MESSAGES_PATCH):
@@ -521,28 +534,28 @@ class ExperimentWorkflow:
         if self._stop is not None or self._paused:
             return
         self._paused = True
-        await self._announce("PAUSED", TrialMessages.PAUSE)
+        await self._announce(ExperimentState.PAUSED, TrialMessages.PAUSE)
 
     @workflow.signal(name=ExperimentMessages.ACTIVATE)
     async def activate(self) -> None:
         if self._stop is not None or not self._paused:
             return
         self._paused = False
-        await self._announce("ACTIVE", TrialMessages.ACTIVATE)
+        await self._announce(ExperimentState.ACTIVE, TrialMessages.ACTIVATE)
 
     @workflow.signal(name=ExperimentMessages.CANCEL)
     async def cancel(self) -> None:
         if self._stop is not None:
             return
         self._stop = TrialMessages.CANCEL
-        await self._announce("STOPPING_CANCELED", TrialMessages.CANCEL)
+        await self._announce(ExperimentState.STOPPING_CANCELED, TrialMessages.CANCEL)
 
     @workflow.signal(name=ExperimentMessages.KILL)
     async def kill(self) -> None:
         if self._stop == TrialMessages.KILL:
             return
         self._stop = TrialMessages.KILL
-        await self._announce("STOPPING_KILLED", TrialMessages.KILL)
+        await self._announce(ExperimentState.STOPPING_KILLED, TrialMessages.KILL)
 
     @workflow.query(name=ExperimentMessages.DESCRIBE)
     def describe(self) -> dict[str, object]:

@@ -1,14 +1,19 @@
 """ResourcePoolWorkflow: the scheduler of one resource pool (`resource-pool-<name>`).
 
-Agents join with signal `register_agent` and leave with `agent_lost`. Trial runs ask for slots
-with signal `request` and are answered by signal (`slots_granted`, or `slots_failed` for a
-request no agent can ever hold); the update `request_slots` does the same and answers at once
-("granted" or "queued"). Slots go back with signal `release` (or update `release_slots`). All are
-deduplicated on the allocation id: a retried request never allocates twice, a repeated release
-is a no-op. Trials use the signals because Temporal admits only a few updates in flight per
-workflow (10 by default), which a burst of trials exceeds; signals have no such cap and batch.
+Agents join with signal `register_agent` and leave with `agent_lost`. Trial runs and tasks ask
+for slots with the update `request_slots` (sent by the master's activity of that name), which
+answers after the next scheduling pass: "granted" with the slots, or "queued" with the place in
+the queue, the grant following by signal `slots_granted`; a request that no agent can ever hold
+is refused by its validator. Slots go back with signal `release`. All are deduplicated on the
+allocation id: a retried request never allocates twice, a repeated release is a no-op.
 Handlers only record what arrived; the main loop runs one scheduling pass per workflow task over
 every request that arrived (the pool batches, it never schedules per message).
+
+Two older handlers stay for what was started before (workflows that may still send them, and
+histories that hold them): signal `request` (answered by `slots_granted` or `slots_failed`),
+which trials of revision 0 (started before LOCAL_CALLS_PATCH) send themselves, and update
+`release_slots`, which the master's activity sent before it sent `release`. docs/ARCHITECTURE.md,
+"Changing workflow code", says when they go.
 
 Order: lower priority number first (Determined's convention, default 42); among experiments of
 equal priority the one holding the fewest slots goes first (fair share), oldest request first;
@@ -40,6 +45,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from common.states import AllocationState
     from common.temporal_names import (
         AGENT_LIVENESS,
         RESOURCE_POOL_WORKFLOW,
@@ -511,7 +517,12 @@ class ResourcePoolWorkflow:
 
     @workflow.signal(name=PoolMessages.REQUEST)
     def request(self, request: SlotRequest) -> None:
-        """A trial wants slots; it hears back by signal (`slots_granted` or `slots_failed`)."""
+        """A trial wants slots; it hears back by signal (`slots_granted` or `slots_failed`).
+
+        The old protocol, kept while a trial of revision 0 may run: one started by an
+        experiment that did not take LOCAL_CALLS_PATCH ("master-activities-run-locally") sends
+        it from its own code (workflows/allocation.py). Nothing else sends it: it goes with
+        that marker (docs/ARCHITECTURE.md, "Changing workflow code")."""
         key = request.allocation_id
         if key in self._allocations:  # a repeated request: say it again
             self._send_grant(self._allocations[key])
@@ -528,7 +539,7 @@ class ResourcePoolWorkflow:
     async def request_slots(self, request: SlotRequest) -> SlotReply:
         key = request.allocation_id
         if key in self._allocations:
-            return SlotReply(status="granted", allocation=self._allocations[key])
+            return SlotReply(status=AllocationState.GRANTED, allocation=self._allocations[key])
         if key in self._released_set:
             raise ApplicationError(f"allocation {key} was already released",
                                    type="AllocationReleased", non_retryable=True)
@@ -537,8 +548,8 @@ class ResourcePoolWorkflow:
             self._undecided.add(key)
             await workflow.wait_condition(lambda: key not in self._undecided)
         if key in self._allocations:
-            return SlotReply(status="granted", allocation=self._allocations[key])
-        return SlotReply(status="queued", position=self._positions.get(key, 0))
+            return SlotReply(status=AllocationState.GRANTED, allocation=self._allocations[key])
+        return SlotReply(status=AllocationState.QUEUED, position=self._positions.get(key, 0))
 
     @request_slots.validator
     def _validate_request(self, request: SlotRequest) -> None:
@@ -586,9 +597,14 @@ class ResourcePoolWorkflow:
 
     @workflow.update(name=PoolMessages.RELEASE_SLOTS)
     def release_slots(self, release: SlotRelease) -> bool:
-        """True if the allocation (or the waiting request) was still held. Nothing sends it
-        any more (trials release by signal), but pools' histories hold it: kept so they replay
-        (tests/replay, pool-continue-as-new-before-local-db)."""
+        """True if the allocation (or the waiting request) was still held.
+
+        The old protocol: nothing sends it any more (the `release_slots` activity sends the
+        `release` signal since LOCAL_CALLS_PATCH's release), but a pool's run whose history
+        holds one replays only with it (tests/replay/histories/pool-continue-as-new*). It goes
+        once no pool run started before then may be replayed, the release after the one that
+        removes LOCAL_CALLS_PATCH's old paths (docs/ARCHITECTURE.md, "Changing workflow
+        code")."""
         held = release.allocation_id in self._allocations or (
             release.allocation_id in self._pending)
         self._release(release.allocation_id)
@@ -608,7 +624,9 @@ class ResourcePoolWorkflow:
 
     @workflow.signal(name=PoolMessages.RELEASE)
     def release(self, release: SlotRelease) -> None:
-        """Signal form of `release_slots`, which trials use: it costs them no activity."""
+        """Slots given back: the one protocol for a release (the `release_slots` activity sends
+        it for a trial since LOCAL_CALLS_PATCH, and every task; older trials send it
+        themselves)."""
         self._release(release.allocation_id)
 
     # -- reading ---------------------------------------------------------------------------

@@ -28,10 +28,9 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from common.states import EndState, TaskState
     from common.temporal_names import (
-        RECORD_TASK_STATE,
         RUN_TASK,
-        TASK_IDLE_SECONDS,
         TASK_WORKFLOW,
         TaskMessages,
         task_allocation_id,
@@ -39,7 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from wire.pools import DEFAULT_PRIORITY, Allocation, SlotFailure, SlotRequest
     from wire.workflow_io import RecordTaskStateInput, RunTaskInput, RunTaskResult, TaskInput
     from workflows.allocation import Allocator, Resources
-    from workflows.db_activities import db_activity
+    from workflows.db_activities import RECORD_TASK_STATE_CALL, TASK_IDLE_SECONDS_CALL
     from workflows.temporal_status import (
         ShownState,
         cancel_requested,
@@ -65,7 +64,7 @@ class TaskWorkflow:
         self._kill_signaled = False
         self._takes_cancel_requests = False  # TASK_CANCEL_REQUEST_PATCH
         self._shown = ShownState()
-        self._ended_as = "COMPLETED"  # or ERROR, CANCELED: the status the workflow ends in
+        self._ended_as = EndState.COMPLETED  # the status the workflow ends in
         self._allocator = Allocator()
         self._allocator.local = True
         self._agent_id: str | None = None
@@ -79,7 +78,7 @@ class TaskWorkflow:
     async def run(self, inp: TaskInput) -> str:
         if workflow.patched(TASK_CANCEL_REQUEST_PATCH):
             self._takes_cancel_requests = True
-            self._shown.start("QUEUED")
+            self._shown.start(TaskState.QUEUED)
             return await run_shielded(self._run_task(inp))
         return await self._run_task(inp)
 
@@ -97,14 +96,14 @@ class TaskWorkflow:
         try:
             allocation = await self._allocator.acquire(resources, request, lambda: self._kill)
         except ApplicationError as err:  # more slots than any agent of the pool has
-            self._ended_as = "ERROR"
+            self._ended_as = EndState.ERROR
             return await self._end(inp, f"cannot schedule the task: {err.message}")
         if allocation is None:
-            self._ended_as = "CANCELED"
+            self._ended_as = EndState.CANCELED
             return await self._end(inp, "killed while it waited for slots")
         try:
             self._agent_id = allocation.agent_id
-            await self._record(inp, "STARTING")
+            await self._record(inp, TaskState.STARTING)
             status = await self._run(inp, allocation)
         finally:
             await self._allocator.release(resources, allocation.allocation_id)
@@ -141,44 +140,43 @@ class TaskWorkflow:
                 stopped_for = (f"stopped after {inp.idle_timeout_seconds:g} s without activity"
                                " (idle_timeout)")
             if stopped_for:
-                await self._record(inp, "TERMINATING")
+                await self._record(inp, TaskState.TERMINATING)
                 handle.cancel()
                 break
         try:
             result = await handle
         except ActivityError as err:
             if stopped_for:
-                self._ended_as = "CANCELED"
+                self._ended_as = EndState.CANCELED
                 return stopped_for
             cause = err.cause
             detail = cause.message if isinstance(cause, ApplicationError) else str(
                 cause or err)
-            self._ended_as = "ERROR"
+            self._ended_as = EndState.ERROR
             return f"failed: {detail}"
         if stopped_for:
-            self._ended_as = "CANCELED"
+            self._ended_as = EndState.CANCELED
             return stopped_for
         if result.exit_code != 0:
-            self._ended_as = "ERROR"
+            self._ended_as = EndState.ERROR
         return result.message or f"exited with code {result.exit_code}"
 
     async def _idle_for(self, inp: TaskInput) -> float:
         """Seconds since the task's proxy last carried a request (the master's clock)."""
-        seconds: float = await db_activity(TASK_IDLE_SECONDS, inp.task_id, float, local=True)
-        return seconds
+        return await TASK_IDLE_SECONDS_CALL(inp.task_id, local=True)
 
-    async def _record(self, inp: TaskInput, state: str, exit_status: str | None = None) -> None:
-        await db_activity(
-            RECORD_TASK_STATE,
+    async def _record(self, inp: TaskInput, state: TaskState,
+                      exit_status: str | None = None) -> None:
+        await RECORD_TASK_STATE_CALL(
             RecordTaskStateInput(task_id=inp.task_id, state=state, agent_id=self._agent_id,
                                  exit_status=exit_status),
             local=True)
         self._shown.show(state)
 
     async def _end(self, inp: TaskInput, exit_status: str) -> str:
-        await self._record(inp, "TERMINATED", exit_status)
-        if self._ended_as != "COMPLETED" and workflow.patched(TASK_STATUS_PATCH):
-            if self._ended_as == "ERROR":
+        await self._record(inp, TaskState.TERMINATED, exit_status)
+        if self._ended_as != EndState.COMPLETED and workflow.patched(TASK_STATUS_PATCH):
+            if self._ended_as == EndState.ERROR:
                 end_failed(f"task {inp.task_id}: {exit_status}", "TaskError")
             await end_canceled(exit_status)
         return exit_status
@@ -191,8 +189,8 @@ class TaskWorkflow:
     @workflow.signal(name=TaskMessages.RUNNING)
     def running(self) -> None:
         """The agent said the task runs (the API wrote RUNNING in its row)."""
-        if self._shown.state in ("QUEUED", "STARTING"):
-            self._shown.show("RUNNING")
+        if self._shown.state in (TaskState.QUEUED, TaskState.STARTING):
+            self._shown.show(TaskState.RUNNING)
 
     @workflow.signal(name=TaskMessages.SLOTS_GRANTED)
     def slots_granted(self, allocation: Allocation) -> None:

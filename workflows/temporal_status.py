@@ -24,9 +24,8 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from common.search_attributes import STATE
-    from common.temporal_names import REQUEST_CANCEL
     from wire.workflow_io import CancelRequestInput
-    from workflows.db_activities import db_activity
+    from workflows.db_activities import REQUEST_CANCEL_CALL
 
 T = TypeVar("T")
 
@@ -58,10 +57,9 @@ async def end_canceled(reason: str) -> NoReturn:
     """End the run Canceled: through a cancel request on this run, made here unless one came."""
     if not cancel_requested():
         info = workflow.info()
-        await db_activity(REQUEST_CANCEL,
-                          CancelRequestInput(workflow_id=info.workflow_id, run_id=info.run_id,
-                                             reason=reason),
-                          local=True)
+        await REQUEST_CANCEL_CALL(
+            CancelRequestInput(workflow_id=info.workflow_id, run_id=info.run_id, reason=reason),
+            local=True)
         await workflow.wait_condition(cancel_requested)
     raise asyncio.CancelledError(reason)
 

@@ -39,16 +39,11 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from common.expconf import SearcherConfig, stored_config
+    from common.states import EndState, TrialState
     from common.temporal_names import (
-        CHECK_SEARCHER_METRIC,
-        GET_RESUME_POINT,
-        RECORD_TRIAL_STATE,
-        REPORT_TRIAL_CLOSED,
-        REQUEST_PREEMPTION,
         RESERVE_PORTS,
         RUN_TRIAL,
         TRIAL_WORKFLOW,
-        WRITE_TRIAL_LOG,
         ExperimentMessages,
         TrialMessages,
         allocation_id,
@@ -81,7 +76,15 @@ with workflow.unsafe.imports_passed_through():
         TrialOutcome,
     )
     from workflows.allocation import Allocator, Resources
-    from workflows.db_activities import db_activity
+    from workflows.db_activities import (
+        CHECK_SEARCHER_METRIC_CALL,
+        GET_RESUME_POINT_CALL,
+        RECORD_TRIAL_STATE_CALL,
+        REPORT_TRIAL_CLOSED_CALL,
+        REQUEST_PREEMPTION_CALL,
+        WRITE_TRIAL_LOG_CALL,
+        MasterActivity,
+    )
     from workflows.temporal_status import (
         ShownState,
         cancel_requested,
@@ -90,7 +93,8 @@ with workflow.unsafe.imports_passed_through():
         run_shielded,
     )
 
-T = TypeVar("T")
+A = TypeVar("A")
+R = TypeVar("R")
 
 RUN_HEARTBEAT_TIMEOUT = timedelta(seconds=30)
 RUN_MAX_DURATION = timedelta(days=30)
@@ -121,7 +125,7 @@ class TrialWorkflow:
         self._shown = ShownState()
         self._kill = False
         self._stop_early = False  # the searcher stopped this trial (ASHA)
-        self._state = "QUEUED"
+        self._state = TrialState.QUEUED
         self._restarts = 0
         self._run_id = 0
         self._agent_id: str | None = None
@@ -136,7 +140,7 @@ class TrialWorkflow:
     async def run(self, inp: TrialInput) -> TrialOutcome:
         if inp.revision >= TEMPORAL_STATUS_REVISION:
             self._takes_cancel_requests = True
-            self._shown.start("QUEUED")
+            self._shown.start(TrialState.QUEUED)
             return await run_shielded(self._run(inp))
         return await self._run(inp)
 
@@ -156,25 +160,25 @@ class TrialWorkflow:
         max_restarts = config.max_restarts
         while True:
             if self._cancel or self._kill:
-                return await self._end(inp, "CANCELED")
+                return await self._end(inp, EndState.CANCELED)
             if self._stop_early:
-                return await self._end(inp, "COMPLETED", stopped_early=True)
+                return await self._end(inp, EndState.COMPLETED, stopped_early=True)
             if self._paused:
-                await self._record(inp, "PAUSED")
+                await self._record(inp, TrialState.PAUSED)
                 await workflow.wait_condition(lambda: not self._paused or self._stopping())
                 continue
 
-            resume: ResumePoint = await self._db(GET_RESUME_POINT, inp.trial_id, ResumePoint)
+            resume = await self._db(GET_RESUME_POINT_CALL, inp.trial_id)
             self._run_id += 1
             try:
                 allocation = await self._allocate(inp)
             except ApplicationError as err:  # can never be granted: more slots than any agent has
                 return await self._end(
-                    inp, "ERROR", error=f"cannot schedule the trial: {err.message}")
+                    inp, EndState.ERROR, error=f"cannot schedule the trial: {err.message}")
             if allocation is None:
                 continue  # paused or stopped while waiting for slots
             self._agent_id = allocation.agent_id
-            await self._record(inp, "RUNNING", run_id=self._run_id)
+            await self._record(inp, TrialState.RUNNING, run_id=self._run_id)
             run_target = self._target  # a promotion may raise the target while the run ends
             try:
                 ended, result = await self._run_once(inp, resume, allocation)
@@ -182,11 +186,12 @@ class TrialWorkflow:
                 await self._allocator.release(self._resources, allocation.allocation_id)
 
             if self._kill or (self._cancel and ended != "failed"):
-                return await self._end(inp, "CANCELED")
+                return await self._end(inp, EndState.CANCELED)
             if ended == "preempted":
                 continue  # paused or stopped early: the loop decides
             if ended == "fatal":  # restarting cannot help (the agent said so)
-                return await self._end(inp, "ERROR", error=f"run {self._run_id} failed: {result}")
+                return await self._end(inp, EndState.ERROR,
+                                       error=f"run {self._run_id} failed: {result}")
             if (
                 ended == "completed"
                 and inp.waits_at_target
@@ -198,21 +203,19 @@ class TrialWorkflow:
                 reached = run_target or 0
                 error = await self._searcher_metric_error(inp, reached)
                 if error is not None:
-                    return await self._end(inp, "ERROR", error=error)
-                await self._record(inp, "PAUSED")
+                    return await self._end(inp, EndState.ERROR, error=error)
+                await self._record(inp, TrialState.PAUSED)
                 await workflow.wait_condition(partial(self._promoted_past, reached))
                 continue
             if ended == "completed":
-                final: ResumePoint = await self._db(
-                    GET_RESUME_POINT, inp.trial_id, ResumePoint
-                )
+                final = await self._db(GET_RESUME_POINT_CALL, inp.trial_id)
                 search_status = None
                 if final.early_exit_reason is None and not self._stop_early:
                     error = await self._searcher_metric_error(inp, 0)
                     if error is not None and not workflow.patched(
                         "trial-completes-without-searcher-metric"
                     ):
-                        return await self._end(inp, "ERROR", error=error)
+                        return await self._end(inp, EndState.ERROR, error=error)
                     if error is not None:
                         # As Determined: the training code decides what it reports; the trial
                         # just cannot be ranked (0_start and batch inference report none).
@@ -223,7 +226,7 @@ class TrialWorkflow:
                         )
                 return await self._end(
                     inp,
-                    "COMPLETED",
+                    EndState.COMPLETED,
                     final.early_exit_reason,
                     stopped_early=self._stop_early,
                     search_status=search_status,
@@ -241,11 +244,11 @@ class TrialWorkflow:
             if self._restarts > max_restarts:
                 return await self._end(
                     inp,
-                    "ERROR",
+                    EndState.ERROR,
                     error=f"run {self._run_id} failed: {result}; "
                     f"max_restarts ({max_restarts}) spent",
                 )
-            point: ResumePoint = await self._db(GET_RESUME_POINT, inp.trial_id, ResumePoint)
+            point = await self._db(GET_RESUME_POINT_CALL, inp.trial_id)
             await self._log(
                 inp,
                 f"[epochal] run {self._run_id} failed: {result}; restarting from checkpoint "
@@ -254,7 +257,7 @@ class TrialWorkflow:
                 f"(restart {self._restarts} of {max_restarts})",
                 level="WARNING",
             )
-            await self._record(inp, "QUEUED")
+            await self._record(inp, TrialState.QUEUED)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     self._stopping, timeout=restart_backoff(self._restarts)
@@ -435,8 +438,8 @@ class TrialWorkflow:
 
     async def _searcher_metric_error(self, inp: TrialInput, min_length: int) -> str | None:
         """Why the trial's validations cannot serve the searcher, if they cannot."""
-        error: str | None = await self._db(
-            CHECK_SEARCHER_METRIC,
+        return await self._db(
+            CHECK_SEARCHER_METRIC_CALL,
             CheckSearcherMetricInput(
                 trial_id=inp.trial_id,
                 metric=self._searcher.metric,
@@ -444,17 +447,16 @@ class TrialWorkflow:
                 time_metric=getattr(self._searcher, "time_metric", None),  # ASHA's only
             ),
         )
-        return error
 
     async def _preempt(self, inp: TrialInput, preempt: bool) -> None:
         await self._db(
-            REQUEST_PREEMPTION, RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt)
+            REQUEST_PREEMPTION_CALL, RequestPreemptionInput(trial_id=inp.trial_id, preempt=preempt)
         )
 
     async def _log(self, inp: TrialInput, line: str, *, level: str = "INFO") -> None:
         """A line from the master in the trial's logs (errors and restarts it decided)."""
         await self._db(
-            WRITE_TRIAL_LOG,
+            WRITE_TRIAL_LOG_CALL,
             TrialLogInput(
                 trial_id=inp.trial_id,
                 task_id=task_id(inp.experiment_id, inp.trial_id),
@@ -468,7 +470,7 @@ class TrialWorkflow:
     async def _record(
         self,
         inp: TrialInput,
-        state: str,
+        state: TrialState,
         *,
         run_id: int | None = None,
         ended: bool = False,
@@ -476,7 +478,7 @@ class TrialWorkflow:
     ) -> None:
         self._state = state
         await self._db(
-            RECORD_TRIAL_STATE,
+            RECORD_TRIAL_STATE_CALL,
             RecordTrialStateInput(
                 trial_id=inp.trial_id,
                 state=state,
@@ -492,7 +494,7 @@ class TrialWorkflow:
     async def _end(
         self,
         inp: TrialInput,
-        state: str,
+        state: EndState,
         early_exit_reason: str | None = None,
         *,
         stopped_early: bool = False,
@@ -501,7 +503,7 @@ class TrialWorkflow:
     ) -> TrialOutcome:
         if error is not None:
             await self._log(inp, f"[epochal] {error}", level="ERROR")
-        await self._record(inp, state, ended=True, search_status=search_status)
+        await self._record(inp, TrialState(state), ended=True, search_status=search_status)
         outcome = TrialOutcome(
             trial_id=inp.trial_id,
             state=state,
@@ -513,13 +515,12 @@ class TrialWorkflow:
         # The experiment learns of the end by signal: it may have continued-as-new since it
         # started this trial, so it does not wait on the child's result.
         if inp.revision >= LOCAL_CALLS_REVISION:  # sent by the master's client (a local activity)
-            await self._db(REPORT_TRIAL_CLOSED,
-                           TrialClosedInput(experiment_id=inp.experiment_id, outcome=outcome),
-                           bool)
-            if inp.revision >= TEMPORAL_STATUS_REVISION and state == "ERROR":
+            await self._db(REPORT_TRIAL_CLOSED_CALL,
+                           TrialClosedInput(experiment_id=inp.experiment_id, outcome=outcome))
+            if inp.revision >= TEMPORAL_STATUS_REVISION and state == EndState.ERROR:
                 end_failed(f"trial {inp.trial_id} ended in ERROR: {error or 'no reason given'}",
                            "TrialError")
-            if inp.revision >= TEMPORAL_STATUS_REVISION and state == "CANCELED":
+            if inp.revision >= TEMPORAL_STATUS_REVISION and state == EndState.CANCELED:
                 await end_canceled("killed" if self._kill else "canceled")
             return outcome
         parent = workflow.get_external_workflow_handle(experiment_workflow_id(inp.experiment_id))
@@ -529,12 +530,10 @@ class TrialWorkflow:
             workflow.logger.info("experiment did not take trial_closed: %s", err)
         return outcome
 
-    async def _db(self, name: str, arg: Any, result_type: type[T] | None = None) -> T:
-        """A master activity for this trial (db_activity): local from LOCAL_CALLS_REVISION on."""
+    async def _db(self, call: MasterActivity[A, R], arg: A) -> R:
+        """A master activity for this trial: local from LOCAL_CALLS_REVISION on."""
         assert self._inp is not None
-        result: T = await db_activity(name, arg, result_type,
-                                      local=self._inp.revision >= LOCAL_CALLS_REVISION)
-        return result
+        return await call(arg, local=self._inp.revision >= LOCAL_CALLS_REVISION)
 
     @workflow.signal(name=TrialMessages.STOP_EARLY)
     def stop_early(self) -> None:
