@@ -102,7 +102,11 @@ LOCAL_CALLS_REVISION = 1
 # workflows/temporal_status.py), a cancel request (Temporal's UI) stops it as the user's
 # cancel does, and one started with Epochal's search attributes keeps `EpochalState` current.
 TEMPORAL_STATUS_REVISION = 2
-TRIAL_REVISION = TEMPORAL_STATUS_REVISION  # what a trial started now gets
+# 3: each run_trial carries the run's RunSpec (wire/run_spec.py), built by the trial once; the
+# experiment decides it (one patch marker per experiment run), so a trial's history keeps its
+# 19 events. A trial of revision 2 decides it with a marker of its own (workflows/trial.py).
+RUN_SPEC_REVISION = 3
+TRIAL_REVISION = RUN_SPEC_REVISION  # what a trial started now gets
 
 
 @dataclass

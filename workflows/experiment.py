@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from wire.workflow_io import (
         LOCAL_CALLS_REVISION,
+        TEMPORAL_STATUS_REVISION,
         TRIAL_REVISION,
         CreateTrialInput,
         ExperimentCarry,
@@ -107,6 +108,9 @@ SAMPLER_ERROR_PATCH = "experiment-sampler-failure-errors"
 EXTERNAL_CANCEL_PATCH = "experiment-takes-cancel-requests"
 CANCELED_END_PATCH = "experiment-ends-canceled"
 CHILD_TRIALS_PATCH = "experiment-trials-are-children"
+# Issue 36: trials it starts are of RUN_SPEC_REVISION (their runs carry a RunSpec), decided once
+# per run here rather than by a marker in every trial's history.
+RUN_SPEC_TRIALS_PATCH = "experiment-trials-carry-run-specs"
 
 
 @workflow.defn(name=EXPERIMENT_WORKFLOW)
@@ -411,7 +415,9 @@ class ExperimentWorkflow:
             target=create["target"],
             length_unit=searcher.length_unit,
             waits_at_target=searcher.waits_at_rung and create["decision"] is not None,
-            revision=TRIAL_REVISION if child else LOCAL_CALLS_REVISION if local else 0,
+            revision=(TRIAL_REVISION if child and workflow.patched(RUN_SPEC_TRIALS_PATCH)
+                      else TEMPORAL_STATUS_REVISION if child
+                      else LOCAL_CALLS_REVISION if local else 0),
         )
         workflow_id = trial_workflow_id(inp.experiment_id, trial_id)
         if child:

@@ -62,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
     from wire.workflow_io import (
         LOCAL_CALLS_REVISION,
         RENDEZVOUS_PORTS,
+        RUN_SPEC_REVISION,
         TEMPORAL_STATUS_REVISION,
         CheckSearcherMetricInput,
         RecordTrialStateInput,
@@ -108,6 +109,8 @@ PARTS_STOP_WAIT = timedelta(seconds=15)
 ACROSS_AGENTS_PATCH = "trial-runs-across-agents"
 # Issue 36: each run_trial carries the run's RunSpec (wire/run_spec.py), built here once per
 # trial; runs of histories before it carry only the config, and the agent builds the same spec.
+# A trial of RUN_SPEC_REVISION carries it without asking (its experiment asked); one of an
+# earlier revision, started before the upgrade, asks this marker.
 RUN_SPEC_PATCH = "trial-runs-carry-a-run-spec"
 
 
@@ -300,7 +303,7 @@ class TrialWorkflow:
 
     def _run_spec(self, inp: TrialInput) -> dict[str, Any] | None:
         """What the agent runs (RunSpec, as JSON), the same for every run of the trial."""
-        if not workflow.patched(RUN_SPEC_PATCH):
+        if inp.revision < RUN_SPEC_REVISION and not workflow.patched(RUN_SPEC_PATCH):
             return None
         if self._spec is None:
             self._spec = RunSpec.of(stored_config(inp.config), inp.config).model_dump(mode="json")
