@@ -35,6 +35,7 @@ from api.errors import ApiError
 from api.queries import owners
 from api.queries import users as user_queries
 from api.settings import Settings
+from common.states import TrialState
 from common.tokens import TrialRun, verify_trial_token
 
 # Determined's client-side salt (determined.common.api.authentication.PASSWORD_SALT): a password
@@ -162,6 +163,17 @@ async def open_session(pool: asyncpg.Pool, user_id: int, ttl: timedelta) -> str:
     return token
 
 
+async def open_run_session(pool: asyncpg.Pool, user_id: int, ttl: timedelta,
+                           table: Literal["trials", "tasks"], run_id: int | str) -> str:
+    """A session of the user for a trial's running run or a task's code (DET_USER_TOKEN): it
+    replaces, and revokes, the one the run had before."""
+    token = await open_session(pool, user_id, ttl)
+    replaced = await user_queries.replace_run_session(pool, table, run_id, _digest(token))
+    if replaced is not None:
+        await user_queries.delete_session(pool, replaced)
+    return token
+
+
 async def create_access_token(conn: asyncpg.Connection, user_id: int, lifespan: timedelta,
                               description: str) -> tuple[int, str]:
     """A new access token of the user (its id, and the token, which is never stored)."""
@@ -194,7 +206,7 @@ async def _check_run_is_live(pool: asyncpg.Pool, named: TrialRun) -> None:
     row = await user_queries.fetch_trial_run_state(pool, named.trial_id)
     if row is None:
         raise ApiError(401, f"trial token for trial {named.trial_id}, which does not exist")
-    if row["run_id"] != named.run_id or row["state"] != "RUNNING":
+    if row["run_id"] != named.run_id or row["state"] != TrialState.RUNNING:
         raise ApiError(401, f"trial token for run {named.run_id} of trial {named.trial_id}, "
                        "which is over")
     if row["active"] is False:

@@ -11,6 +11,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from services.errors import (
+    Conflict,
+    Invalid,
+    NotFound,
+    ServiceError,
+    StorageFailed,
+    Unavailable,
+)
+
 
 class ApiError(Exception):
     def __init__(self, status: int, message: str, details: list[str] | None = None) -> None:
@@ -34,6 +43,16 @@ def require_choice(field: str, value: str, choices: Iterable[str]) -> None:
 
 def not_found(kind: str, ident: object) -> ApiError:
     return ApiError(404, f"{kind} {ident} not found")
+
+
+# The status each refusal of a service (services/errors.py) answers with.
+SERVICE_STATUSES: dict[type[ServiceError], int] = {
+    Invalid: 400, NotFound: 404, Conflict: 409, StorageFailed: 502, Unavailable: 503,
+}
+
+
+def service_status(exc: ServiceError) -> int:
+    return next(status for kind, status in SERVICE_STATUSES.items() if isinstance(exc, kind))
 
 
 def _field_path(loc: tuple[object, ...]) -> str:
@@ -121,6 +140,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
         return JSONResponse(
             {"message": exc.message, "details": exc.details}, status_code=exc.status
+        )
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(
+            {"message": exc.message, "details": exc.details}, status_code=service_status(exc)
         )
 
     @app.exception_handler(RequestValidationError)

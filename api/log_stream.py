@@ -17,10 +17,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import asyncpg
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel
 
 from api.queries import experiments, logs, tasks, trials
 from api.views import log_json
-from common.states import TERMINAL_STATES
+from common.states import TERMINAL_STATES, TaskState
 
 POLL_SECONDS = 0.3
 BATCH = 1000
@@ -48,7 +50,7 @@ def task_ended(pool: asyncpg.Pool, task_id: str) -> Callable[[], Awaitable[bool]
     """A follow's `is_done` for an interactive task: whether it is TERMINATED, or gone."""
     async def ended() -> bool:
         row = await tasks.fetch_task_owner(pool, task_id)
-        return row is None or row["state"] == "TERMINATED"
+        return row is None or row["state"] == TaskState.TERMINATED
 
     return ended
 
@@ -153,3 +155,39 @@ async def ndjson_lines(
 async def _aiter(records: Iterable[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
     for record in records:
         yield record
+
+
+class LogFilter(BaseModel):
+    """Determined's trial-log filters; each None means "any"."""
+
+    levels: set[str] | None = None
+    stdtypes: set[str] | None = None
+    agent_ids: set[str] | None = None
+    search_text: str | None = None
+    after: str | None = None
+    before: str | None = None
+
+    def keeps(self, log: dict[str, Any]) -> bool:
+        return (
+            (self.levels is None or log["level"] in self.levels)
+            and (self.stdtypes is None or log["stdtype"] in self.stdtypes)
+            and (self.agent_ids is None or log["agentId"] in self.agent_ids)
+            and (self.search_text is None or self.search_text in log["log"])
+            and (self.after is None or log["timestamp"] > self.after)
+            and (self.before is None or log["timestamp"] < self.before)
+        )
+
+
+async def trial_log_stream(pool: asyncpg.Pool, trial_id: int, keep: LogFilter, *, follow: bool,
+                           limit: int, newest_first: bool) -> StreamingResponse:
+    """A trial's log lines that `keep` keeps, as NDJSON, at most `limit` (0: all): newest first
+    (`--tail`), or in the order they were produced, followed until the trial ends."""
+    records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]]
+    if newest_first:
+        rows = await logs.fetch_trial_logs_newest_first(pool, trial_id)
+        records = [log_json(r) for r in rows]
+    else:
+        records = ordered_log_records(pool, logs.OF_TRIAL, trial_id, follow=follow,
+                                      is_done=trial_ended(pool, trial_id))
+    return StreamingResponse(ndjson_lines(records, keep.keeps, limit),
+                             media_type="application/x-ndjson")

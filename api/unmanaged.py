@@ -21,14 +21,16 @@ import asyncpg
 
 from api.errors import ApiError, not_found
 from api.queries import unmanaged as queries
+from common.states import TrialState
 
 MAX_EXTERNAL_ID = 128  # characters of an external experiment or trial id
 
 # Determined's trial states a detached run may report, and whether each ends the trial.
 # Stopped by their user (or deleted): a script run again does not bring them back.
-STOPPED = frozenset({"CANCELED", "DELETED"})
-REPORTED_STATES = {"ACTIVE": False, "RUNNING": False, "COMPLETED": True, "ERROR": True,
-                   "CANCELED": True}
+STOPPED = frozenset({TrialState.CANCELED, TrialState.DELETED})
+REPORTED_STATES: dict[str, bool] = {
+    TrialState.ACTIVE: False, TrialState.RUNNING: False, TrialState.COMPLETED: True,
+    TrialState.ERROR: True, TrialState.CANCELED: True}
 
 
 async def control(pool: asyncpg.Pool, experiment_id: int, action: str) -> None:

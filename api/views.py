@@ -18,22 +18,15 @@ from fastapi import Query
 from api.errors import ApiError, not_found, require_choice
 from api.queries import metrics, trials
 from common.expconf.redaction import redacted, redacted_text
+from common.states import ExperimentState
 from common.temporal_names import experiment_workflow_id, trial_workflow_id
+from services.pools import job_id
+from services.workspaces import DEFAULT_PROJECT_ID
 
 JSON = dict[str, Any]
 # Query parameters of Determined's list routes.
 OrderBy = Literal["ORDER_BY_ASC", "ORDER_BY_DESC", "ORDER_BY_UNSPECIFIED"]
 ListQuery = Annotated[list[str] | None, Query()]
-
-# Determined's "Uncategorized" workspace and project (migration 0007): where experiments go
-# unless told otherwise.
-DEFAULT_PROJECT_ID = 1
-
-
-def job_id(experiment_id: int) -> str:
-    """An experiment's job in the job queue (GET /job-queues)."""
-    return f"experiment-{experiment_id}"
-
 
 def state_name(state: str) -> str:
     return f"STATE_{state}"
@@ -260,7 +253,7 @@ def unsaved_experiment_json(config: JSON, original_config: str, owner: str) -> J
         "name": config["name"],
         "description": config.get("description") or "",
         "labels": config.get("labels") or [],
-        "state": state_name("PAUSED"),
+        "state": state_name(ExperimentState.PAUSED),
         "searcherType": config["searcher"]["name"],
         "startTime": rfc3339(datetime.now(UTC)),
         "numTrials": 0,

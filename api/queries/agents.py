@@ -78,9 +78,3 @@ async def set_agent_enabled(conn: Conn, agent_id: str, enabled: bool) -> str | N
         "UPDATE agents SET enabled = $2 WHERE id = $1 RETURNING resource_pool", agent_id, enabled
     )
     return pool_name
-
-
-async def fetch_agent_resource_pools(conn: Conn) -> set[str]:
-    """The resource pools agents registered in (besides the configured ones)."""
-    return {r["resource_pool"] for r in await conn.fetch(
-        "SELECT DISTINCT resource_pool FROM agents")}

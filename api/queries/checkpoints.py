@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from api.queries import Conn
+from common.states import CheckpointState
 
 _CHECKPOINT_SELECT = """
 SELECT c.uuid::text AS uuid, c.task_id, c.allocation_id, c.report_time, c.resources, c.metadata,
@@ -88,7 +89,7 @@ async def update_checkpoint_resources(
 ) -> None:
     await conn.execute(
         "UPDATE checkpoints SET resources = $2,"
-        " state = CASE WHEN $3 THEN 'DELETED' ELSE state END WHERE uuid = $1",
+        f" state = CASE WHEN $3 THEN '{CheckpointState.DELETED}' ELSE state END WHERE uuid = $1",
         checkpoint_uuid,
         resources,
         deleted,

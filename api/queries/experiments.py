@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 
 from api.queries import Conn
+from common.states import CheckpointState, ExperimentState, TrialState
 
 # Ended experiments know their best trial (finish_experiment); running ones take the trial
 # whose best validation ranks first. `{detail}` is the experiment's own page's extra: its trial
@@ -23,7 +24,7 @@ SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.sta
        best.searcher_metric_value AS best_validation,
        -- The trials' progress against the searcher's plan: it only grows, and keeps its value
        -- when the experiment is canceled (a COMPLETED trial counts whole).
-       CASE WHEN e.state = 'COMPLETED' THEN 1.0
+       CASE WHEN e.state = '{experiment_completed}' THEN 1.0
             ELSE least(1.0, tr.trial_units / greatest(coalesce(e.planned_trials, 0),
                                                       tr.num_trials, 1)) END AS progress
        {detail}
@@ -31,8 +32,8 @@ FROM experiments e
 JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS num_trials,
-           coalesce(sum(CASE WHEN t.state = 'COMPLETED' THEN 1 ELSE least(t.progress, 1) END),
-                    0) AS trial_units
+           coalesce(sum(CASE WHEN t.state = '{trial_completed}' THEN 1
+                             ELSE least(t.progress, 1) END), 0) AS trial_units
     FROM trials t WHERE t.experiment_id = e.id) tr
 CROSS JOIN LATERAL (
     SELECT coalesce(jsonb_object_agg(s.state, s.n), '{{}}') AS trial_states
@@ -41,11 +42,13 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (SELECT coalesce(e.best_trial_id, best_trial(e.id)) AS id) best_id
 LEFT JOIN trials best ON best.id = best_id.id
 """
-_EXPERIMENT_DETAIL = _EXPERIMENT_SELECT.format(detail=""",
+_COMPLETED = {"experiment_completed": ExperimentState.COMPLETED,
+              "trial_completed": TrialState.COMPLETED}
+_EXPERIMENT_DETAIL = _EXPERIMENT_SELECT.format(**_COMPLETED, detail=""",
        e.notes, (SELECT coalesce(array_agg(t.id ORDER BY t.id), '{}') FROM trials t
                  WHERE t.experiment_id = e.id) AS trial_ids""")
 _EXPERIMENT_LIST = _EXPERIMENT_SELECT.format(
-    detail=", CASE WHEN e.notes = '' THEN '' ELSE 'omitted' END AS notes")
+    **_COMPLETED, detail=", CASE WHEN e.notes = '' THEN '' ELSE 'omitted' END AS notes")
 
 
 async def fetch_experiment_row(conn: Conn, experiment_id: int) -> asyncpg.Record | None:
@@ -137,42 +140,6 @@ async def fetch_experiment_config(conn: Conn, experiment_id: int) -> dict[str, A
     return config
 
 
-async def fetch_experiment_seed(conn: Conn, experiment_id: int) -> int | None:
-    seed: int | None = await conn.fetchval(
-        "SELECT seed FROM experiments WHERE id = $1", experiment_id)
-    return seed
-
-
-async def lock_experiment_config(conn: Conn, experiment_id: int) -> asyncpg.Record | None:
-    """The experiment's config and state, its row locked until the caller's transaction ends."""
-    return await conn.fetchrow(
-        "SELECT config, state FROM experiments WHERE id = $1 FOR UPDATE", experiment_id)
-
-
-async def insert_experiment(
-    conn: Conn, *, name: str, description: str | None, labels: list[str], config: dict[str, Any],
-    original_config: str, seed: int, owner: str | None, project_id: int, parent_id: int | None,
-    planned_trials: int | None,
-) -> int:
-    """The new experiment's id."""
-    experiment_id: int = await conn.fetchval(
-        "INSERT INTO experiments (name, description, labels, config, original_config, seed,"
-        " owner, project_id, parent_id, planned_trials)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) RETURNING id",
-        name,
-        description,
-        labels,
-        config,
-        original_config,
-        seed,
-        owner,
-        project_id,
-        parent_id,
-        planned_trials,
-    )
-    return experiment_id
-
-
 async def update_experiment(
     conn: Conn, experiment_id: int, *, name: str | None, description: str | None,
     labels: list[str] | None, notes: str | None,
@@ -188,22 +155,6 @@ async def update_experiment(
         labels,
         notes,
     )
-
-
-async def update_experiment_config(conn: Conn, experiment_id: int, config: dict[str, Any]) -> None:
-    await conn.execute("UPDATE experiments SET config = $2 WHERE id = $1", experiment_id, config)
-
-
-async def reopen_experiment(
-    conn: Conn, experiment_id: int, trial_id: int, config: dict[str, Any]
-) -> None:
-    """An ended experiment and its one trial running again (continued), under `config`."""
-    await conn.execute(
-        "UPDATE experiments SET config = $2, state = 'ACTIVE', end_time = NULL WHERE id = $1",
-        experiment_id, config)
-    await conn.execute(
-        "UPDATE trials SET state = 'QUEUED', end_time = NULL, restarts = 0 WHERE id = $1",
-        trial_id)
 
 
 async def move_experiment(conn: Conn, experiment_id: int, project_id: int) -> None:
@@ -225,36 +176,10 @@ async def fetch_checkpoint_paths(conn: Conn, experiment_id: int) -> list[str]:
     """Where the experiment's checkpoints that are not deleted yet keep their files."""
     rows = await conn.fetch(
         "SELECT c.storage_path FROM checkpoints c JOIN trials t ON t.id = c.trial_id"
-        " WHERE t.experiment_id = $1 AND c.state <> 'DELETED'",
+        f" WHERE t.experiment_id = $1 AND c.state <> '{CheckpointState.DELETED}'",
         experiment_id,
     )
     return [row["storage_path"] for row in rows]
-
-
-async def fetch_scored_trials_stamp(conn: Conn, experiment_id: int) -> tuple[Any, ...]:
-    """How many of the experiment's trials have a searcher metric, the newest one's id and the
-    metrics' sum: any new or changed metric changes it."""
-    return tuple(await conn.fetchrow(
-        "SELECT count(*), max(id), sum(searcher_metric_value) FROM trials"
-        " WHERE experiment_id = $1 AND searcher_metric_value IS NOT NULL", experiment_id))
-
-
-async def fetch_scored_trials(conn: Conn, experiment_id: int, limit: int) -> list[asyncpg.Record]:
-    """The hyperparameters and searcher metric of the experiment's latest `limit` trials that
-    have one."""
-    return list(await conn.fetch(
-        "SELECT hparams, searcher_metric_value FROM trials WHERE experiment_id = $1"
-        " AND searcher_metric_value IS NOT NULL ORDER BY id DESC LIMIT $2",
-        experiment_id, limit))
-
-
-async def insert_model_definition(conn: Conn, experiment_id: int, tgz: bytes, size: int) -> None:
-    await conn.execute(
-        "INSERT INTO model_definitions (experiment_id, tgz, size_bytes) VALUES ($1, $2, $3)",
-        experiment_id,
-        tgz,
-        size,
-    )
 
 
 async def fetch_model_definition(conn: Conn, experiment_id: int) -> bytes | None:
@@ -269,15 +194,3 @@ async def fetch_best_searcher_metric(conn: Conn, experiment_id: int) -> float | 
     value: float | None = await conn.fetchval(
         "SELECT searcher_metric_value FROM trials WHERE id = best_trial($1)", experiment_id)
     return value
-
-
-async def set_log_retention(conn: Conn, experiment_id: int, days: int) -> bool:
-    """The experiment's log retention, for its trials now and later; False: no experiment."""
-    found = await conn.fetchval(
-        "UPDATE experiments SET log_retention_days = $2 WHERE id = $1 RETURNING id",
-        experiment_id, days)
-    if found is None:
-        return False
-    await conn.execute(
-        "UPDATE trials SET log_retention_days = $2 WHERE experiment_id = $1", experiment_id, days)
-    return True

@@ -184,12 +184,3 @@ async def update_version(
 
 async def delete_version(conn: Conn, version_id: int) -> None:
     await conn.execute("DELETE FROM model_versions WHERE id = $1", version_id)
-
-
-async def fetch_experiment_versions(conn: Conn, experiment_id: int) -> list[asyncpg.Record]:
-    """The model name and version of each version registered from the experiment's
-    checkpoints."""
-    return list(await conn.fetch(
-        "SELECT m.name, v.version FROM model_versions v JOIN models m ON m.id = v.model_id"
-        " JOIN checkpoints c ON c.uuid = v.checkpoint_uuid JOIN trials t ON t.id = c.trial_id"
-        " WHERE t.experiment_id = $1 ORDER BY m.name, v.version", experiment_id))

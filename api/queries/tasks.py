@@ -3,11 +3,12 @@ lists and kills them, the proxy finds them, and agents launch them and say they 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import asyncpg
 
 from api.queries import Conn
+from common.states import TaskState, sql_list
 
 # The columns every answer about a task reads (never the context's bytes nor the secrets).
 _TASK_COLUMNS = (
@@ -16,22 +17,6 @@ _TASK_COLUMNS = (
     " t.proxy_address, t.ready, t.agent_user, t.experiment_ids, t.trial_ids, t.created_at,"
     " t.started_at, t.ended_at, t.last_activity, t.context IS NOT NULL AS has_context"
 )
-
-
-async def insert_task(conn: Conn, *, task_id: str, task_type: str, owner_id: int,
-                      workspace_id: int, description: str, config: dict[str, Any],
-                      context: bytes | None, resource_pool: str, slots: int,
-                      priority: int | None, secret: str, public_key: str | None,
-                      private_key: str | None, experiment_ids: list[int],
-                      trial_ids: list[int]) -> None:
-    await conn.execute(
-        "INSERT INTO tasks (id, task_type, owner_id, workspace_id, description, config,"
-        " context, resource_pool, slots, priority, secret, public_key, private_key,"
-        " experiment_ids, trial_ids)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
-        task_id, task_type, owner_id, workspace_id, description, config, context,
-        resource_pool, slots, priority, secret, public_key, private_key, experiment_ids,
-        trial_ids)
 
 
 async def fetch_task(conn: Conn, task_id: str) -> asyncpg.Record | None:
@@ -58,7 +43,7 @@ async def fetch_active_tasks(conn: Conn) -> list[asyncpg.Record]:
     """Tasks not terminated yet (the job queue and the cluster page list them)."""
     return list(await conn.fetch(
         f"SELECT {_TASK_COLUMNS} FROM tasks t JOIN users u ON u.id = t.owner_id"
-        " WHERE t.state <> 'TERMINATED' ORDER BY t.created_at, t.id"))
+        f" WHERE t.state <> '{TaskState.TERMINATED}' ORDER BY t.created_at, t.id"))
 
 
 async def fetch_task_owner(conn: Conn, task_id: str) -> asyncpg.Record | None:
@@ -91,14 +76,6 @@ async def fetch_task_launch(conn: Conn, task_id: str) -> asyncpg.Record | None:
         " FROM tasks t JOIN users u ON u.id = t.owner_id WHERE t.id = $1", task_id)
 
 
-async def set_task_session(conn: Conn, task_id: str, session_hash: bytes) -> bytes | None:
-    """Record the session minted for the task's code; answers the one it replaces (revoke it)."""
-    old: bytes | None = await conn.fetchval(
-        "UPDATE tasks t SET session_hash = $2 FROM (SELECT session_hash FROM tasks WHERE id = $1"
-        " FOR UPDATE) old WHERE t.id = $1 RETURNING old.session_hash", task_id, session_hash)
-    return old
-
-
 async def fetch_task_context(conn: Conn, task_id: str) -> bytes | None:
     context: bytes | None = await conn.fetchval(
         "SELECT context FROM tasks WHERE id = $1", task_id)
@@ -111,16 +88,11 @@ async def set_task_ready(conn: Conn, task_id: str, proxy_address: str | None,
     serves nothing) and runs as `agent_user`; its idle time counts from now. False when the task
     is over (a late report)."""
     row = await conn.fetchval(
-        "UPDATE tasks SET ready = true, proxy_address = $2, agent_user = $3, state = 'RUNNING',"
-        " last_activity = now()"
-        " WHERE id = $1 AND state IN ('QUEUED', 'STARTING', 'RUNNING') RETURNING id",
+        "UPDATE tasks SET ready = true, proxy_address = $2, agent_user = $3,"
+        f" state = '{TaskState.RUNNING}', last_activity = now() WHERE id = $1 AND state IN"
+        f" ({sql_list((TaskState.QUEUED, TaskState.STARTING, TaskState.RUNNING))}) RETURNING id",
         task_id, proxy_address, agent_user)
     return row is not None
-
-
-async def delete_task(conn: Conn, task_id: str) -> None:
-    """A task whose workflow could not be started is not kept."""
-    await conn.execute("DELETE FROM tasks WHERE id = $1", task_id)
 
 
 async def fetch_shell_keys(conn: Conn, task_id: str) -> asyncpg.Record | None:
@@ -133,7 +105,7 @@ async def set_task_priority(conn: Conn, task_id: str, priority: int) -> bool:
     """A new priority for a task not over yet, in its row and its config; False otherwise."""
     row = await conn.fetchval(
         "UPDATE tasks SET priority = $2, config = jsonb_set(config, '{resources,priority}',"
-        " to_jsonb($2::int)) WHERE id = $1 AND state <> 'TERMINATED' RETURNING id",
+        f" to_jsonb($2::int)) WHERE id = $1 AND state <> '{TaskState.TERMINATED}' RETURNING id",
         task_id, priority)
     return row is not None
 

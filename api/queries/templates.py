@@ -13,10 +13,6 @@ async def fetch_template(conn: Conn, name: str) -> asyncpg.Record | None:
     return await conn.fetchrow("SELECT * FROM templates WHERE name = $1", name)
 
 
-async def fetch_template_config(conn: Conn, name: str) -> Any:
-    return await conn.fetchval("SELECT config FROM templates WHERE name = $1", name)
-
-
 async def fetch_templates(
     conn: Conn, name: str | None, workspace_ids: list[int] | None, *, descending: bool
 ) -> list[asyncpg.Record]:

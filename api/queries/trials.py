@@ -10,8 +10,9 @@ from typing import Any
 import asyncpg
 
 from api.queries import Conn
+from common.states import CheckpointState
 
-_TRIAL_SELECT = """
+_TRIAL_SELECT = f"""
 SELECT t.*, e.config -> 'searcher' AS searcher,
        lv.metric_group AS lv_metric_group, lv.steps_completed AS lv_steps_completed,
        lv.trial_run_id AS lv_trial_run_id, lv.report_time AS lv_report_time,
@@ -27,7 +28,8 @@ LEFT JOIN LATERAL (
     ORDER BY m.steps_completed DESC LIMIT 1) lv ON true
 LEFT JOIN metrics bv ON bv.id = t.best_validation_id
 LEFT JOIN LATERAL (
-    SELECT uuid FROM checkpoints c WHERE c.trial_id = t.id AND c.state = 'COMPLETED'
+    SELECT uuid FROM checkpoints c
+    WHERE c.trial_id = t.id AND c.state = '{CheckpointState.COMPLETED}'
     ORDER BY c.steps_completed DESC, c.report_time DESC LIMIT 1) lc ON true
 """
 
@@ -156,25 +158,6 @@ async def fetch_experiment_config_of_trial(conn: Conn, trial_id: int) -> dict[st
     return config
 
 
-async def fetch_search_gate(conn: Conn, trial_id: int) -> asyncpg.Record | None:
-    """The length the trial's searcher waits for before it hears a validation (NULL: it waits
-    for none now), with the experiment and its searcher config."""
-    return await conn.fetchrow(
-        "SELECT t.search_length, t.experiment_id, e.config -> 'searcher' AS searcher"
-        " FROM trials t JOIN experiments e ON e.id = t.experiment_id WHERE t.id = $1",
-        trial_id,
-    )
-
-
-async def close_search_gate(conn: Conn, trial_id: int, length: int) -> None:
-    """Once a validation at `length` reached the searcher; a gate opened since stays open."""
-    await conn.execute(
-        "UPDATE trials SET search_length = NULL WHERE id = $1 AND search_length <= $2",
-        trial_id,
-        length,
-    )
-
-
 async def raise_steps_completed(conn: Conn, trial_id: int, steps: int) -> None:
     await conn.execute(
         "UPDATE trials SET steps_completed = GREATEST(steps_completed, $2)"
@@ -206,24 +189,9 @@ async def fetch_trial_run(conn: Conn, trial_id: int) -> asyncpg.Record | None:
         trial_id)
 
 
-async def set_log_retention(conn: Conn, trial_id: int, days: int) -> bool:
-    """The trial's own log retention; False: no such trial."""
-    found = await conn.fetchval(
-        "UPDATE trials SET log_retention_days = $2 WHERE id = $1 RETURNING id", trial_id, days)
-    return found is not None
-
-
 async def fetch_trial_owner_account(conn: Conn, trial_id: int) -> asyncpg.Record | None:
     """The trial's state and its owner's account (id, username), for a session of theirs."""
     return await conn.fetchrow(
         "SELECT t.state, u.id AS user_id, u.username FROM trials t"
         " JOIN experiments e ON e.id = t.experiment_id JOIN users u ON u.username = e.owner"
         " WHERE t.id = $1", trial_id)
-
-
-async def set_trial_session(conn: Conn, trial_id: int, session_hash: bytes) -> bytes | None:
-    """Record the session minted for the trial's running run; answers the one it replaces."""
-    old: bytes | None = await conn.fetchval(
-        "UPDATE trials t SET session_hash = $2 FROM (SELECT session_hash FROM trials WHERE id = $1"
-        " FOR UPDATE) old WHERE t.id = $1 RETURNING old.session_hash", trial_id, session_hash)
-    return old

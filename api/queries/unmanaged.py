@@ -7,11 +7,12 @@ from typing import Any
 import asyncpg
 
 from api.queries import Conn
+from common.states import EndState, ExperimentState, TrialState, sql_list
 
-
-async def mark_unmanaged(conn: Conn, experiment_id: int, external_id: str | None) -> None:
-    await conn.execute("UPDATE experiments SET unmanaged = true, external_id = $2 WHERE id = $1",
-                       experiment_id, external_id)
+# An experiment's or trial's ended states (the same names for both), and those a script run
+# again brings back.
+_ENDED = sql_list((*EndState, TrialState.DELETED))
+_RUN_AGAIN = sql_list((EndState.COMPLETED, EndState.ERROR))
 
 
 async def fetch_experiment_by_external_id(conn: Conn, external_id: str
@@ -47,7 +48,7 @@ async def insert_trial(pool: asyncpg.Pool, experiment_id: int, hparams: dict[str
                 return found
         trial_id: int = await conn.fetchval(
             "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, external_id)"
-            " SELECT $1, coalesce(max(request_id), 0) + 1, $2, $3, 'ACTIVE', $4"
+            f" SELECT $1, coalesce(max(request_id), 0) + 1, $2, $3, '{TrialState.ACTIVE}', $4"
             " FROM trials WHERE experiment_id = $1 RETURNING id",
             experiment_id, hparams, seed, external_id)
         return trial_id
@@ -59,7 +60,7 @@ async def start_run(conn: Conn, trial_id: int, resume: bool) -> asyncpg.Record:
     return await conn.fetchrow(
         "UPDATE trials SET run_id = run_id + 1,"
         " steps_completed = CASE WHEN $2 THEN steps_completed ELSE 0 END,"
-        " state = CASE WHEN state IN ('COMPLETED', 'ERROR') THEN 'ACTIVE' ELSE state END,"
+        f" state = CASE WHEN state IN ({_RUN_AGAIN}) THEN '{TrialState.ACTIVE}' ELSE state END,"
         " end_time = NULL"
         " WHERE id = $1 RETURNING run_id, steps_completed", trial_id, resume)
 
@@ -67,16 +68,15 @@ async def start_run(conn: Conn, trial_id: int, resume: bool) -> asyncpg.Record:
 async def reopen_experiment(conn: Conn, experiment_id: int) -> None:
     """An experiment that had completed or failed is active again (a trial of it runs)."""
     await conn.execute(
-        "UPDATE experiments SET state = 'ACTIVE', end_time = NULL"
-        " WHERE id = $1 AND state IN ('COMPLETED', 'ERROR')", experiment_id)
+        f"UPDATE experiments SET state = '{ExperimentState.ACTIVE}', end_time = NULL"
+        f" WHERE id = $1 AND state IN ({_RUN_AGAIN})", experiment_id)
 
 
 async def set_trial_state(conn: Conn, trial_id: int, state: str, terminal: bool) -> bool:
     """The state a detached run reports; False when the trial had ended already."""
     row = await conn.fetchval(
         "UPDATE trials SET state = $2, end_time = CASE WHEN $3 THEN now() ELSE end_time END"
-        " WHERE id = $1 AND state NOT IN ('COMPLETED', 'CANCELED', 'ERROR', 'DELETED')"
-        " RETURNING id", trial_id, state, terminal)
+        f" WHERE id = $1 AND state NOT IN ({_ENDED}) RETURNING id", trial_id, state, terminal)
     return row is not None
 
 
@@ -85,12 +85,12 @@ async def end_experiment_if_done(conn: Conn, experiment_id: int) -> str | None:
     else ERROR if one failed, else CANCELED. Answers the state it ended in."""
     state: str | None = await conn.fetchval(
         "UPDATE experiments e SET state = s.state, end_time = now() FROM ("
-        "  SELECT CASE WHEN bool_and(state = 'COMPLETED') THEN 'COMPLETED'"
-        "              WHEN bool_or(state = 'ERROR') THEN 'ERROR' ELSE 'CANCELED' END AS state"
+        f"  SELECT CASE WHEN bool_and(state = '{EndState.COMPLETED}') THEN '{EndState.COMPLETED}'"
+        f"              WHEN bool_or(state = '{EndState.ERROR}') THEN '{EndState.ERROR}'"
+        f"              ELSE '{EndState.CANCELED}' END AS state"
         "  FROM trials WHERE experiment_id = $1"
-        "  HAVING count(*) > 0 AND bool_and(state IN ('COMPLETED', 'CANCELED', 'ERROR'))) s"
-        " WHERE e.id = $1 AND e.state NOT IN ('COMPLETED', 'CANCELED', 'ERROR', 'DELETED')"
-        " RETURNING e.state", experiment_id)
+        f"  HAVING count(*) > 0 AND bool_and(state IN ({sql_list(EndState)}))) s"
+        f" WHERE e.id = $1 AND e.state NOT IN ({_ENDED}) RETURNING e.state", experiment_id)
     return state
 
 
@@ -98,8 +98,8 @@ async def cancel_experiment(pool: asyncpg.Pool, experiment_id: int) -> None:
     """Its trials that have not ended, and the experiment, CANCELED."""
     async with pool.acquire() as conn, conn.transaction():
         await conn.execute(
-            "UPDATE trials SET state = 'CANCELED', end_time = now() WHERE experiment_id = $1"
-            " AND state NOT IN ('COMPLETED', 'CANCELED', 'ERROR', 'DELETED')", experiment_id)
+            f"UPDATE trials SET state = '{TrialState.CANCELED}', end_time = now()"
+            f" WHERE experiment_id = $1 AND state NOT IN ({_ENDED})", experiment_id)
         await conn.execute(
-            "UPDATE experiments SET state = 'CANCELED', end_time = now() WHERE id = $1"
-            " AND state NOT IN ('COMPLETED', 'CANCELED', 'ERROR', 'DELETED')", experiment_id)
+            f"UPDATE experiments SET state = '{ExperimentState.CANCELED}', end_time = now()"
+            f" WHERE id = $1 AND state NOT IN ({_ENDED})", experiment_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Literal
 
 import asyncpg
 
@@ -126,6 +127,17 @@ async def insert_session(conn: Conn, token_hash: bytes, user_id: int, ttl: timed
         user_id,
         ttl,
     )
+
+
+async def replace_run_session(conn: Conn, table: Literal["trials", "tasks"], run_id: int | str,
+                              session_hash: bytes) -> bytes | None:
+    """Record the session minted for a trial's running run or a task's code (`table` names
+    which, `run_id` its id); answers the one it replaces (revoke it)."""
+    old: bytes | None = await conn.fetchval(
+        f"UPDATE {table} r SET session_hash = $2 FROM (SELECT session_hash FROM {table}"
+        " WHERE id = $1 FOR UPDATE) old WHERE r.id = $1 RETURNING old.session_hash",
+        run_id, session_hash)
+    return old
 
 
 async def delete_session(conn: Conn, token_hash: bytes) -> None:

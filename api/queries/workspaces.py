@@ -7,8 +7,10 @@ from typing import Literal
 import asyncpg
 
 from api.queries import Conn
+from common.states import TERMINAL_STATES, ExperimentState
 
-ACTIVE_STATES = ("ACTIVE", "PAUSED", "STOPPING_CANCELED", "STOPPING_KILLED", "STOPPING_COMPLETED")
+# An experiment not ended yet: what a project counts as active.
+ACTIVE_STATES = tuple(state.value for state in ExperimentState if state not in TERMINAL_STATES)
 
 _WORKSPACE_SELECT = """
 SELECT w.*, coalesce((SELECT id FROM users WHERE username = w.owner), 1) AS user_id,
@@ -105,19 +107,6 @@ async def fetch_projects(
     order = _order_by("p.name" if by_name else "p.id", descending)
     return list(await conn.fetch(_PROJECT_SELECT + where + order,
                                  ACTIVE_STATES, workspace_id, name, archived))
-
-
-async def project_exists(conn: Conn, project_id: int) -> bool:
-    return await conn.fetchval("SELECT id FROM projects WHERE id = $1", project_id) is not None
-
-
-async def fetch_project_by_names(conn: Conn, workspace: str, project: str) -> asyncpg.Record | None:
-    """The named workspace's id and its named project's (None when it has none); None when no
-    workspace has that name."""
-    return await conn.fetchrow(
-        "SELECT w.id AS workspace_id, p.id AS project_id FROM workspaces w"
-        " LEFT JOIN projects p ON p.workspace_id = w.id AND p.name = $2 WHERE w.name = $1",
-        workspace, project)
 
 
 async def project_name_taken(conn: Conn, workspace_id: int, name: str) -> bool:

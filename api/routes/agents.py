@@ -8,36 +8,29 @@ every registration heartbeat, so heartbeats cost the pool's history nothing.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, IPvAnyAddress
 from temporalio.client import Client
-from temporalio.service import RPCError
 
-from activities.pool_start import signal_pool
 from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
-from api.errors import ApiError, not_found
+from api.errors import not_found
 from api.queries import agents as queries
 from api.queries import tasks as task_queries
 from api.schemas import Empty, answers
 from api.schemas.agents import AgentAnswer, AgentList, AgentRegistered, SlotList
 from api.schemas.jobs import JobQueue
 from api.schemas.tasks import TaskList
-from api.views import job_id, rfc3339
+from api.views import rfc3339
 from common.registration_limits import MAX_ADDRESSES, MAX_RUN_PORTS
-from common.temporal_names import (
-    PoolMessages,
-    resource_pool_workflow_id,
-    task_allocation_id,
-)
+from common.temporal_names import PoolMessages, task_allocation_id
+from services import pools
 from wire.pools import (
     DEFAULT_PRIORITY,
     AgentEnabled,
     AgentRegistration,
-    SlotRequest,
 )
 
 router = APIRouter(tags=["agents"])
@@ -87,31 +80,6 @@ def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
     return ids
 
 
-async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | None:
-    """The pool scheduler's `describe` answer; None if it does not run (or does not answer)."""
-    handle = temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
-    try:
-        answer: dict[str, Any] = await asyncio.wait_for(handle.query(PoolMessages.DESCRIBE), 10)
-    except Exception:  # not started yet, or busy: show what the database has
-        return None
-    return answer
-
-
-async def never_fits(temporal: Client, resources: dict[str, Any]) -> str | None:
-    """Why the config's resource pool could never hold one of its trials (the pool's
-    `check_request` query); None if it could, or if the pool does not answer (not started)."""
-    pool_name = str(resources.get("resource_pool") or "default")
-    request = SlotRequest(allocation_id="", workflow_id="", experiment_id=0, trial_id=0,
-                          slots=int(resources.get("slots_per_trial") or 0),
-                          max_slots=resources.get("max_slots"))
-    handle = temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
-    try:
-        answer = await asyncio.wait_for(handle.query(PoolMessages.CHECK_REQUEST, request), 2)
-    except Exception:  # not started yet, busy, or an older pool without the query
-        return None
-    return str(answer) if answer else None
-
-
 @router.put("/api/v1/agents/{agent_id}", **answers(AgentRegistered))
 async def register_agent(
     agent_id: str, body: RegisterAgentRequest, pool: Pool, temporal: Temporal
@@ -120,31 +88,22 @@ async def register_agent(
     row = await queries.fetch_agent_boot(pool, agent_id)
     if row is None or row["boot_id"] != body.bootId:
         # The pool first, then the row: a failed signal is retried by the agent's next beat.
-        try:
-            await signal_pool(
-                temporal,
-                body.resourcePool,
-                PoolMessages.REGISTER_AGENT,
-                AgentRegistration(
-                    agent_id=agent_id,
-                    slot_ids=_slot_ids(slots),
-                    boot_id=body.bootId,
-                    enabled=True if row is None else bool(row["enabled"]),
-                    address=body.address,
-                ),
-            )
-        except RPCError as err:
-            raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+        await pools.signal_scheduler(
+            temporal,
+            body.resourcePool,
+            PoolMessages.REGISTER_AGENT,
+            AgentRegistration(
+                agent_id=agent_id,
+                slot_ids=_slot_ids(slots),
+                boot_id=body.bootId,
+                enabled=True if row is None else bool(row["enabled"]),
+                address=body.address,
+            ),
+        )
     await queries.upsert_agent(pool, agent_id, body.resourcePool, slots, body.version,
                                body.bootId, [p.model_dump() for p in body.runPorts],
                                [str(a) for a in body.addresses])
     return {"runPorts": await queries.fetch_peer_run_ports(pool, agent_id, AGENT_ALIVE_SECONDS)}
-
-
-async def _pool_views(temporal: Client, names: set[str]) -> dict[str, dict[str, Any]]:
-    ordered = sorted(names)
-    answers = await asyncio.gather(*(describe_pool(temporal, n) for n in ordered))
-    return {n: a for n, a in zip(ordered, answers, strict=True) if a is not None}
 
 
 def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
@@ -225,7 +184,7 @@ def _slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> list[dict[str, Any]]:
     rows = await queries.fetch_agents(pool, AGENT_ALIVE_SECONDS, agent_id)
-    views = await _pool_views(temporal, {r["resource_pool"] for r in rows})
+    views = await pools.pool_views(temporal, {r["resource_pool"] for r in rows})
     out = []
     for r in rows:
         agents = (views.get(r["resource_pool"]) or {}).get("agents", [])
@@ -266,7 +225,7 @@ async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any
                                          "type": s.get("type", "TYPE_CPU"),
                                          "id": _int_or(s["id"], 0)}
                for a in agents for s in a["slots"]}
-    pools = {a["resource_pool"] for a in agents} | {t["resource_pool"] for t in tasks.values()}
+    names = {a["resource_pool"] for a in agents} | {t["resource_pool"] for t in tasks.values()}
     summaries: dict[str, dict[str, Any]] = {}
 
     def summary(held: dict[str, Any], pool_name: str) -> dict[str, Any]:
@@ -281,7 +240,7 @@ async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any
             "priority": held.get("priority", DEFAULT_PRIORITY), "schedulerType": "priority",
         })
 
-    for pool_name, view in (await _pool_views(temporal, pools)).items():
+    for pool_name, view in (await pools.pool_views(temporal, names)).items():
         for held in view.get("allocations", []):
             parts = held.get("parts") or [{"agent_id": held["agent_id"],
                                            "slot_ids": held["slot_ids"]}]
@@ -311,11 +270,8 @@ async def _set_enabled(agent_id: str, enabled: bool, pool: Any, temporal: Client
     pool_name = await queries.set_agent_enabled(pool, agent_id, enabled)
     if pool_name is None:
         raise not_found("agent", agent_id)
-    try:
-        await signal_pool(temporal, pool_name, PoolMessages.SET_AGENT_ENABLED,
-                          AgentEnabled(agent_id=agent_id, enabled=enabled))
-    except RPCError as err:
-        raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
+    await pools.signal_scheduler(temporal, pool_name, PoolMessages.SET_AGENT_ENABLED,
+                                 AgentEnabled(agent_id=agent_id, enabled=enabled))
 
 
 @router.post("/api/v1/agents/{agent_id}/enable", **answers(Empty))
@@ -337,47 +293,6 @@ async def disable_agent(
     return {}
 
 
-def _jobs_of(pool_name: str, view: dict[str, Any],
-             task_types: dict[str, str]) -> list[dict[str, Any]]:
-    """One job per experiment, and one per interactive task (its requests name experiment 0;
-    `task_types` gives the tasks' types by id): slots held and wanted, in the order the
-    scheduler serves them."""
-    by_job: dict[str, dict[str, Any]] = {}
-
-    def job(entry: dict[str, Any]) -> dict[str, Any]:
-        experiment_id, task_id = entry["experiment_id"], entry["allocation_id"].rsplit(".", 1)[0]
-        key, job_type, entity = (
-            (job_id(experiment_id), "TYPE_EXPERIMENT", str(experiment_id)) if experiment_id
-            else (task_id, f"TYPE_{task_types.get(task_id, 'GENERIC')}", task_id))
-        return by_job.setdefault(key, {
-            "jobId": key, "type": job_type, "entityId": entity,
-            "resourcePool": pool_name, "priority": entry["priority"], "allocatedSlots": 0,
-            "requestedSlots": 0, "runningTrials": 0, "queuedTrials": 0, "firstQueued": None,
-        })
-
-    for a in view.get("allocations", []):
-        j = job(a)
-        j["allocatedSlots"] += a["slots"]
-        j["runningTrials"] += 1
-    for i, r in enumerate(view.get("queue", [])):
-        j = job(r)
-        j["requestedSlots"] += r["slots"]
-        j["queuedTrials"] += 1
-        if r.get("waiting") and "waiting" not in j:  # larger than the pool as it is now
-            j["waiting"] = r["waiting"]
-        if j["firstQueued"] is None:
-            j["firstQueued"] = i
-    ordered = sorted(by_job.values(), key=lambda j: (
-        j["firstQueued"] is not None, j["firstQueued"] or 0, j["priority"],
-        j["type"] != "TYPE_EXPERIMENT", int(j["entityId"]) if j["entityId"].isdigit() else 0,
-        j["entityId"]))
-    for ahead, j in enumerate(ordered):
-        state = "STATE_QUEUED" if j["runningTrials"] == 0 else "STATE_SCHEDULED"
-        j["summary"] = {"state": state, "jobsAhead": ahead}
-        del j["firstQueued"]
-    return ordered
-
-
 @router.get("/api/v1/job-queues", **answers(JobQueue))
 async def job_queue(
     pool: Pool,
@@ -387,9 +302,5 @@ async def job_queue(
 ) -> dict[str, Any]:
     """Experiments and interactive tasks holding or waiting for slots, in the order the
     scheduler serves them."""
-    names = {resourcePool} if resourcePool else (
-        set(settings.resource_pools) | await queries.fetch_agent_resource_pools(pool))
-    views = await _pool_views(temporal, names)
-    task_types = {r["id"]: r["task_type"] for r in await task_queries.fetch_active_tasks(pool)}
-    jobs = [j for name in sorted(views) for j in _jobs_of(name, views[name], task_types)]
+    jobs = await pools.job_queue(pool, temporal, settings.resource_pools, resourcePool)
     return {"jobs": jobs, "pagination": {"offset": 0, "limit": len(jobs), "total": len(jobs)}}

@@ -17,7 +17,6 @@ from fastapi import APIRouter, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
-from activities import checkpoint_gc
 from api import auth, views
 from api.deps import AppSettings, Pool
 from api.errors import ApiError, not_found
@@ -33,10 +32,11 @@ from common.checkpoint_storage import (
     CheckpointFiles,
     S3Store,
     StorageError,
-    StorageOutsideRoots,
     UnsafeCheckpointPath,
     storage_path,
 )
+from common.states import CheckpointState
+from services import checkpoint_files as files_service
 
 router = APIRouter(prefix="/api/v1", tags=["checkpoints"])
 
@@ -56,7 +56,7 @@ class ReportCheckpointRequest(BaseModel):
     reportTime: datetime | None = None
     resources: dict[str, int] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    state: str = "STATE_COMPLETED"
+    state: str = views.state_name(CheckpointState.COMPLETED)
     training: ReportedTraining | None = None
 
 
@@ -64,18 +64,8 @@ def files_storage_type(config: dict[str, Any]) -> str:
     return str((config.get("checkpoint_storage") or {}).get("type") or "shared_fs")
 
 
-async def _files_of(config: dict[str, Any], settings: Settings) -> CheckpointFiles:
-    try:
-        return CheckpointFiles.of(config, settings.checkpoint_storage,
-                                  settings.allowed_storage_roots())
-    except StorageOutsideRoots as err:
-        raise ApiError(409, str(err)) from None
-    except StorageError as err:
-        raise ApiError(400, str(err)) from None
-
-
-async def _s3_of(config: dict[str, Any], settings: Settings, uuid: str) -> S3Store:
-    files = await _files_of(config, settings)
+def _s3_of(config: dict[str, Any], settings: Settings, uuid: str) -> S3Store:
+    files = files_service.files_of(config, settings)
     if files.s3 is None:
         raise ApiError(400, f"checkpoint {uuid}: the experiment's checkpoint_storage is "
                        f"{files.storage.get('type')!r}, not s3: its files are read and written "
@@ -115,7 +105,7 @@ async def report_checkpoint(
     if config is None:
         raise not_found("trial", trial_id)
     uuid = str(body.uuid)
-    if body.state.removeprefix("STATE_") == "COMPLETED":
+    if body.state.removeprefix("STATE_") == CheckpointState.COMPLETED:
         try:
             files = CheckpointFiles.of(config, settings.checkpoint_storage)
         except StorageError:
@@ -208,9 +198,7 @@ async def delete_checkpoints(
                            f" version {r['version']}" for r in registered)
         raise ApiError(400, "this subset of checkpoints provided are in the model registry "
                             f"and cannot be deleted: {listed}.")
-    for experiment_id, named in sorted(by_experiment.items()):
-        files = await _files_of(configs[experiment_id], settings)
-        await checkpoint_gc.delete_checkpoints(pool, experiment_id, named, files)
+    await files_service.delete_checkpoints(pool, settings, by_experiment, configs)
     return {}
 
 
@@ -266,7 +254,7 @@ async def start_checkpoint_upload(
     one per part, completed with `.../upload/complete`)."""
     _, config = await _writable_checkpoint(pool, request, checkpoint_uuid, body.taskId)
     uuid = str(checkpoint_uuid)
-    s3 = await _s3_of(config, settings, uuid)
+    s3 = _s3_of(config, settings, uuid)
     try:
         plan = await asyncio.to_thread(s3.upload_plan, uuid, body.files)
     except ValueError as err:
@@ -283,7 +271,7 @@ async def complete_checkpoint_upload(
 ) -> dict[str, Any]:
     _, config = await _writable_checkpoint(pool, request, checkpoint_uuid, body.taskId)
     uuid = str(checkpoint_uuid)
-    s3 = await _s3_of(config, settings, uuid)
+    s3 = _s3_of(config, settings, uuid)
     for done in body.files:
         try:
             await asyncio.to_thread(s3.complete_upload, uuid, done.path, done.uploadId,
@@ -301,10 +289,10 @@ async def _readable_checkpoint(
     row = await checkpoint_queries.fetch_checkpoint_storage(pool, checkpoint_uuid)
     if row is None:
         raise not_found("checkpoint", checkpoint_uuid)
-    if row["state"] != "COMPLETED":
+    if row["state"] != CheckpointState.COMPLETED:
         raise ApiError(409, f"checkpoint {checkpoint_uuid} is {row['state']}: its files are "
                        "gone or incomplete")
-    return await _files_of(row["config"], settings), row["storage_path"]
+    return files_service.files_of(row["config"], settings), row["storage_path"]
 
 
 @router.get("/checkpoints/{checkpoint_uuid}/files", **answers(checkpoint_schemas.DownloadPlan))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import secrets
-from collections.abc import Sequence
 from typing import Annotated, Any
 
 import asyncpg
@@ -14,14 +12,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 from temporalio.client import WorkflowHandle
-from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities import checkpoint_gc
-from activities.log_retention import FOREVER, MAX_DAYS
-from activities.model_sampling import sampler_problem
-from activities.pool_start import signal_pool
 from api import auth, unmanaged, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
@@ -32,60 +24,33 @@ from api.queries import experiments as experiment_queries
 from api.queries import logs as log_queries
 from api.queries import trials as trial_queries
 from api.queries import unmanaged as unmanaged_queries
-from api.routes import models
-from api.routes.agents import never_fits
-from api.routes.templates import merge_under, template_config
-from api.routes.workspaces import resolve_project
-from api.schemas import Empty, answers
+from api.schemas import Empty, ModelFile, answers
 from api.schemas import checkpoints as checkpoint_schemas
 from api.schemas import experiments as experiment_schemas
 from api.schemas import trials as trial_schemas
 from api.search_preview import search_summary
 from api.settings import Settings
-from common import payload_codec
-from common.checkpoint_storage import (
-    CheckpointFiles,
-    StorageError,
-    StorageOutsideRoots,
-    UnsafeCheckpointPath,
-    shared_fs_directory,
-    under_any_root,
-)
 from common.expconf import (
     ConfigError,
     ExperimentConfig,
     RetentionCounts,
     config_warnings,
-    load_config_yaml,
     parse_experiment_config,
-    planned_trials,
-    validate_experiment_config,
 )
-from common.search_attributes import experiment_attributes, experiment_memo
-from common.states import TERMINAL_STATES
-from common.temporal_names import (
-    EXPERIMENT_WORKFLOW,
-    MASTER_TASK_QUEUE,
-    ExperimentMessages,
-    PoolMessages,
-    experiment_workflow_id,
+from common.states import TERMINAL_STATES, ExperimentState
+from common.temporal_names import ExperimentMessages, experiment_workflow_id
+from services import (
+    checkpoint_files,
+    experiment_settings,
+    log_retention,
+    models,
+    submission,
 )
-from wire.pools import ExperimentResources, ReopenTrial
-from wire.workflow_io import ExperimentInput
+from services.workspaces import resolve_project
 
 router = APIRouter(prefix="/api/v1", tags=["experiments"])
 
 MAX_COUNT = 2**31 - 1  # Determined's int32 fields
-
-
-class ModelFile(BaseModel):
-    path: str
-    type: int = 48
-    content: str = ""
-    mode: int = 0o644
-    mtime: int = 0
-    uid: int = 0
-    gid: int = 0
 
 
 class CreateExperimentRequest(BaseModel):
@@ -97,100 +62,6 @@ class CreateExperimentRequest(BaseModel):
     validateOnly: bool = False
     template: str | None = None
     unmanaged: bool = False
-
-
-# What a detached run's config is validated with in place of the entrypoint it has not got (the
-# script runs outside the cluster); the stored config has none.
-_NO_ENTRYPOINT = "true"
-
-
-def _unmanaged_config(data: dict[str, Any]) -> dict[str, Any]:
-    """A detached script's config as the master keeps it: the placeholder entrypoint, and its
-    `directory` storage (core_v2's default: a directory of the script's host, written by the
-    script) as the shared_fs storage at that path the master reads, restores and collects."""
-    data = {**data, "entrypoint": data.get("entrypoint") or _NO_ENTRYPOINT}
-    storage = data.get("checkpoint_storage")
-    if isinstance(storage, dict) and storage.get("type") == "directory" and isinstance(
-            storage.get("container_path"), str):
-        data["checkpoint_storage"] = {"type": "shared_fs",
-                                      "host_path": storage["container_path"]}
-    return data
-
-
-def normalized_config(text: str, default_storage: dict[str, Any],
-                      storage_roots: Sequence[str] | None = None,
-                      cluster_storage: dict[str, Any] | None = None,
-                      unmanaged: bool = False) -> dict[str, Any]:
-    """Validate the YAML and fill in the master's default checkpoint storage; with
-    `storage_roots`, shared_fs storage and the host side of `bind_mounts` must lie under one of
-    them (a task container runs as the agent's user: a mount of its home or the cluster's state
-    would hand the trial their secrets). S3 storage needs credentials the master may use to
-    restore and delete its checkpoints. An unmanaged experiment's config (Determined's core_v2)
-    has no entrypoint."""
-    try:
-        if unmanaged:
-            data = load_config_yaml(text)
-            if isinstance(data, dict):
-                text = yaml.safe_dump(_unmanaged_config(data), sort_keys=False)
-        config = parse_experiment_config(text, source="config", default_storage=default_storage)
-    except ConfigError as err:
-        raise ApiError(400, "invalid experiment config", list(err.errors)) from err
-    dumped = config.model_dump(mode="json")
-    if unmanaged and dumped.get("entrypoint") == _NO_ENTRYPOINT:
-        del dumped["entrypoint"]
-    sampler = dumped["searcher"].get("sampler")
-    if sampler and (problem := sampler_problem(sampler)) is not None:
-        raise ApiError(400, "invalid experiment config", [problem])
-    directory = shared_fs_directory(dumped["checkpoint_storage"])
-    # A detached run's storage is its script's, written where it runs: anywhere (the master
-    # never reads nor deletes outside the roots: common/checkpoint_storage.py).
-    if storage_roots is not None and directory is not None and not unmanaged and not (
-            under_any_root(directory, storage_roots)):
-        raise ApiError(400, "invalid experiment config", [
-            f"checkpoint_storage.host_path: {directory} is outside the directories this cluster "
-            f"keeps checkpoints in ({', '.join(storage_roots)}); an admin can allow more with "
-            "EPOCHAL_STORAGE_ROOTS"])
-    try:
-        CheckpointFiles.of(dumped, cluster_storage)
-    except StorageError as err:
-        raise ApiError(400, "invalid experiment config", [str(err)]) from None
-    for i, mount in enumerate(dumped.get("bind_mounts") or []):
-        host_path = mount.get("host_path")
-        if storage_roots is not None and host_path and not under_any_root(host_path,
-                                                                          storage_roots):
-            raise ApiError(400, "invalid experiment config", [
-                f"bind_mounts[{i}].host_path: {host_path} is outside the directories this "
-                f"cluster lets trials mount ({', '.join(storage_roots)}); an admin can allow "
-                "more with EPOCHAL_STORAGE_ROOTS"])
-    return dumped
-
-
-async def checked_config(text: str, settings: Settings, unmanaged: bool = False
-                         ) -> dict[str, Any]:
-    """`normalized_config` for this master, off the event loop: it keeps answering meanwhile."""
-    return await asyncio.to_thread(normalized_config, text, settings.default_storage(),
-                                   settings.allowed_storage_roots(), settings.checkpoint_storage,
-                                   unmanaged)
-
-
-async def _start_experiment(
-    temporal: Temporal, experiment_id: int, owner: str, config: dict[str, Any], seed: int, *,
-    continued: bool, findable: bool, page: str
-) -> None:
-    """Start the experiment's workflow (findable in Temporal by its search attributes, its
-    memo a summary of its config and its dashboard `page`); a continued experiment's id was
-    used before."""
-    await temporal.start_workflow(
-        EXPERIMENT_WORKFLOW,
-        ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
-        id=experiment_workflow_id(experiment_id),
-        task_queue=MASTER_TASK_QUEUE,
-        id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if continued
-                         else WorkflowIDReusePolicy.REJECT_DUPLICATE),
-        search_attributes=experiment_attributes(experiment_id, owner, config)
-        if findable else None,
-        memo=payload_codec.in_clear(experiment_memo(config, page)),  # shown by Temporal's UI
-    )
 
 
 @router.post("/experiments", **answers(experiment_schemas.ExperimentCreated))
@@ -207,25 +78,20 @@ async def create_experiment(
     owner = auth.require_user(auth.current(request), "create experiments").username
     if body.unmanaged:
         return await _create_unmanaged(body, pool, settings, owner or "", None)
-    config_text = body.config
-    if body.template:
-        config_text = yaml.safe_dump(
-            merge_under(_config_mapping(body.config),
-                        await template_config(pool, body.template)),
-            sort_keys=False)
-    config = await checked_config(config_text, settings)
-    too_big = await never_fits(temporal, config["resources"])
-    if too_big is not None:
-        raise ApiError(400, "invalid experiment config",
-                       [f"resources.slots_per_trial: {too_big}"])
+    checked = await submission.check_submission(pool, temporal, settings, body.config,
+                                                body.template)
+    config = checked.data
     project_id = await resolve_project(pool, body.projectId, config)
+    # Determined fields kept but not acted on (common/expconf/); the CLIs print them.
+    # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
+    warnings = config_warnings(checked.model)
     if body.validateOnly:
         # Determined answers a validation with a placeholder experiment (`det e create --test`).
         return {
             "experiment": views.unsaved_experiment_json(config, body.config, owner or ""),
             "config": views.shown_config(config),
             "warnings": [],
-            "configWarnings": config_warnings(validate_experiment_config(config)),
+            "configWarnings": warnings,
         }
     if body.parentId is not None and not body.modelDefinition:
         parent_tgz = await experiment_queries.fetch_model_definition(pool, body.parentId)
@@ -237,47 +103,14 @@ async def create_experiment(
         tgz, size = build_tarball(
             [f.model_dump() for f in body.modelDefinition], settings.max_model_definition_bytes
         )
-    seed = (config.get("reproducibility") or {}).get("experiment_seed")
-    if seed is None:
-        seed = secrets.randbelow(2**31)
-    async with pool.acquire() as conn, conn.transaction():
-        experiment_id = await experiment_queries.insert_experiment(
-            conn,
-            name=config["name"],
-            description=config.get("description"),
-            labels=config.get("labels") or [],
-            config=config,
-            original_config=body.config,
-            seed=seed,
-            owner=owner,
-            project_id=project_id,
-            parent_id=body.parentId,
-            planned_trials=planned_trials(ExperimentConfig.model_validate(config)),
-        )
-        await experiment_queries.insert_model_definition(conn, experiment_id, tgz, size)
-    # Started once the rows are committed (its first trial's row refers to them); if Temporal
-    # refuses, no experiment row is left behind.
-    try:
-        await _start_experiment(temporal, experiment_id, owner or "", config, seed,
-                                continued=False, findable=request.app.state.findable,
-                                page=settings.experiment_page(experiment_id))
-    except BaseException as err:
-        await experiment_queries.delete_experiment(pool, experiment_id)
-        if isinstance(err, RPCError | WorkflowAlreadyStartedError):
-            raise ApiError(503, f"cannot start the experiment's workflow: {err}") from err
-        raise
-    weight = config["resources"].get("weight")
-    if weight is not None:  # the scheduler keeps it as it keeps `det experiment set weight`
-        change = ExperimentResources(experiment_id=experiment_id, weight=weight)
-        await signal_pool(temporal, config["resources"]["resource_pool"],
-                          PoolMessages.SET_EXPERIMENT_RESOURCES, change)
+    experiment_id = await submission.submit(
+        pool, temporal, checked, original_config=body.config, owner=owner,
+        project_id=project_id, parent_id=body.parentId, model_definition=tgz, model_size=size,
+        findable=request.app.state.findable, page_of=settings.experiment_page)
     row = await experiment_queries.fetch_experiment_row(pool, experiment_id)
     assert row is not None
     if not body.activate:
         await _signal(temporal, pool, experiment_id, ExperimentMessages.PAUSE)
-    # Determined fields kept but not acted on (common/expconf/); the CLIs print them.
-    # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
-    warnings = config_warnings(validate_experiment_config(config))
     return {
         "experiment": views.experiment_json(row),
         "config": views.shown_config(config),
@@ -320,30 +153,14 @@ async def _create_unmanaged(body: CreateExperimentRequest, pool: Pool, settings:
                             owner: str, external_id: str | None) -> dict[str, Any]:
     """An experiment whose trials a script outside the cluster creates, reports and ends
     (Determined's core_v2): rows only; no workflow runs it."""
-    config = await checked_config(body.config, settings, unmanaged=True)
-    project_id = await resolve_project(pool, body.projectId, config)
-    async with pool.acquire() as conn, conn.transaction():
-        experiment_id = await experiment_queries.insert_experiment(
-            conn, name=config["name"], description=config.get("description"),
-            labels=config.get("labels") or [], config=config, original_config=body.config,
-            seed=secrets.randbelow(2**31), owner=owner, project_id=project_id,
-            parent_id=None, planned_trials=None)
-        await unmanaged_queries.mark_unmanaged(conn, experiment_id, external_id)
+    checked = await submission.checked_config(body.config, settings, unmanaged=True)
+    project_id = await resolve_project(pool, body.projectId, checked.data)
+    experiment_id = await submission.store_unmanaged(
+        pool, checked, original_config=body.config, owner=owner, project_id=project_id,
+        external_id=external_id)
     row = await _experiment_row(pool, experiment_id)
-    return {"experiment": views.experiment_json(row), "config": views.shown_config(config),
+    return {"experiment": views.experiment_json(row), "config": views.shown_config(checked.data),
             "warnings": [], "configWarnings": []}
-
-
-def _config_mapping(text: str) -> dict[str, Any]:
-    """The YAML config as a mapping, for a template to be merged under it."""
-    try:
-        data = load_config_yaml(text)
-    except ConfigError as err:
-        raise ApiError(400, "invalid experiment config", err.errors) from err
-    if not isinstance(data, dict):
-        raise ApiError(400, "invalid experiment config",
-                       [f"config: a mapping of config fields, got {type(data).__name__}"])
-    return data
 
 
 class ContinueExperimentRequest(BaseModel):
@@ -364,44 +181,15 @@ async def continue_experiment(
     experiment_id = body.id
     await auth.require_owner(request, experiment_id, "continue")
     row = await _experiment_row(pool, experiment_id)
-    if row["state"] not in TERMINAL_STATES or row["state"] == "DELETED":
+    if row["state"] not in TERMINAL_STATES or row["state"] == ExperimentState.DELETED:
         raise ApiError(409, f"experiment {experiment_id} is {row['state']}: only an ended"
                        " experiment can be continued")
     if row["unmanaged"]:
         raise ApiError(409, f"experiment {experiment_id} is unmanaged: its script runs outside "
                        "the cluster (run it again with the same external ids to resume it)")
-    if len(row["trial_ids"]) != 1:
-        raise ApiError(400, "only a single-trial experiment can be continued", [
-            f"id: experiment {experiment_id} has {len(row['trial_ids'])} trials"])
-    override = _config_mapping(body.overrideConfig or "{}") if (
-        body.overrideConfig or "").strip() else {}
-    merged = merge_under(override, row["config"])
-    searcher = merged.get("searcher")
-    if not isinstance(searcher, dict):
-        searcher = {}
-    if searcher.get("name") != row["config"]["searcher"]["name"]:
-        raise ApiError(400, "the searcher of a continued experiment cannot change", [
-            f"searcher.name: is {row['config']['searcher']['name']!r},"
-            f" got {searcher.get('name')!r}"])
-    config = await checked_config(yaml.safe_dump(merged, sort_keys=False), settings)
-    (trial_id,) = row["trial_ids"]
-    seed = await experiment_queries.fetch_experiment_seed(pool, experiment_id)
-    assert seed is not None
-    try:
-        await signal_pool(temporal, config["resources"]["resource_pool"], PoolMessages.REOPEN_TRIAL,
-                          ReopenTrial(experiment_id=experiment_id, trial_id=trial_id))
-    except RPCError as err:
-        raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
-    async with pool.acquire() as conn, conn.transaction():
-        await experiment_queries.reopen_experiment(conn, experiment_id, trial_id, config)
-        # Inside the transaction: if Temporal refuses, the experiment stays as it ended.
-        try:
-            await _start_experiment(temporal, experiment_id, row["owner"], config, seed,
-                                    continued=True, findable=request.app.state.findable,
-                                    page=settings.experiment_page(experiment_id))
-        except WorkflowAlreadyStartedError as err:
-            raise ApiError(409, f"experiment {experiment_id} is still finishing: try again in"
-                           " a moment") from err
+    await submission.continue_experiment(
+        pool, temporal, settings, row, body.overrideConfig,
+        findable=request.app.state.findable, page=settings.experiment_page(experiment_id))
     return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
 
 
@@ -546,71 +334,17 @@ async def patch_experiment(
                        [f"id: is {body.id}, but the path names experiment {experiment_id}"])
     await _experiment_row(pool, experiment_id)
     if body.resources is not None:
-        await change_experiment_resources(request, pool, temporal, experiment_id, body.resources)
+        await auth.require_owner(request, experiment_id, "change")
+        await experiment_settings.change_resources(
+            pool, temporal, experiment_id, priority=body.resources.priority,
+            max_slots=body.resources.maxSlots, weight=body.resources.weight)
     if body.checkpointStorage is not None:
-        await _change_gc_policy(pool, settings, experiment_id, body.checkpointStorage.counts())
+        await experiment_settings.change_gc_policy(pool, settings, experiment_id,
+                                                   body.checkpointStorage.counts())
     await experiment_queries.update_experiment(
         pool, experiment_id, name=body.name, description=body.description,
         labels=None if body.labels is None else sorted(set(body.labels)), notes=body.notes)
     return {"experiment": views.experiment_json(await _experiment_row(pool, experiment_id))}
-
-
-async def change_experiment_resources(
-    request: Request, pool: Pool, temporal: Temporal, experiment_id: int, patch: ResourcesPatch
-) -> None:
-    """New priority, max_slots or weight: kept in the stored config and, while the experiment
-    runs, sent to its pool's scheduler, which applies them to its waiting and later requests."""
-    await auth.require_owner(request, experiment_id, "change")
-    changes = {key: value for key, value in (
-        ("priority", patch.priority), ("max_slots", patch.maxSlots), ("weight", patch.weight),
-    ) if value is not None}
-    if not changes:
-        return
-    async with pool.acquire() as conn, conn.transaction():
-        row = await experiment_queries.lock_experiment_config(conn, experiment_id)
-        if row is None:
-            raise not_found("experiment", experiment_id)
-        config = row["config"]
-        config["resources"] = {**config["resources"], **changes}
-        await experiment_queries.update_experiment_config(conn, experiment_id, config)
-    if row["state"] in TERMINAL_STATES:
-        return
-    change = ExperimentResources(experiment_id=experiment_id, priority=patch.priority,
-                                 max_slots=patch.maxSlots, weight=patch.weight)
-    try:
-        await signal_pool(temporal, config["resources"]["resource_pool"],
-                          PoolMessages.SET_EXPERIMENT_RESOURCES, change)
-    except RPCError as err:
-        raise ApiError(503, f"cannot reach the scheduler: {err.message}") from err
-
-
-async def _change_gc_policy(pool: Pool, settings: Settings, experiment_id: int,
-                            counts: RetentionCounts) -> None:
-    """New retention counts in the stored config; an ended experiment's checkpoints are
-    collected by them now, a running one's when it ends (as its end always does)."""
-    async with pool.acquire() as conn, conn.transaction():
-        row = await experiment_queries.lock_experiment_config(conn, experiment_id)
-        if row is None:
-            raise not_found("experiment", experiment_id)
-        config = row["config"]
-        config["checkpoint_storage"] = {**(config.get("checkpoint_storage") or {}),
-                                        **counts.model_dump()}
-        await experiment_queries.update_experiment_config(conn, experiment_id, config)
-    if row["state"] not in TERMINAL_STATES:
-        return
-    files = await _storage_files(config, settings, experiment_id)
-    await checkpoint_gc.collect_garbage(pool, experiment_id, config, files)
-
-
-async def _storage_files(config: dict[str, Any], settings: Settings,
-                         experiment_id: int) -> CheckpointFiles:
-    try:
-        return CheckpointFiles.of(config, settings.checkpoint_storage,
-                                  settings.allowed_storage_roots())
-    except StorageOutsideRoots as err:
-        raise ApiError(409, f"experiment {experiment_id}: {err}") from None
-    except StorageError as err:
-        raise ApiError(502, f"experiment {experiment_id}: {err}") from None
 
 
 class RetainLogsRequest(BaseModel):
@@ -618,7 +352,7 @@ class RetainLogsRequest(BaseModel):
     --forever`)."""
 
     experimentId: int | None = None
-    numDays: int = Field(ge=FOREVER, le=MAX_DAYS,
+    numDays: int = Field(ge=log_retention.FOREVER, le=log_retention.MAX_DAYS,
                          description="Days the logs are kept after each trial ends; -1: for ever")
 
 
@@ -627,13 +361,11 @@ async def retain_experiment_logs(
     experiment_id: int, body: RetainLogsRequest, pool: Pool
 ) -> dict[str, Any]:
     """The log retention of every trial of the experiment, and of those it starts later
-    (activities/log_retention.py deletes what has expired)."""
+    (services/log_retention.py)."""
     if body.experimentId not in (None, experiment_id):
         raise ApiError(400, "experimentId does not match", [
             f"experimentId: is {body.experimentId}, but the path names {experiment_id}"])
-    async with pool.acquire() as conn, conn.transaction():
-        if not await experiment_queries.set_log_retention(conn, experiment_id, body.numDays):
-            raise not_found("experiment", experiment_id)
+    await log_retention.set_experiment_retention(pool, experiment_id, body.numDays)
     return {}
 
 
@@ -644,12 +376,8 @@ async def delete_tensorboard_files(
     """`det experiment delete-tb-files`: the TensorBoard files Determined's Core API uploaded
     beside the experiment's checkpoints go from its storage."""
     row = await _experiment_row(pool, experiment_id)
-    files = await _storage_files(row["config"], settings, experiment_id)
-    try:
-        await asyncio.to_thread(checkpoint_gc.delete_tensorboard_files, files,
-                                settings.cluster_id, experiment_id)
-    except StorageError as err:
-        raise ApiError(502, f"experiment {experiment_id}: {err}") from None
+    await checkpoint_files.delete_tensorboard_files(row["config"], settings,
+                                                    settings.cluster_id, experiment_id)
     return {}
 
 
@@ -741,24 +469,10 @@ async def delete_experiment(experiment_id: int, request: Request, pool: Pool,
                             f" versions ({', '.join(registered[:10])}): delete those versions"
                             " first")
     paths = await experiment_queries.fetch_checkpoint_paths(pool, experiment_id)
-    try:
-        files = CheckpointFiles.of(row["config"], settings.checkpoint_storage,
-                                   settings.allowed_storage_roots())
-        await asyncio.to_thread(_delete_checkpoints, files, paths)
-    except StorageOutsideRoots:
-        pass  # a detached run's files: its script's host keeps them, the rows go
-    except StorageError as err:
-        raise ApiError(502, f"experiment {experiment_id} is kept: {err}") from None
+    await checkpoint_files.delete_experiment_files(row["config"], settings, experiment_id,
+                                                   paths)
     await experiment_queries.delete_experiment(pool, experiment_id)
     return {}
-
-
-def _delete_checkpoints(files: CheckpointFiles, paths: list[str]) -> None:
-    for path in paths:
-        try:
-            files.delete(path)
-        except UnsafeCheckpointPath:
-            continue  # a path outside the storage is never deleted; its row goes anyway
 
 
 @router.get("/experiments/{experiment_id}/trials", **answers(trial_schemas.TrialList))

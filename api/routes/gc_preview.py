@@ -1,7 +1,8 @@
 """`GET /experiments/{id}/preview_gc`: what checkpoint GC with other counts would delete.
 
 Determined serves it outside /api/v1 (its echo routes), and `det experiment set gc-policy` asks
-there before it changes the policy (PATCH /api/v1/experiments/{id}, api/routes/experiments.py).
+there before it changes the policy (PATCH /api/v1/experiments/{id},
+services/experiment_settings.py).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 import asyncpg
 from fastapi import APIRouter, Query
 
-from activities import checkpoint_gc
 from api import views
 from api.deps import Pool
 from api.errors import not_found
@@ -20,6 +20,7 @@ from api.queries import experiments as experiment_queries
 from api.schemas import answers
 from api.schemas import checkpoints as checkpoint_schemas
 from common.expconf import RetentionCounts
+from services import checkpoint_files
 
 router = APIRouter(tags=["experiments"])
 
@@ -42,7 +43,7 @@ async def preview_gc(
     counts = RetentionCounts(save_experiment_best=save_experiment_best,
                              save_trial_best=save_trial_best,
                              save_trial_latest=save_trial_latest)
-    uuids = await checkpoint_gc.preview_gc(pool, experiment_id, config, counts)
+    uuids = await checkpoint_files.preview_gc(pool, experiment_id, config, counts)
     rows = await checkpoint_queries.fetch_checkpoints(pool, uuids)
     return {"checkpoints": [_checkpoint_json(r) for r in rows],
             "metric_name": config["searcher"]["metric"]}

@@ -2,9 +2,9 @@
 them: the pools' schedulers (`ResourcePoolWorkflow.describe`) joined with the experiments and
 the interactive tasks behind the jobs.
 
-The queue itself is computed once, in api/routes/agents.py (`GET /job-queues`); this module
-gives it Determined's v2 shape (`GET /job-queues-v2`) and lets `det job update` change an
-experiment's priority (`POST /job-queues`) the way `det experiment set priority` does.
+The queue itself is computed once, in services/pools.py (`GET /job-queues` answers it as it
+is); this module gives it Determined's v2 shape (`GET /job-queues-v2`) and lets `det job update`
+change an experiment's priority (`POST /job-queues`) the way `det experiment set priority` does.
 """
 
 from __future__ import annotations
@@ -15,22 +15,16 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
 from api import views
+from api.auth import require_owner
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError
-from api.queries import agents as agent_queries
 from api.queries import jobs as queries
 from api.queries import tasks as task_queries
-from api.routes.agents import describe_pool, job_queue
-from api.routes.experiments import ResourcesPatch, change_experiment_resources
 from api.schemas import Empty, answers
 from api.schemas.jobs import JobListV2, ResourcePoolList
+from services import experiment_settings, pools
 
 router = APIRouter(prefix="/api/v1", tags=["jobs"])
-
-
-async def _pool_names(pool: Pool, settings: AppSettings) -> list[str]:
-    names = set(settings.resource_pools) | await agent_queries.fetch_agent_resource_pools(pool)
-    return sorted(names)
 
 
 @router.get("/resource-pools", **answers(ResourcePoolList))
@@ -42,18 +36,18 @@ async def list_resource_pools(
     offset: int = Query(0, ge=0),
 ) -> dict[str, Any]:
     """Determined's GetResourcePools: static pools with a priority scheduler, best fit."""
-    names = await _pool_names(pool, settings)
-    pools = []
+    names = await pools.pool_names(pool, settings.resource_pools)
+    found = []
     for name in names:
-        view = await describe_pool(temporal, name) or {}
+        view = await pools.describe_pool(temporal, name) or {}
         agents = [a for a in view.get("agents", []) if a.get("alive")]
         used = sum(int(a.get("slots") or 0) for a in view.get("allocations", []))
-        pools.append(_resource_pool_json(
+        found.append(_resource_pool_json(
             name, default=name == settings.resource_pools[0], agents=len(agents),
             slots=sum(len(a["slotIds"]) for a in agents), used=used))
-    page = pools[offset:offset + limit] if limit else pools[offset:]
+    page = found[offset:offset + limit] if limit else found[offset:]
     return {"resourcePools": page,
-            "pagination": views.pagination(offset, limit or len(pools), len(page), len(pools))}
+            "pagination": views.pagination(offset, limit or len(found), len(page), len(found))}
 
 
 def _resource_pool_json(
@@ -89,8 +83,7 @@ async def job_queue_v2(
 ) -> dict[str, Any]:
     """Determined's GetJobsV2 (`det job list`): each job in full, in the order it is served;
     an experiment's or an interactive task's."""
-    queue = await job_queue(pool, temporal, settings, resourcePool)
-    jobs = queue["jobs"]
+    jobs = await pools.job_queue(pool, temporal, settings.resource_pools, resourcePool)
     experiments = {r["id"]: r for r in await queries.fetch_job_experiments(
         pool, [int(j["entityId"]) for j in jobs if j["type"] == "TYPE_EXPERIMENT"])}
     tasks = {r["id"]: r for r in await task_queries.fetch_active_tasks(pool)}
@@ -151,9 +144,10 @@ async def update_job_queue(
         if unsupported:
             raise ApiError(400, "cannot move jobs between pools or around each other",
                            [f"{f}: not supported by Epochal" for f in unsupported])
-        await change_experiment_resources(
-            request, pool, temporal, experiment_id,
-            ResourcesPatch(priority=update.priority, maxSlots=None, weight=update.weight))
+        await require_owner(request, experiment_id, "change")
+        await experiment_settings.change_resources(
+            pool, temporal, experiment_id, priority=update.priority, max_slots=None,
+            weight=update.weight)
     return {}
 
 

@@ -3,7 +3,7 @@
 Determined's routes and shapes (v1Model, v1ModelVersion). A model is named in paths by its name
 or, when the path segment is all digits, by its id (names may not be all digits, as in
 Determined). Registering a checkpoint keeps it: checkpoint GC skips it and its experiment cannot
-be deleted while a version points at it (activities/experiment_store.py, api/routes/experiments.py).
+be deleted while a version points at it (activities/experiment_store.py, services/models.py).
 Anyone logged in reads and creates models; only a model's owner or an admin changes or deletes it
 (api/access.py).
 """
@@ -34,6 +34,8 @@ from api.schemas.models import (
     ModelVersionList,
 )
 from common.expconf import MAX_CONFIG_DEPTH
+from common.states import CheckpointState
+from services.workspaces import DEFAULT_PROJECT_ID
 
 router = APIRouter(prefix="/api/v1", tags=["models"])
 
@@ -250,7 +252,7 @@ async def create_model(body: ModelBody, request: Request, pool: Pool) -> dict[st
             pool, name, _check_text("description", body.description) or "",
             _check_text("notes", body.notes) or "", _check_metadata(body.metadata) or {},
             _check_labels(body.labels) or [], principal.username,
-            workspace or views.DEFAULT_PROJECT_ID)
+            workspace or DEFAULT_PROJECT_ID)
     except asyncpg.UniqueViolationError:
         raise _name_taken(name) from None
     return {"model": model_json(await fetch_model(pool, str(model_id)))}
@@ -381,7 +383,7 @@ async def register_version(
         state = await queries.lock_checkpoint_state(conn, checkpoint)
         if state is None:
             raise not_found("checkpoint", checkpoint)
-        if state != "COMPLETED":
+        if state != CheckpointState.COMPLETED:
             raise ApiError(409, f"checkpoint {checkpoint} is {state}: only a COMPLETED"
                                 " checkpoint can be a model version")
         version = await queries.insert_version(
@@ -431,10 +433,3 @@ async def version_metrics(model_name: str, version: int) -> dict[str, Any]:
     batch-inference tracking, which Epochal does not keep (out of the schema: not served)."""
     raise ApiError(501, "metrics of model versions (batch-inference tracking) are not served"
                         " by Epochal")
-
-
-async def registered_versions(conn: asyncpg.Pool | asyncpg.Connection,
-                              experiment_id: int) -> list[str]:
-    """`model:version` for each version registered from the experiment's checkpoints."""
-    rows = await queries.fetch_experiment_versions(conn, experiment_id)
-    return [f"{r['name']}:{r['version']}" for r in rows]

@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import re
-import secrets
 import textwrap
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -24,46 +22,34 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import AliasChoices, BaseModel, Field, field_validator
-from temporalio.service import RPCError, RPCStatusCode
 
-from activities.task_store import TaskStore
 from api import auth, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
-from api.log_stream import log_records, ndjson_lines, task_ended
+from api.log_stream import LogFilter, log_records, ndjson_lines, task_ended, trial_log_stream
 from api.model_definition import build_tarball
 from api.queries import logs as log_queries
 from api.queries import tasks as task_queries
 from api.queries import users as user_queries
 from api.queries import workspaces as workspace_queries
-from api.routes import trials as trial_routes
-from api.routes.agents import never_fits
-from api.routes.experiments import ModelFile
-from api.routes.templates import merge_under, template_config
-from api.schemas import Empty, answers
+from api.schemas import Empty, ModelFile, answers
 from api.schemas.ntsc import KIND_ANSWERS, TaskAnswer, TaskLaunch
 from api.settings import Settings
 from common.expconf import (
-    ConfigError,
     TaskConfig,
-    TaskResourcesConfig,
     task_config_warnings,
-    validate_task_config,
 )
-from common.search_attributes import task_attributes
+from common.states import TaskState
 from common.temporal_names import (
-    MASTER_TASK_QUEUE,
-    TASK_WORKFLOW,
-    TaskMessages,
     task_allocation_id,
     task_workflow_id,
 )
-from wire.workflow_io import RecordTaskStateInput, TaskInput
+from services import pools, tasks
+from services.templates import merge_under, template_config
+from services.workspaces import DEFAULT_PROJECT_ID
 
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/api/v1", tags=["tasks"])
@@ -173,46 +159,10 @@ def _misplaced_fields(kind: Kind, body: LaunchRequest) -> list[str]:
             for name, wrong in given.items() if wrong]
 
 
-def _template_part(template: dict[str, Any], kind: Kind) -> dict[str, Any]:
-    """What of a config template applies to a task: Determined's task config takes the fields
-    it has (an experiment's template holds a searcher and the like)."""
-    part = {k: v for k, v in template.items() if k in TaskConfig.model_fields}
-    if kind.task_type != "COMMAND":
-        part.pop("entrypoint", None)
-    resources = part.get("resources")
-    if isinstance(resources, dict):
-        part["resources"] = {k: v for k, v in resources.items()
-                             if k in TaskResourcesConfig.model_fields and k != "slots_per_trial"}
-    return part
-
-
-def _within(path: str, roots: tuple[str, ...]) -> bool:
-    path = os.path.normpath(path)
-    return any(os.path.commonpath([path, os.path.normpath(root)]) == os.path.normpath(root)
-               for root in roots)
-
-
-def normalized_task_config(data: Any, kind: Kind, roots: tuple[str, ...]) -> dict[str, Any]:
-    """The task's config validated and normalized; bind mounts only from the directories the
-    cluster lets tasks mount (a task runs as the agent's user: a mount of its home or the
-    cluster's state would hand the task their secrets)."""
-    try:
-        config = validate_task_config(data, kind.task_type)
-    except ConfigError as err:
-        raise ApiError(400, f"invalid {kind.key} config", list(err.errors)) from err
-    outside = [f"bind_mounts[{i}].host_path: {mount.host_path} is outside the directories this"
-               f" cluster lets tasks mount ({', '.join(roots)}); an admin can allow more with"
-               " EPOCHAL_STORAGE_ROOTS"
-               for i, mount in enumerate(config.bind_mounts) if not _within(mount.host_path, roots)]
-    if outside:
-        raise ApiError(400, f"invalid {kind.key} config", outside)
-    return config.model_dump(mode="json")
-
-
 async def _workspace_id(pool: Pool, workspace_id: int | None) -> int:
     """The workspace a task goes to: the request's, else the default project's."""
     if workspace_id is None:
-        project = await workspace_queries.fetch_project(pool, views.DEFAULT_PROJECT_ID)
+        project = await workspace_queries.fetch_project(pool, DEFAULT_PROJECT_ID)
         assert project is not None  # migration 0007 made it, and nothing deletes it
         return int(project["workspace_id"])
     row = await workspace_queries.fetch_workspace(pool, workspace_id)
@@ -252,17 +202,6 @@ def _default_description(kind: Kind, task_id: str, config: dict[str, Any],
     return f"{kind.title} ({task_id[:8]})"
 
 
-def _shell_keys() -> tuple[str, str]:
-    """A shell's key pair: the public key its sshd admits, and the private key in OpenSSH's
-    PEM, as Determined's `privateKey` (which `det shell open` hands to ssh)."""
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption())
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                           serialization.PublicFormat.OpenSSH)
-    return public.decode(), private.decode()
-
-
 async def _context(files: list[ModelFile], settings: Settings) -> bytes | None:
     """The task's files as one .tar.gz (None without files), within the model definition's
     bound."""
@@ -290,15 +229,15 @@ async def _launch(kind: Kind, body: LaunchRequest, request: Request, pool: Pool,
     data = body.config or {}
     if body.templateName:
         template = await template_config(pool, body.templateName)
-        data = merge_under(data, _template_part(template, kind))
-    config = await asyncio.to_thread(normalized_task_config, data, kind,
-                                     settings.allowed_storage_roots())
+        data = merge_under(data, tasks.template_part(template, kind.task_type))
+    config = await asyncio.to_thread(tasks.normalized_task_config, data, kind.task_type,
+                                     kind.key, settings.allowed_storage_roots())
     workspace_id = await _workspace_id(pool, body.workspaceId)
     if kind.task_type == "TENSORBOARD":
         await _check_sources(pool, body)
     resources = config["resources"]
-    too_big = await never_fits(temporal, {"resource_pool": resources["resource_pool"],
-                                          "slots_per_trial": resources["slots"]})
+    too_big = await pools.never_fits(temporal, {"resource_pool": resources["resource_pool"],
+                                                "slots_per_trial": resources["slots"]})
     if too_big is not None:
         raise ApiError(400, f"invalid {kind.key} config", [f"resources.slots: {too_big}"])
     task_id = str(uuid.uuid4())
@@ -307,40 +246,26 @@ async def _launch(kind: Kind, body: LaunchRequest, request: Request, pool: Pool,
     warnings = task_config_warnings(TaskConfig.model_validate(config))
     if body.preview:
         unsaved = {"id": task_id, "task_type": kind.task_type, "description":
-                   config["description"], "state": "QUEUED", "created_at": datetime.now(UTC),
+                   config["description"], "state": TaskState.QUEUED,
+                   "created_at": datetime.now(UTC),
                    "username": principal.username, "owner_id": principal.user_id,
                    "workspace_id": workspace_id, "resource_pool": resources["resource_pool"],
                    "exit_status": None}
         return {kind.key: task_item_json(unsaved), "config": config, "warnings": [],
                 "configWarnings": warnings}
     context = await _context(body.files, settings)
-    public_key, private_key = _shell_keys() if kind.task_type == "SHELL" else (None, None)
+    keys = tasks.shell_keys() if kind.task_type == "SHELL" else None
     assert principal.user_id is not None
-    await task_queries.insert_task(
-        pool, task_id=task_id, task_type=kind.task_type, owner_id=principal.user_id,
-        workspace_id=workspace_id, description=config["description"], config=config,
-        context=context, resource_pool=resources["resource_pool"], slots=resources["slots"],
-        priority=resources["priority"], secret=secrets.token_urlsafe(32), public_key=public_key,
-        private_key=private_key, experiment_ids=body.experimentIds, trial_ids=body.trialIds)
-    try:
-        await temporal.start_workflow(
-            TASK_WORKFLOW,
-            TaskInput(task_id=task_id, task_type=kind.task_type,
-                      resource_pool=resources["resource_pool"], slots=resources["slots"],
-                      priority=resources["priority"], idle_timeout_seconds=config["idle_timeout"]),
-            id=task_workflow_id(task_id), task_queue=MASTER_TASK_QUEUE,
-            search_attributes=task_attributes(principal.username or "", config["description"])
-            if request.app.state.findable else None)
-    except BaseException as err:
-        await task_queries.delete_task(pool, task_id)
-        if isinstance(err, RPCError):
-            raise ApiError(503, f"cannot start the {kind.key}: {err.message}") from err
-        raise
+    await tasks.launch(
+        pool, temporal, task_id=task_id, task_type=kind.task_type, what=kind.key,
+        owner_id=principal.user_id, owner=principal.username or "", workspace_id=workspace_id,
+        config=config, context=context, keys=keys, experiment_ids=body.experimentIds,
+        trial_ids=body.trialIds, findable=request.app.state.findable)
     row = await task_queries.fetch_task(pool, task_id)
     assert row is not None
-    keys = {"public_key": public_key, "private_key": private_key}
-    return {kind.key: task_item_json(row, keys), "config": config, "warnings": [],
-            "configWarnings": warnings}
+    public_key, private_key = keys if keys is not None else (None, None)
+    item = task_item_json(row, {"public_key": public_key, "private_key": private_key})
+    return {kind.key: item, "config": config, "warnings": [], "configWarnings": warnings}
 
 
 # -- each kind's routes ----------------------------------------------------------------------
@@ -363,30 +288,6 @@ async def _item(pool: Pool, principal: auth.Principal, row: Mapping[str, Any]) -
     if row["task_type"] == "SHELL" and _owns(principal, row):
         keys = await task_queries.fetch_shell_keys(pool, row["id"])
     return task_item_json(row, keys)
-
-
-async def tell_task_running(temporal: Temporal, task_id: str) -> None:
-    """The task's workflow shows RUNNING in Temporal too (`EpochalState`); the row is what
-    counts, so a workflow that cannot take it (ended meanwhile) is no error."""
-    try:
-        await temporal.get_workflow_handle(task_workflow_id(task_id)).signal(
-            TaskMessages.RUNNING)
-    except RPCError as err:
-        log.info("task %s's workflow did not take %s: %s", task_id, TaskMessages.RUNNING,
-                 err.message)
-
-
-async def kill_task(pool: Pool, temporal: Temporal, task_id: str) -> None:
-    """Tell the task's workflow to stop it; a task whose workflow is gone is over already, so
-    its row says so."""
-    handle = temporal.get_workflow_handle(task_workflow_id(task_id))
-    try:
-        await handle.signal(TaskMessages.KILL)
-    except RPCError as err:
-        if err.status != RPCStatusCode.NOT_FOUND:
-            raise ApiError(503, f"cannot reach task {task_id}'s workflow: {err.message}") from err
-        await TaskStore(pool).record_task_state(RecordTaskStateInput(
-            task_id=task_id, state="TERMINATED", exit_status="killed"))
 
 
 class PriorityRequest(BaseModel):
@@ -439,8 +340,8 @@ def _kind_routes(kind: Kind) -> None:
                    temporal: Temporal) -> dict[str, Any]:
         """Stop the task (nothing to do once it is over)."""
         row = await _task_of_kind(pool, kind, task_id)  # its owner or an admin: api/access.py
-        if row["state"] != "TERMINATED":
-            await kill_task(pool, temporal, row["id"])
+        if row["state"] != TaskState.TERMINATED:
+            await tasks.kill_task(pool, temporal, row["id"])
             row = await _task_of_kind(pool, kind, task_id)
         return {kind.key: await _item(pool, auth.current(request), row)}
 
@@ -530,16 +431,17 @@ async def task_logs(
     before = timestampBefore.astimezone(UTC).isoformat() if timestampBefore else None
     trial = TRIAL_TASK.match(task_id)
     if trial is not None:
-        return await trial_routes.trial_logs(
-            int(trial.group(2)), pool, follow=follow, limit=limit, orderBy=orderBy,
-            levels=levels, stdtypes=stdtypes, agentIds=agentIds, searchText=searchText,
-            timestampAfter=after, timestampBefore=before)
-    await _task_row(pool, task_id)
-    keep = trial_routes.LogFilter(
+        await views.require_trial(pool, int(trial.group(2)))
+    else:
+        await _task_row(pool, task_id)
+    keep = LogFilter(
         levels={views.log_level(v) for v in levels} if levels else None,
         stdtypes=set(stdtypes) if stdtypes else None,
         agent_ids=set(agentIds) if agentIds else None,
         search_text=searchText or None, after=after, before=before)
+    if trial is not None:
+        return await trial_log_stream(pool, int(trial.group(2)), keep, follow=follow,
+                                      limit=limit, newest_first=orderBy == "ORDER_BY_DESC")
     only = {"allocationId": allocationIds, "containerId": containerIds, "rankId": rankIds,
             "source": sources}
 
@@ -563,16 +465,13 @@ async def task_launch(task_id: str, request: Request, pool: Pool) -> dict[str, A
     row = await task_queries.fetch_task_launch(pool, task_id)
     if row is None:
         raise not_found("task", task_id)
-    if row["state"] == "TERMINATED":
+    if row["state"] == TaskState.TERMINATED:
         raise ApiError(409, f"task {task_id} is over: it is not launched again")
-    token = await auth.open_session(pool, row["owner_id"], TASK_SESSION_TTL)
-    digest = auth._digest(token)
-    replaced = await task_queries.set_task_session(pool, task_id, digest)
-    if replaced is not None:
-        await user_queries.delete_session(pool, replaced)
+    token = await auth.open_run_session(pool, row["owner_id"], TASK_SESSION_TTL, "tasks",
+                                        task_id)
     now = await task_queries.fetch_task_owner(pool, task_id)
-    if now is None or now["state"] == "TERMINATED":  # it ended meanwhile: nobody revokes it
-        await user_queries.delete_session(pool, digest)
+    if now is None or now["state"] == TaskState.TERMINATED:  # it ended meanwhile: nobody revokes it
+        await user_queries.delete_session(pool, auth._digest(token))
         raise ApiError(409, f"task {task_id} is over: it is not launched again")
     owner = await user_queries.fetch_user(pool, row["owner_id"])
     return {
@@ -607,5 +506,5 @@ async def task_ready(task_id: str, body: ReadyRequest, request: Request,
     await _task_row(pool, task_id)
     if not await task_queries.set_task_ready(pool, task_id, body.proxyAddress, body.user):
         raise ApiError(409, f"task {task_id} is over: it cannot be ready")
-    await tell_task_running(temporal, task_id)
+    await tasks.tell_task_running(temporal, task_id)
     return {}

@@ -53,6 +53,7 @@ from api.auth import (
 from api.body_limit import PROXY_LIMIT
 from api.errors import ApiError, not_found
 from api.queries import tasks as task_queries
+from common.states import TaskState
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +144,7 @@ async def _target(connection: HTTPConnection, task_id: str, *, tunnel: bool) -> 
         raise not_found("task", task_id)
     if principal is not None:
         _require_reach(principal, row, task_id)
-    if row["state"] == "TERMINATED":
+    if row["state"] == TaskState.TERMINATED:
         raise ApiError(410, f"task {task_id} has ended: its service is gone")
     if row["task_type"] == "COMMAND":
         raise ApiError(404, f"task {task_id} is a command: it serves nothing through the proxy")

@@ -4,8 +4,8 @@ Every user reads every template; only its owner (who made it) and admins change 
 (api/access.py), since its config becomes part of the experiments that name it.
 
 A template is a partial experiment config kept under a name. Creating an experiment with one
-merges the template UNDER the config (`merge_under`): what the config says wins, and the template
-fills in what it leaves out, as Determined does.
+merges the template UNDER the config (services/templates.py): what the config says wins, and the
+template fills in what it leaves out, as Determined does.
 """
 
 from __future__ import annotations
@@ -26,47 +26,11 @@ from api.schemas import Empty, answers
 from api.schemas.templates import TemplateAnswer, TemplateList
 from common.expconf import MAX_CONFIG_DEPTH, ConfigError, load_config_yaml
 from common.expconf.redaction import redacted
+from services.workspaces import DEFAULT_PROJECT_ID
 
 router = APIRouter(prefix="/api/v1", tags=["templates"])
 
 NAME_MAX = 255
-
-
-def merge_under(config: dict[str, Any], template: dict[str, Any]) -> dict[str, Any]:
-    """The config with the template's values filled in where the config has none.
-
-    Mappings merge key by key, recursively; any other value in the config (a list, a scalar)
-    replaces the template's. Exceptions, as in Determined: each hyperparameter and the searcher
-    (if the two name different searchers) are taken whole, never mixed from both; `bind_mounts`
-    keep the config's and add the template's for other container paths.
-    """
-    merged = dict(template)
-    for key, value in config.items():
-        below = template.get(key)
-        if key == "hyperparameters" and isinstance(value, dict) and isinstance(below, dict):
-            merged[key] = {**below, **value}
-        elif key == "searcher" and isinstance(value, dict) and isinstance(below, dict) and (
-                below.get("name") not in (None, value.get("name", below.get("name")))):
-            merged[key] = value
-        elif key == "bind_mounts" and isinstance(value, list) and isinstance(below, list):
-            used = {m.get("container_path") for m in value if isinstance(m, dict)}
-            merged[key] = value + [m for m in below if not (
-                isinstance(m, dict) and m.get("container_path") in used)]
-        elif isinstance(value, dict) and isinstance(below, dict):
-            merged[key] = merge_under(value, below)
-        else:
-            merged[key] = value
-    return merged
-
-
-async def template_config(conn: asyncpg.Pool | asyncpg.Connection, name: str) -> dict[str, Any]:
-    """A template's config for experiment creation; unknown names are the request's mistake."""
-    config = await queries.fetch_template_config(conn, name)
-    if config is None:  # the message says what was wrong, the detail which field and why
-        raise ApiError(400, "invalid request: unknown config template",
-                       [f"template: no config template is named {name!r} (`epochal template "
-                        "list` names them)"])
-    return dict(config)
 
 
 def template_json(row: asyncpg.Record) -> dict[str, Any]:
@@ -100,7 +64,7 @@ def _check(name: str, config: Any) -> dict[str, Any]:
 
 
 async def _workspace_id(pool: asyncpg.Pool, workspace_id: int | None) -> int:
-    wanted = workspace_id or views.DEFAULT_PROJECT_ID
+    wanted = workspace_id or DEFAULT_PROJECT_ID
     if not await workspace_exists(pool, wanted):
         raise ApiError(400, f"workspace {wanted} not found",
                        [f"workspaceId: no workspace has id {wanted}"])

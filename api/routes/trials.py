@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, TypeGuard
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
-from temporalio.client import (
-    Client,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-)
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.log_retention import FOREVER, MAX_DAYS, delete_expired_trial_logs
 from api import auth, unmanaged, views
 from api.deps import AppSettings, Pool, Temporal
 from api.errors import ApiError, not_found, require_choice
-from api.log_stream import ndjson_lines, ordered_log_records, trial_ended
+from api.log_stream import LogFilter, trial_log_stream
 from api.queries import checkpoints as checkpoint_queries
-from api.queries import logs as log_queries
 from api.queries import metrics as metric_queries
 from api.queries import trials as trial_queries
 from api.queries import users as user_queries
@@ -33,24 +24,15 @@ from api.schemas import Empty, answers
 from api.schemas import checkpoints as checkpoint_schemas
 from api.schemas import trials as trial_schemas
 from common import metric_groups, tracing
-from common.states import TERMINAL_STATES
-from common.temporal_names import (
-    ExperimentMessages,
-    TrialMessages,
-    experiment_workflow_id,
-    trial_workflow_id,
-)
-from wire.workflow_io import ValidationReport
+from common.states import TERMINAL_STATES, TrialState
+from common.temporal_names import TrialMessages, trial_workflow_id
+from services import log_retention, search_gate
 
 router = APIRouter(prefix="/api/v1", tags=["trials"])
 
 MAX_REPORTS_PER_BATCH = 10_000
 # A trial's run may train for days; its session ends with the trial (or the next run) first.
 TRIAL_SESSION_TTL = timedelta(days=7)
-# How long a validation report waits for its searcher's decision before the validation goes
-# to the experiment by signal instead (the decision then reaches the trial through its
-# preemption poll, as before).
-DECISION_TIMEOUT_SECONDS = 5.0
 
 
 class Metrics(BaseModel):
@@ -103,7 +85,8 @@ async def store_reports(
     pool: Pool, temporal: Client, trial_id: int, reports: list[ReportTrialMetricsRequest]
 ) -> tuple[int, bool]:
     """Upsert by (trial, group, steps): a retried report replaces its row instead of doubling
-    it. Returns how many were stored and whether the searcher stopped the trial on one."""
+    it. Returns how many were stored and whether the searcher stopped the trial on one (the
+    validations go through the search gate: services/search_gate.py)."""
     rows = []
     for index, report in enumerate(reports):
         if report.metrics.trialId != trial_id:
@@ -145,63 +128,11 @@ async def store_reports(
     for group in {r[2] for r in rows}:
         tracing.count("epochal.metric.reports", sum(1 for r in rows if r[2] == group),
                       group=group)
-    stopped = bool(validations) and await notify_searcher(pool, temporal, trial_id, validations)
+    stopped = bool(validations) and await search_gate.notify_searcher(
+        pool, temporal, trial_id,
+        [search_gate.Validation(r.metrics.stepsCompleted, r.metrics.metrics.avgMetrics)
+         for r in validations])
     return len(rows), stopped
-
-
-async def notify_searcher(
-    pool: Pool, temporal: Client, trial_id: int, validations: list[ReportTrialMetricsRequest]
-) -> bool:
-    """Give the experiment the first validation at or past the length its searcher waits for
-    (ASHA's rungs), and wait for its decision: True when the searcher stops the trial, so the
-    report's answer tells the trial at once. Other validations never reach the workflow."""
-    row = await trial_queries.fetch_search_gate(pool, trial_id)
-    if row is None or row["search_length"] is None:
-        return False
-    searcher = row["searcher"]
-    time_metric = searcher.get("time_metric")
-    for report in sorted(validations, key=lambda r: r.metrics.stepsCompleted):
-        values = report.metrics.metrics.avgMetrics
-        metric = values.get(searcher["metric"])
-        length = values.get(time_metric) if time_metric else report.metrics.stepsCompleted
-        if not _is_number(metric) or not _is_number(length) or length < row["search_length"]:
-            continue
-        handle = temporal.get_workflow_handle(experiment_workflow_id(row["experiment_id"]))
-        validation = ValidationReport(trial_id=trial_id, length=int(length), metric=float(metric))
-        try:
-            stopped = await _searcher_decision(handle, validation)
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return False  # the experiment has ended
-        # Given first, then the gate closes: a retry may give it twice (the workflow drops the
-        # duplicate), never not at all. The experiment opens the gate at the next rung.
-        await trial_queries.close_search_gate(pool, trial_id, int(length))
-        return stopped
-    return False
-
-
-async def _searcher_decision(handle: WorkflowHandle[Any, Any],
-                             validation: ValidationReport) -> bool:
-    """The experiment's `decide_validation` answer; past DECISION_TIMEOUT_SECONDS, or when the
-    workflow takes no more updates now (Temporal bounds those in flight), the validation goes
-    by signal and the answer is False (the stop, if any, comes by the preemption poll)."""
-    try:
-        return await asyncio.wait_for(
-            handle.execute_update(ExperimentMessages.DECIDE_VALIDATION, validation,
-                                  result_type=bool),
-            DECISION_TIMEOUT_SECONDS)
-    except (TimeoutError, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError):
-        pass
-    except RPCError as err:
-        if err.status == RPCStatusCode.NOT_FOUND:
-            raise
-    await handle.signal(ExperimentMessages.VALIDATION_REPORTED, validation)
-    return False
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @router.get("/trials/{trial_id}", **answers(trial_schemas.TrialAnswer))
@@ -264,7 +195,7 @@ async def kill_trial(
         raise ApiError(409, f"trial {trial_id} is {row['state']}: it can no longer be killed")
     if (await unmanaged.trial_of(pool, trial_id))["unmanaged"]:
         # A script outside the cluster runs it: the cluster records its end, cannot stop it.
-        await unmanaged.report_state(pool, trial_id, "CANCELED")
+        await unmanaged.report_state(pool, trial_id, TrialState.CANCELED)
         return {}
     handle = temporal.get_workflow_handle(trial_workflow_id(row["experiment_id"], trial_id))
     try:
@@ -286,10 +217,8 @@ async def open_trial_user_session(trial_id: int, pool: Pool) -> dict[str, Any]:
         raise not_found("trial", trial_id)
     if row["state"] in TERMINAL_STATES:
         raise ApiError(409, f"trial {trial_id} is {row['state']}: it runs no more")
-    token = await auth.open_session(pool, row["user_id"], TRIAL_SESSION_TTL)
-    replaced = await trial_queries.set_trial_session(pool, trial_id, auth._digest(token))
-    if replaced is not None:
-        await user_queries.delete_session(pool, replaced)
+    token = await auth.open_run_session(pool, row["user_id"], TRIAL_SESSION_TTL, "trials",
+                                        trial_id)
     if await views.require_trial(pool, trial_id) in TERMINAL_STATES:  # it ended meanwhile
         await user_queries.delete_session(pool, auth._digest(token))
         raise ApiError(409, f"trial {trial_id} has ended: it runs no more")
@@ -355,27 +284,6 @@ async def get_trial_workloads(
     }
 
 
-class LogFilter(BaseModel):
-    """Determined's trial-log filters; each None means "any"."""
-
-    levels: set[str] | None = None
-    stdtypes: set[str] | None = None
-    agent_ids: set[str] | None = None
-    search_text: str | None = None
-    after: str | None = None
-    before: str | None = None
-
-    def keeps(self, log: dict[str, Any]) -> bool:
-        return (
-            (self.levels is None or log["level"] in self.levels)
-            and (self.stdtypes is None or log["stdtype"] in self.stdtypes)
-            and (self.agent_ids is None or log["agentId"] in self.agent_ids)
-            and (self.search_text is None or self.search_text in log["log"])
-            and (self.after is None or log["timestamp"] > self.after)
-            and (self.before is None or log["timestamp"] < self.before)
-        )
-
-
 def _timestamp(value: str | None, field: str) -> str | None:
     """Normalized so it compares as text with the RFC 3339 timestamps logs carry."""
     if value is None:
@@ -413,34 +321,25 @@ async def trial_logs(
         after=_timestamp(timestampAfter, "timestampAfter"),
         before=_timestamp(timestampBefore, "timestampBefore"),
     )
-
-    records: AsyncIterator[dict[str, Any]] | list[dict[str, Any]]
-    if orderBy == "ORDER_BY_DESC":
-        rows = await log_queries.fetch_trial_logs_newest_first(pool, trial_id)
-        records = [views.log_json(r) for r in rows]
-    else:
-        records = ordered_log_records(pool, log_queries.OF_TRIAL, trial_id, follow=follow,
-                                      is_done=trial_ended(pool, trial_id))
-    return StreamingResponse(ndjson_lines(records, keep.keeps, limit),
-                             media_type="application/x-ndjson")
+    return await trial_log_stream(pool, trial_id, keep, follow=follow, limit=limit,
+                                  newest_first=orderBy == "ORDER_BY_DESC")
 
 
 class RetainLogsRequest(BaseModel):
     """Determined's PutTrialRetainLogs (`det trial set log-retention ID --days N|--forever`)."""
 
     trialId: int | None = None
-    numDays: int = Field(ge=FOREVER, le=MAX_DAYS,
+    numDays: int = Field(ge=log_retention.FOREVER, le=log_retention.MAX_DAYS,
                          description="Days the logs are kept after the trial ends; -1: for ever")
 
 
 @router.put("/trials/{trial_id}/retain_logs", **answers(Empty))
 async def retain_trial_logs(trial_id: int, body: RetainLogsRequest, pool: Pool) -> dict[str, Any]:
-    """The trial's own log retention (activities/log_retention.py deletes what has expired)."""
+    """The trial's own log retention (services/log_retention.py)."""
     if body.trialId not in (None, trial_id):
         raise ApiError(400, "trialId does not match",
                        [f"trialId: is {body.trialId}, but the path names trial {trial_id}"])
-    if not await trial_queries.set_log_retention(pool, trial_id, body.numDays):
-        raise not_found("trial", trial_id)
+    await log_retention.set_trial_retention(pool, trial_id, body.numDays)
     return {}
 
 
@@ -448,5 +347,5 @@ async def retain_trial_logs(trial_id: int, body: RetainLogsRequest, pool: Pool) 
 async def cleanup_logs(pool: Pool, settings: AppSettings) -> dict[str, Any]:
     """`det task cleanup-logs` (admins): delete expired trial logs now, not at the master's
     next round."""
-    removed = await delete_expired_trial_logs(pool, settings.log_retention_days)
+    removed = await log_retention.clean_up_now(pool, settings.log_retention_days)
     return {"removedCount": str(removed)}

@@ -75,34 +75,6 @@ async def fetch_project(conn: asyncpg.Pool | asyncpg.Connection, project_id: int
     return row
 
 
-async def resolve_project(
-    conn: asyncpg.Pool | asyncpg.Connection, project_id: int | None, config: dict[str, Any],
-    field: str = "projectId",
-) -> int:
-    """Where a new experiment goes: the request's projectId, else the config's `workspace` and
-    `project` names, else the default project. An unknown one is the request's mistake (400)."""
-    if project_id:
-        if not await queries.project_exists(conn, project_id):
-            raise ApiError(400, f"project {project_id} not found",
-                           [f"{field}: no project has id {project_id}"])
-        return project_id
-    workspace, project = config.get("workspace"), config.get("project")
-    if not workspace and not project:
-        return views.DEFAULT_PROJECT_ID
-    if not workspace or not project:
-        given, missing = ("workspace", "project") if workspace else ("project", "workspace")
-        raise ApiError(400, "the config names a project only by workspace and project together",
-                       [f"{missing}: needed with {given} {workspace or project!r}"])
-    row = await queries.fetch_project_by_names(conn, str(workspace), str(project))
-    if row is None:
-        raise ApiError(400, f"workspace {workspace!r} not found",
-                       [f"workspace: no workspace is named {workspace!r}"])
-    if row["project_id"] is None:
-        raise ApiError(400, f"project {project!r} not found in workspace {workspace!r}",
-                       [f"project: workspace {workspace!r} has no project named {project!r}"])
-    return int(row["project_id"])
-
-
 def _page(items: list[Any], offset: int, limit: int) -> tuple[list[Any], dict[str, Any]]:
     page = items[offset:offset + limit] if limit else items[offset:]
     return page, views.pagination(offset, limit or len(items), len(page), len(items))

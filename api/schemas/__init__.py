@@ -21,6 +21,19 @@ class Answer(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+class ModelFile(BaseModel):
+    """A file a request sends (Determined's v1File, its content base64): an experiment's model
+    definition, a task's --context and --include."""
+
+    path: str
+    type: int = 48
+    content: str = ""
+    mode: int = 0o644
+    mtime: int = 0
+    uid: int = 0
+    gid: int = 0
+
+
 class Pagination(Answer):
     offset: int
     limit: int

@@ -131,7 +131,15 @@ def parse_experiment_config(
     With ``default_storage`` (the master's checkpoint storage), the config's storage is filled
     from it as ``with_default_storage`` says.
     """
-    data = load_config_yaml(text, source)
+    return parse_experiment_data(load_config_yaml(text, source), source, default_storage)
+
+
+def parse_experiment_data(
+    data: Any, source: str = "config", default_storage: Mapping[str, Any] | None = None
+) -> ExperimentConfig:
+    """``parse_experiment_config`` of data already read from its YAML text (by
+    ``load_config_yaml``, within its bounds): the search bounds, the default storage, then
+    validation."""
     bounds_errors = _search_bounds_errors(data)
     if bounds_errors:
         raise ConfigError(bounds_errors, source)

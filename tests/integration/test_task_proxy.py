@@ -38,6 +38,7 @@ from websockets.typing import Origin, Subprotocol
 from api.queries import tasks as task_queries
 from api.queries import users as user_queries
 from common.processes import free_port
+from services import tasks as task_service
 
 if TYPE_CHECKING:
     from tests.master_fixtures import LiveMaster
@@ -179,7 +180,7 @@ async def _task(pool: asyncpg.Pool, owner_id: int, task_type: str,
                 address: str | None) -> tuple[str, str]:
     """A task row (its id and secret), ready at `address` unless that is None."""
     task_id, secret = str(uuid.uuid4()), secrets.token_hex(16)
-    await task_queries.insert_task(
+    await task_service.insert_task(
         pool, task_id=task_id, task_type=task_type, owner_id=owner_id, workspace_id=1,
         description=f"proxy test {task_type}", config={}, context=None,
         resource_pool="default", slots=0, priority=None, secret=secret, public_key=None,

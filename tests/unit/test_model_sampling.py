@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from activities.model_sampling import Observation, at_one_length, importance, propose
-from api.errors import ApiError
-from api.routes.experiments import normalized_config
 from common.expconf import ConfigError, stored_config, validate_experiment_config
+from services.errors import Invalid
+from services.submission import normalized_config
 from workflows.searchers import make_search
 from workflows.searchers.base import Create
 
@@ -106,7 +106,7 @@ def test_bad_sampler_settings_name_the_field() -> None:
     text = ("entrypoint: python3 train.py\nhyperparameters: {x: {type: double, minval: 0, "
             "maxval: 1}}\nsearcher: {name: optuna, metric: loss, max_trials: 3, sampler: "
             "{name: tpe, options: {n_startup: 5}}}\n")
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(Invalid) as refused:
         normalized_config(text, {"type": "shared_fs", "host_path": "/tmp"})
     assert refused.value.details == [
         "searcher.sampler.options.n_startup: not an option of Optuna's TPESampler (it takes "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from api.errors import unserved_feature
-from api.routes.templates import merge_under
+from services.templates import merge_under
 
 
 def test_the_config_wins_and_the_template_fills_in() -> None:

@@ -25,7 +25,6 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.worker import PatchActivationInput, Worker
 
 from agent_worker.liveness import Liveness
-from api.queries import tasks as task_queries
 from common import search_attributes
 from common.search_attributes import task_attributes
 from common.temporal_names import (
@@ -39,6 +38,7 @@ from common.temporal_names import (
     trial_workflow_id,
 )
 from deploy.master import build_worker
+from services import tasks as task_service
 from tests.master_fixtures import fresh_namespace
 from tests.replay.recording import save, save_experiment
 from tests.waiting import eventually, within
@@ -333,7 +333,7 @@ async def start_task(client: Client, pool: asyncpg.Pool, pool_name: str) -> tupl
         str, WorkflowHandle[Any, str]]:
     """A command's row and workflow, as the API starts them (search attributes included)."""
     task_id = str(uuid.uuid4())
-    await task_queries.insert_task(
+    await task_service.insert_task(
         pool, task_id=task_id, task_type="COMMAND", owner_id=1, workspace_id=1,
         description="Command (test)", config={}, context=None, resource_pool=pool_name,
         slots=1, priority=None, secret=secrets.token_urlsafe(16), public_key=None,

@@ -1,0 +1,64 @@
+"""What an experiment's owner changes once it is submitted (`det experiment set priority|
+max-slots|weight|gc-policy`, `det job update`): kept in its stored config and acted on now, by
+its pool's scheduler or by checkpoint GC."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+from temporalio.client import Client
+
+from common.expconf import RetentionCounts
+from common.states import TERMINAL_STATES
+from common.temporal_names import PoolMessages
+from services import checkpoint_files, pools
+from services.errors import not_found
+from services.settings import StorageSettings
+from wire.pools import ExperimentResources
+
+
+async def _changed_config(pool: asyncpg.Pool, experiment_id: int, section: str,
+                          changes: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The stored config with `changes` merged into its `section`, and the experiment's state;
+    the row locked while it changes."""
+    async with pool.acquire() as conn, conn.transaction():
+        row = await conn.fetchrow(
+            "SELECT config, state FROM experiments WHERE id = $1 FOR UPDATE", experiment_id)
+        if row is None:
+            raise not_found("experiment", experiment_id)
+        config = row["config"]
+        config[section] = {**(config.get(section) or {}), **changes}
+        await conn.execute("UPDATE experiments SET config = $2 WHERE id = $1", experiment_id,
+                           config)
+    return config, row["state"]
+
+
+async def change_resources(pool: asyncpg.Pool, temporal: Client, experiment_id: int, *,
+                           priority: int | None, max_slots: int | None,
+                           weight: float | None) -> None:
+    """New priority, max_slots or weight: kept in the stored config and, while the experiment
+    runs, sent to its pool's scheduler, which applies them to its waiting and later requests."""
+    changes = {key: value for key, value in (
+        ("priority", priority), ("max_slots", max_slots), ("weight", weight),
+    ) if value is not None}
+    if not changes:
+        return
+    config, state = await _changed_config(pool, experiment_id, "resources", changes)
+    if state in TERMINAL_STATES:
+        return
+    change = ExperimentResources(experiment_id=experiment_id, priority=priority,
+                                 max_slots=max_slots, weight=weight)
+    await pools.signal_scheduler(temporal, config["resources"]["resource_pool"],
+                                 PoolMessages.SET_EXPERIMENT_RESOURCES, change)
+
+
+async def change_gc_policy(pool: asyncpg.Pool, settings: StorageSettings, experiment_id: int,
+                           counts: RetentionCounts) -> None:
+    """New retention counts in the stored config; an ended experiment's checkpoints are
+    collected by them now, a running one's when it ends (as its end always does)."""
+    config, state = await _changed_config(pool, experiment_id, "checkpoint_storage",
+                                          counts.model_dump())
+    if state not in TERMINAL_STATES:
+        return
+    await checkpoint_files.collect_garbage(pool, experiment_id, config, settings)
