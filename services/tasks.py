@@ -7,7 +7,6 @@ writes task states)."""
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 from typing import Any
 
@@ -18,6 +17,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.task_store import TaskStore
+from common.checkpoint_storage import under_any_root
 from common.expconf import ConfigError, TaskConfig, TaskResourcesConfig, validate_task_config
 from common.search_attributes import task_attributes
 from common.states import TaskState
@@ -41,12 +41,6 @@ def template_part(template: dict[str, Any], task_type: str) -> dict[str, Any]:
     return part
 
 
-def _within(path: str, roots: tuple[str, ...]) -> bool:
-    path = os.path.normpath(path)
-    return any(os.path.commonpath([path, os.path.normpath(root)]) == os.path.normpath(root)
-               for root in roots)
-
-
 def normalized_task_config(data: Any, task_type: str, what: str,
                            roots: tuple[str, ...]) -> dict[str, Any]:
     """The task's config validated and normalized; bind mounts only from the directories the
@@ -59,7 +53,8 @@ def normalized_task_config(data: Any, task_type: str, what: str,
     outside = [f"bind_mounts[{i}].host_path: {mount.host_path} is outside the directories this"
                f" cluster lets tasks mount ({', '.join(roots)}); an admin can allow more with"
                " EPOCHAL_STORAGE_ROOTS"
-               for i, mount in enumerate(config.bind_mounts) if not _within(mount.host_path, roots)]
+               for i, mount in enumerate(config.bind_mounts)
+               if not under_any_root(mount.host_path, roots)]
     if outside:
         raise Invalid(f"invalid {what} config", outside)
     return config.model_dump(mode="json")

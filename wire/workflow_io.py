@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.states import EndState, ExperimentState, TrialState
+from common.states import EndState, ExperimentState, TaskState, TrialState
 
 JSON = dict[str, Any]
 
@@ -340,8 +340,6 @@ class RunTaskResult:
 @dataclass
 class RecordTaskStateInput:
     task_id: str
-    # A TaskState (typed as one once api/routes/ntsc.py, for a killed task whose workflow is
-    # gone, passes TaskState.TERMINATED rather than its name).
-    state: str
+    state: TaskState
     agent_id: str | None = None
     exit_status: str | None = None

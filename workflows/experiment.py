@@ -491,13 +491,12 @@ class ExperimentWorkflow:
 
     @workflow.signal(name=ExperimentMessages.VALIDATION_REPORTED)
     def validation_reported(self, report: ValidationReport) -> None:
-        """The validation without an answer: the old protocol, before `decide_validation`.
-
-        Kept while the API still sends it (its fallback when the update cannot be made,
-        api/routes/trials.py) and then while an experiment run whose history holds it may be
-        replayed (those recorded before the update: tests/replay/histories/asha-*-experiment,
-        -local-calls, -before-local-db): it goes in the release after the first whose API no
-        longer sends it (docs/ARCHITECTURE.md, "Changing workflow code")."""
+        """The validation without an answer: the same exchange as `decide_validation` when
+        Temporal cannot admit the update (it bounds the updates in flight per workflow, and a
+        decision waits for the searcher's activities), so a burst of reports at one rung is
+        never refused (services/search_gate.py); the decision then reaches the trial through its
+        preemption poll. It was the whole protocol before the update (the histories
+        tests/replay/histories/asha-*-experiment, -local-calls, -before-local-db hold it)."""
         self._events.append(("validation", report))
 
     @workflow.update(name=ExperimentMessages.DECIDE_VALIDATION)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import importlib.metadata
 import importlib.util
+import json
 import uuid
 from functools import cache
 from html import escape
@@ -24,7 +25,19 @@ from api.auth import AUTH_COOKIE
 from api.deps import AppSettings
 from api.errors import not_found, require_choice
 from api.settings import Settings
-from common.states import TERMINAL_STATES
+from common.states import (
+    TERMINAL_STATES,
+    CheckpointState,
+    ExperimentState,
+    TaskState,
+    TrialState,
+)
+
+# Every state the pages' scripts compare with, by kind, and the terminal ones.
+PAGE_STATES = json.dumps({
+    "experiment": list(ExperimentState), "trial": list(TrialState), "task": list(TaskState),
+    "checkpoint": list(CheckpointState), "terminal": sorted(TERMINAL_STATES),
+})
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
@@ -76,8 +89,8 @@ def _page(title: str, script: str, body: str, *, page_id: int | None = None,
         "<link rel='stylesheet' href='/static/style.css'>"
         f"{vendor}<script type='module' src='/static/{script}'></script></head>"
         f"<body data-page='{script.removesuffix('.js')}'{data_id}{data_workflows}"
-        # The pages' scripts learn the terminal states here, from their one home.
-        f" data-terminal-states='{','.join(sorted(TERMINAL_STATES))}'>{body}</body></html>",
+        # The pages' scripts learn the states here, from their one home (dom.js reads them).
+        f" data-states='{escape(PAGE_STATES)}'>{body}</body></html>",
         headers=NO_CACHE,
     )
 

@@ -26,6 +26,12 @@ export function replace(node, ...children) {
   return node;
 }
 
+// Every state by kind, named by its one home, common/states.py, through the page's
+// <body data-states>: `STATES.experiment.ACTIVE`, and `STATES.terminal` (a list).
+const stateNames = JSON.parse(document.body.dataset.states || "{}");
+export const STATES = Object.fromEntries(Object.entries(stateNames).map(([kind, names]) =>
+  [kind, kind === "terminal" ? names : Object.freeze(Object.fromEntries(names.map((n) => [n, n])))]));
+
 export function shortState(state) {
   return (state || "").replace(/^STATE_/, "");
 }

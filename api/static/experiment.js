@@ -10,7 +10,7 @@ import { api, every, follow, lastErrorLines, query, reportValues, startPage } fr
 import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
-import { el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table,
+import { STATES, el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table,
   unmanagedBadge, workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
@@ -19,14 +19,16 @@ const HP_VIEW_TRIALS = 1000;
 const HP_VIEW_SECONDS = 10;
 const HIDDEN_COLUMNS_KEY = "epochal.hiddenTrialColumns";
 const BY_METRIC = "SORT_BY_BEST_VALIDATION_METRIC";
-const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
+const TERMINAL = STATES.terminal;
+const E = STATES.experiment;
+const T = STATES.trial;
 // Each action and when it applies: (state, archived, unmanaged) -> bool. The cluster cannot
 // pause a script it does not run.
 const ACTIONS = {
-  pause: (state, archived, unmanaged) => state === "ACTIVE" && !unmanaged,
-  activate: (state, archived, unmanaged) => state === "PAUSED" && !unmanaged,
-  cancel: (state) => state === "ACTIVE" || state === "PAUSED",
-  kill: (state) => ["ACTIVE", "PAUSED", "STOPPING_CANCELED"].includes(state),
+  pause: (state, archived, unmanaged) => state === E.ACTIVE && !unmanaged,
+  activate: (state, archived, unmanaged) => state === E.PAUSED && !unmanaged,
+  cancel: (state) => state === E.ACTIVE || state === E.PAUSED,
+  kill: (state) => [E.ACTIVE, E.PAUSED, E.STOPPING_CANCELED].includes(state),
   archive: (state, archived) => TERMINAL.includes(state) && !archived,
   unarchive: (state, archived) => archived,
   delete: (state) => TERMINAL.includes(state),
@@ -155,7 +157,7 @@ async function renderError(exp) {
   const shown = await lastErrorLines(failed.id);
   const count = exp.trialStates.STATE_ERROR;
   replace(errorBox, el("div", { class: "error-summary" },
-    el("strong", {}, shortState(exp.state) === "ERROR" ? "The experiment ended in ERROR"
+    el("strong", {}, shortState(exp.state) === E.ERROR ? "The experiment ended in ERROR"
       : `${count} trial${count === 1 ? "" : "s"} ended in ERROR`),
     ": trial ", el("a", { href: `/trials/${failed.id}` }, failed.id),
     failed.earlyExitReason ? ` (${failed.earlyExitReason})` : "", " failed with",
@@ -330,7 +332,7 @@ const stateFilter = el("select", { id: "trial-state-filter", "aria-label": "tria
     page.state = stateFilter.value || null;
     turnTo(0);
   } }, el("option", { value: "" }, "any state"),
-["ACTIVE", "RUNNING", "COMPLETED", "CANCELED", "ERROR"].map((s) =>
+[T.ACTIVE, T.RUNNING, T.COMPLETED, T.CANCELED, T.ERROR].map((s) =>
   el("option", { value: `STATE_${s}` }, s)));
 
 // Conditions the master filters the trials by (GET .../trials?filter=), comma-separated.

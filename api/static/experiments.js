@@ -2,19 +2,20 @@
 // refreshed every two seconds.
 
 import { api, every, query, startPage } from "/static/api.js";
-import { el, fmtNumber, fmtTime, message, progressBar, replace, stateBadge, table,
+import { STATES, el, fmtNumber, fmtTime, message, progressBar, replace, stateBadge, table,
   unmanagedBadge } from "/static/dom.js";
 
 const PAGE_SIZE = 50;
-const STATES = ["ACTIVE", "PAUSED", "STOPPING_CANCELED", "STOPPING_KILLED", "COMPLETED",
-  "CANCELED", "ERROR"];
+const E = STATES.experiment;
+const FILTERED_STATES = [E.ACTIVE, E.PAUSED, E.STOPPING_CANCELED, E.STOPPING_KILLED, E.COMPLETED,
+  E.CANCELED, E.ERROR];
 
 const main = document.getElementById("main");
 const status = el("div", { class: "status" });
 const listBox = el("div", { id: "experiment-list" });
 const stateSelect = el("select", { id: "state-filter", "aria-label": "state" },
   el("option", { value: "" }, "all states"),
-  STATES.map((s) => el("option", { value: `STATE_${s}` }, s.toLowerCase().replace("_", " "))));
+  FILTERED_STATES.map((s) => el("option", { value: `STATE_${s}` }, s.toLowerCase().replace("_", " "))));
 const textFilter = el("input", { id: "text-filter", type: "search",
   placeholder: "filter by name, id, owner", "aria-label": "filter" });
 let offset = 0;

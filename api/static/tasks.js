@@ -5,7 +5,7 @@
 
 import { ApiError, api, every, query, startPage, toLogin, token } from "/static/api.js";
 import { LogPanel } from "/static/logs.js";
-import { el, fmtTime, message, replace, shortState, stateBadge, table, workflowLink }
+import { STATES, el, fmtTime, message, replace, shortState, stateBadge, table, workflowLink }
   from "/static/dom.js";
 
 // The kinds as api/routes/ntsc.py serves them; `page`: where a served one opens under its
@@ -16,7 +16,7 @@ const KINDS = [
   { type: "SHELL", path: "shells", label: "shell" },
   { type: "TENSORBOARD", path: "tensorboards", label: "TensorBoard", page: "" },
 ];
-const OVER = "TERMINATED";
+const OVER = STATES.task.TERMINATED;
 const LISTED = 100;  // the newest of each kind
 
 const main = document.getElementById("main");

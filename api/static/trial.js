@@ -5,10 +5,10 @@ import { api, every, lastErrorLines, startPage } from "/static/api.js";
 import { drawLines, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
-import { el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table,
+import { STATES, el, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge, table,
   workflowLink } from "/static/dom.js";
 
-const TERMINAL = document.body.dataset.terminalStates.split(",");  // common/states.py
+const TERMINAL = STATES.terminal;
 
 const trialId = Number(document.body.dataset.id);
 const main = document.getElementById("main");
@@ -117,7 +117,7 @@ async function renderSystem() {
 
 // A trial in ERROR says why at the top: its last error lines (else its last lines).
 async function renderError(trial) {
-  if (shortState(trial.state) !== "ERROR" || errorBox.dataset.trial) return;
+  if (shortState(trial.state) !== STATES.trial.ERROR || errorBox.dataset.trial) return;
   errorBox.dataset.trial = String(trial.id);
   const shown = await lastErrorLines(trialId);
   replace(errorBox, el("div", { class: "error-summary" },
