@@ -18,6 +18,9 @@ app = typer.Typer(help="List agents, or run one on this machine.", no_args_is_he
 
 DEFAULT_TEMPORAL = "127.0.0.1:7233"
 
+AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
+AgentId = Annotated[str, typer.Argument(help="Agent id.")]
+
 
 def slots_text(slots: Any) -> str:
     """`4 (CPU)`, `8 (CUDA)` or `2 (CPU) + 1 (CUDA)` from an agent's slots."""
@@ -38,10 +41,7 @@ def _yes(value: Any) -> str:
 
 
 @app.command("list", help="List the agents registered with the master.")
-def list_agents(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
-) -> None:
+def list_agents(ctx: typer.Context, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         answer = client.get("/agents")
     if as_json:
@@ -52,7 +52,8 @@ def list_agents(
         render.say("No agents registered.")
         return
     t = render.table(
-        "ID", "Pool", "Slots", "Alive", "Enabled", "Registered", "Last seen", wrap=["Slots"]
+        "ID", "Pool", "Slots", "Alive", "Enabled", "Registered", "Last seen",
+        shrink=["Slots", "Registered", "Pool"]
     )
     for a in agents:
         t.add_row(
@@ -67,24 +68,26 @@ def list_agents(
     render.show(t)
 
 
-def _set_enabled(ctx: typer.Context, agent_id: str, enabled: bool) -> None:
+def _set_enabled(ctx: typer.Context, agent_id: str, enabled: bool, as_json: bool) -> None:
     from urllib.parse import quote
 
     verb = "enable" if enabled else "disable"
     with Client(master_url(ctx)) as client:
-        client.post(f"/agents/{quote(agent_id, safe='')}/{verb}")
-    render.say(f"Agent {agent_id} {verb}d" + ("" if enabled else
-               ": its running trials finish, no new ones start on it."))
+        answer = client.post(f"/agents/{quote(agent_id, safe='')}/{verb}")
+    render.done(as_json, answer if isinstance(answer, dict) and answer else
+                {"id": agent_id, "enabled": enabled},
+                f"Agent {agent_id} {verb}d" + ("" if enabled else
+                ": its running trials finish, no new ones start on it."))
 
 
 @app.command("disable", help="Drain an agent: running trials finish, no new ones start on it.")
-def disable(ctx: typer.Context, agent_id: Annotated[str, typer.Argument(help="Agent id.")]) -> None:
-    _set_enabled(ctx, agent_id, False)
+def disable(ctx: typer.Context, agent_id: AgentId, as_json: AsJson = False) -> None:
+    _set_enabled(ctx, agent_id, False, as_json)
 
 
 @app.command("enable", help="Let a disabled agent take new trials again.")
-def enable(ctx: typer.Context, agent_id: Annotated[str, typer.Argument(help="Agent id.")]) -> None:
-    _set_enabled(ctx, agent_id, True)
+def enable(ctx: typer.Context, agent_id: AgentId, as_json: AsJson = False) -> None:
+    _set_enabled(ctx, agent_id, True, as_json)
 
 
 def run_agent(argv: list[str]) -> NoReturn:

@@ -15,6 +15,8 @@ from cli.client import ApiError, Client, CliError, master_url
 
 app = typer.Typer(help="Inspect and download checkpoints.", no_args_is_help=True)
 
+AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
+
 
 @app.command("download", help="Download a checkpoint's files into a directory (from shared_fs "
              "or S3 storage, through the master).")
@@ -24,6 +26,7 @@ def download(
                                         show_default=False)],
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to put its files "
                                               "(made if missing).", show_default=False)],
+    as_json: AsJson = False,
 ) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     count = size = 0
@@ -37,7 +40,9 @@ def download(
                     count, size = count + 1, size + member.size
         except tarfile.TarError as err:
             raise CliError(f"checkpoint {uuid}: the download broke off: {err}") from None
-    render.say(f"Downloaded checkpoint {uuid} into {directory} ({count} files, {size} bytes).")
+    render.done(as_json, {"uuid": uuid, "directory": str(directory), "files": count,
+                          "bytes": size},
+                f"Downloaded checkpoint {uuid} into {directory} ({count} files, {size} bytes).")
 
 
 class _Reader(io.RawIOBase):
@@ -61,13 +66,17 @@ class _Reader(io.RawIOBase):
         return n
 
 
-@app.command("list", help="List the checkpoints of an experiment's trials.")
+@app.command("list", help="List the checkpoints of an experiment's trials (DELETED ones, "
+             "whose files are gone, only with --all).")
 def list_checkpoints(
     ctx: typer.Context,
     experiment_id: Annotated[
         int, typer.Argument(metavar="EXPERIMENT_ID", help="Experiment id.", show_default=False)
     ],
-    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", "-a", help="Include DELETED checkpoints.")
+    ] = False,
+    as_json: AsJson = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
         answer = client.get_all(f"/experiments/{experiment_id}/checkpoints", "checkpoints")
@@ -78,11 +87,17 @@ def list_checkpoints(
                 metric = experiment.get("searcherMetric")
             except ApiError:
                 metric = None
+    checkpoints, deleted = answer["checkpoints"], 0
+    if not show_all:
+        checkpoints, deleted = render.without_deleted(checkpoints)
+        answer["checkpoints"] = checkpoints
     if as_json:
         render.print_json(answer)
         return
-    checkpoints = answer["checkpoints"]
-    if not checkpoints:
+    if checkpoints:
+        render.show(render.checkpoints_table(checkpoints, metric))
+    elif not deleted:
         render.say(f"Experiment {experiment_id} has no checkpoints yet.")
-        return
-    render.show(render.checkpoints_table(checkpoints, metric))
+    if deleted:
+        render.say(f"{deleted} DELETED checkpoint{'s' if deleted != 1 else ''} not shown "
+                   "(--all shows them).")

@@ -1,6 +1,6 @@
 """`epochal experiment ...`: create, follow, list, describe, logs, pause/activate/cancel/kill,
-set, label, archive/unarchive, delete, config, download-model-def, fork. The commands only:
-what they check before submitting is in experiment_config.py, following in
+set, label, archive/unarchive, delete, config, download-model-def, fork, continue. The commands
+only: what they check before submitting is in experiment_config.py, following in
 experiment_follow.py, results in experiment_results.py."""
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def list_experiments(
     columns = ["ID", "Name", "State", "Searcher", "Progress", "Trials"]
     columns += ["Best"] if with_best else []
     columns += ["Started", "Ended"] + (["Archived"] if show_all else [])
-    t = render.table(*columns, wrap=["Name"])
+    t = render.table(*columns, shrink=["Name", "Searcher"])
     for e in sorted(experiments, key=lambda x: x.get("id") or 0):
         row = [
             str(e.get("id")),
@@ -202,11 +202,17 @@ ACTIONS = (
 )
 
 
+def _said(answer: Any, what: dict[str, Any]) -> Any:
+    """The server's answer for --json, or `what` was done when it answered nothing."""
+    return answer if isinstance(answer, dict) and answer else what
+
+
 def _action_command(verb: str, done: str, help_text: str) -> None:
-    def command(ctx: typer.Context, experiment_id: IdArg) -> None:
+    def command(ctx: typer.Context, experiment_id: IdArg, as_json: JsonOpt = False) -> None:
         with Client(master_url(ctx)) as client:
-            client.post(f"/experiments/{experiment_id}/{verb}")
-        render.say(f"{done} experiment {experiment_id}")
+            answer = client.post(f"/experiments/{experiment_id}/{verb}")
+        render.done(as_json, _said(answer, {"id": experiment_id, "action": verb}),
+                    f"{done} experiment {experiment_id}")
 
     command.__name__ = verb
     app.command(verb, help=help_text)(command)
@@ -223,35 +229,40 @@ label_app = typer.Typer(help="Add labels to an experiment or remove them.", no_a
 app.add_typer(label_app, name="label")
 
 
-def _set_resources(ctx: typer.Context, experiment_id: int, field: str, value: Any) -> None:
+def _set_resources(ctx: typer.Context, experiment_id: int, field: str, value: Any,
+                   as_json: bool) -> None:
     with Client(master_url(ctx)) as client:
-        client.request("PATCH", f"/experiments/{experiment_id}",
-                       json={"id": experiment_id, "resources": {field: value}})
-    render.say(f"Set {field} of experiment {experiment_id} to {value}")
+        answer = client.request("PATCH", f"/experiments/{experiment_id}",
+                                json={"id": experiment_id, "resources": {field: value}})
+    render.done(as_json, _said(answer, {"id": experiment_id, field: value}),
+                f"Set {field} of experiment {experiment_id} to {value}")
 
 
 @set_app.command("priority", help="Lower numbers run first (1 to 99; default 42).")
 def set_priority(
     ctx: typer.Context, experiment_id: IdArg,
     priority: Annotated[int, typer.Argument(min=1, max=99, show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
-    _set_resources(ctx, experiment_id, "priority", priority)
+    _set_resources(ctx, experiment_id, "priority", priority, as_json)
 
 
 @set_app.command("max-slots", help="The most slots the experiment's trials hold at once.")
 def set_max_slots(
     ctx: typer.Context, experiment_id: IdArg,
     max_slots: Annotated[int, typer.Argument(min=0, show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
-    _set_resources(ctx, experiment_id, "maxSlots", max_slots)
+    _set_resources(ctx, experiment_id, "maxSlots", max_slots, as_json)
 
 
 @set_app.command("weight", help="Its share among experiments of equal priority (default 1).")
 def set_weight(
     ctx: typer.Context, experiment_id: IdArg,
     weight: Annotated[float, typer.Argument(min=0.001, show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
-    _set_resources(ctx, experiment_id, "weight", weight)
+    _set_resources(ctx, experiment_id, "weight", weight, as_json)
 
 
 def _patch(ctx: typer.Context, experiment_id: int, change: dict[str, Any]) -> dict[str, Any]:
@@ -265,18 +276,22 @@ def _patch(ctx: typer.Context, experiment_id: int, change: dict[str, Any]) -> di
 def set_name(
     ctx: typer.Context, experiment_id: IdArg,
     name: Annotated[str, typer.Argument(show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
-    _patch(ctx, experiment_id, {"name": name})
-    render.say(f"Renamed experiment {experiment_id} to {render.printable(name)}")
+    answer = _patch(ctx, experiment_id, {"name": name})
+    render.done(as_json, {"experiment": answer},
+                f"Renamed experiment {experiment_id} to {render.printable(name)}")
 
 
 @set_app.command("description", help="Set an experiment's description (\"\" clears it).")
 def set_description(
     ctx: typer.Context, experiment_id: IdArg,
     description: Annotated[str, typer.Argument(show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
-    _patch(ctx, experiment_id, {"description": description})
-    render.say(f"Set the description of experiment {experiment_id}")
+    answer = _patch(ctx, experiment_id, {"description": description})
+    render.done(as_json, {"experiment": answer},
+                f"Set the description of experiment {experiment_id}")
 
 
 @set_app.command("notes", help="Set an experiment's notes (TEXT, or - to read them from "
@@ -284,32 +299,37 @@ def set_description(
 def set_notes(
     ctx: typer.Context, experiment_id: IdArg,
     text: Annotated[str, typer.Argument(metavar="TEXT", show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
-    _patch(ctx, experiment_id, {"notes": sys.stdin.read() if text == "-" else text})
-    render.say(f"Set the notes of experiment {experiment_id}")
+    answer = _patch(ctx, experiment_id, {"notes": sys.stdin.read() if text == "-" else text})
+    render.done(as_json, {"experiment": answer}, f"Set the notes of experiment {experiment_id}")
 
 
-def _change_labels(ctx: typer.Context, experiment_id: int, labels: list[str], add: bool) -> None:
+def _change_labels(ctx: typer.Context, experiment_id: int, labels: list[str], add: bool,
+                   as_json: bool) -> None:
     with Client(master_url(ctx)) as client:
         current = set(client.get(f"/experiments/{experiment_id}")["experiment"].get("labels")
                       or [])
     wanted = current | set(labels) if add else current - set(labels)
     shown = _patch(ctx, experiment_id, {"labels": sorted(wanted)}).get("labels", sorted(wanted))
-    render.say(f"Labels of experiment {experiment_id}: "
-               + (", ".join(render.printable(str(label)) for label in shown) or "none"))
+    render.done(as_json, {"id": experiment_id, "labels": shown},
+                f"Labels of experiment {experiment_id}: "
+                + (", ".join(render.printable(str(label)) for label in shown) or "none"))
 
 
 LabelsArg = Annotated[list[str], typer.Argument(metavar="LABEL...", show_default=False)]
 
 
 @label_app.command("add", help="Add labels to an experiment.")
-def add_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg) -> None:
-    _change_labels(ctx, experiment_id, labels, add=True)
+def add_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg,
+               as_json: JsonOpt = False) -> None:
+    _change_labels(ctx, experiment_id, labels, add=True, as_json=as_json)
 
 
 @label_app.command("remove", help="Remove labels from an experiment.")
-def remove_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg) -> None:
-    _change_labels(ctx, experiment_id, labels, add=False)
+def remove_labels(ctx: typer.Context, experiment_id: IdArg, labels: LabelsArg,
+                  as_json: JsonOpt = False) -> None:
+    _change_labels(ctx, experiment_id, labels, add=False, as_json=as_json)
 
 
 @app.command("delete", help="Delete an ended experiment: its trials, metrics, logs and the "
@@ -318,13 +338,16 @@ def delete(
     ctx: typer.Context,
     experiment_id: IdArg,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask.")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     if not yes and not typer.confirm(
-            f"Delete experiment {experiment_id} and its checkpoints for good?", default=False):
+            f"Delete experiment {experiment_id} and its checkpoints for good?", default=False,
+            err=as_json):  # with --json, stdout is for the JSON alone
         raise CliError("not deleted")
     with Client(master_url(ctx)) as client:
-        client.request("DELETE", f"/experiments/{experiment_id}")
-    render.say(f"Deleted experiment {experiment_id}")
+        answer = client.request("DELETE", f"/experiments/{experiment_id}")
+    render.done(as_json, _said(answer, {"id": experiment_id, "deleted": True}),
+                f"Deleted experiment {experiment_id}")
 
 
 @app.command("config", help="Print an experiment's config as YAML: as submitted, or with "
@@ -334,9 +357,16 @@ def show_config(
     experiment_id: IdArg,
     normalized: Annotated[bool, typer.Option("--normalized", help="The config it runs with.")]
     = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the config as JSON: "
+                                          "{\"originalConfig\": YAML text}, or with "
+                                          "--normalized {\"config\": ...}.")] = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
         answer = client.get(f"/experiments/{experiment_id}")
+    if as_json:
+        render.print_json({"config": answer.get("config") or {}} if normalized else
+                          {"originalConfig": answer["experiment"].get("originalConfig")})
+        return
     if normalized:
         import yaml
 
@@ -353,6 +383,7 @@ def download_model_def(
     experiment_id: IdArg,
     directory: Annotated[Path, typer.Argument(metavar="DIR", help="Where to put the files "
                                               "(made if missing).", show_default=False)],
+    as_json: JsonOpt = False,
 ) -> None:
     import base64
     import io
@@ -370,8 +401,9 @@ def download_model_def(
                 count += member.isfile()
     except tarfile.TarError as err:
         raise CliError(f"the model definition of experiment {experiment_id}: {err}") from None
-    render.say(f"Unpacked the model definition of experiment {experiment_id} into {directory} "
-               f"({count} files)")
+    render.done(as_json, {"id": experiment_id, "directory": str(directory), "files": count},
+                f"Unpacked the model definition of experiment {experiment_id} into {directory} "
+                f"({count} files)")
 
 
 @app.command("fork", help="Create a new experiment from another's model definition, with "
@@ -401,3 +433,35 @@ def fork(
     for warning in answer.get("configWarnings") or []:
         render.warn(str(warning))
     render.say(f"Created experiment {answer['experiment']['id']} (forked from {experiment_id})")
+
+
+@app.command("continue", help=(
+    "Train an ended single-trial experiment's trial on from its latest checkpoint, under the "
+    "same experiment and trial ids, with --config-file's fields (e.g. a longer "
+    "`searcher.max_length`) merged over its config; as Determined's `det experiment continue`."
+    "\n\n" + FOLLOW_EXIT_CODES))
+def continue_command(
+    ctx: typer.Context,
+    experiment_id: IdArg,
+    config_file: Annotated[
+        Path | None,
+        typer.Option("--config-file", "-c", help="Fields to change (YAML, a partial config)."),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow", "-f", help="Stream the logs until the experiment ends, then show results."
+        ),
+    ] = False,
+    as_json: JsonOpt = False,
+) -> None:
+    override = load_config(config_file, partial=True)[0] if config_file is not None else None
+    with Client(master_url(ctx)) as client:
+        answer = client.post("/experiments/continue",
+                             {"id": experiment_id, "overrideConfig": override})
+    if as_json and not follow:
+        render.print_json(answer)
+        return
+    (sys.stderr if as_json else sys.stdout).write(f"Continued experiment {experiment_id}\n")
+    if follow:
+        raise typer.Exit(follow_experiment(ctx, experiment_id, as_json))

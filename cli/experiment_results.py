@@ -121,8 +121,10 @@ def show_results(results: Results, summary: bool) -> None:
             f"{render.duration(e.get('startTime'), e.get('endTime'))}"
         )
     best_id = results.best.get("id") if results.best else None
+    # The best TRIALS_SHOWN were ranked by their best value: that is the value shown.
     table = render.trials_table(results.trials, results.metric, best_id,
-                                by_id=results.every_trial)
+                                by_id=results.every_trial,
+                                which="latest" if results.every_trial else "best")
     render.show(table)
     if not results.every_trial:
         render.say(f"The {len(results.trials)} best of {e.get('numTrials')} trials by "

@@ -39,7 +39,7 @@ def _model_fields(model: dict[str, Any]) -> Any:
 
 def _versions_table(versions: list[dict[str, Any]]) -> Any:
     t = render.table("Version", "Checkpoint", "Trial", "Steps", "State", "Searcher metric",
-                     "Comment", "Registered")
+                     "Comment", "Registered", shrink=["Comment", "Searcher metric", "Registered"])
     for v in versions:
         checkpoint = v["checkpoint"]
         training = render.checkpoint_training(checkpoint)
@@ -73,7 +73,7 @@ def list_models(
         render.print_json(answer)
         return
     t = render.table("ID", "Name", "Versions", "Workspace ID", "Owner", "Labels", "Updated",
-                     "Description")
+                     "Description", shrink=["Description", "Labels", "Name", "Owner"])
     for m in answer["models"]:
         t.add_row(str(m["id"]), m["name"], str(m["numVersions"]), str(m["workspaceId"]),
                   m["username"], ", ".join(m["labels"]),
@@ -143,17 +143,19 @@ def register_version(
 
 
 @app.command("delete", help="Delete a model and its versions (their checkpoints stay).")
-def delete_model(ctx: typer.Context, model: ModelArg) -> None:
+def delete_model(ctx: typer.Context, model: ModelArg, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         client.request("DELETE", _path(model))
-    render.say(f"Deleted model {model}")
+    render.done(as_json, {"model": model, "deleted": True}, f"Deleted model {model}")
 
 
 @app.command("delete-version", help="Delete one version of a model (its checkpoint stays).")
 def delete_version(
     ctx: typer.Context, model: ModelArg,
     version: Annotated[int, typer.Argument(metavar="VERSION", show_default=False)],
+    as_json: AsJson = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
         client.request("DELETE", f"{_path(model)}/versions/{version}")
-    render.say(f"Deleted version {version} of model {model}")
+    render.done(as_json, {"model": model, "version": version, "deleted": True},
+                f"Deleted version {version} of model {model}")

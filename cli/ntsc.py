@@ -63,6 +63,9 @@ def register(app: typer.Typer) -> None:
 
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
+LaunchJson = Annotated[bool, typer.Option("--json", help="Print the master's answer to the "
+                                          "launch (the task, with its id) and return, as "
+                                          "--detach does.")]
 ShowAll = Annotated[bool, typer.Option("--all", "-a", help="Every user's, not only yours.")]
 Detach = Annotated[bool, typer.Option("--detach", "-d", help="Print the id and return.")]
 TaskId = Annotated[str, typer.Argument(metavar="ID", help="Its id (or a unique prefix).",
@@ -214,7 +217,7 @@ def list_tasks(ctx: typer.Context, kind: Kind, show_all: bool, as_json: bool) ->
         render.say(f"No {kind.path}." + ("" if show_all else " (--all shows every user's)"))
         return
     t = render.table("ID", "User", "Description", "State", "Exit status", "Pool", "Started",
-                     wrap=["Description", "Exit status"])
+                     shrink=["Description", "Exit status", "User", "Pool"])
     for item in items:
         t.add_row(str(item["id"]), str(item.get("username")), str(item.get("description")),
                   render.state(item.get("state")), str(item.get("exitStatus") or "-"),
@@ -222,17 +225,25 @@ def list_tasks(ctx: typer.Context, kind: Kind, show_all: bool, as_json: bool) ->
     render.show(t)
 
 
-def kill_tasks(ctx: typer.Context, kind: Kind, task_ids: list[str]) -> None:
+def kill_tasks(ctx: typer.Context, kind: Kind, task_ids: list[str], as_json: bool) -> None:
+    killed: list[str] = []
     with Client(master_url(ctx)) as client:
         for prefix in task_ids:
             task_id = expand_id(client, kind, prefix)
             client.post(f"/{kind.path}/{task_id}/kill")
-            render.say(f"Killed {kind.key} {task_id}")
+            killed.append(task_id)
+            if not as_json:
+                render.say(f"Killed {kind.key} {task_id}")
+    if as_json:
+        render.print_json({"killed": killed})
 
 
-def print_task_logs(client: Client, task_id: str, follow: bool, tail: int | None = None
-                    ) -> None:
-    """The task's output as it printed it; followed, until the task ends."""
+def print_task_logs(client: Client, task_id: str, follow: bool, tail: int | None = None,
+                    as_json: bool = False) -> None:
+    """The task's output as it printed it (with --json each record, a JSON object a line);
+    followed, until the task ends."""
+    import json
+
     params: dict[str, Any] = {"follow": "true" if follow else "false"}
     if tail is not None:
         params.update(orderBy="ORDER_BY_DESC", limit=tail)
@@ -240,6 +251,10 @@ def print_task_logs(client: Client, task_id: str, follow: bool, tail: int | None
     if tail is not None:
         records = iter(list(records)[::-1])  # newest first from the master
     for record in records:
+        if as_json:
+            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.flush()
+            continue
         log = record.get("result") if isinstance(record, dict) else None
         if isinstance(log, dict):
             sys.stdout.write(str(log.get("log") or "").rstrip("\n") + "\n")
@@ -247,23 +262,29 @@ def print_task_logs(client: Client, task_id: str, follow: bool, tail: int | None
 
 
 def _started(ctx: typer.Context, kind: Kind, config: dict[str, Any], detach: bool,
-             **launch: Any) -> str | None:
-    """Launch the task: its id, or None when detached (then the id is printed)."""
+             as_json: bool, **launch: Any) -> str | None:
+    """Launch the task: its id, or None when detached (then the id is printed) or with --json
+    (then the master's answer is, and the command returns as detached)."""
     answer = _launch(ctx, kind, config, **launch)
     task_id = str(answer[kind.key]["id"])
+    if as_json:
+        render.print_json(answer)
+        return None
     if detach:
         render.say(task_id)
         return None
     return task_id
 
 
-def _say_served(ctx: typer.Context, kind: Kind, task_id: str, saying: str) -> None:
+def _say_served(ctx: typer.Context, kind: Kind, task_id: str, saying: str,
+                as_json: bool = False) -> None:
     """Wait until the notebook's or TensorBoard's service answers, then print where: its path on
     the master (JupyterLab's own page for a notebook)."""
     with Client(master_url(ctx)) as client:
         _wait_ready(client, kind, task_id)
     page = "lab" if kind is NOTEBOOK else ""
-    render.say(f"{saying}{master_url(ctx)}/proxy/{task_id}/{page}")
+    url = f"{master_url(ctx)}/proxy/{task_id}/{page}"
+    render.done(as_json, {"id": task_id, "url": url}, f"{saying}{url}")
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -291,11 +312,12 @@ def cmd_run(
     template: Template = None,
     workspace_id: WorkspaceId = None,
     detach: Detach = False,
+    as_json: LaunchJson = False,
 ) -> None:
     config = read_config(config_file, overrides)
     if not config.get("entrypoint") and entrypoint:
         config["entrypoint"] = entrypoint
-    task_id = _started(ctx, COMMAND, config, detach, template=template, context=context,
+    task_id = _started(ctx, COMMAND, config, detach, as_json, template=template, context=context,
                        includes=includes, workspace_id=workspace_id)
     if task_id is None:
         return
@@ -313,11 +335,13 @@ def cmd_logs(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Until it ends.")] = False,
     tail: Annotated[int | None, typer.Option("--tail", min=1, help="Only the last N lines.")
                     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print each log record as JSON.")
+                       ] = False,
 ) -> None:
     if follow and tail is not None:
         raise CliError("--follow and --tail cannot go together", exit_code=2)
     with Client(master_url(ctx)) as client:
-        print_task_logs(client, expand_id(client, COMMAND, task_id), follow, tail)
+        print_task_logs(client, expand_id(client, COMMAND, task_id), follow, tail, as_json)
 
 
 # -- notebooks -------------------------------------------------------------------------------
@@ -334,8 +358,9 @@ def notebook_start(
     template: Template = None,
     workspace_id: WorkspaceId = None,
     detach: Detach = False,
+    as_json: LaunchJson = False,
 ) -> None:
-    task_id = _started(ctx, NOTEBOOK, read_config(config_file, overrides), detach,
+    task_id = _started(ctx, NOTEBOOK, read_config(config_file, overrides), detach, as_json,
                        template=template, context=context, includes=includes,
                        workspace_id=workspace_id)
     if task_id is not None:
@@ -343,10 +368,10 @@ def notebook_start(
 
 
 @notebook_app.command("open", help="Print the address of a running notebook.")
-def notebook_open(ctx: typer.Context, task_id: TaskId) -> None:
+def notebook_open(ctx: typer.Context, task_id: TaskId, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         task_id = expand_id(client, NOTEBOOK, task_id)
-    _say_served(ctx, NOTEBOOK, task_id, "")
+    _say_served(ctx, NOTEBOOK, task_id, "", as_json)
 
 
 # -- shells ----------------------------------------------------------------------------------
@@ -405,8 +430,9 @@ def shell_start(
     template: Template = None,
     workspace_id: WorkspaceId = None,
     detach: Detach = False,
+    as_json: LaunchJson = False,
 ) -> None:
-    task_id = _started(ctx, SHELL, read_config(config_file, overrides), detach,
+    task_id = _started(ctx, SHELL, read_config(config_file, overrides), detach, as_json,
                        template=template, context=context, includes=includes,
                        workspace_id=workspace_id)
     if task_id is None:
@@ -416,10 +442,19 @@ def shell_start(
     raise typer.Exit(code)
 
 
-@shell_app.command("open", help="Connect to a running shell; exit with ssh's exit status.")
-def shell_open(ctx: typer.Context, task_id: TaskId, ssh_options: SshOptions = None) -> None:
+@shell_app.command("open", help="Connect to a running shell; exit with ssh's exit status. "
+                   "With --json, print the shell (without its private key) instead.")
+def shell_open(ctx: typer.Context, task_id: TaskId, ssh_options: SshOptions = None,
+               as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         task_id = expand_id(client, SHELL, task_id)
+        if as_json:
+            answer = client.get(f"/shells/{task_id}")
+            shell = answer.get("shell")
+            if isinstance(shell, dict):
+                shell.pop("privateKey", None)  # stdout may end up in logs
+            render.print_json(answer)
+            return
     raise typer.Exit(_open_shell(ctx, task_id, ssh_options))
 
 
@@ -439,11 +474,12 @@ def tensorboard_start(
     template: Template = None,
     workspace_id: WorkspaceId = None,
     detach: Detach = False,
+    as_json: LaunchJson = False,
 ) -> None:
     if not experiment_ids and not trial_ids:
         raise CliError("name experiments (EXPERIMENT_ID...) or trials (--trial-ids)",
                        exit_code=2)
-    task_id = _started(ctx, TENSORBOARD, read_config(config_file, overrides), detach,
+    task_id = _started(ctx, TENSORBOARD, read_config(config_file, overrides), detach, as_json,
                        template=template, workspace_id=workspace_id,
                        experimentIds=experiment_ids or [], trialIds=trial_ids or [])
     if task_id is not None:
@@ -460,8 +496,9 @@ def _list_and_kill(app: typer.Typer, kind: Kind) -> None:
 
     @app.command("kill", help=f"Stop {kind.path}.")
     def kill_command(ctx: typer.Context, task_ids: Annotated[list[str], typer.Argument(
-            metavar="ID...", help="Their ids (or unique prefixes).")]) -> None:
-        kill_tasks(ctx, kind, task_ids)
+            metavar="ID...", help="Their ids (or unique prefixes).")],
+                     as_json: AsJson = False) -> None:
+        kill_tasks(ctx, kind, task_ids, as_json)
 
 
 for _app, _kind in ((cmd_app, COMMAND), (notebook_app, NOTEBOOK), (shell_app, SHELL),

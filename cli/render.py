@@ -14,12 +14,11 @@ from datetime import datetime
 from typing import Any
 
 from rich import box
-from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from common.states import TERMINAL_STATES
+from common.states import TERMINAL_STATES, CheckpointState
 
 # Width for output that goes to a file or a pipe: wide enough that rows are not wrapped for grep.
 PIPE_WIDTH = 400
@@ -43,6 +42,15 @@ def _is_tty(stream: Any) -> bool:
 def print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
     sys.stdout.flush()
+
+
+def done(as_json: bool, answer: Any, text: str) -> None:
+    """What an action command prints when it has done its work: `answer` as JSON (the server's,
+    or a small object saying what was done) with --json, else the line `text`."""
+    if as_json:
+        print_json(answer)
+    else:
+        say(text)
 
 
 def say(text: str = "") -> None:
@@ -70,7 +78,7 @@ def is_terminal(value: Any) -> bool:
 
 def when(value: Any, compact: bool = False, now: datetime | None = None) -> str:
     """An RFC 3339 time in local time: `YYYY-MM-DD HH:MM:SS`, or for table cells (`compact`)
-    `HH:MM:SS` today, `Mon DD HH:MM` this year, `YYYY-MM-DD` before."""
+    `HH:MM` today and `YYYY-MM-DD HH:MM` any other day."""
     if not value:
         return "-"
     text = str(value)
@@ -84,10 +92,8 @@ def when(value: Any, compact: bool = False, now: datetime | None = None) -> str:
         return moment.strftime("%Y-%m-%d %H:%M:%S")
     now = now or datetime.now(moment.tzinfo)
     if moment.date() == now.date():
-        return moment.strftime("%H:%M:%S")
-    if moment.year == now.year:
-        return moment.strftime("%b %d %H:%M")
-    return moment.strftime("%Y-%m-%d")
+        return moment.strftime("%H:%M")
+    return moment.strftime("%Y-%m-%d %H:%M")
 
 
 def duration(start: Any, end: Any) -> str:
@@ -201,47 +207,60 @@ def printable(text: str) -> str:
     return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
+def cell(text: str) -> Text:
+    """One line of a table cell, shown literally (no markup, control characters escaped), cut
+    short with an ellipsis rather than wrapped when its column is narrower."""
+    return Text(printable(text), no_wrap=True, overflow="ellipsis")
+
+
 class _PlainTable(Table):
     """A table whose text cells are shown literally: no Rich markup (names may hold brackets),
-    no control characters."""
+    no control characters, one line per row."""
 
     def add_row(self, *renderables: Any, **kwargs: Any) -> None:
-        cells = [Text(printable(c)) if isinstance(c, str) else c for c in renderables]
+        cells = [cell(c) if isinstance(c, str) else c for c in renderables]
         super().add_row(*cells, **kwargs)
 
 
-def table(*columns: str, wrap: Iterable[str] = ()) -> Table:
-    """A table whose cells never wrap (ids, states, numbers stay whole) except in the columns
-    named in `wrap` (names, hyperparameters), which give way when the terminal is narrow."""
-    wrapping = set(wrap)
-    t = _PlainTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+def table(*columns: str, shrink: Iterable[str] = ()) -> Table:
+    """A table that fits the terminal without wrapping a row: when it is too wide, the columns
+    named in `shrink` (names, descriptions, hyperparameters, times) are cut short first, the
+    widest first, each cell ending in "…" (Rich collapses the columns it may wrap; the cells
+    themselves never wrap). Past that every column gives way alike."""
+    shrinking = set(shrink)
+    t = _PlainTable(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False,
+                    collapse_padding=True)
     for name in columns:
-        if name in wrapping:
-            t.add_column(name, overflow="fold")
-        else:
-            t.add_column(name, no_wrap=True)
+        t.add_column(cell(name), no_wrap=name not in shrinking, overflow="ellipsis")
     return t
 
 
 def fields(rows: Iterable[tuple[str, Any]]) -> Table:
-    """A two-column `name  value` list."""
+    """A two-column `name  value` list; a value that is a list of strings is shown one per line
+    (hyperparameters), and a long value wraps within its column."""
     t = _PlainTable(box=None, show_header=False, pad_edge=False)
     t.add_column(style="bold", no_wrap=True)
-    t.add_column()
+    t.add_column(overflow="fold")
     for name, value in rows:
-        t.add_row(name, value if isinstance(value, str) else number(value))
+        if isinstance(value, list | tuple):
+            shown: Any = Text("\n".join(printable(str(v)) for v in value) or "-")
+        elif isinstance(value, str):
+            shown = Text(printable(value))
+        else:
+            shown = number(value)
+        t.add_row(name, shown)
     return t
 
 
 def show(renderable: Any) -> None:
-    """Print a table; its no-wrap columns (ids, uuids, states, numbers) are never cut short: the
-    wrapping columns give way first, and past that the line is longer than the terminal."""
-    if isinstance(renderable, Table):
-        for column in renderable.columns:
-            if column.no_wrap:
-                cells = [column.header, *column._cells]
-                column.min_width = max(cell_len(str(c)) for c in cells)
-    console().print(renderable, crop=False)
+    """Print a table at the terminal's width (PIPE_WIDTH into a file or pipe), without the
+    spaces Rich pads its last column with."""
+    out = console()
+    with out.capture() as captured:
+        out.print(renderable, crop=False)
+    lines = captured.get().split("\n")
+    sys.stdout.write("\n".join(line.rstrip() for line in lines))
+    sys.stdout.flush()
 
 
 MAX_HPARAM_COLUMNS = 6
@@ -258,20 +277,22 @@ def varying_hparams(trials: Sequence[Mapping[str, Any]]) -> tuple[list[str], dic
 
 def trials_table(
     trials: Sequence[Mapping[str, Any]], metric: str | None, best_id: Any = None,
-    by_id: bool = True,
-) -> Table:
+    by_id: bool = True, which: str = "latest",
+) -> RenderableType:
     """One row per trial (by id, or in the order given); the hyperparameters that differ
-    between trials get a column each, the ones they share are listed once under the table."""
-    metric_header = metric or "metric"  # the latest validation's value
+    between trials get a column each, the ones they share are listed once under the table (a
+    paragraph that wraps at the terminal's width, not a row). The metric column shows each
+    trial's `latest` validation's value, or its `best` (the value a ranking by it used)."""
+    metric_header = metric or "metric"
+    if which == "best":
+        metric_header = f"best {metric_header}"
     varying, shared = varying_hparams(trials)
     split = len(trials) > 1 and len(varying) <= MAX_HPARAM_COLUMNS
     hp_columns = varying if split else ["Hyperparameters"]
     searched = any(t.get("searcherStatus") for t in trials)  # ASHA: rungs and decisions
     search_columns = ["Searcher"] if searched else []
     t = table("Trial", "State", "Steps", metric_header, "Restarts", *search_columns,
-              *hp_columns, wrap=["Hyperparameters", "Searcher"])
-    if split and shared:
-        t.caption = "same in every trial: " + hparams(shared)
+              *hp_columns, shrink=["Hyperparameters", "Searcher", *hp_columns])
     for trial in sorted(trials, key=lambda x: x.get("id") or 0) if by_id else trials:
         marker = " *" if best_id is not None and trial.get("id") == best_id else ""
         flat = flatten(trial.get("hparams") or {})
@@ -282,12 +303,14 @@ def trials_table(
             f"{trial.get('id')}{marker}",
             state(trial.get("state")),
             number(trial.get("totalBatchesProcessed")),
-            number(trial_metric(trial, metric, "latest")),
+            number(trial_metric(trial, metric, which)),
             number(trial.get("restarts")),
             *([trial.get("searcherStatus") or ("" if trial.get("endTime") else "running")]
               if searched else []),
             *hp_cells,
         )
+    if split and shared:
+        return Group(t, Text(printable("same in every trial: " + hparams(shared))))
     return t
 
 
@@ -310,9 +333,21 @@ def checkpoint_training(checkpoint: Mapping[str, Any]) -> Mapping[str, Any]:
     return training if isinstance(training, Mapping) else {}
 
 
-def checkpoints_table(checkpoints: Sequence[Mapping[str, Any]], metric: str | None) -> Table:
+def without_deleted(checkpoints: Sequence[Mapping[str, Any]]
+                    ) -> tuple[list[Mapping[str, Any]], int]:
+    """(the checkpoints that are not DELETED, how many were)."""
+    kept = [c for c in checkpoints if state(c.get("state")) != CheckpointState.DELETED]
+    return kept, len(checkpoints) - len(kept)
+
+
+def checkpoints_table(checkpoints: Sequence[Mapping[str, Any]], metric: str | None,
+                      with_trial: bool = True) -> Table:
+    """By trial and steps; the uuid, steps and state stay whole, the time and the metric's
+    column give way first in a narrow terminal."""
     metric_header = metric or "searcher metric"
-    t = table("UUID", "Trial", "Steps", "State", "Size", "Reported", metric_header)
+    columns = ["UUID", *(["Trial"] if with_trial else []), "Steps", "State", "Size", "Reported",
+               metric_header]
+    t = table(*columns, shrink=["Reported", metric_header])
     ordered = sorted(
         checkpoints,
         key=lambda c: (checkpoint_training(c).get("trialId") or 0, checkpoint_steps(c) or 0),
@@ -321,7 +356,7 @@ def checkpoints_table(checkpoints: Sequence[Mapping[str, Any]], metric: str | No
         training = checkpoint_training(c)
         t.add_row(
             str(c.get("uuid")),
-            number(training.get("trialId")),
+            *([number(training.get("trialId"))] if with_trial else []),
             number(checkpoint_steps(c)),
             state(c.get("state")),
             size(checkpoint_size(c)),

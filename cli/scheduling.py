@@ -34,7 +34,8 @@ def list_slots(ctx: typer.Context, as_json: AsJson = False) -> None:
     if not slots:
         render.say("No slots: no agents registered.")
         return
-    t = render.table("Agent", "Slot", "Type", "Device", "Enabled", "Allocation", "Trial")
+    t = render.table("Agent", "Slot", "Type", "Device", "Enabled", "Allocation", "Trial",
+                     shrink=["Allocation", "Device", "Agent"])
     for s in slots:
         device = s.get("device") or {}
         t.add_row(
@@ -62,7 +63,7 @@ def list_jobs(
         render.say("No jobs: nothing runs or waits.")
         return
     t = render.table("#", "Job", "Pool", "Priority", "State", "Slots held", "Slots wanted",
-                     "Running", "Queued")
+                     "Running", "Queued", shrink=["Job", "Pool"])
     for j in jobs:
         summary = j.get("summary") or {}
         t.add_row(

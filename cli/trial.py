@@ -41,8 +41,9 @@ def trial_fields(trial: dict[str, Any], metric: str | None) -> list[tuple[str, A
     if trial.get("earlyExitReason"):
         rows.append(("Early exit", str(trial["earlyExitReason"])))
     hparams = render.flatten(trial.get("hparams") or {})
-    lines = [f"{k}={render.hp_value(v)}" for k, v in sorted(hparams.items())]
-    rows.append(("Hyperparameters", "\n".join(lines) or "-"))
+    # One `name=value` a line (fields() shows a list so), each line escaped on its own.
+    rows.append(("Hyperparameters",
+                 [f"{k}={render.hp_value(v)}" for k, v in sorted(hparams.items())]))
     if metric:
         rows.append(("Searcher metric", metric))
         rows.append(("Latest value", render.trial_metric(trial, metric, "latest")))
@@ -85,10 +86,14 @@ def describe(
         return
     render.show(render.fields(trial_fields(trial, metric)))
     render.say()
-    if checkpoints:
-        render.show(render.checkpoints_table(checkpoints, metric))
+    kept, deleted = render.without_deleted(checkpoints)
+    if kept:
+        render.show(render.checkpoints_table(kept, metric, with_trial=False))
     else:
         render.say("No checkpoints.")
+    if deleted:
+        render.say(f"{deleted} deleted checkpoint{'s' if deleted != 1 else ''} not shown "
+                   "(`--json` lists them).")
     if samples is not None:
         render.say()
         if samples:

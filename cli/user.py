@@ -13,6 +13,8 @@ from cli.client import ApiError, Client, CliError, master_url
 
 app = typer.Typer(help="Log in and out; create, list and change users.", no_args_is_help=True)
 
+AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
+
 PASSWORD_ENV = "EPOCHAL_PASSWORD"
 
 
@@ -49,17 +51,20 @@ def log_in(url: str, username: str, password: str) -> str:
 def login(
     ctx: typer.Context,
     username: Annotated[str, typer.Argument(help="Who to log in as.")] = "admin",
+    as_json: Annotated[bool, typer.Option("--json", help="Print who logged in where as JSON "
+                                          "(not the token).")] = False,
 ) -> None:
     url = master_url(ctx)
     log_in(url, username, _ask_password(f"Password for {username}"))
-    render.say(f"Logged in to {url} as {username}.")
+    render.done(as_json, {"master": url, "username": username},
+                f"Logged in to {url} as {username}.")
 
 
 @app.command("logout", help="End this CLI's session with the master.")
-def logout(ctx: typer.Context) -> None:
+def logout(ctx: typer.Context, as_json: AsJson = False) -> None:
     url = master_url(ctx)
     if credentials.token_for(url) is None:
-        render.say(f"Not logged in to {url}.")
+        render.done(as_json, {"master": url, "loggedOut": False}, f"Not logged in to {url}.")
         return
     with Client(url) as client:
         try:
@@ -68,22 +73,20 @@ def logout(ctx: typer.Context) -> None:
             if err.status != 401:  # an expired token: forgetting it is all that is left
                 raise
     credentials.forget(url)
-    render.say(f"Logged out of {url}.")
+    render.done(as_json, {"master": url, "loggedOut": True}, f"Logged out of {url}.")
 
 
 @app.command("whoami", help="Which user this CLI is logged in as.")
-def whoami(ctx: typer.Context) -> None:
+def whoami(ctx: typer.Context, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
-        user = client.get("/me")["user"]
+        answer = client.get("/me")
+    user = answer["user"]
     role = " (admin)" if user.get("admin") else ""
-    render.say(f"You are logged in as user '{user['username']}'{role}.")
+    render.done(as_json, answer, f"You are logged in as user '{user['username']}'{role}.")
 
 
 @app.command("list", help="List the master's users.")
-def list_users(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the server's JSON.")] = False,
-) -> None:
+def list_users(ctx: typer.Context, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         answer = client.get("/users")
     if as_json:
@@ -106,6 +109,7 @@ def create(
     ctx: typer.Context,
     username: Annotated[str, typer.Argument(help="The new user's name.")],
     admin: Annotated[bool, typer.Option("--admin", help="Make the user an admin.")] = False,
+    as_json: AsJson = False,
 ) -> None:
     password = _ask_password(f"Password for {username}", confirm=True)
     with Client(master_url(ctx)) as client:
@@ -114,7 +118,8 @@ def create(
             {"user": {"username": username, "admin": admin, "active": True},
              "password": password, "isHashed": False},
         )
-    render.say(f"Created user {answer['user']['username']} (id {answer['user']['id']}).")
+    render.done(as_json, answer,
+                f"Created user {answer['user']['username']} (id {answer['user']['id']}).")
 
 
 @app.command("change-password", help="Change your password, or (admins) another user's.")
@@ -123,6 +128,7 @@ def change_password(
     username: Annotated[
         str | None, typer.Argument(help="Whose password [the logged-in user's].")
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     url = master_url(ctx)
     with Client(url) as client:
@@ -136,4 +142,5 @@ def change_password(
         )
     if target["id"] == me["id"]:
         log_in(url, target["username"], password)
-    render.say(f"Changed the password of {target['username']}.")
+    render.done(as_json, {"username": target["username"], "passwordChanged": True},
+                f"Changed the password of {target['username']}.")

@@ -44,7 +44,7 @@ def list_workspaces(ctx: typer.Context, as_json: AsJson = False) -> None:
     if as_json:
         render.print_json(answer)
         return
-    t = render.table("ID", "Name", "Projects", "Experiments", "Owner")
+    t = render.table("ID", "Name", "Projects", "Experiments", "Owner", shrink=["Name", "Owner"])
     for w in answer["workspaces"]:
         t.add_row(str(w["id"]), w["name"], str(w["numProjects"]), str(w["numExperiments"]),
                   str(w["username"]))
@@ -52,10 +52,11 @@ def list_workspaces(ctx: typer.Context, as_json: AsJson = False) -> None:
 
 
 @workspace_app.command("create", help="Create a workspace.")
-def create_workspace(ctx: typer.Context, name: NameArg) -> None:
+def create_workspace(ctx: typer.Context, name: NameArg, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
-        workspace = client.post("/workspaces", {"name": name})["workspace"]
-    render.say(f"Created workspace {workspace['name']} (id {workspace['id']})")
+        answer = client.post("/workspaces", {"name": name})
+    workspace = answer["workspace"]
+    render.done(as_json, answer, f"Created workspace {workspace['name']} (id {workspace['id']})")
 
 
 # -- projects --------------------------------------------------------------------------------
@@ -73,7 +74,8 @@ def list_projects(
     if as_json:
         render.print_json(answer)
         return
-    t = render.table("ID", "Workspace", "Name", "Key", "Experiments", "Active", "Description")
+    t = render.table("ID", "Workspace", "Name", "Key", "Experiments", "Active", "Description",
+                     shrink=["Description", "Workspace", "Name"])
     for p in answer["projects"]:
         t.add_row(str(p["id"]), p["workspaceName"], p["name"], p["key"],
                   str(p["numExperiments"]), str(p["numActiveExperiments"]), p["description"])
@@ -87,13 +89,16 @@ def create_project(
     name: NameArg,
     description: Annotated[str, typer.Option("--description", "-d")] = "",
     key: Annotated[str | None, typer.Option("--key", help="1 to 5 letters or digits.")] = None,
+    as_json: AsJson = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
         workspace_id = workspace_by_name(client, workspace)["id"]
-        project = client.post(f"/workspaces/{workspace_id}/projects",
-                              {"name": name, "description": description, "key": key})["project"]
-    render.say(f"Created project {project['name']} (id {project['id']}, key {project['key']})"
-               f" in workspace {workspace}")
+        answer = client.post(f"/workspaces/{workspace_id}/projects",
+                             {"name": name, "description": description, "key": key})
+    project = answer["project"]
+    render.done(as_json, answer,
+                f"Created project {project['name']} (id {project['id']}, key {project['key']})"
+                f" in workspace {workspace}")
 
 
 # -- templates -------------------------------------------------------------------------------
@@ -109,17 +114,20 @@ def list_templates(ctx: typer.Context, as_json: AsJson = False) -> None:
     if as_json:
         render.print_json(answer)
         return
-    t = render.table("Name", "Workspace", "Fields")
+    t = render.table("Name", "Workspace", "Fields", shrink=["Fields", "Name"])
     for tpl in answer["templates"]:
         t.add_row(tpl["name"], str(tpl["workspaceId"]), ", ".join(sorted(tpl["config"])))
     render.show(t)
 
 
 @template_app.command("describe", help="Print a template's config as YAML.")
-def describe_template(ctx: typer.Context, name: NameArg) -> None:
+def describe_template(ctx: typer.Context, name: NameArg, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
-        template = client.get(_template_path(name))["template"]
-    print(yaml.safe_dump(template["config"], sort_keys=False), end="")
+        answer = client.get(_template_path(name))
+    if as_json:
+        render.print_json(answer)
+        return
+    print(yaml.safe_dump(answer["template"]["config"], sort_keys=False), end="")
 
 
 @template_app.command("set", help="Create or replace a template from a YAML file.")
@@ -128,6 +136,7 @@ def set_template(
     name: NameArg,
     path: Annotated[Path, typer.Argument(metavar="FILE", help="Partial config (YAML).",
                                          show_default=False)],
+    as_json: AsJson = False,
 ) -> None:
     try:
         config = yaml.safe_load(path.read_text())
@@ -136,12 +145,14 @@ def set_template(
     if not isinstance(config, dict):
         raise CliError(f"{path}: a template is a mapping of config fields", exit_code=2)
     with Client(master_url(ctx)) as client:
-        client.request("PUT", _template_path(name), json={"name": name, "config": config})
-    render.say(f"Set template {name}")
+        answer = client.request("PUT", _template_path(name),
+                                json={"name": name, "config": config})
+    render.done(as_json, answer if isinstance(answer, dict) and answer else {"name": name},
+                f"Set template {name}")
 
 
 @template_app.command("remove", help="Remove a template.")
-def remove_template(ctx: typer.Context, name: NameArg) -> None:
+def remove_template(ctx: typer.Context, name: NameArg, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         client.request("DELETE", _template_path(name))
-    render.say(f"Removed template {name}")
+    render.done(as_json, {"name": name, "removed": True}, f"Removed template {name}")

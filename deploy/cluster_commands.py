@@ -149,6 +149,9 @@ def up(
                      "(OpenTelemetry) in STATE/traces.jsonl; set EPOCHAL_TRACES_FILE to that "
                      "file for the CLI's own [what the last `up` used, else no]."),
     ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the cluster's addresses as "
+                                          "JSON (the admin's password stays in "
+                                          "STATE/secrets.json).")] = False,
 ) -> None:
     if runtime is not None and runtime not in ("process", "docker", "auto"):
         raise typer.BadParameter(f"must be process, docker or auto, got {runtime!r}",
@@ -191,10 +194,23 @@ def up(
 
     try:
         log_in(info.api_url, "admin", info.admin_password)
-        render.say("Local cluster is up; this CLI is logged in as admin.")
+        logged_in = True
     except ApiError as err:
         if err.status != 401:
             raise
+        logged_in = False
+    checkpoints = (f"s3://{local_cluster.S3_BUCKET} at {info.s3_endpoint}"
+                   if info.s3_endpoint else str(info.state_dir / "checkpoints"))
+    if as_json:
+        render.print_json({
+            "api": info.api_url, "dashboard": info.dashboard_url, "loggedInAsAdmin": logged_in,
+            "temporal": info.temporal_address, "temporalUi": info.temporal_ui_url,
+            "checkpoints": checkpoints, "stateDir": str(info.state_dir),
+            "traces": str(s.traces_file) if s.traces else None})
+        return
+    if logged_in:
+        render.say("Local cluster is up; this CLI is logged in as admin.")
+    else:
         render.say("Local cluster is up. admin's password was changed since the first `up`: "
                    "log in with `epochal user login`.")
     rows = [
@@ -203,8 +219,7 @@ def up(
         ("Log in as", f"admin / {info.admin_password}  (kept in {info.state_dir}/secrets.json)"),
         ("Temporal", info.temporal_address),
         ("Temporal UI", info.temporal_ui_url or "-"),
-        ("Checkpoints", f"s3://{local_cluster.S3_BUCKET} at {info.s3_endpoint}"
-         if info.s3_endpoint else str(info.state_dir / "checkpoints")),
+        ("Checkpoints", checkpoints),
         ("State", str(info.state_dir)),
         *([("Traces", str(s.traces_file))] if s.traces else []),
     ]
@@ -222,11 +237,17 @@ def up(
 
 
 @app.command("down", help="Stop the local cluster; its data is kept for the next `up`.")
-def down(state_dir: StateDir = None) -> None:
+def down(
+    state_dir: StateDir = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print what was stopped as JSON.")]
+    = False,
+) -> None:
     from deploy import local_cluster
 
     stopped = _run(local_cluster.down, settings(state_dir=state_dir))
-    if stopped:
+    if as_json:
+        render.print_json({"stopped": list(stopped or [])})
+    elif stopped:
         render.say(f"Stopped {', '.join(stopped)}.")
     else:
         render.say("Nothing was running.")
@@ -312,7 +333,7 @@ def _remote_status(url: str, as_json: bool) -> None:
     if as_json:
         render.print_json({**found, "allAnswering": found["answering"]})
     else:
-        t = render.table("Part", "Answering", "Address", wrap=["Address"])
+        t = render.table("Part", "Answering", "Address", shrink=["Address"])
         t.add_row("master", "yes" if found["answering"] else "no", url)
         for agent in found.get("agents", []):
             t.add_row("agent", "yes" if agent["enabled"] else "disabled",
@@ -330,7 +351,7 @@ def _remote_status(url: str, as_json: bool) -> None:
 
 
 def _show_status(result: Any) -> None:
-    t = render.table("Part", "PID", "Running", "Answering", "Address", wrap=["Address"])
+    t = render.table("Part", "PID", "Running", "Answering", "Address", shrink=["Address"])
     for part in result.parts:
         t.add_row(
             part.name,

@@ -8,7 +8,7 @@ from cli import render
 
 
 def test_names_are_printed_literally(capsys: pytest.CaptureFixture[str]) -> None:
-    t = render.table("ID", "Name", wrap=["Name"])
+    t = render.table("ID", "Name", shrink=["Name"])
     t.add_row("1", "\x1b[2J\x1b[31mowned\x07")
     t.add_row("2", "[red]not markup[/] [/]")
     render.show(t)
