@@ -22,6 +22,8 @@ app = typer.Typer(help="Create, watch and control experiments.", no_args_is_help
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
 IdArg = Annotated[int, typer.Argument(help="Experiment id.", metavar="ID", show_default=False)]
+FollowOpt = Annotated[bool, typer.Option(
+    "--follow", "-f", help="Stream the logs until the experiment ends, then show results.")]
 
 
 @app.command(
@@ -43,12 +45,7 @@ def create(
     model_def: Annotated[
         Path, typer.Argument(metavar="MODEL_DIR", help="Directory of training code.")
     ],
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow", "-f", help="Stream the logs until the experiment ends, then show results."
-        ),
-    ] = False,
+    follow: FollowOpt = False,
     as_json: JsonOpt = False,
     template: Annotated[
         str | None,
@@ -406,15 +403,17 @@ def download_model_def(
                 f"({count} files)")
 
 
+def _config_file(help_text: str) -> Any:
+    return typer.Option("--config-file", "-c", help=help_text)
+
+
 @app.command("fork", help="Create a new experiment from another's model definition, with "
                           "CONFIG (default: the other's config).")
 def fork(
     ctx: typer.Context,
     experiment_id: IdArg,
-    config_file: Annotated[
-        Path | None,
-        typer.Option("--config-file", "-c", help="Config of the new experiment (YAML)."),
-    ] = None,
+    config_file: Annotated[Path | None,
+                           _config_file("Config of the new experiment (YAML).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     with Client(master_url(ctx)) as client:
@@ -443,16 +442,9 @@ def fork(
 def continue_command(
     ctx: typer.Context,
     experiment_id: IdArg,
-    config_file: Annotated[
-        Path | None,
-        typer.Option("--config-file", "-c", help="Fields to change (YAML, a partial config)."),
-    ] = None,
-    follow: Annotated[
-        bool,
-        typer.Option(
-            "--follow", "-f", help="Stream the logs until the experiment ends, then show results."
-        ),
-    ] = False,
+    follow: FollowOpt = False,
+    config_file: Annotated[Path | None,
+                           _config_file("Fields to change (YAML, a partial config).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     override = load_config(config_file, partial=True)[0] if config_file is not None else None
