@@ -53,7 +53,7 @@ def list_agents(ctx: typer.Context, as_json: AsJson = False) -> None:
         return
     t = render.table(
         "ID", "Pool", "Slots", "Alive", "Enabled", "Registered", "Last seen",
-        shrink=["Slots", "Registered", "Pool"]
+        shrink=["Slots", "Registered", "Last seen", "Pool"]
     )
     for a in agents:
         t.add_row(

@@ -137,7 +137,7 @@ def list_experiments(
     columns = ["ID", "Name", "State", "Searcher", "Progress", "Trials"]
     columns += ["Best"] if with_best else []
     columns += ["Started", "Ended"] + (["Archived"] if show_all else [])
-    t = render.table(*columns, shrink=["Name", "Searcher"])
+    t = render.table(*columns, shrink=["Name", "Searcher", "Started", "Ended"])
     for e in sorted(experiments, key=lambda x: x.get("id") or 0):
         row = [
             str(e.get("id")),

@@ -217,7 +217,7 @@ def list_tasks(ctx: typer.Context, kind: Kind, show_all: bool, as_json: bool) ->
         render.say(f"No {kind.path}." + ("" if show_all else " (--all shows every user's)"))
         return
     t = render.table("ID", "User", "Description", "State", "Exit status", "Pool", "Started",
-                     shrink=["Description", "Exit status", "User", "Pool"])
+                     shrink=["Description", "Exit status", "User", "Pool", "Started"])
     for item in items:
         t.add_row(str(item["id"]), str(item.get("username")), str(item.get("description")),
                   render.state(item.get("state")), str(item.get("exitStatus") or "-"),
