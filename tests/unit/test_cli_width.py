@@ -192,3 +192,21 @@ def test_pipes_keep_full_rows(fake: FakeMaster, monkeypatch: pytest.MonkeyPatch)
     result = CliRunner().invoke(app, ["experiment", "list"], env={"EPOCHAL_MASTER": None})
 
     assert LONG_NAME in result.stdout and "…" not in result.stdout
+
+
+def test_trial_describe_piped_pads_no_row(fake: FakeMaster,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Into a pipe (400 columns) the fields were padded to the widest value: 312 characters of
+    hyperparameters joined into one escaped line."""
+    t = trial(12, 0.3, 0.25)
+    t["hparams"] = {f"hyperparameter_{i}": "x" * 20 for i in range(12)}
+    fake.on("GET", "/trials/12", {"trial": t})
+    fake.on("GET", "/trials/12/checkpoints", {"checkpoints": many_checkpoints(0, 2)})
+    fake.on("GET", "/experiments/4", {"experiment": experiment()})
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+    result = CliRunner().invoke(app, ["trial", "describe", "12"], env={"EPOCHAL_MASTER": None})
+
+    assert result.exit_code == 0, result.output
+    lines = assert_fits(result.stdout, 100)
+    assert sum("hyperparameter_" in line for line in lines) == 12
