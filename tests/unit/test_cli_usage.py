@@ -22,7 +22,7 @@ from tests.fakes.cli_master import FakeMaster, experiment
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 # Commands that run a server in this process until it is stopped: they answer nothing to print
-# as JSON (their logs go to stderr). README.md says so where it says "every command takes --json".
+# as JSON (their logs go to stderr); README.md names them where it says which commands take --json.
 SERVERS = {("agent", "run"), ("master", "run")}
 
 
