@@ -41,8 +41,9 @@ from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common import processes  # noqa: E402
 from common.temporal_names import trial_workflow_id  # noqa: E402
-from deploy import local_cluster, processes  # noqa: E402
+from deploy import local_cluster  # noqa: E402
 
 DIGITS = REPO / "examples" / "digits"
 POLL = 0.02

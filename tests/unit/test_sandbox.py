@@ -376,8 +376,16 @@ def test_a_killed_agents_runs_die_with_it(layout: dict[str, Path]) -> None:
     finally:
         agent.kill()
         agent.wait()
-    wait_for(lambda: not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                             for p in sleepers), 10, "the run's processes to die with the agent")
+    wait_for(lambda: not any(map(_alive, sleepers)), 10,
+             "the run's processes to die with the agent")
+
+
+def _alive(process: psutil.Process) -> bool:
+    """Running and not a zombie; one that ends between the two questions is not."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def test_each_user_is_an_identity_of_their_own_or_the_one_an_admin_linked() -> None:
