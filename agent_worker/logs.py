@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import dataclasses
 import logging
 import re
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from agent_worker.runtime import LogSink
+from agent_worker.runtime import ExitStatus, LogSink
 from harness.spool import SpoolQueue
 
 logger = logging.getLogger(__name__)
@@ -31,6 +32,9 @@ MAX_LINE_BYTES = 64 * 1024
 _LEVEL_RE = re.compile(
     r"^\s*(?:\[rank=\d+\]\s*)?\[?(DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\]?[:\s]")
 _LEVELS = {"WARN": "WARNING"}
+_RANK_PREFIX = re.compile(r"^\[rank=\d+\]\s?")
+_TRACEBACK_START = "Traceback (most recent call last):"
+MAX_EXCEPTION_CHARS = 300  # of the exception a failed run's message names
 
 
 def log_level(line: str) -> str:
@@ -38,6 +42,44 @@ def log_level(line: str) -> str:
     m = _LEVEL_RE.match(line)
     name = _LEVELS.get(m.group(1), m.group(1)) if m else "INFO"
     return f"LOG_LEVEL_{name}"
+
+
+class Tracebacks:
+    """Python's tracebacks in a run's output: every line of one is an error (Determined's
+    `LOG_LEVEL_ERROR`, which the dashboard's errors filter shows), and the exception line that
+    ends the latest says why the run failed. Each rank's lines (`[rank=N] `, interleaved by the
+    launcher) are followed apart."""
+
+    def __init__(self) -> None:
+        self._inside: set[tuple[str, str]] = set()  # (stream, rank prefix) within a traceback
+        self.last_exception: str | None = None
+
+    def level(self, stdtype: str, line: str) -> str | None:
+        """LOG_LEVEL_ERROR for a line of a traceback, else None (the line's own level holds)."""
+        rank = _RANK_PREFIX.match(line)
+        key = (stdtype, rank.group() if rank else "")
+        body = line[rank.end():] if rank else line
+        if body.startswith(_TRACEBACK_START):
+            self._inside.add(key)
+            return "LOG_LEVEL_ERROR"
+        if key not in self._inside:
+            return None
+        if body[:1] in (" ", "\t"):  # a frame, its source line, its ^^^ markers
+            return "LOG_LEVEL_ERROR"
+        self._inside.discard(key)  # `ValueError: bad lr` ends it
+        if body.strip():
+            self.last_exception = body.strip()[:MAX_EXCEPTION_CHARS]
+            return "LOG_LEVEL_ERROR"
+        return None
+
+
+def naming_exception(status: ExitStatus, exception: str | None) -> ExitStatus:
+    """A failed run's status, its message naming the exception its output ended a traceback
+    with (`exited with code 1 (raised ValueError: bad lr)`), which the trial's and the
+    experiment's error then show, not only the exit code."""
+    if status.exit_code == 0 or not exception:
+        return status
+    return dataclasses.replace(status, message=f"{status.message} (raised {exception})")
 
 
 def now_rfc3339() -> str:
@@ -78,6 +120,7 @@ class LogShipper:
         self.given_up = 0  # lines still waiting when a close with a timeout gave up
         self._unreported_drops = 0
         self.shipped = 0
+        self.tracebacks = Tracebacks()
 
     def start(self) -> None:
         if self._task is None:
@@ -85,7 +128,7 @@ class LogShipper:
 
     def add(self, stdtype: str, line: str) -> None:
         """Queue one line; never blocks."""
-        entry = self._entry(stdtype, line)
+        entry = self._entry(stdtype, line, self.tracebacks.level(stdtype, line))
         if self._tail is None and self._buffer.put(entry):
             pass
         else:

@@ -36,7 +36,7 @@ from agent_worker.determined_env import (
     determined_model_dir,
     write_determined_info,
 )
-from agent_worker.logs import LogShipper
+from agent_worker.logs import LogShipper, naming_exception
 from agent_worker.model_def import ModelDefinitions
 from agent_worker.private_files import make_private, write_private
 from agent_worker.runtime import (
@@ -167,6 +167,7 @@ class AgentActivities:
             watch = HookWatch(shipper)
             async with self.ports_closed_to_others(launch):
                 status = watch.explain(await self.runtime.run(launch, watch, activity.heartbeat))
+            status = naming_exception(status, shipper.tracebacks.last_exception)
             await shipper.close(None, heartbeat=activity.heartbeat)
         except BaseException:
             await uninterruptible(shipper.close(self.log_close_timeout))

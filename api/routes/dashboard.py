@@ -87,6 +87,7 @@ def _page(title: str, script: str, body: str, *, page_id: int | None = None,
         "<meta name='viewport' content='width=device-width, initial-scale=1'>"
         f"<title>{escape(title)} · Epochal</title>"
         "<link rel='stylesheet' href='/static/style.css'>"
+        "<link rel='icon' type='image/svg+xml' href='/static/favicon.svg'>"
         f"{vendor}<script type='module' src='/static/{script}'></script></head>"
         f"<body data-page='{script.removesuffix('.js')}'{data_id}{data_workflows}"
         # The pages' scripts learn the states here, from their one home (dom.js reads them).

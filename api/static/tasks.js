@@ -109,7 +109,8 @@ function render() {
     ? table(columns, shown, (t) => ({ class: t.id === picked ? "task-row picked" : "task-row",
       "data-id": t.id, "data-type": t.kind.type, "data-state": shortState(t.state) }))
     : message(tasks.length ? "No task matches the filter."
-      : "No tasks yet: det cmd run, det notebook start, det shell start, det tensorboard start."),
+      : "No tasks yet: epochal cmd run, epochal notebook start, epochal shell start, "
+        + "epochal tensorboard start (or Determined's det cmd run, ...)."),
   truncated ? message(`Only the newest ${LISTED} tasks of each type are shown.`) : "");
 }
 

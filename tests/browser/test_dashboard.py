@@ -403,6 +403,23 @@ def test_a_failure_says_why_and_the_logs_filter(
     page.close()
 
 
+def test_no_page_asks_for_what_the_master_does_not_serve(
+    logged_in: BrowserContext, experiment_id: int
+) -> None:
+    """Every page loads its icon, scripts and styles: nothing it asks for answers 404 (a missing
+    favicon was one on every page)."""
+    page = logged_in.new_page()
+    missing: list[str] = []
+    page.on("response", lambda r: missing.append(r.url) if r.status == 404 else None)
+    for path in ("/", f"/experiments/{experiment_id}", "/tasks", "/cluster", "/models"):
+        page.goto(path)
+        page.wait_for_load_state("load")
+    icon = page.evaluate("document.querySelector(\"link[rel='icon']\").href")
+    assert page.request.get(icon).ok, icon
+    assert missing == []
+    page.close()
+
+
 def test_a_banner_says_when_the_master_stops_answering(
     logged_in: BrowserContext, experiment_id: int
 ) -> None:

@@ -205,6 +205,33 @@ def test_bad_input_is_refused_before_anything_is_stored(cluster: Cluster, tmp_pa
     assert "cannot reach the master" in result.stderr and "Traceback" not in result.stderr
 
 
+def test_a_trial_that_raises_says_which_exception_and_ships_its_traceback_as_errors(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The traceback's lines are ERROR lines (the dashboard's errors filter and its banner show
+    them), and the run's failure names the exception, not only its exit code."""
+    (tmp_path / "train.py").write_text(
+        "print('loading', flush=True)\n"
+        "def fit(lr):\n    raise ValueError(f'bad lr {lr}')\n"
+        "fit(7.0)\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "name": "raises", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}))
+    experiment_id = created_id(cluster.run("experiment", "create", str(config),
+                                           str(tmp_path)).stdout)
+    wait_for(lambda: cluster.experiment(experiment_id)["state"] == "STATE_ERROR", 120,
+             "the experiment to end in ERROR")
+    [trial] = cluster.trials(experiment_id)
+    logs = cluster.trial_logs(trial["id"])
+    levels = {line["log"].strip(): line["level"] for line in logs}
+    assert levels["loading"] == "LOG_LEVEL_INFO"
+    assert levels["Traceback (most recent call last):"] == "LOG_LEVEL_ERROR"
+    assert levels["ValueError: bad lr 7.0"] == "LOG_LEVEL_ERROR"
+    assert any("exited with code 1 (raised ValueError: bad lr 7.0)" in line["log"]
+               and line["level"] == "LOG_LEVEL_ERROR" for line in logs), logs
+
+
 def test_adaptive_asha_stops_trials_early_and_trains_the_best_to_the_end(cluster: Cluster) -> None:
     result = cluster.run(
         "experiment", "create", "examples/digits/adaptive.yaml", "examples/digits", "--follow",

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 import agent_worker
-from agent_worker.logs import LogShipper, log_level, pump_lines
+from agent_worker.logs import LogShipper, Tracebacks, log_level, naming_exception, pump_lines
 from agent_worker.main import parse_args
 from agent_worker.process_runtime import (
     DEFAULT_KILL_GRACE_SECONDS,
@@ -22,7 +22,7 @@ from agent_worker.process_runtime import (
     kill_grace_from_env,
 )
 from agent_worker.registration import Registration
-from agent_worker.runtime import Launch
+from agent_worker.runtime import ExitStatus, Launch
 from agent_worker.slots import SlotPool, cpu_slots, discover_slots
 from agent_worker.trial_info import trial_environment
 from agent_worker.trial_runs import AgentActivities
@@ -337,3 +337,45 @@ async def test_the_owner_is_asked_again_after_the_master_drops_the_connection(
                                runtime=ProcessRuntime(), slots=SlotPool(cpu_slots(1)))
         assert await acts.experiment_owner(url, "ept.1.token") == {"id": 7, "username": "ann"}
     assert connections == 2
+
+
+def test_a_traceback_is_an_error_and_its_exception_names_the_failure() -> None:
+    """Every line of a Python traceback is shipped at ERROR (the dashboard's errors filter shows
+    it), each rank's apart, and a failed run's message names the exception that ended the last."""
+    seen = Tracebacks()
+    lines = [
+        ("stdout", "epoch 1 loss 0.5"),
+        ("stderr", "[rank=0] Traceback (most recent call last):"),
+        ("stderr", "[rank=1] step 3"),
+        ("stderr", '[rank=0]   File "train.py", line 9, in <module>'),
+        ("stderr", "[rank=0]     model.fit(lr=lr)"),
+        ("stderr", "[rank=0]     ^^^^^^^^^^^^^^^^"),
+        ("stderr", "[rank=0] ValueError: bad lr 7.0"),
+        ("stderr", "[rank=0] cleaning up"),
+    ]
+    levels = [seen.level(stdtype, line) for stdtype, line in lines]
+    error = "LOG_LEVEL_ERROR"
+    assert levels == [None, error, None, error, error, error, error, None]
+    assert seen.last_exception == "ValueError: bad lr 7.0"
+    failed = naming_exception(ExitStatus(1, "exited with code 1"), seen.last_exception)
+    assert failed.message == "exited with code 1 (raised ValueError: bad lr 7.0)"
+    done = ExitStatus(0, "exited with code 0")
+    assert naming_exception(done, seen.last_exception) is done
+    assert naming_exception(ExitStatus(2, "exited with code 2"), None).message == (
+        "exited with code 2")
+
+
+async def test_the_shipper_sends_a_tracebacks_lines_at_error(
+        master: FakeMaster, http: httpx.AsyncClient) -> None:
+    s = shipper(master.url, http)
+    s.start()
+    s.add("stderr", "Traceback (most recent call last):")
+    s.add("stderr", '  File "train.py", line 2, in <module>')
+    s.add("stderr", "KeyError: 'lr'")
+    s.add("stdout", "INFO: done")
+    await s.close(timeout=10)
+    with master.lock:
+        levels = [e["level"] for e in master.logs]
+    assert levels == [
+        "LOG_LEVEL_ERROR", "LOG_LEVEL_ERROR", "LOG_LEVEL_ERROR", "LOG_LEVEL_INFO"]
+    assert s.tracebacks.last_exception == "KeyError: 'lr'"
