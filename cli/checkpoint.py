@@ -67,7 +67,7 @@ class _Reader(io.RawIOBase):
 
 
 @app.command("list", help="List the checkpoints of an experiment's trials (DELETED ones, "
-             "whose files are gone, only with --all).")
+             "whose files are gone, only with --all or --json).")
 def list_checkpoints(
     ctx: typer.Context,
     experiment_id: Annotated[
@@ -87,13 +87,12 @@ def list_checkpoints(
                 metric = experiment.get("searcherMetric")
             except ApiError:
                 metric = None
+    if as_json:  # scripts get the server's answer whole, DELETED checkpoints too
+        render.print_json(answer)
+        return
     checkpoints, deleted = answer["checkpoints"], 0
     if not show_all:
         checkpoints, deleted = render.without_deleted(checkpoints)
-        answer["checkpoints"] = checkpoints
-    if as_json:
-        render.print_json(answer)
-        return
     if checkpoints:
         render.show(render.checkpoints_table(checkpoints, metric))
     elif not deleted:
