@@ -44,8 +44,9 @@ function empty(box, text) {
 // lines: [{name, group, color, width, dash, showlegend, points: [[x, y], ...], labels?, count?}]:
 // a line with `labels` names each point in its hover (a line of several trials, `count` of
 // them, separated by [null, null]). Hovering shows every drawn line's value at that step.
+// `xAxis` adds to plotly's x axis (a time axis: {type: "date", range}).
 export function drawLines(box, lines, { xLabel = "batches", yLabel = "", logY = false,
-  height = 320 } = {}) {
+  height = 320, xAxis = {} } = {}) {
   const drawn = lines.filter((l) => l.points.length);
   if (!drawn.length) {
     empty(box, "no data yet");
@@ -63,7 +64,7 @@ export function drawLines(box, lines, { xLabel = "batches", yLabel = "", logY = 
     // Hover shows each line's point nearest the mouse's step however far apart reports are.
     height, margin: MARGIN, hovermode: "x unified", hoverdistance: -1, showlegend: true,
     legend: { orientation: "v", font: { size: 11 } },
-    xaxis: axis(xLabel), yaxis: axis(yLabel, { type: logY ? "log" : "linear" }),
+    xaxis: axis(xLabel, xAxis), yaxis: axis(yLabel, { type: logY ? "log" : "linear" }),
     uirevision: `${yLabel}:${logY}`,  // keeps the user's zoom across live updates
   }, CONFIG);
   mark(box, drawn.reduce((n, l) => n + l.points.length - (l.count ?? 1) + 1, 0),

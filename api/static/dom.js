@@ -58,6 +58,19 @@ export function fmtNumber(value) {
   return value.toPrecision(4).replace(/\.?0+$/, "");
 }
 
+// Nested hyperparameters as their own dotted names (`optimizer.momentum`), as the trials table,
+// the charts and the trial page show them.
+export function flatHparams(hparams, prefix = "", into = {}) {
+  for (const [name, value] of Object.entries(hparams || {})) {
+    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
+      flatHparams(value, `${prefix}${name}.`, into);
+    } else {
+      into[`${prefix}${name}`] = value;
+    }
+  }
+  return into;
+}
+
 export function fmtTime(iso) {
   if (!iso) return "";
   const date = new Date(iso);

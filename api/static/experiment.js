@@ -10,8 +10,8 @@ import { api, every, follow, lastErrorLines, query, reportValues, startPage } fr
 import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
-import { STATES, el, fmtNumber, fmtTime, progressBar, replace, shortState, stateBadge, table,
-  unmanagedBadge, workflowLink } from "/static/dom.js";
+import { STATES, el, flatHparams, fmtNumber, fmtTime, progressBar, replace, shortState,
+  stateBadge, table, unmanagedBadge, workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
 const PAGE_SIZE = 100;
@@ -58,6 +58,7 @@ const compareSlot = el("span", { class: "compare-slot" });
 // Every trial's lines, each naming its trial (the last 5,000, then live).
 const logs = new LogPanel({ name: `experiment-${experimentId}`, byTrial: true });
 let summary = null;
+let hpDefs = {};  // hyperparameter (dotted name) -> its definition in the config
 let kinds = {};  // hyperparameter (dotted name) -> its type in the config
 // Trials picked for comparison, by id (kept across pages).
 const selected = new Map();
@@ -218,29 +219,19 @@ function renderDetails(exp) {
   }).catch((error) => list.append(el("li", { class: "error" }, error.message)));
 }
 
-// Nested hyperparameters as their own dotted names (`optimizer.momentum`), in the table and
-// the charts alike.
-function flatHparams(hparams, prefix = "", into = {}) {
-  for (const [name, value] of Object.entries(hparams || {})) {
-    if (value !== null && typeof value === "object" && !Array.isArray(value)) {
-      flatHparams(value, `${prefix}${name}.`, into);
-    } else {
-      into[`${prefix}${name}`] = value;
-    }
-  }
-  return into;
-}
-
 function flat(trial) {
   if (!trial.flatHparams) trial.flatHparams = flatHparams(trial.hparams);
   return trial.flatHparams;
 }
 
-// Each hyperparameter's type in the config (log, double, int, categorical, const), by dotted name.
-function hpKinds(hps, prefix = "", into = {}) {
+// Each hyperparameter's definition in the config by dotted name ({type: log, double, int,
+// categorical or const, ...}); a bare value is a const.
+function hpDefinitions(hps, prefix = "", into = {}) {
   for (const [name, def] of Object.entries(hps || {})) {
-    if (def && typeof def === "object" && typeof def.type === "string") into[prefix + name] = def.type;
-    else if (def && typeof def === "object") hpKinds(def, `${prefix}${name}.`, into);
+    if (def && typeof def === "object" && typeof def.type === "string") into[prefix + name] = def;
+    else if (def && typeof def === "object" && !Array.isArray(def)) {
+      hpDefinitions(def, `${prefix}${name}.`, into);
+    } else into[prefix + name] = { type: "const", val: def };
   }
   return into;
 }
@@ -267,16 +258,23 @@ function pageQuery(exp) {
     filter: page.filters });
 }
 
+// The latest turnTo: only its outcome is acted on, however late an earlier one's comes.
+let turns = 0;
+
 function turnTo(offset, sortBy = page.sortBy, desc = sortBy === page.sortBy ? page.desc : null) {
   page.offset = Math.max(0, offset);
   page.sortBy = sortBy;
   page.desc = desc;
+  const turn = ++turns;
   stopFollowing();
-  refreshOnce().then(() => {
+  refreshOnce().then((drawn) => {
+    if (turn !== turns) return;
     replace(actionStatus);
-    followPage();
-  }).catch((error) =>
-    replace(actionStatus, el("span", { class: "error" }, String(error.message))));
+    if (drawn) followPage();  // a refused filter is not followed: there is nothing to show
+  }).catch((error) => {
+    if (turn !== turns) return;
+    replace(actionStatus, el("span", { class: "error" }, String(error.message)));
+  });
 }
 
 function pager(exp, shown, total) {
@@ -335,13 +333,68 @@ const stateFilter = el("select", { id: "trial-state-filter", "aria-label": "tria
 [T.ACTIVE, T.RUNNING, T.COMPLETED, T.CANCELED, T.ERROR].map((s) =>
   el("option", { value: `STATE_${s}` }, s)));
 
-// Conditions the master filters the trials by (GET .../trials?filter=), comma-separated.
+// Conditions the master filters the trials by (GET .../trials?filter=), comma-separated. What
+// is wrong with them is said right under the box: the master's reason when it refuses them
+// (the table then shows no trials, never the previous filter's), or a hyperparameter this
+// experiment does not have. The example is made of this experiment's own names.
 const conditionFilter = el("input", { id: "trial-filter", type: "search", size: 36,
-  "aria-label": "filter trials", placeholder: "hp.lr<0.01, searcherMetric<=0.5, hp.opt=adam",
+  "aria-label": "filter trials", "aria-describedby": "trial-filter-note",
+  placeholder: "searcherMetric<=0.5",
   onchange: () => {
     page.filters = conditionFilter.value.split(",").map((c) => c.trim()).filter(Boolean);
     turnTo(0);
   } });
+const filterNote = el("div", { id: "trial-filter-note", class: "filter-note", role: "status" });
+let filterRefused = null;  // the master's reason while it refuses the filter in the box
+let exampleBound = 0.5;  // the example's bound on the searcher metric: the page's median
+
+// An example condition for a hyperparameter: its range's middle, its first value, or its value.
+function exampleCondition(name, def) {
+  const middle = (def.minval + def.maxval) / 2;
+  if (def.type === "double") return `hp.${name}<${fmtNumber(middle)}`;
+  if (def.type === "int") return `hp.${name}<=${Math.round(middle)}`;
+  if (def.type === "log") return `hp.${name}<${fmtNumber((def.base ?? 10) ** middle)}`;
+  const value = def.type === "categorical" ? (def.vals || [])[0] : def.val;
+  return ["string", "number"].includes(typeof value) ? `hp.${name}=${value}` : null;
+}
+
+// The box's example: a numeric hyperparameter, the searcher metric (bounded by the page's
+// median) and a categorical (else constant) one, all of this experiment.
+function filterExample(trials) {
+  const conditions = Object.keys(hpDefs).sort().map((name) => [hpDefs[name].type,
+    exampleCondition(name, hpDefs[name])]).filter(([, condition]) => condition);
+  const numeric = conditions.find(([type]) => ["double", "log", "int"].includes(type));
+  const other = conditions.find(([type]) => type === "categorical")
+    || conditions.find(([type]) => type === "const");
+  const metrics = trials.map((t) => t.searcherMetricValue).filter((v) => typeof v === "number")
+    .sort((a, b) => a - b);
+  if (metrics.length) exampleBound = metrics[Math.floor((metrics.length - 1) / 2)];
+  const better = summary.experiment.smallerIsBetter ? "<=" : ">=";
+  return [numeric && numeric[1], `searcherMetric${better}${fmtNumber(exampleBound)}`,
+    other && other[1]].filter(Boolean).join(", ");
+}
+
+// The hyperparameters a condition names that this experiment does not have.
+function unknownHparams(filters) {
+  const names = Object.keys(hpDefs);
+  return filters.map((f) => (/^hp\.([^<>=!\s]+)/.exec(f) || [])[1]).filter((name) => name
+    && !names.some((known) => known === name || known.startsWith(`${name}.`)));
+}
+
+function renderFilterNote() {
+  conditionFilter.placeholder = filterExample(summary.trials);
+  conditionFilter.size = Math.max(36, Math.min(64, conditionFilter.placeholder.length + 2));
+  conditionFilter.toggleAttribute("aria-invalid", filterRefused !== null);
+  if (filterRefused !== null) {
+    replace(filterNote, el("span", { class: "error" }, filterRefused));
+    return;
+  }
+  const unknown = unknownHparams(page.filters);
+  replace(filterNote, unknown.length ? el("span", { class: "warning" },
+    `this experiment has no hyperparameter ${unknown.join(", ")}; it has `
+    + `${Object.keys(hpDefs).sort().join(", ") || "none"}`) : null);
+}
+
 const trialCount = el("h2", {});
 const trialPage = el("div", {});
 
@@ -353,6 +406,13 @@ function compareButton() {
 }
 
 function renderTrials(exp, trials, total) {
+  renderFilterNote();
+  if (filterRefused !== null) {
+    replace(trialCount, "Trials (none shown)");
+    replace(trialPage, el("p", { id: "trials-refused", class: "muted" },
+      "No trials shown: the filter above was refused."));
+    return;
+  }
   const hps = hparamNames(trials);
   const metric = exp.searcherMetric;
   // The searcher's metric first, then the trial's standing, then its hyperparameters; every
@@ -545,15 +605,30 @@ function show(next) {
   main.dataset.state = shortState(next.experiment.state);
 }
 
+// Draws the page's trials; false when it did not (the user has since turned to another page, or
+// the master refused the filter: then the table shows no trials, and why, under the box).
 async function refreshOnce() {
   const { experiment, config } = await api(`/api/v1/experiments/${experimentId}`);
-  kinds = hpKinds(config.hyperparameters);
+  hpDefs = hpDefinitions(config.hyperparameters);
+  kinds = Object.fromEntries(Object.entries(hpDefs).map(([name, def]) => [name, def.type]));
   if (page.sortBy === null) {
     page.sortBy = experiment.numTrials > PAGE_SIZE ? BY_METRIC : "SORT_BY_ID";
   }
-  const { trials, pagination } = await api(
-    `/api/v1/experiments/${experimentId}/trials${pageQuery(experiment)}`);
-  show({ experiment, trials, pagination });
+  const asked = pageQuery(experiment);
+  let answer = null;
+  try {
+    answer = await api(`/api/v1/experiments/${experimentId}/trials${asked}`);
+  } catch (error) {
+    const refused = error.status === 400 && page.filters.length;
+    if (!refused || asked !== pageQuery(experiment)) throw error;
+    filterRefused = error.message;
+    show({ experiment, trials: [], pagination: { total: 0 } });
+    return false;
+  }
+  if (asked !== pageQuery(experiment)) return false;  // a poll in flight when the user moved on
+  filterRefused = null;
+  show({ experiment, trials: answer.trials, pagination: answer.pagination });
+  return true;
 }
 
 function followPage() {
@@ -570,7 +645,9 @@ function followPage() {
 async function start() {
   if (!(await startPage())) return;
   replace(trialBox, trialCount,
-    el("div", { class: "controls" }, stateFilter, conditionFilter, columnChooser, compareSlot),
+    el("div", { class: "controls trial-controls" }, stateFilter,
+      el("div", { class: "filter-field" }, conditionFilter, filterNote), columnChooser,
+      compareSlot),
     trialPage);
   replace(main, header, errorBox,
     el("h2", {}, "Learning curves"), curveBox,

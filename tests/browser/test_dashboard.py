@@ -251,7 +251,8 @@ def test_trial_page_shows_curves_live_logs_and_checkpoints(
     page = logged_in.new_page()
     page.goto(f"/trials/{trial['id']}")
     expect(page.locator("#trial-header h1")).to_contain_text(f"Trial {trial['id']}")
-    expect(page.locator("#trial-header")).to_contain_text(f"lr={trial['hparams']['lr']}")
+    expect(page.locator("#trial-hparams tr[data-name='lr'] td.hp-value")).to_have_text(
+        str(trial["hparams"]["lr"]))
 
     chart_points(page, "#curves .line-chart", at_least=5)
     expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
@@ -400,6 +401,141 @@ def test_a_failure_says_why_and_the_logs_filter(
     saved = Path(download.value.path()).read_text()
     assert saved.count("\n") == 6 and "ERROR ValueError: loss is NaN at batch 12" in saved
     screenshot(page, "trial-error")
+    page.close()
+
+
+# A short run's system samples (ms since the epoch): three over 9 seconds.
+SAMPLE_MS = [1_795_000_000_000, 1_795_000_004_500, 1_795_000_009_000]
+
+
+def seed_trial_history(db_url: str) -> tuple[int, int, str]:
+    """A finished trial with nested hyperparameters, training metrics every batch and validations
+    every 5 (the best, 0.3, at batch 10; the latest 0.4), 20 checkpoints of which GC deleted 19,
+    and three system samples over 9 s; and a second trial of the same experiment with one system
+    sample. Returns both trials' ids and the kept checkpoint's uuid."""
+    async def seed(conn: asyncpg.Connection) -> tuple[int, int, str]:
+        config = {"name": "history", "entrypoint": "python3 train.py",
+                  "searcher": {"name": "random", "metric": "validation_loss", "max_trials": 2,
+                               "max_length": {"batches": 20}},
+                  "resources": {"resource_pool": "default"},
+                  "hyperparameters": {"lr": {"type": "log", "minval": -4, "maxval": -1},
+                                      "optimizer": {"name": "adam", "momentum": 0.9,
+                                                    "betas": [0.9, 0.999]},
+                                      "width": 123456789}}
+        experiment_id = await conn.fetchval(
+            "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+            " planned_trials, end_time) VALUES ('history', $1, '', 1, 'COMPLETED', 'admin', 2,"
+            " now()) RETURNING id", config)
+        hparams = {"lr": 0.0031622776601683794, "width": 123456789,
+                   "optimizer": {"name": "adam", "momentum": 0.9, "betas": [0.9, 0.999]}}
+        trial_id, other_id = [await conn.fetchval(
+            "INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+            " steps_completed, progress, end_time) VALUES ($1, $2, $3, 1, 'COMPLETED', 20, 1,"
+            " now()) RETURNING id", experiment_id, request, hparams) for request in (0, 1)]
+        validations = {5: 0.5, 10: 0.3, 15: 0.35, 20: 0.4}
+        rows = [(trial_id, "training", s, {"loss": 1 / s, "lr_now": 0.001}) for s in range(1, 21)]
+        rows += [(trial_id, "validation", s, {"validation_loss": v, "accuracy": 1 - v})
+                 for s, v in validations.items()]
+        rows += [(trial_id, "system", ms, {"cpu_util_percent": 50.0 + i, "memory_rss_bytes": 1e9})
+                 for i, ms in enumerate(SAMPLE_MS)]
+        rows += [(other_id, "system", SAMPLE_MS[0], {"cpu_util_percent": 80.0})]
+        await conn.executemany(
+            "INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+            " VALUES ($1, $2, $3, $4)", rows)
+        await conn.execute("SELECT refresh_best_validation($1::int[])", [trial_id, other_id])
+        kept: str = await conn.fetchval(
+            "WITH c AS (INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id,"
+            "  steps_completed, storage_path, state)"
+            " SELECT gen_random_uuid(), $1, $2, $2, s, 'nowhere',"
+            "  CASE WHEN s = 20 THEN 'COMPLETED' ELSE 'DELETED' END"
+            " FROM generate_series(1, 20) s RETURNING uuid, state)"
+            " SELECT uuid::text FROM c WHERE state = 'COMPLETED'",
+            trial_id, f"{experiment_id}.{trial_id}")
+        return trial_id, other_id, kept
+
+    return on_database(db_url, seed)
+
+
+def system_axis(page: Page) -> dict[str, Any]:
+    """What the system chart drew: its x axis (type, range as ms since the epoch, read as the
+    browser's clock time as plotly shows it) and its samples' times and mode."""
+    page.wait_for_function(
+        "() => Number(document.querySelector('#system .chart-box')?.dataset.points || 0) > 0")
+    axis: dict[str, Any] = page.evaluate("""() => {
+        const box = document.querySelector('#system .chart-box');
+        const ms = (t) => new Date(String(t).replace(' ', 'T')).getTime();
+        const x = box._fullLayout.xaxis;
+        return { type: x.type, range: x.range.map(ms), samples: box.data[0].x.map(ms),
+                 mode: box.data[0].mode };
+    }""")
+    return axis
+
+
+def test_the_trial_page_reads_well(logged_in: BrowserContext, cluster: Cluster) -> None:
+    """Issue 37 item 12: the trial's hyperparameters are a table (nested names dotted, numbers
+    whole), its metrics summed up (each one's latest value, the best validation with its batch),
+    its kept checkpoint listed first and the 19 deleted ones folded away behind their count, and a
+    9-second run's system samples drawn at their clock time on an axis of about 10 s (one
+    sample: a marker at its time, not a point on -1..1)."""
+    trial_id, other_id, kept = seed_trial_history(cluster.env["EPOCHAL_DB_URL"])
+    page = logged_in.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(f"/trials/{trial_id}")
+
+    hparams = page.locator("#trial-hparams tr.hparam-row")
+    expect(hparams).to_have_count(5)
+    values = {"lr": "0.0031622776601683794", "optimizer.betas": "[0.9,0.999]",
+              "optimizer.momentum": "0.9", "optimizer.name": "adam", "width": "123456789"}
+    for name, value in values.items():
+        row = page.locator(f"#trial-hparams tr[data-name='{name}']")
+        expect(row.locator("td").first).to_have_text(name)
+        expect(row.locator("td.hp-value")).to_have_text(value)
+    # Whole: every value on one line.
+    lines = page.evaluate("""() => [...document.querySelectorAll('#trial-hparams td.hp-value')]
+        .map((cell) => {
+            const range = document.createRange();
+            range.selectNodeContents(cell);
+            return range.getClientRects().length;
+        })""")
+    assert lines == [1] * len(values), lines
+
+    expect(page.locator("#trial-best")).to_have_text("best validation_loss 0.3 at batch 10")
+    metrics = page.locator("#trial-metrics")
+    for group, name, latest in (("validation", "validation_loss", "0.4"),
+                                ("validation", "accuracy", "0.6"), ("training", "loss", "0.05"),
+                                ("training", "lr_now", "0.001")):
+        expect(metrics.locator(f"tr[data-group='{group}'][data-name='{name}'] td.latest")
+               ).to_have_text(latest)
+    expect(metrics.locator("tr.metric-row")).to_have_count(4)
+
+    checkpoints = page.locator("#checkpoints tr.checkpoint-row")
+    expect(page.locator("#checkpoints h2")).to_have_text("Checkpoints (1 kept, 19 deleted)")
+    expect(checkpoints.first).to_have_attribute("data-uuid", kept)
+    expect(checkpoints.first).to_be_visible()
+    expect(page.locator("#checkpoints tr.checkpoint-row:visible")).to_have_count(1)
+    deleted = page.locator("#deleted-checkpoints")
+    expect(deleted.locator("summary")).to_have_text("19 deleted checkpoints")
+    expect(deleted.locator("tr.checkpoint-row[data-state='DELETED']")).to_have_count(19)
+    deleted.locator("summary").click()
+    expect(page.locator("#checkpoints tr.checkpoint-row:visible")).to_have_count(20)
+
+    axis = system_axis(page)
+    assert axis["type"] == "date" and axis["mode"] == "lines", axis
+    assert axis["samples"] == SAMPLE_MS, axis
+    start, end = axis["range"]
+    assert start <= SAMPLE_MS[0] and end >= SAMPLE_MS[-1], axis
+    assert 9_000 < end - start <= 12_000, axis
+    screenshot(page, "trial-summary")
+
+    page.goto(f"/trials/{other_id}")
+    axis = system_axis(page)
+    assert axis["mode"] == "markers" and axis["samples"] == SAMPLE_MS[:1], axis
+    start, end = axis["range"]
+    assert start < SAMPLE_MS[0] < end and 5_000 <= end - start <= 60_000, axis
+    expect(page.locator("#trial-best")).to_have_text("no validation of validation_loss yet")
+    expect(page.locator("#checkpoints h2")).to_have_text("Checkpoints (0 kept)")
+    assert not errors, errors
     page.close()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import operator
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -225,7 +226,7 @@ def test_trials_table_sorts_filters_chooses_columns_and_compares(
     assert sorted(int(r.get_attribute("data-trial-id") or 0) for r in rows.all()) == matching
     page.fill("#trial-filter", "hp.lr<tiny")
     page.press("#trial-filter", "Enter")
-    expect(page.locator("#action-status .error")).to_contain_text("not a number")
+    expect(page.locator("#trial-filter-note .error")).to_contain_text("not a number")
     page.fill("#trial-filter", "")
     page.press("#trial-filter", "Enter")
     expect(rows).to_have_count(40)
@@ -255,6 +256,96 @@ def test_trials_table_sorts_filters_chooses_columns_and_compares(
     page.wait_for_function("() => document.querySelector('#compare-curves .line-chart')"
                            "?.dataset.series === '3'")
     screenshot(page, "search-compare")
+    assert not errors, errors
+    page.close()
+
+
+def matching_trials(conditions: str, ids: list[int]) -> list[int]:
+    """The seeded trials (their ids) that meet comma-separated `hp.<name><op><value>` and
+    `searcherMetric<op><value>` conditions, each value as seed_search made it."""
+    def values(r: int) -> dict[str, float | str]:
+        return {"hp.lr": 10 ** (-4 + 3 * ((r * 0.6180339887) % 1)),
+                "hp.optimizer.momentum": (r * 0.41421356) % 1, "hp.optimizer.name": "sgd",
+                "hp.layers": 1 + r % 4, "hp.activation": ["relu", "tanh", "gelu"][r % 3],
+                "searcherMetric": final_loss(r)}
+
+    compare = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+               "=": operator.eq}
+    parsed = [re.fullmatch(r"([\w.]+)(<=|>=|<|>|=)(.+)", c.strip()) for c in conditions.split(",")]
+    assert all(parsed), conditions
+
+    def meets(r: int, field: str, op: str, text: str) -> bool:
+        value = values(r)[field]
+        return bool(compare[op](value, text if isinstance(value, str) else float(text)))
+
+    return [ids[r] for r in range(len(ids))
+            if all(meets(r, *m.groups()) for m in parsed if m)]
+
+
+def test_a_refused_trial_filter_empties_the_table_and_says_why_under_the_box(
+    analyst: BrowserContext, search: tuple[int, list[int]]
+) -> None:
+    """Issue 37 item 4: a condition the master refuses (its 400) is named right under the filter
+    box and the table shows no trials, not the previous filter's; a hyperparameter the experiment
+    lacks is named there too; the box's example is made of this experiment's names, and works."""
+    experiment_id, ids = search
+    page, errors = open_search(analyst, experiment_id)
+    rows = page.locator("tr.trial-row")
+    box = page.locator("#trial-filter")
+    note = page.locator("#trial-filter-note")
+
+    # The example: layers' middle (an int from 1 to 4; the first numeric one by name), the
+    # metric bounded by the page's median, activation's first value (a categorical).
+    expect(box).to_have_attribute("placeholder", re.compile(
+        r"^hp\.layers<=3, searcherMetric<=0\.\d+, hp\.activation=relu$"))
+    example = box.get_attribute("placeholder") or ""
+    page.fill("#trial-filter", example)
+    page.press("#trial-filter", "Enter")
+    expected = matching_trials(example, ids)
+    assert expected, example
+    expect(rows).to_have_count(len(expected))
+    assert sorted(int(r.get_attribute("data-trial-id") or 0) for r in rows.all()) == expected
+    expect(note).to_be_hidden()
+
+    page.fill("#trial-filter", "hp.layers=2")
+    page.press("#trial-filter", "Enter")
+    expect(rows).to_have_count(10)
+    # Refused: the master's reason under the box, no rows under the new text.
+    page.fill("#trial-filter", "hp.layers<two")
+    page.press("#trial-filter", "Enter")
+    expect(note.locator(".error")).to_have_text(
+        "bad trial filter: filter: 'hp.layers<two': 'two' is not a number, so only = and != "
+        "compare it")
+    expect(rows).to_have_count(0)
+    expect(page.locator("#trials-refused")).to_be_visible()
+    expect(page.locator("#trials h2")).to_have_text("Trials (none shown)")
+    expect(box).to_have_attribute("aria-invalid", "")
+    expect(page.locator("#action-status .error")).to_have_count(0)
+    # "Right under the box": below it, aligned with it, not at the top of the page.
+    under, above = note.bounding_box(), box.bounding_box()
+    assert under and above
+    assert 0 <= under["y"] - (above["y"] + above["height"]) < 20, (under, above)
+    assert abs(under["x"] - above["x"]) < 4, (under, above)
+    screenshot(page, "search-filter-refused")
+    # The same filter with another state: still refused, still no rows.
+    page.select_option("#trial-state-filter", "STATE_COMPLETED")
+    expect(page.locator("#trials-refused")).to_be_visible()
+    expect(note.locator(".error")).to_contain_text("'two' is not a number")
+    expect(rows).to_have_count(0)
+    page.select_option("#trial-state-filter", "")
+
+    # A hyperparameter this experiment does not have: the master finds no trial; the note says why.
+    page.fill("#trial-filter", "hp.lr<0.01, hp.dropout<0.5")
+    page.press("#trial-filter", "Enter")
+    expect(page.locator("#trials h2")).to_have_text("Trials (0)")
+    expect(note.locator(".warning")).to_have_text(
+        "this experiment has no hyperparameter dropout; it has activation, layers, lr, "
+        "optimizer.momentum, optimizer.name")
+    expect(box).not_to_have_attribute("aria-invalid", "")
+    page.fill("#trial-filter", "")
+    page.press("#trial-filter", "Enter")
+    expect(rows).to_have_count(40)
+    expect(note).to_be_hidden()
     assert not errors, errors
     page.close()
 
