@@ -20,7 +20,7 @@ def _dash(value: Any) -> str:
     return "-" if value is None or value == "" else str(value)
 
 
-@slot_app.command("list", help="List every agent's slots and the trial running on each.")
+@slot_app.command("list", help="List every agent's slots and the trial or task holding each.")
 def list_slots(ctx: typer.Context, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         agents = client.get("/agents").get("agents") or []
@@ -34,20 +34,41 @@ def list_slots(ctx: typer.Context, as_json: AsJson = False) -> None:
     if not slots:
         render.say("No slots: no agents registered.")
         return
-    t = render.table("Agent", "Slot", "Type", "Device", "Enabled", "Allocation", "Trial",
-                     shrink=["Allocation", "Device", "Agent"])
+    t = render.table("Agent", "Slot", "Type", "Device", "Enabled", "Allocation", "In use by",
+                     shrink=["Allocation", "Device", "Agent", "In use by"])
     for s in slots:
         device = s.get("device") or {}
         t.add_row(
             str(s["agentId"]), str(s.get("id")),
             str(s.get("type") or "TYPE_CPU").removeprefix("TYPE_"),
             _dash(device.get("brand")), "yes" if s.get("enabled") else "no",
-            _dash(s.get("allocationId")), _dash(s.get("trialId")),
+            _dash(s.get("allocationId")), _holder(s),
         )
     render.show(t)
 
 
-@job_app.command("list", help="List experiments holding or waiting for slots, in queue order.")
+def _holder(slot: dict[str, Any]) -> str:
+    """A trial's slot names the trial ("Trial 5 (Experiment 3)"); a task's its kind, id and
+    description ("notebook 3f2a9c1e-...: JupyterLab (3f2a9c1e)")."""
+    if not slot.get("allocationId"):
+        return "free"
+    kind = str(slot.get("taskType") or "").removeprefix("TASK_TYPE_").lower()
+    if kind == "trial" or not slot.get("taskId"):
+        return _dash(slot.get("taskName"))
+    return f"{kind} {slot['taskId']}: {_dash(slot.get('taskName'))}"
+
+
+def _job_name(job: dict[str, Any]) -> str:
+    """An experiment's job id (`experiment-3`); a task's kind and id."""
+    kind = str(job.get("type") or "").removeprefix("TYPE_")
+    if kind == "EXPERIMENT":
+        return str(job.get("jobId"))
+    return f"{kind.lower()} {job.get('jobId')}"
+
+
+@job_app.command("list", help="List the experiments and tasks holding or waiting for slots, in "
+                 "the scheduler's order: those it serves, then those that wait, each by "
+                 "priority and submission. Slots: held/needed; Trials: running/queued.")
 def list_jobs(
     ctx: typer.Context,
     pool: Annotated[str | None, typer.Option("--pool", help="Only this resource pool.")] = None,
@@ -62,17 +83,16 @@ def list_jobs(
     if not jobs:
         render.say("No jobs: nothing runs or waits.")
         return
-    t = render.table("#", "Job", "Pool", "Priority", "State", "Slots held", "Slots wanted",
-                     "Running", "Queued", shrink=["Job", "Pool"])
+    t = render.table("#", "Job", "Pool", "Priority", "State", "Slots", "Trials", "Waits for",
+                     shrink=["Job", "Pool", "Waits for"])
     for j in jobs:
         summary = j.get("summary") or {}
+        trials = ("-" if j.get("runningTrials") is None
+                  else f"{j.get('runningTrials')}/{j.get('queuedTrials')}")
         t.add_row(
-            str(summary.get("jobsAhead", "")), str(j.get("jobId")), str(j.get("resourcePool")),
+            str(summary.get("jobsAhead", "")), _job_name(j), str(j.get("resourcePool")),
             str(j.get("priority")), str(summary.get("state", "")).removeprefix("STATE_"),
-            str(j.get("allocatedSlots")), str(j.get("requestedSlots")),
-            str(j.get("runningTrials")), str(j.get("queuedTrials")),
+            f"{j.get('allocatedSlots')}/{j.get('requestedSlots')}", trials,
+            _dash(j.get("waiting")),
         )
     render.show(t)
-    for j in jobs:
-        if j.get("waiting"):
-            render.say(f"{j.get('jobId')} waits for agents: {j['waiting']}")

@@ -5,6 +5,8 @@ the job queue Determined's clients show, and the signals the API sends a pool.""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
@@ -18,7 +20,7 @@ from services.errors import Unavailable
 from wire.pools import SlotRequest
 
 __all__ = ["describe_pool", "job_id", "job_queue", "never_fits", "pool_names", "pool_views",
-           "signal_pool", "signal_scheduler"]
+           "signal_pool", "signal_scheduler", "waits_for"]
 
 
 async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | None:
@@ -72,12 +74,21 @@ async def pool_names(pool: asyncpg.Pool, configured: tuple[str, ...]) -> list[st
 async def job_queue(pool: asyncpg.Pool, temporal: Client, configured: tuple[str, ...],
                     resource_pool: str | None) -> list[dict[str, Any]]:
     """Experiments' and interactive tasks' jobs holding or waiting for slots in `resource_pool`
-    (else in every pool), in the order the schedulers serve them."""
+    (else in every pool), in the scheduler's order (`_jobs_of`)."""
     names = {resource_pool} if resource_pool else set(await pool_names(pool, configured))
     views = await pool_views(temporal, names)
-    task_types = {r["id"]: r["task_type"] for r in await pool.fetch(
-        "SELECT id, task_type FROM tasks WHERE state <> $1", TaskState.TERMINATED)}
-    return [j for name in sorted(views) for j in _jobs_of(name, views[name], task_types)]
+    tasks = await pool.fetch(
+        "SELECT id, task_type, created_at FROM tasks WHERE state <> $1", TaskState.TERMINATED)
+    experiment_ids = sorted({e["experiment_id"] for v in views.values()
+                             for e in [*v.get("allocations", []), *v.get("queue", [])]
+                             if e["experiment_id"]})
+    experiments = await pool.fetch(
+        "SELECT id, start_time FROM experiments WHERE id = ANY($1::int[])", experiment_ids)
+    submitted = {r["id"]: r["created_at"] for r in tasks} | {
+        job_id(r["id"]): r["start_time"] for r in experiments}
+    task_types = {r["id"]: r["task_type"] for r in tasks}
+    return [j for name in sorted(views)
+            for j in _jobs_of(name, views[name], task_types, submitted)]
 
 
 def job_id(experiment_id: int) -> str:
@@ -85,42 +96,147 @@ def job_id(experiment_id: int) -> str:
     return f"experiment-{experiment_id}"
 
 
-def _jobs_of(pool_name: str, view: dict[str, Any],
-             task_types: dict[str, str]) -> list[dict[str, Any]]:
+def _job_key(entry: dict[str, Any]) -> str:
+    """The job a pool's allocation or request belongs to: its experiment's, or (experiment 0)
+    the interactive task's, whose allocation id is `<task id>.1`."""
+    experiment_id = entry["experiment_id"]
+    return job_id(experiment_id) if experiment_id else entry["allocation_id"].rsplit(".", 1)[0]
+
+
+def _jobs_of(pool_name: str, view: dict[str, Any], task_types: dict[str, str],
+             submitted: dict[str, datetime]) -> list[dict[str, Any]]:
     """One job per experiment, and one per interactive task (its requests name experiment 0;
-    `task_types` gives the tasks' types by id): slots held and wanted, in the order the
-    scheduler serves them."""
+    `task_types` gives the tasks' types by id), in Determined's v1Job shape: slots held
+    (`allocatedSlots`) among those it needs (`requestedSlots`), an experiment's trials running
+    and queued (None for a task: it has no trials), and what a waiting job waits for.
+
+    The scheduler's order: the jobs it serves (holding slots) first, then those that wait; each
+    by priority, then when it was submitted (`submitted`, by job id; else its first request to
+    the pool), so an earlier job of a priority is listed before a later one."""
     by_job: dict[str, dict[str, Any]] = {}
+    first_asked: dict[str, datetime] = {}
+    overrides = {o["experiment_id"]: o["priority"] for o in view.get("experimentResources", [])
+                 if o.get("priority") is not None}
 
     def job(entry: dict[str, Any]) -> dict[str, Any]:
-        experiment_id, task_id = entry["experiment_id"], entry["allocation_id"].rsplit(".", 1)[0]
-        key, job_type, entity = (
-            (job_id(experiment_id), "TYPE_EXPERIMENT", str(experiment_id)) if experiment_id
-            else (task_id, f"TYPE_{task_types.get(task_id, 'GENERIC')}", task_id))
+        experiment_id, key = entry["experiment_id"], _job_key(entry)
+        asked = _parse_time(entry.get("requested_at"))
+        if asked is not None and (key not in first_asked or asked < first_asked[key]):
+            first_asked[key] = asked
+        if key in by_job:
+            return by_job[key]
+        job_type, entity, trials = (
+            ("TYPE_EXPERIMENT", str(experiment_id), 0) if experiment_id
+            else (f"TYPE_{task_types.get(key, 'GENERIC')}", key, None))
         return by_job.setdefault(key, {
-            "jobId": key, "type": job_type, "entityId": entity,
-            "resourcePool": pool_name, "priority": entry["priority"], "allocatedSlots": 0,
-            "requestedSlots": 0, "runningTrials": 0, "queuedTrials": 0, "firstQueued": None,
+            "jobId": key, "type": job_type, "entityId": entity, "resourcePool": pool_name,
+            "priority": overrides.get(experiment_id, entry["priority"]) if experiment_id
+            else entry["priority"], "allocatedSlots": 0, "requestedSlots": 0,
+            "runningTrials": trials, "queuedTrials": trials, "holding": False,
         })
 
     for a in view.get("allocations", []):
         j = job(a)
         j["allocatedSlots"] += a["slots"]
-        j["runningTrials"] += 1
-    for i, r in enumerate(view.get("queue", [])):
+        j["requestedSlots"] += a["slots"]
+        j["holding"] = True
+        if j["runningTrials"] is not None:
+            j["runningTrials"] += 1
+    queued: set[str] = set()
+    for r, reason in zip(view.get("queue", []), waits_for(pool_name, view), strict=True):
         j = job(r)
+        if j["jobId"] not in queued:  # its first request in the queue: the job's priority now
+            queued.add(j["jobId"])
+            j["priority"] = overrides.get(r["experiment_id"], r["priority"])
+            j["waiting"] = reason
         j["requestedSlots"] += r["slots"]
-        j["queuedTrials"] += 1
-        if r.get("waiting") and "waiting" not in j:  # larger than the pool as it is now
-            j["waiting"] = r["waiting"]
-        if j["firstQueued"] is None:
-            j["firstQueued"] = i
-    ordered = sorted(by_job.values(), key=lambda j: (
-        j["firstQueued"] is not None, j["firstQueued"] or 0, j["priority"],
-        j["type"] != "TYPE_EXPERIMENT", int(j["entityId"]) if j["entityId"].isdigit() else 0,
-        j["entityId"]))
+        if j["queuedTrials"] is not None:
+            j["queuedTrials"] += 1
+    never = datetime.max.replace(tzinfo=UTC)
+    for key, j in by_job.items():
+        when = submitted.get(key) or first_asked.get(key)
+        j["submissionTime"] = when.isoformat() if when is not None else None
+        j["_order"] = (not j["holding"], j["priority"], when or never,
+                       j["type"] != "TYPE_EXPERIMENT", int(j["entityId"] or 0)
+                       if j["entityId"].isdigit() else 0, j["entityId"])
+    ordered = sorted(by_job.values(), key=lambda j: j["_order"])
     for ahead, j in enumerate(ordered):
-        state = "STATE_QUEUED" if j["runningTrials"] == 0 else "STATE_SCHEDULED"
+        state = "STATE_SCHEDULED" if j.pop("holding") else "STATE_QUEUED"
         j["summary"] = {"state": state, "jobsAhead": ahead}
-        del j["firstQueued"]
+        del j["_order"]
     return ordered
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(str(value))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def waits_for(pool_name: str, view: dict[str, Any]) -> list[str]:
+    """What each request of the pool's queue (its `describe` answer, in the order served) waits
+    for, as the scheduler's next pass would see it: the pool's free slots, taken by the requests
+    before it (best fit on one agent, else whole idle agents of one size), a request capped by
+    its experiment's `max_slots`, one larger than the pool as it is now (passed over: it waits
+    for agents), and the first that does not fit, which holds up everything behind it."""
+    agents = [a for a in view.get("agents", []) if a.get("alive") and a.get("enabled")]
+    size = {a["id"]: len(a["slotIds"]) for a in agents}
+    free = {a["id"]: len(a["slotIds"]) - sum(len(x.get("slotIds") or [])
+                                             for x in a.get("allocations") or [])
+            for a in agents}
+    used: Counter[int] = Counter()
+    for a in view.get("allocations", []):
+        used[a["experiment_id"]] += a["slots"]
+    off = len(view.get("agents", [])) - len(agents)
+    aside = f" ({off} agent{'s' if off != 1 else ''} lost or disabled)" if off else ""
+    blocker: str | None = None
+    reasons = []
+    for r in view.get("queue", []):
+        slots, experiment_id, cap = r["slots"], r["experiment_id"], r.get("max_slots")
+        if not agents:
+            reasons.append(f"{_count(slots, 'slot')}; no agent in pool {pool_name}{aside}")
+        elif blocker is not None:
+            reasons.append(f"behind job {blocker}")
+        elif experiment_id and cap is not None and used[experiment_id] + slots > cap:
+            reasons.append(f"{_count(slots, 'slot')}; its experiment holds {used[experiment_id]}"
+                           f" of its max_slots ({cap})")
+        elif (placed := _place(slots, free, size)) is not None:
+            for agent_id in placed:
+                free[agent_id] = free[agent_id] - slots if len(placed) == 1 else 0
+            used[experiment_id] += slots
+            reasons.append(f"the scheduler's next pass ({_count(slots, 'slot')} free)")
+        elif r.get("waiting"):  # the pool's own verdict: larger than the pool as it is now
+            have = ", ".join(f"{n} x {s}" for s, n in sorted(Counter(size.values()).items()))
+            reasons.append(f"no agent has {_count(slots, 'slot')}, nor can pool {pool_name}'s"
+                           f" agents ({have} slots) make them up: it waits for agents to join")
+        else:
+            total, most = sum(free.values()), max(free.values(), default=0)
+            spread = f", at most {most} on one agent" if total >= slots else ""
+            reasons.append(f"{_count(slots, 'slot')}; {total} free in pool {pool_name}"
+                           f"{spread}{aside}")
+            blocker = _job_key(r)
+    return reasons
+
+
+def _place(slots: int, free: dict[str, int], size: dict[str, int]) -> list[str] | None:
+    """The agents the scheduler would give `slots` now (as ResourcePoolWorkflow's `_place`):
+    the best fitting one, else whole idle agents of the biggest size that divides `slots`."""
+    fitting = sorted((n, agent_id) for agent_id, n in free.items() if n >= slots)
+    if fitting:
+        return [fitting[-1][1] if slots == 0 else fitting[0][1]]
+    by_size: dict[int, list[str]] = {}
+    for agent_id, n in free.items():
+        if size[agent_id] and n == size[agent_id] and slots % size[agent_id] == 0:
+            by_size.setdefault(size[agent_id], []).append(agent_id)
+    for each in sorted(by_size, reverse=True):
+        if len(by_size[each]) * each >= slots:
+            return sorted(by_size[each])[: slots // each]
+    return None
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -106,7 +106,24 @@ async def register_agent(
     return {"runPorts": await queries.fetch_peer_run_ports(pool, agent_id, AGENT_ALIVE_SECONDS)}
 
 
-def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
+def _holder(allocation_id: str, experiment_id: int, trial_id: int,
+            tasks: dict[str, Any]) -> dict[str, Any]:
+    """What holds an allocation, as `det slot list` and `det task list` name it: a trial
+    ("Trial 5 (Experiment 3)", its task id `<experiment>.<trial>`) or an interactive task (its
+    description, which names its kind; `tasks`: the active tasks by allocation id)."""
+    if experiment_id:
+        return {"taskId": f"{experiment_id}.{trial_id}", "taskType": "TASK_TYPE_TRIAL",
+                "taskName": f"Trial {trial_id} (Experiment {experiment_id})"}
+    task_id = allocation_id.rsplit(".", 1)[0]
+    row = tasks.get(allocation_id)
+    if row is None:  # over, while the pool still holds its slots
+        return {"taskId": task_id, "taskType": "TASK_TYPE_GENERIC", "taskName": f"Task {task_id}"}
+    return {"taskId": task_id, "taskType": f"TASK_TYPE_{row['task_type']}",
+            "taskName": row["description"]}
+
+
+def _agent_json(row: Any, scheduler: dict[str, Any] | None,
+                tasks: dict[str, Any]) -> dict[str, Any]:
     used: dict[str, dict[str, Any]] = {}
     for alloc in (scheduler or {}).get("allocations", []):
         for sid in alloc.get("slotIds", []):
@@ -127,8 +144,11 @@ def _agent_json(row: Any, scheduler: dict[str, Any] | None) -> dict[str, Any]:
             "draining": not row["enabled"] and container is not None,
             "container": container,
             "allocationId": alloc["allocationId"] if alloc else None,
-            "trialId": alloc["trialId"] if alloc else None,
-            "experimentId": alloc["experimentId"] if alloc else None,
+            # A trial's; an interactive task's allocation names experiment and trial 0.
+            "trialId": alloc["trialId"] if alloc and alloc["experimentId"] else None,
+            "experimentId": alloc["experimentId"] if alloc and alloc["experimentId"] else None,
+            **(_holder(alloc["allocationId"], alloc["experimentId"], alloc["trialId"], tasks)
+               if alloc else {"taskId": None, "taskType": None, "taskName": None}),
         }
     return {
         "id": row["id"],
@@ -185,11 +205,12 @@ def _slot_stats(slots: list[dict[str, Any]]) -> dict[str, Any]:
 async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> list[dict[str, Any]]:
     rows = await queries.fetch_agents(pool, AGENT_ALIVE_SECONDS, agent_id)
     views = await pools.pool_views(temporal, {r["resource_pool"] for r in rows})
+    tasks = {task_allocation_id(t["id"]): t for t in await task_queries.fetch_active_tasks(pool)}
     out = []
     for r in rows:
         agents = (views.get(r["resource_pool"]) or {}).get("agents", [])
         scheduler = next((a for a in agents if a["id"] == r["id"]), None)
-        out.append(_agent_json(r, scheduler))
+        out.append(_agent_json(r, scheduler, tasks))
     return out
 
 
@@ -230,12 +251,11 @@ async def list_task_allocations(pool: Pool, temporal: Temporal) -> dict[str, Any
 
     def summary(held: dict[str, Any], pool_name: str) -> dict[str, Any]:
         allocation_id = str(held["allocation_id"])
-        task = tasks.get(allocation_id)
-        name = (task["description"] if task is not None
-                else f"Trial {held['trial_id']} (Experiment {held['experiment_id']})")
+        holder = _holder(allocation_id, held["experiment_id"], held["trial_id"], tasks)
         return summaries.setdefault(allocation_id, {
-            "taskId": allocation_id.rsplit(".", 1)[0], "allocationId": allocation_id,
-            "name": name, "resourcePool": pool_name, "slotsNeeded": held.get("slots", 0),
+            "taskId": holder["taskId"], "allocationId": allocation_id,
+            "name": holder["taskName"], "taskType": holder["taskType"],
+            "resourcePool": pool_name, "slotsNeeded": held.get("slots", 0),
             "registeredTime": held.get("requested_at") or held.get("granted_at") or None,
             "priority": held.get("priority", DEFAULT_PRIORITY), "schedulerType": "priority",
         })

@@ -107,8 +107,6 @@ async def job_queue_v2(
         weight = about.pop("weight")
         full.append({"full": {
             **job, **about,
-            # Determined counts the slots a job holds among those it needs ("1/1").
-            "requestedSlots": job["allocatedSlots"] + job["requestedSlots"],
             "isPreemptible": True,
             "weight": float(weight) if isinstance(weight, int | float) else 1.0,
         }})

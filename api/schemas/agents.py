@@ -35,8 +35,11 @@ class AgentSlot(Answer):
     draining: bool
     container: Container | None
     allocationId: str | None
-    trialId: int | None
+    trialId: int | None  # a trial's slot; None for an interactive task's
     experimentId: int | None
+    taskId: str | None  # what holds it: a trial (`<experiment>.<trial>`) or a task
+    taskType: str | None  # TASK_TYPE_TRIAL, TASK_TYPE_NOTEBOOK, ...
+    taskName: str | None  # as `det slot list` shows it: "Trial 5 (Experiment 3)", a description
 
 
 class DeviceStats(Answer):

@@ -15,19 +15,21 @@ class JobSummary(Answer):
 
 
 class Job(Answer):
-    """Determined's v1Job: an experiment's trials holding and waiting for slots."""
+    """Determined's v1Job: an experiment's trials, or an interactive task, holding and waiting
+    for slots."""
 
     jobId: str
     type: str
     entityId: str
     resourcePool: str
     priority: int
-    allocatedSlots: int
-    requestedSlots: int
-    runningTrials: int
-    queuedTrials: int
+    allocatedSlots: int  # held
+    requestedSlots: int  # needed, those held included (Determined's "acquired/needed")
+    runningTrials: int | None  # None for an interactive task: it has no trials
+    queuedTrials: int | None
+    submissionTime: str | None
     summary: JobSummary
-    waiting: str | None = None  # only while a trial is larger than the pool as it is now
+    waiting: str | None = None  # what its first request in the queue waits for; None if none
 
 
 class JobQueue(Answer):
@@ -43,7 +45,6 @@ class JobV2(Job):
     name: str
     username: str
     userId: int
-    submissionTime: str | None
     workspaceId: int
     isPreemptible: bool
     weight: float

@@ -1,6 +1,6 @@
-// The cluster: agents and their slots (GET /api/v1/agents) and the job queue in the order the
-// scheduler serves it (GET /api/v1/job-queues: experiments and interactive tasks, each task
-// linked to its row on the Tasks page), refreshed every two seconds.
+// The cluster: agents and their slots (GET /api/v1/agents) and the job queue in the scheduler's
+// order (GET /api/v1/job-queues: experiments and interactive tasks, each task linked to its row
+// on the Tasks page, and what a waiting job waits for), refreshed every two seconds.
 
 import { api, every, startPage } from "/static/api.js";
 import { el, fmtTime, message, replace, shortState, table } from "/static/dom.js";
@@ -15,12 +15,18 @@ function yesNo(value, yes, no) {
   return el("span", { class: value ? "ok" : "bad" }, value ? yes : no);
 }
 
-// A trial's slot names the trial; an interactive task's (allocation `<taskId>.1`) the task.
+// A trial's slot names the trial and its experiment; an interactive task's (allocation
+// `<taskId>.1`) the task's kind and id, its description in the link's title.
 function heldBy(slot) {
-  if (slot.trialId) return el("a", { href: `/trials/${slot.trialId}` }, `trial ${slot.trialId}`);
   if (!slot.allocationId) return "free";
-  const taskId = slot.allocationId.replace(/\.\d+$/, "");
-  return el("a", { href: `/tasks#${taskId}` }, `task ${taskId.slice(0, 8)}`);
+  if (slot.trialId) {
+    return el("a", { href: `/trials/${slot.trialId}` },
+      slot.taskName || `Trial ${slot.trialId} (Experiment ${slot.experimentId})`);
+  }
+  const taskId = slot.taskId || slot.allocationId.replace(/\.\d+$/, "");
+  const kind = (slot.taskType || "TASK_TYPE_TASK").replace(/^TASK_TYPE_/, "").toLowerCase();
+  return el("a", { href: `/tasks#${taskId}`, title: slot.taskName || "" },
+    `${kind} ${taskId.slice(0, 8)}`);
 }
 
 function renderAgents(agents) {
@@ -61,14 +67,18 @@ function renderQueue(jobs) {
     { label: "Priority", class: "num", cell: (j) => j.priority },
     { label: "State", cell: (j) => shortState(j.summary.state) },
     { label: "Jobs ahead", class: "num", cell: (j) => j.summary.jobsAhead },
-    { label: "Slots (allocated / requested)", class: "num",
+    // requestedSlots counts the slots a job needs, those it holds among them (Determined's).
+    { label: "Slots (allocated / requested)", class: "num slots",
       cell: (j) => `${j.allocatedSlots} / ${j.requestedSlots}` },
-    { label: "Trials (running / queued)", class: "num",
-      cell: (j) => `${j.runningTrials} / ${j.queuedTrials}` },
-    { label: "Waits for", cell: (j) => j.waiting || "" },
+    // An interactive task has no trials (null counts): the cell stays empty.
+    { label: "Trials (running / queued)", class: "num trials",
+      cell: (j) => (j.runningTrials == null ? "" : `${j.runningTrials} / ${j.queuedTrials}`) },
+    { label: "Waits for", class: "waits-for", cell: (j) => j.waiting || "" },
   ];
   replace(queueBox, el("h2", {}, `Job queue (${jobs.length})`), jobs.length
-    ? table(columns, jobs, (j) => ({ class: "job-row" })) : message("Nothing is queued or running."));
+    ? table(columns, jobs, (j) => ({ class: "job-row", "data-job-id": j.jobId,
+      "data-state": shortState(j.summary.state) }))
+    : message("Nothing is queued or running."));
 }
 
 async function refresh() {

@@ -1,6 +1,7 @@
 """The dashboard's Tasks page in headless Chromium against a real local cluster: a command and
 a real JupyterLab notebook launched through the API are listed with their states, the notebook
 opens through the master's proxy, the command's logs show and its Kill button ends it; the
+cluster page shows a queued task's slots and what it waits for; the
 address Determined's `det notebook start` prints (made by Determined 0.38.1's own code) leads
 to the notebook; another user sees the tasks but neither Open nor Kill.
 """
@@ -138,6 +139,37 @@ def test_the_cluster_page_links_a_running_task(
     queued.click()
     expect(row(page, notebook)).to_have_class(re.compile(r"\bpicked\b"))
     expect(page.locator("#task-logs h2")).to_contain_text(notebook)
+
+
+def test_the_cluster_page_shows_a_queued_tasks_slots_and_what_it_waits_for(
+        admin_page: Page, cluster: Cluster, launched: dict[str, dict[str, Any]]) -> None:
+    """Issue 37 item 6: a task's job row shows its own slots (allocated / requested), no trial
+    counts, and, waiting, what it waits for; a notebook's slot names the notebook."""
+    page = admin_page
+    notebook = launched["notebook"]
+    answer = post(cluster, "/api/v1/commands", {"config": {
+        "entrypoint": ["sleep 600"], "resources": {"slots": 2}}})  # the notebook holds one
+    assert answer.status_code == 200, answer.text
+    waiting = answer.json()["command"]["id"]
+    try:
+        queued = page.locator(f"tr.job-row[data-job-id='{waiting}']")
+        expect(queued).to_have_attribute("data-state", "QUEUED")
+        expect(queued.locator("td.slots")).to_have_text("0 / 2")
+        expect(queued.locator("td.trials")).to_have_text("")
+        expect(queued.locator("td.waits-for")).to_have_text(
+            re.compile(r"^2 slots; [01] free in pool default$"))
+        running = page.locator(f"tr.job-row[data-job-id='{notebook['id']}']")
+        expect(running).to_have_attribute("data-state", "SCHEDULED")
+        expect(running.locator("td.slots")).to_have_text("1 / 1")
+        expect(running.locator("td.trials")).to_have_text("")
+        expect(running.locator("td.waits-for")).to_have_text("")
+        held = page.locator(f"#slots a[href='/tasks#{notebook['id']}']")
+        expect(held).to_have_text(f"notebook {notebook['id'][:8]}")
+        expect(held).to_have_attribute("title", notebook["description"])
+        screenshot(page, "cluster-queue")
+    finally:
+        killed = post(cluster, f"/api/v1/commands/{waiting}/kill", {})
+        assert killed.status_code == 200, killed.text
 
 
 def test_determineds_notebook_address_opens_the_notebook(

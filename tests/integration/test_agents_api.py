@@ -9,7 +9,10 @@ from typing import Any
 import httpx
 from temporalio.client import Client
 
+from api.schemas.agents import SlotList
+from api.schemas.jobs import JobQueue
 from common.temporal_names import resource_pool_workflow_id
+from tests.integration.test_ntsc_api import launch
 from tests.master_fixtures import LiveMaster
 from tests.waiting import eventually
 from wire.pools import SlotReply, SlotRequest
@@ -118,3 +121,71 @@ async def test_disable_drains_and_slots_show_their_trial(
     assert (await api.post(f"/api/v1/agents/{agent}/enable")).json() == {}
     assert (await api.post("/api/v1/agents/nobody-here/enable")).status_code == 404
     await handle.terminate("test over")
+
+
+async def test_job_queue_and_slots_name_tasks_order_jobs_and_say_what_they_wait_for(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Issue 37 item 6 against the pool's own state: a notebook's job shows its own slots and no
+    trial counts, its slot names the notebook (not "Trial 0"); an earlier experiment is listed
+    before a later one although fair share queues the later one's trial first; each waiting job
+    says what it waits for."""
+    pool, agent = f"api-{uuid.uuid4().hex[:8]}", f"agent-{uuid.uuid4().hex[:8]}"
+    earlier = 900_000 + uuid.uuid4().int % 50_000  # no such experiments: ordered by requests
+    later = earlier + 1
+    notebook = (await launch(api, "notebooks"))["notebook"]  # in a pool no agent serves
+    await api.put(f"/api/v1/agents/{agent}", json=registration(pool, "b1", slots=2))
+    handle = live_master.temporal.get_workflow_handle(resource_pool_workflow_id(pool))
+
+    async def ask(allocation: str, experiment: int, trial: int) -> str:
+        reply = await handle.execute_update(
+            "request_slots", SlotRequest(allocation, "nobody", experiment, trial),
+            result_type=SlotReply)
+        return str(reply.status)
+
+    assert await ask(f"{notebook['id']}.1", 0, 0) == "granted"  # as the notebook's task asks
+    assert await ask(f"{earlier}.1.1", earlier, 1) == "granted"
+    assert await ask(f"{earlier}.2.1", earlier, 2) == "queued"
+    assert await ask(f"{later}.1.1", later, 1) == "queued"  # served first: it holds nothing
+
+    answer = (await api.get("/api/v1/job-queues", params={"resourcePool": pool})).json()
+    JobQueue.model_validate(answer)  # the documented shape
+    jobs = answer["jobs"]
+    assert [(j["jobId"], j["summary"]["state"], j["summary"]["jobsAhead"]) for j in jobs] == [
+        (notebook["id"], "STATE_SCHEDULED", 0), (f"experiment-{earlier}", "STATE_SCHEDULED", 1),
+        (f"experiment-{later}", "STATE_QUEUED", 2)]
+    task, first, second = jobs
+    assert task["type"] == "TYPE_NOTEBOOK"
+    assert (task["allocatedSlots"], task["requestedSlots"]) == (1, 1)
+    assert task["runningTrials"] is None and task["queuedTrials"] is None
+    assert task.get("waiting") is None and task["submissionTime"]
+    assert (first["allocatedSlots"], first["requestedSlots"], first["runningTrials"],
+            first["queuedTrials"]) == (1, 2, 1, 1)
+    assert second["waiting"] == f"1 slot; 0 free in pool {pool}"
+    assert first["waiting"] == f"behind job experiment-{later}"
+    full = (await api.get("/api/v1/job-queues-v2", params={"resourcePool": pool})).json()
+    mine = next(j["full"] for j in full["jobs"] if j["full"]["jobId"] == notebook["id"])
+    assert (mine["name"], mine["allocatedSlots"], mine["requestedSlots"]) == (
+        notebook["description"], 1, 1)
+
+    async def waiting_in_its_own_pool() -> list[str]:
+        jobs = (await api.get("/api/v1/job-queues", params={
+            "resourcePool": notebook["resourcePool"]})).json()["jobs"]
+        return [j["waiting"].split("; ", 1)[-1] for j in jobs]
+
+    await eventually(waiting_in_its_own_pool, timeout=30, what="the notebook's own request")
+    assert await waiting_in_its_own_pool() == [f"no agent in pool {notebook['resourcePool']}"]
+
+    listed = (await api.get(f"/api/v1/agents/{agent}/slots")).json()
+    SlotList.model_validate(listed)
+    slots = listed["slots"]
+    named = sorted((s["taskType"], s["taskName"], s["trialId"], s["experimentId"])
+                   for s in slots)
+    assert named == [("TASK_TYPE_NOTEBOOK", notebook["description"], None, None),
+                     ("TASK_TYPE_TRIAL", f"Trial 1 (Experiment {earlier})", 1, earlier)]
+    summaries = (await api.get("/api/v1/tasks")).json()["allocationIdToSummary"]
+    assert summaries[f"{notebook['id']}.1"]["name"] == notebook["description"]
+    assert summaries[f"{earlier}.1.1"]["name"] == f"Trial 1 (Experiment {earlier})"
+
+    await handle.terminate("test over")
+    await api.post(f"/api/v1/notebooks/{notebook['id']}/kill")

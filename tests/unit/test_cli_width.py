@@ -212,3 +212,79 @@ def test_trial_describe_piped_pads_no_row(fake: FakeMaster,
     assert result.exit_code == 0, result.output
     lines = assert_fits(result.stdout, 100)
     assert sum("hyperparameter_" in line for line in lines) == 12
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_job_list_shows_a_tasks_own_slots_and_what_each_job_waits_for(
+        fake: FakeMaster, width: int) -> None:
+    """Issue 37 item 6: a task's slots are held/needed with no trial counts ("-"), and a
+    waiting job's reason is in its row."""
+    jobs = [
+        {"jobId": "experiment-2", "type": "TYPE_EXPERIMENT", "entityId": "2",
+         "resourcePool": "default", "priority": 42, "allocatedSlots": 1, "requestedSlots": 2,
+         "runningTrials": 1, "queuedTrials": 1, "summary": {"jobsAhead": 0,
+                                                            "state": "STATE_SCHEDULED"},
+         "waiting": "behind job experiment-2"},
+        {"jobId": UUID.format(1), "type": "TYPE_NOTEBOOK", "entityId": UUID.format(1),
+         "resourcePool": "default", "priority": 42, "allocatedSlots": 0, "requestedSlots": 1,
+         "runningTrials": None, "queuedTrials": None,
+         "summary": {"jobsAhead": 1, "state": "STATE_QUEUED"},
+         "waiting": "1 slot; 0 free in pool default"}]
+    fake.on("GET", "/job-queues", {"jobs": jobs})
+
+    lines = assert_fits(run(width, "job", "list"), width)
+
+    rows = [line for line in lines if line[:1].isdigit()]
+    assert [row.split()[:2] for row in rows] == [["0", "experiment-2"], ["1", "notebook"]]
+    for row, state, counts in ((rows[0], "SCHEDULED", ["1/2", "1/1"]),
+                               (rows[1], "QUEUED", ["0/1", "-"])):  # slots, trials
+        words = row.split()
+        assert words[words.index(state) + 1:words.index(state) + 3] == counts
+    assert "1 slot; 0" in rows[1] and "behind job" in rows[0]
+
+
+def test_job_list_into_a_pipe_keeps_the_reason_whole(
+        fake: FakeMaster, monkeypatch: pytest.MonkeyPatch) -> None:
+    reason = ("no agent has 6 slots, nor can pool default's agents (2 x 2 slots) make them up:"
+              " it waits for agents to join")
+    fake.on("GET", "/job-queues", {"jobs": [
+        {"jobId": "experiment-9", "type": "TYPE_EXPERIMENT", "resourcePool": "default",
+         "priority": 42, "allocatedSlots": 0, "requestedSlots": 6, "runningTrials": 0,
+         "queuedTrials": 1, "summary": {"jobsAhead": 0, "state": "STATE_QUEUED"},
+         "waiting": reason}]})
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+    result = CliRunner().invoke(app, ["job", "list"], env={"EPOCHAL_MASTER": None})
+
+    assert reason in result.stdout
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_slot_list_names_a_trial_and_a_notebook(fake: FakeMaster, width: int) -> None:
+    """A notebook's slot names the notebook (it was "Trial 0"), a trial's the trial and its
+    experiment, a free slot "free"."""
+    notebook = UUID.format(7)
+    slots = [
+        {"id": "0", "type": "TYPE_CPU", "device": {"brand": "cpu"}, "enabled": True,
+         "allocationId": "3.5.1", "trialId": 5, "experimentId": 3, "taskId": "3.5",
+         "taskType": "TASK_TYPE_TRIAL", "taskName": "Trial 5 (Experiment 3)"},
+        {"id": "1", "type": "TYPE_CPU", "device": {"brand": "cpu"}, "enabled": True,
+         "allocationId": f"{notebook}.1", "trialId": None, "experimentId": None,
+         "taskId": notebook, "taskType": "TASK_TYPE_NOTEBOOK",
+         "taskName": "JupyterLab (3f2a9c1e)"},
+        {"id": "2", "type": "TYPE_CPU", "device": {"brand": "cpu"}, "enabled": True,
+         "allocationId": None, "trialId": None, "experimentId": None, "taskId": None,
+         "taskType": None, "taskName": None}]
+    fake.on("GET", "/agents", {"agents": [{"id": "a1"}]})
+    fake.on("GET", "/agents/a1/slots", {"slots": slots})
+
+    lines = assert_fits(run(width, "slot", "list"), width)
+
+    rows = [line for line in lines if line.startswith("a1")]
+    assert len(rows) == 3
+    assert "Trial 5 (Experiment 3)" in rows[0]
+    assert " notebook " in rows[1] and "Trial" not in rows[1]
+    assert rows[2].endswith("free")
+    whole = CliRunner().invoke(app, ["slot", "list"], env={"EPOCHAL_MASTER": None,
+                                                           "COLUMNS": "200"}).stdout
+    assert f"notebook {notebook}: JupyterLab (3f2a9c1e)" in whole
