@@ -214,25 +214,96 @@ def propose(config: Mapping[str, Any], observations: list[Observation],
     return nest((path, value(path, hp)) for path, hp in leaves)
 
 
-def importance(config: Mapping[str, Any], scored: list[tuple[dict[str, Any], float]]
-               ) -> dict[str, float]:
-    """Each sampled hyperparameter's importance for the searcher metric over `scored` trials
-    (hyperparameters, metric), by Optuna's PED-ANOVA evaluator (what sets the best tenth of the
-    trials apart; 0.01 s for 1,000 trials where fANOVA takes 40 s), as shares summing to 1,
-    largest first; {} while fewer than two trials or no hyperparameter varies."""
+IMPORTANCE_METHOD = "fANOVA"
+IMPORTANCE_RESAMPLES = 10
+# A forest this size takes under 1 s for 1,000 trials where Optuna's default (64 trees, depth
+# 64) takes 36 s, and ranks the same.
+_FOREST = {"n_trees": 16, "max_depth": 6}
+
+
+@dataclass(frozen=True)
+class Importance:
+    """Each hyperparameter's share of the metric's variance (largest first, summing to 1) and
+    the standard deviation of that share over `resamples` bootstrap resamples of the trials."""
+
+    shares: dict[str, float]
+    spread: dict[str, float]
+    method: str = IMPORTANCE_METHOD
+    resamples: int = IMPORTANCE_RESAMPLES
+
+
+def _log_scaled(trials: list[Any]) -> list[Any]:
+    """Trials whose log-scale hyperparameters are given as their log10 on a linear scale: the
+    forest's variance is taken over the space as it was searched, not over raw values (on
+    1e-4..1e-1 raw, nine tenths of the range lies above 1e-2, and a learning rate that decides
+    the loss looked unimportant)."""
     import optuna
+    from optuna.distributions import FloatDistribution
+
+    scaled = []
+    for trial in trials:
+        params, distributions = dict(trial.params), dict(trial.distributions)
+        for name, dist in trial.distributions.items():
+            if isinstance(dist, FloatDistribution) and dist.log:
+                distributions[name] = FloatDistribution(math.log10(dist.low),
+                                                        math.log10(dist.high))
+                params[name] = math.log10(params[name])
+        scaled.append(optuna.trial.create_trial(
+            params=params, distributions=distributions, value=trial.value))
+    return scaled
+
+
+def _fanova(trials: list[Any], names: list[str], seed: int) -> dict[str, float] | None:
+    import optuna
+
+    study = optuna.create_study()
+    study.add_trials(trials)
+    try:
+        found = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed, **_FOREST),
+            normalize=True)
+    except (ValueError, RuntimeError):  # every trial alike in every hyperparameter
+        return None
+    return {name: float(found.get(name, 0.0)) for name in names}
+
+
+def rank_hyperparameters(config: Mapping[str, Any], scored: list[tuple[dict[str, Any], float]]
+                         ) -> Importance:
+    """Each sampled hyperparameter's importance for the searcher metric over `scored` trials
+    (hyperparameters, metric), by Optuna's fANOVA evaluator (a random forest fitted to the
+    metric, whose variance is split among the hyperparameters) on log-scaled values, with its
+    spread over bootstrap resamples; no shares while fewer than two trials or no hyperparameter
+    varies.
+
+    Not PED-ANOVA, used before: it asks what sets the best tenth apart, four trials of forty,
+    and ranked a hyperparameter with no rank correlation with the loss above one with
+    rho = -0.81. fANOVA, like a rank correlation, looks at every trial, and also finds an
+    effect that is not monotonic (a learning rate best in the middle of its range)."""
+    import numpy as np
 
     space = _space(config)
     study = _study(
         config, space, [Observation(hparams, "complete", value=value) for hparams, value in scored])
-    if len(study.trials) < 2 or not space[1]:
-        return {}
-    try:
-        found = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.PedAnovaImportanceEvaluator())
-    except (ValueError, RuntimeError):  # every trial alike in every hyperparameter
-        return {}
-    return {name: float(share) for name, share in found.items()}
+    trials = _log_scaled(study.trials)
+    names = sorted(space[1])
+    whole = _fanova(trials, names, seed=0) if len(trials) >= 2 and names else None
+    if whole is None:
+        return Importance({}, {})
+    rng = np.random.default_rng(0)
+    resampled = [found for i in range(IMPORTANCE_RESAMPLES)
+                 if (found := _fanova([trials[j] for j in rng.integers(0, len(trials),
+                                                                       len(trials))],
+                                      names, seed=i + 1)) is not None]
+    shares = dict(sorted(whole.items(), key=lambda item: -item[1]))
+    spread = {name: float(np.std([found[name] for found in resampled])) if resampled else 0.0
+              for name in shares}
+    return Importance(shares, spread)
+
+
+def importance(config: Mapping[str, Any], scored: list[tuple[dict[str, Any], float]]
+               ) -> dict[str, float]:
+    """rank_hyperparameters' shares alone."""
+    return rank_hyperparameters(config, scored).shares
 
 
 def observation(hparams: dict[str, Any], *, ended: bool, stopped_early: bool,

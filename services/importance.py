@@ -1,8 +1,9 @@
-"""Hyperparameter importance: which hyperparameters set an experiment's best trials apart.
+"""Hyperparameter importance: which hyperparameters the searcher metric varies with.
 
-Computed by Optuna (activities/model_sampling.py `importance`) over the trials that have a
-searcher metric, in a worker thread, one computation at a time, on at most MAX_TRIALS trials
-(the most recent), and kept until a trial's metric changes, so a dashboard polling it costs the
+Computed by Optuna's fANOVA (activities/model_sampling.py `rank_hyperparameters`), with each
+share's spread over bootstrap resamples, over the trials that have a searcher metric, in a
+worker thread, one computation at a time, on at most MAX_TRIALS trials (the most recent), and
+kept until a trial's metric changes, so a dashboard polling it costs the
 master one small query.
 """
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from activities.model_sampling import importance
+from activities.model_sampling import rank_hyperparameters
 
 MAX_TRIALS = 2000
 _CACHED_EXPERIMENTS = 64
@@ -25,8 +26,8 @@ _answers: OrderedDict[int, tuple[tuple[Any, ...], dict[str, Any]]] = OrderedDict
 
 async def hyperparameter_importance(pool: asyncpg.Pool, experiment_id: int,
                                     config: dict[str, Any]) -> dict[str, Any]:
-    """Each hyperparameter's share of what sets the best trials apart on the searcher metric
-    (largest first), with the metric and how many trials it was computed from."""
+    """Each hyperparameter's share of the searcher metric's variance (largest first) and its
+    spread, with the metric, the method and how many trials it was computed from."""
     # How many trials have a searcher metric, the newest one's id and the metrics' sum: any
     # new or changed metric changes it.
     stamp = tuple(await pool.fetchrow(
@@ -41,10 +42,11 @@ async def hyperparameter_importance(pool: asyncpg.Pool, experiment_id: int,
             "SELECT hparams, searcher_metric_value FROM trials WHERE experiment_id = $1"
             " AND searcher_metric_value IS NOT NULL ORDER BY id DESC LIMIT $2",
             experiment_id, MAX_TRIALS)
-        shares = await asyncio.to_thread(
-            importance, config, [(r["hparams"], r["searcher_metric_value"]) for r in rows])
+        scored = [(r["hparams"], r["searcher_metric_value"]) for r in rows]
+        found = await asyncio.to_thread(rank_hyperparameters, config, scored)
     answer = {"metric": config["searcher"]["metric"], "trials": len(rows),
-              "method": "ped-anova", "importance": shares}
+              "method": found.method, "resamples": found.resamples,
+              "importance": found.shares, "spread": found.spread}
     _answers[experiment_id] = (stamp, answer)
     _answers.move_to_end(experiment_id)
     while len(_answers) > _CACHED_EXPERIMENTS:

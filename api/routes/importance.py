@@ -1,4 +1,4 @@
-"""Hyperparameter importance: which hyperparameters set an experiment's best trials apart
+"""Hyperparameter importance: which hyperparameters the searcher metric varies with
 (services/importance.py computes and keeps it)."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ router = APIRouter(prefix="/api/v1", tags=["experiments"])
 @router.get("/experiments/{experiment_id}/hyperparameter-importance",
             **answers(HyperparameterImportance))
 async def hyperparameter_importance(experiment_id: int, pool: Pool) -> dict[str, Any]:
-    """Each hyperparameter's share of what sets the best trials apart on the searcher metric
-    (largest first), with the metric and how many trials it was computed from."""
+    """Each hyperparameter's share of the searcher metric's variance (largest first) and its
+    spread, with the metric, the method and how many trials it was computed from."""
     config = await experiment_queries.fetch_experiment_config(pool, experiment_id)
     if config is None:
         raise not_found("experiment", experiment_id)

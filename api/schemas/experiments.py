@@ -117,12 +117,16 @@ class ModelDefinitionFile(Answer):
 
 
 class HyperparameterImportance(Answer):
-    """Each hyperparameter's share of what sets the best trials apart (Epochal's)."""
+    """Each hyperparameter's share of the searcher metric's variance, largest first (Epochal's):
+    `method` names how (fANOVA), `spread` is each share's standard deviation over `resamples`
+    bootstrap resamples of the `trials`."""
 
     metric: str
     trials: int
     method: str
+    resamples: int
     importance: dict[str, float]
+    spread: dict[str, float]
 
 
 class BestSearcherValidation(Answer):

@@ -25,6 +25,11 @@ export function smooth(values, weight) {
   });
 }
 
+// Whether a smaller value of `metric` is better, from its name (the hover lists the best first).
+export function smallerIsBetter(metric) {
+  return !/acc|auc|f1|precision|recall|score|iou|bleu|rouge|reward|r2/i.test(metric);
+}
+
 // The name a series reports `metric` under: overlaid, a validation metric's training
 // counterpart is the same name without `validation_` (Keras's and Determined's convention).
 function seriesMetric(series, metric) {
@@ -134,7 +139,7 @@ export class CurvePanel {
         into.labels.push("");
       }
       into.points.push(...line.points);
-      into.labels.push(...line.points.map(() => line.group));
+      into.labels.push(...line.points.map(() => line.name));
       into.count += 1;
     }
     return [...merged.values()];
@@ -179,7 +184,8 @@ export class CurvePanel {
     replace(this.charts, boxes.length ? boxes.map(({ box }) => box)
       : el("p", { class: "empty muted" }, "no data yet"));
     for (const { box, lines, metric } of boxes) {
-      drawLines(box, lines, { yLabel: metric, logY: this.logY.checked });
+      drawLines(box, lines, { yLabel: metric, logY: this.logY.checked,
+        smallerIsBetter: smallerIsBetter(metric) });
     }
   }
 }

@@ -7,7 +7,8 @@
 // page (polling if the stream cannot be had).
 
 import { api, every, follow, lastErrorLines, query, reportValues, startPage } from "/static/api.js";
-import { drawImportance, drawParallel, drawScatter, rankColor } from "/static/charts.js";
+import { drawImportance, drawParallel, drawScatter, importanceNote, rankColor }
+  from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
 import { STATES, el, flatHparams, fmtNumber, fmtTime, progressBar, replace, shortState,
@@ -53,6 +54,7 @@ let pickedHp = null;
 const scatterBox = el("div", { class: "chart-box", id: "hp-scatter" });
 const parallelBox = el("div", { class: "chart-box", id: "hp-parallel" });
 const importanceBox = el("div", { class: "chart-box", id: "hp-importance" });
+const importanceCaption = el("p", { class: "muted", id: "hp-importance-method" });
 const compareBox = el("section", { id: "compare", class: "panel" });
 const compareSlot = el("span", { class: "compare-slot" });
 // Every trial's lines, each naming its trial (the last 5,000, then live).
@@ -517,8 +519,9 @@ async function renderParallel() {
 
 async function renderImportance() {
   const importance = await api(`/api/v1/experiments/${experimentId}/hyperparameter-importance`);
-  drawImportance(importanceBox, importance.importance, { metric: importance.metric });
+  drawImportance(importanceBox, importance);
   importanceBox.dataset.trials = String(importance.trials);
+  importanceCaption.textContent = importanceNote(importance);
 }
 
 function drawParallelWhenSeen() {
@@ -655,7 +658,8 @@ async function start() {
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),
       el("label", {}, "hyperparameter ", hpSelect), scatterBox),
     el("section", { class: "panel" }, el("h2", {}, "Parallel coordinates"), parallelBox),
-    el("section", { class: "panel" }, el("h2", {}, "Hyperparameter importance"), importanceBox),
+    el("section", { class: "panel" }, el("h2", {}, "Hyperparameter importance"),
+      importanceCaption, importanceBox),
     el("section", { class: "panel", id: "experiment-logs" }, el("h2", {}, "Logs"),
       logs.element));
   await refreshOnce();

@@ -13,12 +13,13 @@ import math
 import operator
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import pytest
 import yaml
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, expect
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from common import search_attributes
@@ -38,13 +39,21 @@ HPARAMS = {
 }
 # Every 13th trial failed (its curves are still there).
 FAILED = "r % 13 = 5"
+# How a trial's learning rate sets its loss: the further from 10^-2.5 the worse, or the larger
+# the better (Spearman's rho near -1, what a rank correlation sees at once).
+FARTHER_WORSE = "0.5 * abs(log((hparams ->> 'lr')::float8) + 2.5)"
+LARGER_BETTER = "0.3 * (-1 - log((hparams ->> 'lr')::float8))"
+# With stop_early, every 4th trial stopped at STOPPED_AT batches (as ASHA stops them).
+STOPPED = "r % 4 = 3"
+STOPPED_AT = VALIDATE_EVERY
 
 
-def seed_search(db_url: str, count: int) -> tuple[int, list[int]]:
-    """A finished random search of `count` trials; each trial's loss is set mostly by how far
-    its learning rate is from 10^-2.5 and a little by its momentum, and falls over STEPS
-    batches (training every batch, validation every VALIDATE_EVERY). Returns the experiment's
-    id and its trial ids by request id."""
+def seed_search(db_url: str, count: int, *, lr_effect: str = FARTHER_WORSE,
+                stop_early: bool = False) -> tuple[int, list[int]]:
+    """A finished random search of `count` trials; each trial's loss is set mostly by its
+    learning rate (`lr_effect`) and a little by its momentum, and falls over STEPS batches
+    (training every batch, validation every VALIDATE_EVERY), or STOPPED_AT where stopped early.
+    Returns the experiment's id and its trial ids by request id."""
     async def seed(conn: asyncpg.Connection) -> tuple[int, list[int]]:
         config = {"name": "analysis", "entrypoint": "python3 train.py",
                   "searcher": {"name": "random", "metric": "validation_loss",
@@ -63,18 +72,19 @@ def seed_search(db_url: str, count: int) -> tuple[int, list[int]]:
             "  SELECT $1, r, jsonb_build_object('lr', lr, 'optimizer',"
             "   jsonb_build_object('momentum', momentum, 'name', 'sgd'), 'layers', 1 + r % 4,"
             "   'activation', (ARRAY['relu', 'tanh', 'gelu'])[1 + r % 3]), r,"
-            f"   CASE WHEN {FAILED} THEN 'ERROR' ELSE 'COMPLETED' END, $3, 1, now() FROM h"
-            "  RETURNING id, request_id,"
-            "   0.1 + 0.5 * abs(log((hparams ->> 'lr')::float8) + 2.5)"
+            f"   CASE WHEN {FAILED} THEN 'ERROR' ELSE 'COMPLETED' END,"
+            f"   CASE WHEN $5 AND {STOPPED} THEN {STOPPED_AT} ELSE $3 END, 1, now() FROM h"
+            "  RETURNING id, request_id, steps_completed,"
+            f"   0.1 + {lr_effect}"
             "   + 0.05 * (hparams #>> '{optimizer,momentum}')::float8 AS final),"
             " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
             "  SELECT id, g, s, CASE g WHEN 'validation' THEN jsonb_build_object("
             "    'validation_loss', final + 1.0 / (1 + s), 'accuracy', 1 - final / 2)"
             "   ELSE jsonb_build_object('loss', final + 1.2 / (1 + s) + 0.02 * ((s * 7) % 3)) END"
             "  FROM t, generate_series(1, $3) s, unnest(ARRAY['training', 'validation']) g"
-            "  WHERE g = 'training' OR s % $4 = 0)"
+            "  WHERE (g = 'training' OR s % $4 = 0) AND s <= steps_completed)"
             " SELECT array_agg(id ORDER BY request_id) FROM t",
-            experiment_id, count, STEPS, VALIDATE_EVERY)
+            experiment_id, count, STEPS, VALIDATE_EVERY, stop_early)
         await conn.execute("SELECT refresh_best_validation($1::int[])", ids)
         return experiment_id, list(ids)
 
@@ -104,6 +114,14 @@ def analyst(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
 @pytest.fixture(scope="module")
 def search(cluster: Cluster) -> tuple[int, list[int]]:
     return seed_search(cluster.env["EPOCHAL_DB_URL"], 40)
+
+
+@pytest.fixture(scope="module")
+def stopped_search(cluster: Cluster) -> tuple[int, list[int]]:
+    """40 trials, every 4th stopped at STOPPED_AT batches, the loss falling with the learning
+    rate."""
+    return seed_search(cluster.env["EPOCHAL_DB_URL"], 40, lr_effect=LARGER_BETTER,
+                       stop_early=True)
 
 
 def open_search(ctx: BrowserContext, experiment_id: int) -> tuple[Page, list[str]]:
@@ -146,7 +164,7 @@ def test_learning_curves_hover_zoom_log_smoothing_and_legend(
     box = plot.bounding_box()
     assert box is not None
     page.mouse.move(box["x"] + box["width"] * 0.5, box["y"] + box["height"] * 0.5)
-    hover = page.locator(f"{curves} .hoverlayer")
+    hover = page.locator(f"{curves} .curve-hover")
     expect(hover).to_contain_text(f"trial {ids[best]}: ")
     text = hover.text_content() or ""
     assert re.search(r"trial \d+: \d+\.\d+", text), text
@@ -382,6 +400,122 @@ def test_hyperparameter_scatter_parallel_coordinates_and_importance(
     assert isinstance(ranked, list) and ranked[0] == "lr", ranked
     parallel.scroll_into_view_if_needed()
     screenshot(page, "search-hyperparameters")
+    assert not errors, errors
+    page.close()
+
+
+@dataclass(frozen=True)
+class Hover:
+    """A curve chart's hover: the step it names, how many trials reached it, the rows it lists
+    (label, value), its "+k more", and its box and the chart's."""
+
+    step: str
+    trials: int
+    rows: list[tuple[str, float]]
+    more: int
+    box: FloatRect
+    chart: FloatRect
+
+
+def hover_at(page: Page, selector: str, step: float) -> Hover:
+    """Move the mouse over the chart at `selector` to `step` on its x axis, half way up."""
+    at = chart(page, selector, f"[gd._fullLayout._size.l + gd._fullLayout.xaxis.l2p({step}),"
+               " gd._fullLayout._size.t + gd._fullLayout._size.h / 2]")
+    frame = page.locator(selector).bounding_box()
+    assert frame is not None and isinstance(at, list)
+    page.mouse.move(frame["x"] + at[0], frame["y"] + at[1])
+    hover = page.locator(f"{selector} .curve-hover")
+    expect(hover).to_be_visible()
+    rows = [row.rsplit(": ", 1) for row in hover.locator(".curve-hover-row").all_text_contents()]
+    more = hover.locator(".curve-hover-more").all_text_contents()
+    box = hover.bounding_box()
+    assert box is not None
+    return Hover(step=hover.get_attribute("data-step") or "",
+                 trials=int(hover.get_attribute("data-trials") or 0),
+                 rows=[(label, float(value)) for label, value in rows],
+                 more=int(more[0].strip("+ more")) if more else 0, box=box, chart=frame)
+
+
+def test_curve_hover_lists_only_trials_that_reached_the_step_and_fits_the_chart(
+    analyst: BrowserContext, stopped_search: tuple[int, list[int]]
+) -> None:
+    """Issue 37 item 1: a trial stopped at STOPPED_AT is not in the hover at a later step; the
+    hover lists values the best first, at most ten rows and "+k more", inside the chart, also
+    with training and validation overlaid."""
+    experiment_id, ids = stopped_search
+    page, errors = open_search(analyst, experiment_id)
+    curves = "#curves .line-chart"
+    stopped = {f"trial {ids[r]}" for r in range(40) if r % 4 == 3}
+    reached = 40 - len(stopped)
+
+    # Near the last step (the plot's edge): the trials that got there, the best first.
+    at_end = hover_at(page, curves, STEPS - 1)
+    assert at_end.step == str(STEPS) and at_end.trials == reached, at_end
+    assert 1 <= len(at_end.rows) <= 10 and len(at_end.rows) + at_end.more == reached, at_end
+    assert not {label for label, _ in at_end.rows} & stopped, (at_end, stopped)
+    values = [value for _, value in at_end.rows]
+    assert values == sorted(values), at_end
+    # Where every trial reported, every trial is there.
+    at_stop = hover_at(page, curves, STOPPED_AT + 1)
+    assert (at_stop.step, at_stop.trials) == (str(STOPPED_AT), 40), at_stop
+
+    page.click("#curves button[data-group='both']")
+    page.wait_for_function(f"() => document.querySelector({curves!r})?.dataset.series === '80'")
+    both = hover_at(page, curves, STEPS - 1)
+    labels = [label for label, _ in both.rows]
+    assert both.trials == 2 * reached and 1 <= len(labels) <= 10, both
+    assert len(labels) + both.more == 2 * reached, both
+    assert not {label.rsplit(" ", 1)[0] for label in labels} & stopped, labels
+    hover, frame = both.box, both.chart
+    assert frame["x"] <= hover["x"] and hover["x"] + hover["width"] <= frame["x"] + frame["width"]
+    assert frame["y"] <= hover["y"] and hover["y"] + hover["height"] <= frame["y"] + frame["height"]
+    screenshot(page, "search-curves-hover-both")
+    assert not errors, errors
+    page.close()
+
+
+def test_importance_names_its_method_and_agrees_with_a_rank_correlation(
+    analyst: BrowserContext, cluster: Cluster, stopped_search: tuple[int, list[int]]
+) -> None:
+    """Issue 37 item 2: where the learning rate decides the loss (Spearman's rho near -1), the
+    panel ranks it first, names its method and how many trials it used, and draws a spread."""
+    from scipy.stats import spearmanr
+
+    experiment_id, _ = stopped_search
+
+    async def scored(conn: asyncpg.Connection) -> list[asyncpg.Record]:
+        return await conn.fetch(
+            "SELECT hparams, searcher_metric_value FROM trials WHERE experiment_id = $1"
+            " AND searcher_metric_value IS NOT NULL", experiment_id)
+
+    rows = on_database(cluster.env["EPOCHAL_DB_URL"], scored)
+    assert len(rows) == 40
+    values = {"lr": [r["hparams"]["lr"] for r in rows],
+              "optimizer.momentum": [r["hparams"]["optimizer"]["momentum"] for r in rows],
+              "layers": [r["hparams"]["layers"] for r in rows]}
+    metric = [r["searcher_metric_value"] for r in rows]
+    rho = {name: abs(spearmanr(xs, metric)[0]) for name, xs in values.items()}
+    assert max(rho, key=lambda name: rho[name]) == "lr" and rho["lr"] > 0.8, rho
+
+    page, errors = open_search(analyst, experiment_id)
+    importance = page.locator("#hp-importance")
+    importance.scroll_into_view_if_needed()
+    expect(importance).to_have_attribute("data-points", "4")
+    expect(importance).to_have_attribute("data-trials", "40")
+    expect(page.locator("#hp-importance-method")).to_have_text(re.compile(
+        r"fANOVA over 40 trials' validation_loss; .* over 10 bootstrap resamples"))
+    ranked = chart(page, "#hp-importance", "gd.data[0].y.slice().reverse()")
+    shares = chart(page, "#hp-importance", "gd.data[0].x.slice().reverse()")
+    spreads = chart(page, "#hp-importance", "gd.data[0].error_x.array.slice().reverse()")
+    assert isinstance(ranked, list) and ranked[0] == "lr", ranked
+    assert isinstance(shares, list) and isinstance(spreads, list) and len(spreads) == 4
+    # The numeric hyperparameters in the order of their rank correlation's strength, where it
+    # is clear (lr's share beyond the others' by more than the spreads).
+    numeric = [name for name in ranked if name in rho]
+    assert numeric[0] == max(rho, key=lambda name: rho[name]), (numeric, rho)
+    assert all(shares[0] - spreads[0] > share + spread
+               for share, spread in zip(shares[1:], spreads[1:], strict=True)), (shares, spreads)
+    screenshot(page, "search-importance")
     assert not errors, errors
     page.close()
 

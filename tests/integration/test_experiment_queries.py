@@ -290,6 +290,8 @@ async def test_trials_sort_by_a_hyperparameter_and_importance_ranks_them(
     found = answer.json()
     assert (found["metric"], found["trials"]) == ("loss", 30)
     assert list(found["importance"])[0] == "lr" and set(found["importance"]) == {"lr", "opt.m"}
+    assert (found["method"], found["resamples"]) == ("fANOVA", 10)
+    assert set(found["spread"]) == {"lr", "opt.m"}
     missing = await api.get("/api/v1/experiments/987654321/hyperparameter-importance")
     assert missing.status_code == 404
     await live_master.pool.execute("DELETE FROM experiments WHERE id = $1", experiment_id)

@@ -10,7 +10,13 @@ from typing import Any
 
 import pytest
 
-from activities.model_sampling import Observation, at_one_length, importance, propose
+from activities.model_sampling import (
+    Observation,
+    at_one_length,
+    importance,
+    propose,
+    rank_hyperparameters,
+)
 from common.expconf import ConfigError, stored_config, validate_experiment_config
 from services.errors import Invalid
 from services.submission import normalized_config
@@ -135,3 +141,44 @@ def test_importance_names_the_hyperparameter_that_decides_the_metric() -> None:
     assert importance(config({"name": "random", "max_trials": 3}), scored[:1]) == {}
     assert importance(config({"name": "random", "max_trials": 3}),
                       [({"other": 1}, 0.5), ({"other": 2}, 0.4)]) == {}
+
+
+ISSUE_SPACE: dict[str, Any] = {
+    "learning_rate": {"type": "log", "base": 10, "minval": -5, "maxval": -1},
+    "weight_decay": {"type": "log", "base": 10, "minval": -6, "maxval": -2},
+    "dropout": {"type": "double", "minval": 0.0, "maxval": 0.5},
+    "batch_size": {"type": "categorical", "vals": [16, 32, 64, 128]},
+}
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("smaller_is_better", [True, False])
+def test_importance_agrees_with_a_rank_correlation_where_one_hyperparameter_dominates(
+    seed: int, smaller_is_better: bool
+) -> None:
+    """Issue 37's case: 40 trials of a search whose loss falls with the learning rate (Spearman's
+    rho about -0.8) and is noise in the rest, which PED-ANOVA ranked below weight decay. The
+    hyperparameter with the largest |rho| is first, by far more than the spread over bootstrap
+    resamples, whichever the metric's direction."""
+    from scipy.stats import spearmanr
+
+    rng = random.Random(seed)
+    scored = []
+    for _ in range(40):
+        hparams = {"learning_rate": 10 ** rng.uniform(-5, -1),
+                   "weight_decay": 10 ** rng.uniform(-6, -2), "dropout": rng.uniform(0, 0.5),
+                   "batch_size": rng.choice([16, 32, 64, 128])}
+        loss = -0.3 * math.log10(hparams["learning_rate"]) + rng.gauss(0, 0.3)
+        scored.append((hparams, loss if smaller_is_better else -loss))
+    rho = {name: abs(spearmanr([h[name] for h, _ in scored], [v for _, v in scored])[0])
+           for name in ISSUE_SPACE}
+    assert max(rho, key=lambda name: rho[name]) == "learning_rate" and rho["learning_rate"] > 0.6
+    found = rank_hyperparameters(config({"name": "random", "max_trials": 40,
+                                         "smaller_is_better": smaller_is_better}, ISSUE_SPACE),
+                                 scored)
+    assert (found.method, found.resamples) == ("fANOVA", 10)
+    assert list(found.shares)[0] == "learning_rate", found
+    assert set(found.spread) == set(ISSUE_SPACE) and all(s >= 0 for s in found.spread.values())
+    lr = found.shares["learning_rate"] - 2 * found.spread["learning_rate"]
+    assert all(lr > share + 2 * found.spread[name]
+               for name, share in found.shares.items() if name != "learning_rate"), found
