@@ -1,4 +1,4 @@
-"""The web dashboard: HTML shells for each page and the static files (JS, CSS) they load.
+"""The web dashboard: HTML shells for each page and the static files (JS, CSS, its icon) they load.
 
 Pages need no token: each shell loads a script from api/static/ that logs in (or goes to
 /login) and reads everything from the token-protected REST API, so the dashboard sees exactly
@@ -43,8 +43,8 @@ router = APIRouter(tags=["dashboard"], include_in_schema=False)
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 # Served by name from this fixed set, so no request path can reach outside the folder.
-STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in (".js", ".css")}
-MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css"}
+MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+STATIC_FILES = {p.name: p for p in STATIC_DIR.iterdir() if p.suffix in MEDIA_TYPES}
 # Pages are tiny and the scripts change with the master: always revalidate (ETag makes it cheap).
 NO_CACHE = {"Cache-Control": "no-cache"}
 

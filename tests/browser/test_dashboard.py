@@ -526,6 +526,18 @@ def test_the_trial_page_reads_well(logged_in: BrowserContext, cluster: Cluster) 
     start, end = axis["range"]
     assert start <= SAMPLE_MS[0] and end >= SAMPLE_MS[-1], axis
     assert 9_000 < end - start <= 12_000, axis
+    # The hover reads the time axis: at the middle sample, that sample alone, at its time.
+    point = page.evaluate("""() => {
+        const box = document.querySelector('#system .chart-box');
+        const x = box._fullLayout.xaxis, size = box._fullLayout._size;
+        const r = box.getBoundingClientRect();
+        return { x: r.left + size.l + x.l2p(x.d2l(box.data[0].x[1])),
+                 y: r.top + size.t + size.h / 2 };
+    }""")
+    page.mouse.move(point["x"], point["y"])
+    hover = page.locator("#system .chart-box > .curve-hover")
+    expect(hover.locator(".curve-hover-row")).to_have_count(1)
+    expect(hover.locator(".curve-hover-step")).to_have_text(re.compile(r"^time \d\d:\d\d:\d\d$"))
     screenshot(page, "trial-summary")
 
     page.goto(f"/trials/{other_id}")
