@@ -568,6 +568,26 @@ def test_no_page_asks_for_what_the_master_does_not_serve(
     page.close()
 
 
+def test_the_pages_use_a_wide_screens_width(
+    chromium: Browser, cluster: Cluster, experiment_id: int
+) -> None:
+    """On a 1,600 px screen the experiment page and its charts use the width (they were held
+    at about 1,090 px)."""
+    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1600, "height": 900})
+    page = ctx.new_page()
+    page.goto("/")
+    log_in(page, cluster.secrets["admin_password"])
+    expect(page.locator("#whoami")).to_have_text(ADMIN)
+    page.goto(f"/experiments/{experiment_id}")
+    chart = page.locator("#curves .chart-box").first
+    expect(chart).to_be_visible()
+    main = page.locator("main").bounding_box()
+    drawn = chart.bounding_box()
+    assert main and main["width"] >= 1550, main
+    assert drawn and drawn["width"] >= 1450, drawn
+    ctx.close()
+
+
 def test_a_banner_says_when_the_master_stops_answering(
     logged_in: BrowserContext, experiment_id: int
 ) -> None:

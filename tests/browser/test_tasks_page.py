@@ -96,6 +96,9 @@ def test_tasks_are_listed_opened_and_killed(
     expect(command_row).to_contain_text("default")
     expect(command_row).to_have_attribute("data-state", "RUNNING", timeout=READY_MS)
     expect(command_row.locator("a.open-task")).to_have_count(0)
+    # Every action is on the screen: the last of them is not cut off at its right edge.
+    logs_box = command_row.locator("button.show-logs").bounding_box()
+    assert logs_box and logs_box["x"] + logs_box["width"] <= 1280, logs_box
     if temporal_ui_url:  # its workflow in Temporal's UI
         expect(command_row.locator("a.workflow-link")).to_have_attribute(
             "href", re.compile(rf"^{re.escape(temporal_ui_url)}/.*%22task-{command['id']}%22$"))
