@@ -18,6 +18,7 @@ from common.states import TaskState
 from common.temporal_names import PoolMessages, resource_pool_workflow_id
 from services.errors import Unavailable
 from wire.pools import SlotRequest
+from workflows.resource_pool import placement
 
 __all__ = ["describe_pool", "job_id", "job_queue", "never_fits", "pool_names", "pool_views",
            "signal_pool", "signal_scheduler", "waits_for"]
@@ -204,7 +205,7 @@ def waits_for(pool_name: str, view: dict[str, Any]) -> list[str]:
         elif experiment_id and cap is not None and used[experiment_id] + slots > cap:
             reasons.append(f"{_count(slots, 'slot')}; its experiment holds {used[experiment_id]}"
                            f" of its max_slots ({cap})")
-        elif (placed := _place(slots, free, size)) is not None:
+        elif (placed := placement(slots, free, size)) is not None:
             for agent_id in placed:
                 free[agent_id] = free[agent_id] - slots if len(placed) == 1 else 0
             used[experiment_id] += slots
@@ -220,22 +221,6 @@ def waits_for(pool_name: str, view: dict[str, Any]) -> list[str]:
                            f"{spread}{aside}")
             blocker = _job_key(r)
     return reasons
-
-
-def _place(slots: int, free: dict[str, int], size: dict[str, int]) -> list[str] | None:
-    """The agents the scheduler would give `slots` now (as ResourcePoolWorkflow's `_place`):
-    the best fitting one, else whole idle agents of the biggest size that divides `slots`."""
-    fitting = sorted((n, agent_id) for agent_id, n in free.items() if n >= slots)
-    if fitting:
-        return [fitting[-1][1] if slots == 0 else fitting[0][1]]
-    by_size: dict[int, list[str]] = {}
-    for agent_id, n in free.items():
-        if size[agent_id] and n == size[agent_id] and slots % size[agent_id] == 0:
-            by_size.setdefault(size[agent_id], []).append(agent_id)
-    for each in sorted(by_size, reverse=True):
-        if len(by_size[each]) * each >= slots:
-            return sorted(by_size[each])[: slots // each]
-    return None
 
 
 def _count(n: int, noun: str) -> str:

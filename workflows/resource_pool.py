@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 from collections import Counter, deque
+from collections.abc import Mapping
 from datetime import timedelta
 
 from temporalio import workflow
@@ -85,6 +86,28 @@ TOO_BIG = "SlotRequestTooBig"
 
 def _iso(ts: object) -> str:
     return ts.isoformat() if hasattr(ts, "isoformat") else str(ts)
+
+
+def placement(slots: int, free: Mapping[str, int], size: Mapping[str, int],
+              spans_agents: bool = True) -> list[str] | None:
+    """The agents a request of `slots` gets now, given each agent's free slots and size: the
+    best fitting one (the fewest free slots that still has enough; a slot-less task the least
+    loaded), else, when it may span agents, whole idle agents of one size that together have
+    exactly `slots` (the biggest size that divides it, so the fewest agents); None if it must
+    wait. The scheduler places by it, and the API's "waits for" replays it (services/pools.py)."""
+    fitting = [(n, agent_id) for agent_id, n in free.items() if n >= slots]
+    if fitting:
+        return [max(fitting)[1] if slots == 0 else min(fitting)[1]]
+    if not spans_agents:
+        return None
+    by_size: dict[int, list[str]] = {}
+    for agent_id, n in free.items():
+        if size[agent_id] and n == size[agent_id] and slots % size[agent_id] == 0:
+            by_size.setdefault(size[agent_id], []).append(agent_id)
+    for each in sorted(by_size, reverse=True):
+        if len(by_size[each]) * each >= slots:
+            return sorted(by_size[each])[: slots // each]
+    return None
 
 
 @workflow.defn(name=RESOURCE_POOL_WORKFLOW)
@@ -242,23 +265,9 @@ class ResourcePoolWorkflow:
     def _place(self, slots: int, free: dict[str, list[int]], spans_agents: bool
                ) -> list[str] | None:
         """The agents a request gets now: one, or several whole idle ones; None if it must wait."""
-        agent_id = self._fit(slots, free)
-        if agent_id is not None:
-            return [agent_id]
-        return self._fit_across(slots, free) if spans_agents else None
-
-    def _fit_across(self, slots: int, free: dict[str, list[int]]) -> list[str] | None:
-        """Whole idle agents of one size that together have exactly `slots` (the biggest size
-        that divides it, so the fewest agents); None if there are not enough of them."""
-        by_size: dict[int, list[str]] = {}
-        for agent_id, ids in free.items():
-            size = len(self._agents[agent_id].slot_ids)
-            if size and len(ids) == size and slots % size == 0:
-                by_size.setdefault(size, []).append(agent_id)
-        for size in sorted(by_size, reverse=True):
-            if len(by_size[size]) * size >= slots:
-                return sorted(by_size[size])[: slots // size]
-        return None
+        return placement(slots, {agent_id: len(ids) for agent_id, ids in free.items()},
+                         {agent_id: len(self._agents[agent_id].slot_ids) for agent_id in free},
+                         spans_agents)
 
     def _agent_sizes(self) -> Counter[int]:
         """How many agents that take work the pool has, by slot count."""
@@ -279,16 +288,6 @@ class ResourcePoolWorkflow:
         return (f"trial {request.trial_id} needs {request.slots} slots; resource pool "
                 f"{self._name!r} has agents of {have} slots, so it waits until more agents "
                 f"join (a trial on several agents uses all the slots of each)")
-
-    @staticmethod
-    def _fit(slots: int, free: dict[str, list[int]]) -> str | None:
-        """Best fit: the agent with the fewest free slots that still has enough."""
-        fitting = [(len(ids), agent_id) for agent_id, ids in free.items() if len(ids) >= slots]
-        if not fitting:
-            return None
-        if slots == 0:  # a slot-less task: the least loaded agent
-            return max(fitting)[1]
-        return min(fitting)[1]
 
     def _schedule(self) -> None:
         free = self._free_slots()
