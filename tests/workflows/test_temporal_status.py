@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import shutil
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -38,6 +37,7 @@ from common.temporal_names import (
     trial_workflow_id,
 )
 from deploy.master import build_worker
+from deploy.temporal_server import temporal_binary
 from services import tasks as task_service
 from tests.master_fixtures import fresh_namespace
 from tests.replay.recording import save, save_experiment
@@ -93,7 +93,7 @@ async def children_listed(client: Client, address: str, experiment_id: int,
                           count: int) -> set[str]:
     """The workflow ids `temporal workflow list --query 'ParentWorkflowId=...'` (Temporal's
     own CLI) prints, once it prints `count` (visibility follows the history)."""
-    temporal = shutil.which("temporal") or ".venv/bin/temporal"
+    temporal = temporal_binary()
     query = f'ParentWorkflowId="{experiment_workflow_id(experiment_id)}"'
     ids: set[str] = set()
     for _ in range(100):
