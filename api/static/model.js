@@ -44,21 +44,43 @@ function renderHeader() {
 async function patchModel(body) {
   ({ model } = await api(base, { method: "PATCH", body }));
   renderHeader();
-  renderDetails();
+}
+
+// Each part re-drawn alone after its own save, so a save never wipes what is typed elsewhere.
+const tagsBox = el("div", {});
+const metadataBox = el("div", {});
+
+function renderTags(editable) {
+  replace(tagsBox, chipEditor({ id: "model-tags", values: model.labels,
+    onChange: editable ? async (labels) => {
+      await patchModel({ labels });
+      renderTags(editable);
+    } : null }));
+}
+
+function renderMetadata(editable) {
+  replace(metadataBox, metadataEditor({ id: "model-metadata", metadata: model.metadata,
+    onSave: editable ? async (metadata) => {
+      await patchModel({ metadata });
+      renderMetadata(editable);
+      metadataBox.append(el("span", { class: "muted saved", id: "model-metadata-saved" },
+        "saved"));
+    } : null }));
 }
 
 function renderDetails() {
   const editable = mayChange(user, model.username);
+  renderTags(editable);
+  renderMetadata(editable);
   if (!editable) {
     replace(detailsBox, el("h2", {}, "Details"),
       el("p", { class: "muted", id: "model-read-only" },
         `Only ${model.username} (its owner) or an admin can change this model.`),
       el("h3", {}, "Notes"), el("pre", { id: "model-notes", class: "notes" }, model.notes || "—"),
-      el("h3", {}, "Tags"), chipEditor({ id: "model-tags", values: model.labels }),
-      el("h3", {}, "Metadata"), metadataEditor({ id: "model-metadata", metadata: model.metadata }));
+      el("h3", {}, "Tags"), tagsBox, el("h3", {}, "Metadata"), metadataBox);
     return;
   }
-  const said = el("span", { class: "error", role: "alert" });
+  const said = el("span", { role: "alert", id: "model-save-said" });
   const name = el("input", { id: "model-edit-name", value: model.name, maxlength: 255,
     required: true });
   const description = el("input", { id: "model-edit-description", value: model.description });
@@ -69,8 +91,9 @@ function renderDetails() {
     replace(said);
     try {
       await patchModel({ name: name.value, description: description.value, notes: notes.value });
+      replace(said, el("span", { class: "muted saved" }, "saved"));
     } catch (error) {
-      replace(said, error.message);
+      replace(said, el("span", { class: "error" }, error.message));
     }
   } },
   el("label", { class: "field" }, "name", name),
@@ -80,18 +103,13 @@ function renderDetails() {
   const archive = el("button", { type: "button", id: "model-archive", onclick: async () => {
     await api(`${base}/${model.archived ? "unarchive" : "archive"}`, { method: "POST" });
     await refresh();
-    renderDetails();
+    archive.textContent = model.archived ? "Unarchive" : "Archive";
   } }, model.archived ? "Unarchive" : "Archive");
   replace(detailsBox, el("h2", {}, "Details"), form,
-    el("h3", {}, "Tags"),
-    chipEditor({ id: "model-tags", values: model.labels,
-      onChange: (labels) => patchModel({ labels }) }),
-    el("h3", {}, "Metadata"),
-    metadataEditor({ id: "model-metadata", metadata: model.metadata,
-      onSave: (metadata) => patchModel({ metadata }) }),
+    el("h3", {}, "Tags"), tagsBox, el("h3", {}, "Metadata"), metadataBox,
     el("p", { class: "actions" }, archive, " ", confirmButton({ id: "model-delete",
-      label: "Delete model", question: `Delete ${model.name} and its ${model.numVersions}`
-        + " versions? Their checkpoints stay.",
+      label: "Delete model", question: `Delete ${model.name} and all its versions?`
+        + " Their checkpoints stay.",
       action: async () => {
         await api(base, { method: "DELETE" });
         location.assign("/models");

@@ -42,11 +42,33 @@ function renderHeader() {
 async function patch(body) {
   ({ modelVersion: version } = await api(path, { method: "PATCH", body }));
   renderHeader();
-  renderDetails();
+}
+
+// Each part re-drawn alone after its own save, so a save never wipes what is typed elsewhere.
+const tagsBox = el("div", {});
+const metadataBox = el("div", {});
+
+function renderTags(editable) {
+  replace(tagsBox, chipEditor({ id: "version-tags", values: version.labels,
+    onChange: editable ? async (labels) => {
+      await patch({ labels });
+      renderTags(editable);
+    } : null }));
+}
+
+function renderMetadata(editable) {
+  replace(metadataBox, metadataEditor({ id: "version-metadata", metadata: version.metadata,
+    onSave: editable ? async (metadata) => {
+      await patch({ metadata });
+      renderMetadata(editable);
+      metadataBox.append(el("span", { class: "muted saved" }, "saved"));
+    } : null }));
 }
 
 function renderDetails() {
   const editable = mayChange(user, version.model.username);
+  renderTags(editable);
+  renderMetadata(editable);
   if (!editable) {
     replace(detailsBox, el("h2", {}, "Details"),
       el("p", { class: "muted", id: "version-read-only" },
@@ -54,12 +76,10 @@ function renderDetails() {
       el("p", {}, "comment: ", el("span", { id: "version-comment" }, version.comment || "—")),
       el("h3", {}, "Notes"), el("pre", { class: "notes", id: "version-notes" },
         version.notes || "—"),
-      el("h3", {}, "Tags"), chipEditor({ id: "version-tags", values: version.labels }),
-      el("h3", {}, "Metadata"), metadataEditor({ id: "version-metadata",
-        metadata: version.metadata }));
+      el("h3", {}, "Tags"), tagsBox, el("h3", {}, "Metadata"), metadataBox);
     return;
   }
-  const said = el("span", { class: "error", role: "alert" });
+  const said = el("span", { role: "alert", id: "version-save-said" });
   const name = el("input", { id: "version-edit-name", value: version.name, maxlength: 255 });
   const comment = el("input", { id: "version-edit-comment", value: version.comment });
   const notes = el("textarea", { id: "version-edit-notes", rows: 6 });
@@ -70,17 +90,15 @@ function renderDetails() {
       replace(said);
       try {
         await patch({ name: name.value, comment: comment.value, notes: notes.value });
+        replace(said, el("span", { class: "muted saved" }, "saved"));
       } catch (error) {
-        replace(said, error.message);
+        replace(said, el("span", { class: "error" }, error.message));
       }
     } }, el("label", { class: "field" }, "name", name),
     el("label", { class: "field" }, "comment", comment),
     el("label", { class: "field" }, "notes", notes),
     el("span", {}, el("button", { type: "submit", id: "version-save" }, "Save"), " ", said)),
-    el("h3", {}, "Tags"), chipEditor({ id: "version-tags", values: version.labels,
-      onChange: (labels) => patch({ labels }) }),
-    el("h3", {}, "Metadata"), metadataEditor({ id: "version-metadata",
-      metadata: version.metadata, onSave: (metadata) => patch({ metadata }) }),
+    el("h3", {}, "Tags"), tagsBox, el("h3", {}, "Metadata"), metadataBox,
     el("p", { class: "actions" }, confirmButton({ id: "version-delete", label: "Delete version",
       question: `Delete version ${version.version} of ${version.model.name}? Its checkpoint`
         + " stays.",
