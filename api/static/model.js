@@ -158,7 +158,8 @@ function renderVersions() {
     { label: "Validation metrics", class: "metrics", cell: (v) => Object.entries(validation(v))
       .filter(([name]) => name !== searcherOf(v).metric)
       .map(([name, value]) => `${name} ${fmtNumber(value)}`).join(" · ") },
-    { label: "Checkpoint", cell: (v) => stateBadge(v.checkpoint.state) },
+    { label: "Checkpoint", cell: (v) => [el("code", { class: "uuid" }, v.checkpoint.uuid), " ",
+      stateBadge(v.checkpoint.state)] },
     { label: "Comment", cell: (v) => v.comment },
     { label: "Created", cell: (v) => fmtTime(v.creationTime) },
     { label: "Owner", cell: (v) => v.username },
