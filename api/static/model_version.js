@@ -126,15 +126,14 @@ function renderAliases() {
   replace(aliasBox, el("h2", {}, "Aliases"),
     chipEditor({ id: "version-alias-editor", values: mine, kind: "alias",
       placeholder: "add an alias", onChange: editable ? set : null }),
-    el("p", { class: "muted" }, "An alias names one version of the model: adding one another"
-      + " version has moves it here."));
+    el("p", { class: "muted" }, "An alias names one version of the model: adding an alias that"
+      + " another version has moves it here."));
 }
 
 function renderCheckpoint(experiment) {
   const c = version.checkpoint;
   const size = Object.values(c.resources || {}).reduce((a, b) => a + b, 0);
-  replace(checkpointBox, el("h2", {}, "Checkpoint"), table([
-    { label: "", cell: (r) => el("b", {}, r[0]) }, { label: "", cell: (r) => r[1] }], [
+  const rows = [
     ["UUID", el("code", { id: "version-uuid" }, c.uuid)],
     ["State", stateBadge(c.state)],
     ["Source", [el("a", { href: `/experiments/${c.training.experimentId}` },
@@ -144,7 +143,10 @@ function renderCheckpoint(experiment) {
     ["Reported", fmtTime(c.reportTime)],
     ["Size", `${fmtBytes(size)} in ${Object.keys(c.resources || {}).length} files`],
     ["Stored at", el("code", {}, c.storagePath || "")],
-  ]));
+  ];
+  replace(checkpointBox, el("h2", {}, "Checkpoint"), el("table", { class: "kv" },
+    el("tbody", {}, rows.map(([name, value]) => el("tr", {}, el("th", {}, name),
+      el("td", {}, value))))));
 }
 
 function renderMetrics(experiment) {

@@ -75,7 +75,8 @@ function render(models, total) {
   ];
   const filtered = view.get("q") || view.get("label") || view.get("workspace");
   replace(listBox, el("p", { class: "muted", id: "model-count" },
-    `${total} model${total === 1 ? "" : "s"}`), models.length
+    `${total} model${total === 1 ? "" : "s"}`, models.length < total
+      ? `, the first ${models.length} shown: search to narrow them` : ""), models.length
     ? table(columns, models, (m) => ({ class: `model-row${m.archived ? " archived" : ""}`,
       "data-id": m.id, "data-name": m.name }))
     : message(filtered ? "No model matches these filters."

@@ -247,6 +247,7 @@ def test_the_model_registry_from_registering_to_deleting(
     assert {(a["alias"], a["version"]) for a in aliases} == {("champion", 2), ("production", 2)}
     expect(page.locator("#download-command code")).to_have_text(
         f"epochal checkpoint download {uuids[0]} ./{uuids[0]}")
+    screenshot(page, "model-version")
     fetched = httpx.get(f"{cluster.url}/api/v1/checkpoints/{uuids[0]}/download",
                         headers=cluster.headers, timeout=30)
     assert fetched.status_code == 200, fetched.text

@@ -258,6 +258,9 @@ async def test_aliases_point_at_one_version_move_and_only_the_owner_sets_them(
         bad = await api.put(f"{base}/aliases/staging", json={"version": version})
         assert bad.status_code in (400, 422) and "version" in bad.text, bad.text
     assert (await api.get(f"{base}/aliases/staging")).status_code == 404
+    for path in (f"{base}/versions/{2**40}", f"{base}/aliases/{'x' * 10_000}"):
+        answer = await api.get(path)
+        assert answer.status_code in (400, 404), answer.text
 
     async with httpx.AsyncClient(base_url=live_master.url, headers=bearer(ordinary)) as user:
         seen = await user.get(f"{base}/aliases")
