@@ -105,8 +105,28 @@ function renderDetails() {
     await refresh();
     archive.textContent = model.archived ? "Unarchive" : "Archive";
   } }, model.archived ? "Unarchive" : "Archive");
+  // Determined's "move": the model to another workspace (named, not numbered).
+  const destination = el("select", { id: "model-move-workspace", "aria-label": "workspace" });
+  const moveSaid = el("span", { role: "alert" });
+  api("/api/v1/workspaces?archived=false").then(({ workspaces }) => replace(destination,
+    workspaces.map((w) => el("option", { value: w.id, selected: w.id === model.workspaceId },
+      w.name)))).catch((error) => replace(moveSaid, el("span", { class: "error" },
+    error.message)));
+  const move = el("form", { id: "model-move", class: "inline-form", onsubmit: async (event) => {
+    event.preventDefault();
+    replace(moveSaid);
+    try {
+      await api(`${base}/move`, { method: "POST",
+        body: { destinationWorkspaceId: Number(destination.value) } });
+      await refresh();
+      replace(moveSaid, el("span", { class: "muted saved" }, "moved"));
+    } catch (error) {
+      replace(moveSaid, el("span", { class: "error" }, error.message));
+    }
+  } }, "workspace ", destination, el("button", { type: "submit" }, "Move"), moveSaid);
   replace(detailsBox, el("h2", {}, "Details"), form,
     el("h3", {}, "Tags"), tagsBox, el("h3", {}, "Metadata"), metadataBox,
+    el("h3", {}, "Workspace"), move,
     el("p", { class: "actions" }, archive, " ", confirmButton({ id: "model-delete",
       label: "Delete model", question: `Delete ${model.name} and all its versions?`
         + " Their checkpoints stay.",

@@ -193,7 +193,17 @@ def test_the_model_registry_from_registering_to_deleting(
     assert model["labels"] == ["cv", "prod"]
     assert model["metadata"] == {"dataset": "mnist", "epochs": 12}
 
-    # An alias points at one version: set on another, it moves; a bad one is named.
+    # Moved to another workspace, named in the header.
+    workspace = f"vision-{uuid.uuid4().hex[:6]}"
+    made = httpx.post(f"{cluster.url}/api/v1/workspaces", headers=cluster.headers, timeout=30,
+                      json={"name": workspace})
+    assert made.status_code == 200, made.text
+    page.reload()
+    page.select_option("#model-move-workspace", label=workspace)
+    page.click("#model-move button[type=submit]")
+    expect(page.locator("#model-workspace-name")).to_have_text(workspace)
+
+        # An alias points at one version: set on another, it moves; a bad one is named.
     page.fill("#alias-name", "production")
     page.select_option("#alias-version", "1")
     page.click("#alias-form button[type=submit]")
@@ -289,7 +299,7 @@ def test_the_model_registry_from_registering_to_deleting(
     page.check("#model-show-archived")
     listed = page.locator("tr.model-row", has_text=name)
     expect(listed).to_have_class(re.compile("archived"))
-    expect(listed.locator("td.workspace")).to_have_text("Uncategorized")
+    expect(listed.locator("td.workspace")).to_have_text(workspace)
     expect(listed.locator("td.latest")).to_have_text("v2")
     assert "archived=true" in page.url and f"q={name}" in page.url
     listed.locator("a").first.click()
