@@ -66,7 +66,8 @@ function render(models, total) {
       cell: (m) => m.numVersions },
     { label: sortHeader("Workspace", "SORT_BY_WORKSPACE"), class: "workspace",
       cell: (m) => workspaces.get(m.workspaceId) ?? `workspace ${m.workspaceId}` },
-    { label: "Tags", cell: (m) => m.labels.map((l) => el("span", { class: "chip label" }, l)) },
+    { label: "Tags", cell: (m) => m.labels.map((l) => el("button", { type: "button",
+      class: "chip label", title: `only models tagged ${l}`, onclick: () => filterByTag(l) }, l)) },
     { label: sortHeader("Owner", "SORT_BY_OWNER"), cell: (m) => m.username },
     { label: sortHeader("Updated", "SORT_BY_LAST_UPDATED_TIME"),
       cell: (m) => fmtTime(m.lastUpdatedTime) },
@@ -104,6 +105,16 @@ async function refresh() {
   const data = await api(`/api/v1/models${query(params)}`);
   if (asked !== shown) return; // a newer filter's answer is already shown
   render(data.models, data.pagination.total);
+}
+
+// A tag clicked in the table filters by it.
+function filterByTag(label) {
+  if (![...labelFilter.options].some((o) => o.value === label)) {
+    labelFilter.append(el("option", { value: label }, label));
+  }
+  labelFilter.value = label;
+  view.set({ label });
+  rerun();
 }
 
 const rerun = () => refresh().catch((error) =>

@@ -165,11 +165,11 @@ export function registerForm(uuid, { onDone, models }) {
     "Register"), said);
 }
 
-// The models a checkpoint may be registered to: every model not archived, by name.
-export async function registrableModels() {
+// The models `user` may register a checkpoint to: those not archived they may change, by name.
+export async function registrableModels(user) {
   const { models } = await api(`/api/v1/models${query({ sortBy: "SORT_BY_NAME",
     archived: "false" })}`);
-  return models;
+  return models.filter((m) => mayChange(user, m.username));
 }
 
 // A version's aliases as chips (MLflow's: "production", "champion").

@@ -98,13 +98,15 @@ function renderMetrics(trial, exp) {
       : el("p", { class: "muted" }, "no metrics yet"));
 }
 
+let viewer = null; // who is logged in: the models offered to register to are theirs to change
+
 // "Register": a form in the row, to make this checkpoint the next version of a model chosen
 // from the registry's, or of a new one named there.
 function registerButton(checkpoint) {
   const box = el("span", { class: "register-box" });
   const open = async () => {
     try {
-      const models = await registrableModels();
+      const models = await registrableModels(viewer);
       replace(box, registerForm(checkpoint.uuid, { models, onDone: (modelVersion) => replace(box,
         el("a", { class: "registered", href: `/models/${modelVersion.model.id}/versions/`
           + `${modelVersion.version}` }, `${modelVersion.model.name} v${modelVersion.version}`)) }),
@@ -238,7 +240,8 @@ async function refresh(expHolder) {
 }
 
 async function start() {
-  if (!(await startPage())) return;
+  viewer = await startPage();
+  if (!viewer) return;
   replace(systemBox, el("h2", {}, "System metrics"),
     el("div", { class: "controls" }, el("label", {}, "metric ", systemSelect)), systemChart,
     systemLatest);

@@ -287,6 +287,12 @@ def test_the_model_registry_from_registering_to_deleting(
     expect(other.locator("#version-download")).to_have_count(0)
     expect(other.locator("#det-download-command code")).to_have_text(
         f"det checkpoint download {uuids[1]}")
+    # On a trial's page they are offered only models of their own (here: a new one).
+    other.goto(f"/trials/{trial_ids[0]}")
+    row = other.locator("tr.checkpoint-row", has_text=uuids[0])
+    row.locator("button.register-checkpoint").click()
+    expect(row.locator("select.register-model option")).to_have_text(["New model…"])
+    expect(row.locator("input.register-new-name")).to_be_visible()
     assert not other_errors
     other.close()
 
@@ -327,6 +333,12 @@ def test_models_page_sorts_and_filters_by_tag(admin: BrowserContext, cluster: Cl
     expect(rows.first).to_have_attribute("data-name", f"gamma-{tag}")
     expect(page.locator("th button[data-sort='SORT_BY_NAME']")).to_have_attribute(
         "aria-sort", "descending")
+    # A tag clicked in the table filters by it.
+    rows.first.locator("button.chip", has_text="cv").click()
+    expect(rows).to_have_count(2)
+    expect(page.locator("#model-label-filter")).to_have_value("cv")
+    page.select_option("#model-label-filter", "nlp")
+    expect(rows).to_have_count(1)
     page.select_option("#model-label-filter", "cv")
     expect(rows).to_have_count(2)
     # The address keeps the view: opened again, the same rows in the same order.
