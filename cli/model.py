@@ -30,6 +30,7 @@ def _model_fields(model: dict[str, Any]) -> Any:
         ("ID", model["id"]), ("Name", model["name"]), ("Description", model["description"]),
         ("Workspace ID", model["workspaceId"]), ("Owner", model["username"]),
         ("Versions", model["numVersions"]), ("Labels", ", ".join(model["labels"])),
+        ("Latest version", render.number(model.get("latestVersion"))),
         ("Archived", "yes" if model["archived"] else "no"),
         ("Created", render.when(model["creationTime"])),
         ("Updated", render.when(model["lastUpdatedTime"])),
@@ -37,16 +38,22 @@ def _model_fields(model: dict[str, Any]) -> Any:
     ])
 
 
-def _versions_table(versions: list[dict[str, Any]]) -> Any:
+def _versions_table(versions: list[dict[str, Any]],
+                    aliases: list[dict[str, Any]] | None = None) -> Any:
+    named: dict[int, list[str]] = {}
+    for a in aliases or []:
+        named.setdefault(a["version"], []).append(a["alias"])
     t = render.table("Version", "Checkpoint", "Trial", "Steps", "State", "Searcher metric",
-                     "Comment", "Registered", shrink=["Comment", "Searcher metric", "Registered"])
+                     *(["Aliases"] if aliases else []), "Comment", "Registered",
+                     shrink=["Comment", "Searcher metric", "Registered", "Checkpoint"])
     for v in versions:
         checkpoint = v["checkpoint"]
         training = render.checkpoint_training(checkpoint)
         t.add_row(str(v["version"]), checkpoint["uuid"], render.number(training.get("trialId")),
                   render.number(render.checkpoint_steps(checkpoint)),
                   render.state(checkpoint["state"]),
-                  render.number(training.get("searcherMetric")), v["comment"],
+                  render.number(training.get("searcherMetric")),
+                  *([", ".join(named.get(v["version"], []))] if aliases else []), v["comment"],
                   render.when(v["creationTime"], compact=True))
     return t
 
@@ -102,16 +109,18 @@ def create_model(
     render.say(f"Created model {model['name']} (id {model['id']})")
 
 
-@app.command("describe", help="Show a model and its versions.")
+@app.command("describe", help="Show a model, its versions and its aliases.")
 def describe_model(ctx: typer.Context, model: ModelArg, as_json: AsJson = False) -> None:
     with Client(master_url(ctx)) as client:
         answer = client.get_all(f"{_path(model)}/versions", "modelVersions")
         found = client.get(_path(model))["model"]
+        aliases = client.get(f"{_path(model)}/aliases")["aliases"]
     if as_json:
-        render.print_json({"model": found, "modelVersions": answer["modelVersions"]})
+        render.print_json({"model": found, "modelVersions": answer["modelVersions"],
+                           "aliases": aliases})
         return
     render.show(_model_fields(found))
-    render.show(_versions_table(answer["modelVersions"]))
+    render.show(_versions_table(answer["modelVersions"], aliases))
 
 
 @app.command("list-versions", help="List a model's versions.")
@@ -159,3 +168,52 @@ def delete_version(
         client.request("DELETE", f"{_path(model)}/versions/{version}")
     render.done(as_json, {"model": model, "version": version, "deleted": True},
                 f"Deleted version {version} of model {model}")
+
+
+alias_app = typer.Typer(
+    help="Aliases (MLflow's): a name such as 'production' pointing at one version of a model; "
+         "setting it on another version moves it.",
+    no_args_is_help=True)
+app.add_typer(alias_app, name="alias")
+AliasArg = Annotated[str, typer.Argument(metavar="ALIAS", show_default=False,
+                                         help="A letter, then letters, digits, '_', '.', '-'.")]
+
+
+def _aliases_table(aliases: list[dict[str, Any]]) -> Any:
+    t = render.table("Alias", "Version", "Set by", "Updated", shrink=["Alias", "Set by"])
+    for a in aliases:
+        t.add_row(a["alias"], str(a["version"]), a["username"],
+                  render.when(a["lastUpdatedTime"], compact=True))
+    return t
+
+
+@alias_app.command("list", help="List a model's aliases.")
+def list_aliases(ctx: typer.Context, model: ModelArg, as_json: AsJson = False) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.get(f"{_path(model)}/aliases")
+    if as_json:
+        render.print_json(answer)
+        return
+    render.show(_aliases_table(answer["aliases"]))
+
+
+@alias_app.command("set", help="Point ALIAS at VERSION of the model (moving it from another).")
+def set_alias(
+    ctx: typer.Context, model: ModelArg, alias: AliasArg,
+    version: Annotated[int, typer.Argument(metavar="VERSION", show_default=False)],
+    as_json: AsJson = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.request("PUT", f"{_path(model)}/aliases/{quote(alias, safe='')}",
+                                json={"version": version})
+    render.done(as_json, answer, f"Alias {alias} of model {model} now points at version"
+                                 f" {version}")
+
+
+@alias_app.command("delete", help="Delete an alias of the model (its version stays).")
+def delete_alias(ctx: typer.Context, model: ModelArg, alias: AliasArg,
+                 as_json: AsJson = False) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.request("DELETE",
+                                f"{_path(model)}/aliases/{quote(alias, safe='')}")
+    render.done(as_json, answer, f"Deleted alias {alias} of model {model}")

@@ -11,7 +11,8 @@ from api.queries import Conn
 
 _MODEL_SELECT = """
 SELECT m.*, coalesce((SELECT id FROM users WHERE username = m.owner), 0) AS user_id,
-       (SELECT count(*) FROM model_versions v WHERE v.model_id = m.id) AS num_versions
+       (SELECT count(*) FROM model_versions v WHERE v.model_id = m.id) AS num_versions,
+       (SELECT max(version) FROM model_versions v WHERE v.model_id = m.id) AS latest_version
 FROM models m
 """
 _MODELS_WHERE = (
@@ -35,6 +36,8 @@ MODEL_SORTS = {
     "SORT_BY_DESCRIPTION": "m.description", "SORT_BY_CREATION_TIME": "m.created_at",
     "SORT_BY_LAST_UPDATED_TIME": "m.updated_at", "SORT_BY_NUM_VERSIONS": "num_versions",
     "SORT_BY_WORKSPACE": "m.workspace_id",
+    # Epochal's: the dashboard sorts by each column it shows.
+    "SORT_BY_LATEST_VERSION": "latest_version", "SORT_BY_OWNER": "m.owner",
 }
 VERSION_SORTS = {"SORT_BY_UNSPECIFIED": "version", "SORT_BY_VERSION": "version",
                  "SORT_BY_CREATION_TIME": "created_at"}
@@ -184,3 +187,4 @@ async def update_version(
 
 async def delete_version(conn: Conn, version_id: int) -> None:
     await conn.execute("DELETE FROM model_versions WHERE id = $1", version_id)
+

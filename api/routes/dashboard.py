@@ -147,6 +147,11 @@ async def model_page(model_id: int) -> HTMLResponse:
     return _app_page(f"Model {model_id}", "model.js", model_id)
 
 
+@router.get("/models/{model_id}/versions/{version}", response_class=HTMLResponse)
+async def model_version_page(model_id: int, version: int) -> HTMLResponse:
+    return _app_page(f"Model {model_id} version {version}", "model_version.js", model_id)
+
+
 @router.get("/cluster", response_class=HTMLResponse)
 async def cluster_page() -> HTMLResponse:
     return _app_page("Cluster", "cluster.js")

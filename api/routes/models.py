@@ -6,6 +6,9 @@ Determined). Registering a checkpoint keeps it: checkpoint GC skips it and its e
 be deleted while a version points at it (activities/experiment_store.py, services/models.py).
 Anyone logged in reads and creates models; only a model's owner or an admin changes or deletes it
 (api/access.py).
+
+Beside Determined's routes, Epochal's aliases (MLflow's): `/models/{model}/aliases/{alias}` names
+one version; setting it on another version moves it (services/models.py).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from typing import Annotated, Any
 
 import asyncpg
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api import auth, views
 from api.deps import Pool
@@ -27,6 +30,7 @@ from api.queries import models as queries
 from api.queries.workspaces import fetch_workspace_id, workspace_exists
 from api.schemas import Empty, answers
 from api.schemas.models import (
+    ModelAliases,
     ModelAnswer,
     ModelLabels,
     ModelList,
@@ -35,6 +39,7 @@ from api.schemas.models import (
 )
 from common.expconf import MAX_CONFIG_DEPTH
 from common.states import CheckpointState
+from services import models as registry
 from services.workspaces import DEFAULT_PROJECT_ID
 
 router = APIRouter(prefix="/api/v1", tags=["models"])
@@ -56,6 +61,7 @@ def model_json(row: asyncpg.Record) -> dict[str, Any]:
         "lastUpdatedTime": views.rfc3339(row["updated_at"]),
         "numVersions": row["num_versions"], "username": row["owner"], "userId": row["user_id"],
         "archived": row["archived"], "workspaceId": row["workspace_id"],
+        "latestVersion": row["latest_version"],  # Epochal's (Determined's clients ignore it)
     }
 
 
@@ -433,3 +439,49 @@ async def version_metrics(model_name: str, version: int) -> dict[str, Any]:
     batch-inference tracking, which Epochal does not keep (out of the schema: not served)."""
     raise ApiError(501, "metrics of model versions (batch-inference tracking) are not served"
                         " by Epochal")
+
+
+# -- aliases (Epochal's, as MLflow's) -----------------------------------------------------------
+
+class AliasBody(BaseModel):
+    version: int = Field(ge=1, le=2**31 - 1)
+
+
+async def _aliases_json(pool: asyncpg.Pool, model_id: int) -> dict[str, Any]:
+    return {"aliases": [
+        {"alias": a.alias, "version": a.version, "username": a.owner,
+         "lastUpdatedTime": views.rfc3339(a.updated_at)}
+        for a in await registry.aliases(pool, model_id)]}
+
+
+@router.get("/models/{model_name}/aliases", **answers(ModelAliases))
+async def list_aliases(model_name: str, pool: Pool) -> dict[str, Any]:
+    model = await fetch_model(pool, model_name)
+    return await _aliases_json(pool, model["id"])
+
+
+@router.put("/models/{model_name}/aliases/{alias}", **answers(ModelAliases))
+async def set_alias(
+    model_name: str, alias: str, body: AliasBody, request: Request, pool: Pool
+) -> dict[str, Any]:
+    """Point the alias at a version of the model (moving it from another); the model's aliases."""
+    model = await fetch_model(pool, model_name)
+    await registry.set_alias(pool, model["id"], alias, body.version,
+                             str(auth.current(request).username))
+    await queries.touch_model(pool, model["id"])
+    return await _aliases_json(pool, model["id"])
+
+
+@router.delete("/models/{model_name}/aliases/{alias}", **answers(ModelAliases))
+async def delete_alias(model_name: str, alias: str, pool: Pool) -> dict[str, Any]:
+    model = await fetch_model(pool, model_name)
+    await registry.delete_alias(pool, model["id"], registry.check_alias(alias))
+    return await _aliases_json(pool, model["id"])
+
+
+@router.get("/models/{model_name}/aliases/{alias}", **answers(ModelVersionAnswer))
+async def get_version_by_alias(model_name: str, alias: str, pool: Pool) -> dict[str, Any]:
+    """The version the alias points at (what a deployment reads: `production`)."""
+    model = await fetch_model(pool, model_name)
+    version = await registry.alias_version(pool, model["id"], registry.check_alias(alias))
+    return await get_version(str(model["id"]), version, pool)

@@ -24,6 +24,7 @@ class Model(Answer):
     userId: int
     archived: bool
     workspaceId: int
+    latestVersion: int | None = None  # Epochal's: the highest version number, None without one
 
 
 class ModelVersion(Answer):
@@ -76,3 +77,18 @@ class ModelVersionAnswer(Answer):
     PatchModelVersion)."""
 
     modelVersion: ModelVersion
+
+
+class ModelAlias(Answer):
+    """Epochal's (MLflow's aliases): a name pointing at one version of the model."""
+
+    alias: str
+    version: int
+    username: str
+    lastUpdatedTime: str
+
+
+class ModelAliases(Answer):
+    """Epochal's: the model's aliases by name."""
+
+    aliases: list[ModelAlias]

@@ -8,6 +8,7 @@ import { api, every, lastErrorLines, reportValues, startPage } from "/static/api
 import { drawLines, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
 import { LogPanel } from "/static/logs.js";
+import { registerForm, registrableModels } from "/static/registry.js";
 import { STATES, el, flatHparams, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge,
   table, workflowLink } from "/static/dom.js";
 
@@ -97,24 +98,28 @@ function renderMetrics(trial, exp) {
       : el("p", { class: "muted" }, "no metrics yet"));
 }
 
-// "Register as model": a new version of the model named (which must exist: the Models page
-// creates one), holding this checkpoint.
+let viewer = null; // who is logged in: the models offered to register to are theirs to change
+
+// "Register": a form in the row, to make this checkpoint the next version of a model chosen
+// from the registry's, or of a new one named there.
 function registerButton(checkpoint) {
-  const said = el("span", { class: "status" });
-  return el("span", {}, el("button", { type: "button", class: "register-checkpoint",
-    onclick: async () => {
-      const model = prompt("Register this checkpoint as a new version of model:");
-      if (!model) return;
-      try {
-        const { modelVersion } = await api(
-          `/api/v1/models/${encodeURIComponent(model.trim())}/versions`,
-          { method: "POST", body: { checkpointUuid: checkpoint.uuid } });
-        replace(said, " ", el("a", { href: `/models/${modelVersion.model.id}` },
-          `${modelVersion.model.name} v${modelVersion.version}`));
-      } catch (error) {
-        replace(said, " ", el("span", { class: "error" }, error.message));
-      }
-    } }, "register"), said);
+  const box = el("span", { class: "register-box" });
+  const open = async () => {
+    try {
+      const models = await registrableModels(viewer);
+      replace(box, registerForm(checkpoint.uuid, { models, onDone: (modelVersion) => replace(box,
+        el("a", { class: "registered", href: `/models/${modelVersion.model.id}/versions/`
+          + `${modelVersion.version}` }, `${modelVersion.model.name} v${modelVersion.version}`)) }),
+      el("button", { type: "button", class: "register-cancel", onclick: start }, "Cancel"));
+      box.querySelector("select, input").focus();
+    } catch (error) {
+      replace(box, el("span", { class: "error" }, error.message));
+    }
+  };
+  const start = () => replace(box, el("button", { type: "button", class: "register-checkpoint",
+    onclick: open }, "Register"));
+  start();
+  return box;
 }
 
 function renderCheckpoints(checkpoints) {
@@ -235,7 +240,8 @@ async function refresh(expHolder) {
 }
 
 async function start() {
-  if (!(await startPage())) return;
+  viewer = await startPage();
+  if (!viewer) return;
   replace(systemBox, el("h2", {}, "System metrics"),
     el("div", { class: "controls" }, el("label", {}, "metric ", systemSelect)), systemChart,
     systemLatest);

@@ -677,17 +677,19 @@ def test_models_page_creates_a_model_and_registers_a_checkpoint(
     expect(row.locator(f"a[href='/trials/{trials[0]['id']}']")).to_be_visible()
     screenshot(page, "model")
 
-    # "Register as model" from the trial's page: its checkpoint becomes version 2.
+    # "Register" from the trial's page, choosing the model: its checkpoint becomes version 2.
     page.goto(f"/trials/{trials[0]['id']}")
     row = page.locator("tr.checkpoint-row", has_text=uuid)
-    page.once("dialog", lambda dialog: dialog.accept("browser-model"))
     row.locator("button.register-checkpoint").click()
+    row.locator("select.register-model").select_option("browser-model")
+    row.locator("button.register-submit").click()
     expect(row.locator("a", has_text="browser-model v2")).to_be_visible()
 
     page.goto("/models")
     listed = page.locator("tr.model-row", has_text="browser-model")
     expect(listed).to_contain_text("made in the dashboard")
-    expect(listed.locator("td.num")).to_have_text("2")
+    expect(listed.locator("td.versions")).to_have_text("2")
+    expect(listed.locator("td.latest")).to_have_text("v2")
     page.close()
 
 

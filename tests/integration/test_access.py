@@ -181,7 +181,8 @@ async def _world(api: httpx.AsyncClient, live_master: LiveMaster, pool_name: str
         "allocation_id": f"{experiment['id']}.{mine['id']}.{mine['runId']}",
         "checkpoint_uuid": checkpoint, "task_id": task_id, "workspace_id": str(workspace["id"]),
         "project_id": str(project["id"]), "name": template, "model_name": model, "version": "1",
-        "user_id": str(a_id), "username": a_name, "agent_id": f"phantom-{uuid.uuid4().hex[:6]}",
+        "alias": "production", "user_id": str(a_id), "username": a_name,
+        "agent_id": f"phantom-{uuid.uuid4().hex[:6]}",
         "action": "decode", "token_id": str(token.json()["tokenId"]),
         "external_experiment_id": f"access-{uuid.uuid4().hex[:8]}",
     }

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 PAGES = {"/login": "login.js", "/": "experiments.js", "/experiments/7": "experiment.js",
          "/trials/9": "trial.js", "/cluster": "cluster.js", "/models": "models.js",
          "/tasks": "tasks.js",
-         "/models/3": "model.js"}
+         "/models/3": "model.js", "/models/3/versions/2": "model_version.js"}
 
 
 async def test_pages_load_without_a_token_and_name_their_script(live_master: LiveMaster) -> None:

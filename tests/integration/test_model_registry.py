@@ -220,3 +220,67 @@ async def test_a_registered_checkpoint_survives_gc_and_keeps_its_experiment(
     assert (await api.delete(f"/api/v1/models/{model['name']}")).status_code == 200
     assert (await api.delete(f"/api/v1/experiments/{experiment_id}")).status_code == 200
     assert not registered_dir.exists()
+
+
+async def test_aliases_point_at_one_version_move_and_only_the_owner_sets_them(
+    api: httpx.AsyncClient, live_master: LiveMaster, ordinary: str  # noqa: F811
+) -> None:
+    """MLflow's aliases, beside Determined's routes: unique within a model (setting one on
+    another version moves it), bounded and validated, read by anyone, set by the owner."""
+    experiment_id = (await create(api))["experiment"]["id"]
+    trial = (await wait_for_trials(api, experiment_id, 2))[0]
+    checkpoint, _ = await report_checkpoint(api, live_master, trial, 5)
+    model = await new_model(api)
+    base = f"/api/v1/models/{model['name']}"
+    for _ in range(2):
+        assert (await api.post(f"{base}/versions", json={"checkpointUuid": checkpoint})
+                ).status_code == 200
+    assert (await api.get(base)).json()["model"]["latestVersion"] == 2
+
+    answer = await api.put(f"{base}/aliases/production", json={"version": 1})
+    assert answer.status_code == 200, answer.text
+    assert [(a["alias"], a["version"]) for a in answer.json()["aliases"]] == [("production", 1)]
+    await api.put(f"{base}/aliases/champion", json={"version": 1})
+    moved = await api.put(f"{base}/aliases/production", json={"version": 2})
+    assert [(a["alias"], a["version"]) for a in moved.json()["aliases"]] == [
+        ("champion", 1), ("production", 2)]
+    by_alias = (await api.get(f"{base}/aliases/production")).json()["modelVersion"]
+    assert (by_alias["version"], by_alias["checkpoint"]["uuid"]) == (2, checkpoint)
+
+    for alias, problem in (("9lives", "a letter first"), ("a b", "a letter first"),
+                           ("x" * 65, "at most 64"), ("latest", "reserved"), ("V3", "reserved")):
+        bad = await api.put(f"{base}/aliases/{alias}", json={"version": 1})
+        assert bad.status_code == 400 and bad.json()["details"][0].startswith("alias:"), bad.text
+        assert problem in bad.json()["details"][0]
+    missing = await api.put(f"{base}/aliases/staging", json={"version": 7})
+    assert missing.status_code == 404 and missing.json()["details"][0].startswith("version:")
+    for version in (0, 2**31, "two"):
+        bad = await api.put(f"{base}/aliases/staging", json={"version": version})
+        assert bad.status_code in (400, 422) and "version" in bad.text, bad.text
+    assert (await api.get(f"{base}/aliases/staging")).status_code == 404
+    for path in (f"{base}/versions/{2**40}", f"{base}/aliases/{'x' * 10_000}"):
+        answer = await api.get(path)
+        assert answer.status_code in (400, 404), answer.text
+
+    async with httpx.AsyncClient(base_url=live_master.url, headers=bearer(ordinary)) as user:
+        seen = await user.get(f"{base}/aliases")
+        assert seen.status_code == 200 and len(seen.json()["aliases"]) == 2
+        assert (await user.get(f"{base}/aliases/champion")).status_code == 200
+        for refused in (user.put(f"{base}/aliases/champion", json={"version": 2}),
+                        user.delete(f"{base}/aliases/champion"),
+                        user.patch(f"{base}/versions/1", json={"notes": "mine"}),
+                        user.delete(f"{base}/versions/1")):
+            answer = await refused
+            assert answer.status_code == 403, answer.text
+            assert "belongs to admin" in answer.json()["message"]
+    unchanged = (await api.get(f"{base}/aliases")).json()["aliases"]
+    assert [(a["alias"], a["version"]) for a in unchanged] == [("champion", 1), ("production", 2)]
+
+    assert (await api.delete(f"{base}/aliases/champion")).status_code == 200
+    gone = await api.delete(f"{base}/aliases/champion")
+    assert gone.status_code == 404 and gone.json()["details"][0].startswith("alias:")
+    # Deleting a version takes its aliases with it.
+    assert (await api.delete(f"{base}/versions/2")).status_code == 200
+    assert (await api.get(f"{base}/aliases")).json()["aliases"] == []
+    assert (await api.delete(base)).status_code == 200
+    assert (await api.post(f"/api/v1/experiments/{experiment_id}/kill")).status_code == 200
