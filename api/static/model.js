@@ -6,7 +6,7 @@
 import { AddressState } from "/static/address.js";
 import { api, every, query, startPage } from "/static/api.js";
 import { el, flatHparams, fmtNumber, fmtTime, replace, stateBadge, table } from "/static/dom.js";
-import { aliasChips, chipEditor, confirmButton, mayChange, metadataEditor } from "/static/registry.js";
+import { aliasChips, confirmButton, labelsAndMetadata, mayChange } from "/static/registry.js";
 
 const modelId = Number(document.body.dataset.id);
 const base = `/api/v1/models/${modelId}`;
@@ -46,32 +46,12 @@ async function patchModel(body) {
   renderHeader();
 }
 
-// Each part re-drawn alone after its own save, so a save never wipes what is typed elsewhere.
-const tagsBox = el("div", {});
-const metadataBox = el("div", {});
-
-function renderTags(editable) {
-  replace(tagsBox, chipEditor({ id: "model-tags", values: model.labels,
-    onChange: editable ? async (labels) => {
-      await patchModel({ labels });
-      renderTags(editable);
-    } : null }));
-}
-
-function renderMetadata(editable) {
-  replace(metadataBox, metadataEditor({ id: "model-metadata", metadata: model.metadata,
-    onSave: editable ? async (metadata) => {
-      await patchModel({ metadata });
-      renderMetadata(editable);
-      metadataBox.append(el("span", { class: "muted saved", id: "model-metadata-saved" },
-        "saved"));
-    } : null }));
-}
+const details = labelsAndMetadata("model", () => model, patchModel);
+const { tagsBox, metadataBox } = details;
 
 function renderDetails() {
   const editable = mayChange(user, model.username);
-  renderTags(editable);
-  renderMetadata(editable);
+  details.render(editable);
   if (!editable) {
     replace(detailsBox, el("h2", {}, "Details"),
       el("p", { class: "muted", id: "model-read-only" },

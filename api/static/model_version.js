@@ -5,7 +5,7 @@
 import { api, startPage } from "/static/api.js";
 import { el, flatHparams, fmtBytes, fmtNumber, fmtTime, replace, stateBadge, table } from "/static/dom.js";
 import {
-  aliasChips, chipEditor, confirmButton, copyCommand, mayChange, metadataEditor,
+  aliasChips, chipEditor, confirmButton, copyCommand, labelsAndMetadata, mayChange,
 } from "/static/registry.js";
 
 const modelId = Number(document.body.dataset.id);
@@ -44,31 +44,12 @@ async function patch(body) {
   renderHeader();
 }
 
-// Each part re-drawn alone after its own save, so a save never wipes what is typed elsewhere.
-const tagsBox = el("div", {});
-const metadataBox = el("div", {});
-
-function renderTags(editable) {
-  replace(tagsBox, chipEditor({ id: "version-tags", values: version.labels,
-    onChange: editable ? async (labels) => {
-      await patch({ labels });
-      renderTags(editable);
-    } : null }));
-}
-
-function renderMetadata(editable) {
-  replace(metadataBox, metadataEditor({ id: "version-metadata", metadata: version.metadata,
-    onSave: editable ? async (metadata) => {
-      await patch({ metadata });
-      renderMetadata(editable);
-      metadataBox.append(el("span", { class: "muted saved" }, "saved"));
-    } : null }));
-}
+const details = labelsAndMetadata("version", () => version, patch);
+const { tagsBox, metadataBox } = details;
 
 function renderDetails() {
   const editable = mayChange(user, version.model.username);
-  renderTags(editable);
-  renderMetadata(editable);
+  details.render(editable);
   if (!editable) {
     replace(detailsBox, el("h2", {}, "Details"),
       el("p", { class: "muted", id: "version-read-only" },

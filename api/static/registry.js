@@ -42,6 +42,36 @@ export function chipEditor({ id, values, onChange = null, placeholder = "add a t
   return el("span", { id, class: "chips" }, chips, add, said);
 }
 
+// A model's or a version's tags and metadata, each part re-drawn alone after its own save, so
+// a save never wipes what is typed in the other. `current()` is the object as last saved (its
+// `labels` and `metadata`); `patch(body)` saves a change and may throw.
+export function labelsAndMetadata(prefix, current, patch) {
+  const tagsBox = el("div", {});
+  const metadataBox = el("div", {});
+  const renderTags = (editable) => replace(tagsBox, chipEditor({ id: `${prefix}-tags`,
+    values: current().labels,
+    onChange: editable ? async (labels) => {
+      await patch({ labels });
+      renderTags(editable);
+    } : null }));
+  const renderMetadata = (editable) => replace(metadataBox, metadataEditor({
+    id: `${prefix}-metadata`, metadata: current().metadata,
+    onSave: editable ? async (metadata) => {
+      await patch({ metadata });
+      renderMetadata(editable);
+      metadataBox.append(el("span", { class: "muted saved", id: `${prefix}-metadata-saved` },
+        "saved"));
+    } : null }));
+  return {
+    tagsBox,
+    metadataBox,
+    render(editable) {
+      renderTags(editable);
+      renderMetadata(editable);
+    },
+  };
+}
+
 function shown(value) {
   return typeof value === "string" ? value : JSON.stringify(value);
 }
