@@ -1,0 +1,313 @@
+"""The experiment page in headless Chromium (issue 37 items 5, 9, 11 and 13): its tabs, by click
+and keyboard and from the address; parallel coordinates that follow the trials table's filter and
+whose brush filters the table, the scatter and the curves; the scatter opening on the most
+important hyperparameter; a copied address restoring the whole view in a fresh browser; and
+"Open TensorBoard" and "Open notebook" launching a task as the viewing user and opening it
+through the proxy (a running TensorBoard of the same user reused, another user's not).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.browser.conftest import ADMIN, TIMEOUT_MS, api_get, log_in, screenshot
+from tests.browser.test_search_views import final_loss, seed_search
+from tests.e2e.cluster import Cluster
+from tests.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+READY_MS = 180_000  # a task's image pulled and its server up, on a busy machine
+OTHER = ("exp-page-other", "pw-of-exp-page-other")
+
+
+@pytest.fixture(scope="module")
+def search(cluster: Cluster) -> tuple[int, list[int]]:
+    """A finished 40-trial search whose loss the learning rate decides."""
+    return seed_search(cluster.env["EPOCHAL_DB_URL"], 40)
+
+
+def signed_in(chromium: Browser, cluster: Cluster) -> BrowserContext:
+    """A fresh browser (no storage of another's) logged in as the admin."""
+    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1280, "height": 900})
+    ctx.set_default_timeout(TIMEOUT_MS)
+    page = ctx.new_page()
+    page.goto("/login")
+    log_in(page, cluster.secrets["admin_password"])
+    expect(page.locator("#whoami")).to_have_text(ADMIN)
+    page.close()
+    return ctx
+
+
+@pytest.fixture(scope="module")
+def analyst(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
+    ctx = signed_in(chromium, cluster)
+    yield ctx
+    ctx.close()
+
+
+def opened(ctx: BrowserContext, path: str) -> tuple[Page, list[str]]:
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(path)
+    return page, errors
+
+
+def address(page: Page) -> dict[str, list[str]]:
+    return parse_qs(urlparse(page.url).query)
+
+
+def row_ids(page: Page) -> list[int]:
+    return sorted(int(r.get_attribute("data-trial-id") or 0)
+                  for r in page.locator("tr.trial-row").all())
+
+
+def test_tabs_switch_by_click_and_keyboard_and_open_from_the_address(
+    analyst: BrowserContext, search: tuple[int, list[int]]
+) -> None:
+    experiment_id, _ = search
+    page, errors = opened(analyst, f"/experiments/{experiment_id}")
+    tabs = page.get_by_role("tab")
+    expect(tabs).to_have_text(["Overview", "Trials", "Hyperparameters", "Checkpoints", "Logs",
+                               "Config & files", "Notes"])
+    expect(page.locator("#tab-overview")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#panel-overview")).to_be_visible()
+    expect(page.locator("#panel-trials")).to_be_hidden()
+    assert "tab" not in address(page)  # the plain address stays plain
+    # The scatter was drawn while its tab was hidden; shown, it fills its box.
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-points", "40")
+    page.click("#tab-hyperparameters")
+    expect(page.get_by_role("tabpanel")).to_have_attribute("id", "panel-hyperparameters")
+    assert address(page)["tab"] == ["hyperparameters"]
+    page.wait_for_function(
+        "() => { const gd = document.querySelector('#hp-scatter');"
+        " return gd._fullLayout.width >= gd.getBoundingClientRect().width - 2; }")
+    # The keyboard: arrows move along the tabs, End to the last; the chosen tab has the focus.
+    page.keyboard.press("ArrowRight")
+    expect(page.locator("#tab-checkpoints")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#tab-checkpoints")).to_be_focused()
+    expect(page.locator("#tab-hyperparameters")).to_have_attribute("tabindex", "-1")
+    page.keyboard.press("End")
+    expect(page.locator("#tab-notes")).to_be_focused()
+    expect(page.locator("#exp-notes")).to_be_visible()
+    page.keyboard.press("ArrowRight")  # round to the first
+    expect(page.locator("#tab-overview")).to_have_attribute("aria-selected", "true")
+    page.click("#tab-logs")
+    # The address opens the tab; the page's polling keeps the hidden table live.
+    page.reload()
+    expect(page.locator("#tab-logs")).to_have_attribute("aria-selected", "true")
+    expect(page.locator("#experiment-logs")).to_be_visible()
+    expect(page.locator("#panel-overview")).to_be_hidden()
+    expect(page.locator("tr.trial-row")).to_have_count(40)
+    screenshot(page, "experiment-tabs")
+    assert not errors, errors
+    page.close()
+
+
+def test_parallel_coordinates_follow_the_filter_and_a_brush_filters_the_trials(
+    analyst: BrowserContext, search: tuple[int, list[int]]
+) -> None:
+    experiment_id, ids = search
+    page, errors = opened(analyst, f"/experiments/{experiment_id}?tab=trials")
+    rows = page.locator("tr.trial-row")
+    expect(rows).to_have_count(40)
+    # The scatter opens on the most important hyperparameter (the learning rate decides).
+    expect(page.locator("#hp-select")).to_have_value("lr")
+    page.fill("#trial-filter", "hp.layers=2")
+    page.press("#trial-filter", "Enter")
+    expect(rows).to_have_count(10)
+    layers_two = row_ids(page)
+    page.click("#tab-hyperparameters")
+    parallel = page.locator("#hp-parallel")
+    parallel.scroll_into_view_if_needed()
+    # The same trials as the table and the scatter: one line each.
+    expect(parallel).to_have_attribute("data-points", "10")
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-points", "10")
+
+    # Brush the metric's axis (the last) by dragging along it, as a user does.
+    axis = page.locator("#hp-parallel g.axis-brush rect.background").last
+    box = axis.bounding_box()
+    assert box, "the metric axis's brush area"
+    x = box["x"] + box["width"] / 2
+    page.mouse.move(x, box["y"] + box["height"] * 0.05)
+    page.mouse.down()
+    page.mouse.move(x, box["y"] + box["height"] * 0.55, steps=8)
+    page.mouse.up()
+    note = page.locator("#hp-brush-note .brush-range[data-axis='searcherMetric']")
+    expect(note).to_be_visible()
+    [brush] = address(page)["brush"]
+    name, lo, hi = brush.split(":")
+    assert name == "searcherMetric" and float(lo) < float(hi), brush
+    inside = [ids[r] for r in range(40) if ids[r] in layers_two
+              and float(lo) <= final_loss(r) <= float(hi)]
+    assert 0 < len(inside) < 10, (brush, inside)
+    expect(page.locator("#hp-scatter")).to_have_attribute("data-points", str(len(inside)))
+    expect(page.locator("#curves .line-chart").first).to_have_attribute(
+        "data-series", str(len(inside)))
+    expect(parallel).to_have_attribute("data-points", "10")  # the others stay, greyed
+    page.click("#tab-trials")
+    expect(rows).to_have_count(len(inside))
+    assert row_ids(page) == sorted(inside)
+    expect(page.locator("#trials-brush-note")).to_contain_text("searcherMetric")
+    screenshot(page, "experiment-brushed")
+
+    # Clearing the brush: the filter's ten again, and no brush in the address.
+    page.locator("#trials-brush-note button.brush-clear").click()
+    expect(rows).to_have_count(10)
+    assert "brush" not in address(page)
+    expect(page.locator("#hp-brush-note")).to_be_empty()
+    assert not errors, errors
+    page.close()
+
+
+def test_a_copied_address_restores_the_view_in_a_fresh_browser(
+    chromium: Browser, cluster: Cluster, analyst: BrowserContext,
+    search: tuple[int, list[int]]
+) -> None:
+    experiment_id, ids = search
+    page, errors = opened(analyst, f"/experiments/{experiment_id}")
+    rows = page.locator("tr.trial-row")
+    expect(rows).to_have_count(40)
+    page.check("#curves input.log-y")
+    page.click("#curves button[data-group='training']")
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
+    page.click("#tab-hyperparameters")
+    page.select_option("#hp-select", "layers")
+    page.click("#tab-trials")
+    page.fill("#trial-filter", "searcherMetric<0.6")
+    page.press("#trial-filter", "Enter")
+    matching = [ids[r] for r in range(40) if final_loss(r) < 0.6]
+    expect(rows).to_have_count(len(matching))
+    page.click("th button[data-sort='hp.optimizer.momentum']")
+    page.click("th button[data-sort='hp.optimizer.momentum']")  # again: descending
+    by_momentum = sorted((r for r in range(40) if ids[r] in matching),
+                         key=lambda r: -((r * 0.41421356) % 1))
+    expect(rows.first).to_have_attribute("data-trial-id", str(ids[by_momentum[0]]))
+    page.click("#column-chooser summary")
+    page.uncheck("#column-chooser input[data-column='Restarts']")
+    picked = [ids[by_momentum[0]], ids[by_momentum[1]]]
+    for trial_id in picked:
+        page.check(f"tr.trial-row[data-trial-id='{trial_id}'] input.select-trial")
+    copied = page.url
+    page.close()
+
+    fresh = signed_in(chromium, cluster)  # no storage of the first browser's
+    try:
+        again, again_errors = opened(fresh, copied)
+        rows = again.locator("tr.trial-row")
+        expect(again.locator("#tab-trials")).to_have_attribute("aria-selected", "true")
+        expect(rows).to_have_count(len(matching))
+        expect(again.locator("#trial-filter")).to_have_value("searcherMetric<0.6")
+        expect(rows.first).to_have_attribute("data-trial-id", str(ids[by_momentum[0]]))
+        expect(again.locator("th button[data-sort='hp.optimizer.momentum']")).to_have_attribute(
+            "aria-sort", "descending")
+        expect(again.get_by_role("columnheader", name="Restarts")).to_have_count(0)
+        for trial_id in picked:
+            expect(again.locator(f"tr.trial-row[data-trial-id='{trial_id}'] input.select-trial")
+                   ).to_be_checked()
+        expect(again.locator("#compare-button")).to_have_text("compare 2 selected")
+        expect(again.locator("#hp-select")).to_have_value("layers")
+        expect(again.locator("#curves")).to_have_attribute("data-group", "training")
+        expect(again.locator("#curves")).to_have_attribute("data-metric", "loss")
+        expect(again.locator("#curves input.log-y")).to_be_checked()
+        assert again_errors == [] and errors == [], (again_errors, errors)
+        again.close()
+    finally:
+        fresh.close()
+
+
+def other_user(cluster: Cluster) -> dict[str, str]:
+    """A second, ordinary user's headers."""
+    username, password = OTHER
+    created = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
+                         json={"user": {"username": username, "active": True},
+                               "password": password})
+    assert created.status_code == 200, created.text
+    login = httpx.post(f"{cluster.url}/api/v1/auth/login", timeout=30,
+                       json={"username": username, "password": password})
+    return {"Authorization": f"Bearer {login.json()['token']}"}
+
+
+def kill(cluster: Cluster, kind: str, task_id: str) -> None:
+    httpx.post(f"{cluster.url}/api/v1/{kind}/{task_id}/kill", headers=cluster.headers,
+               timeout=30)
+
+
+def test_open_tensorboard_launches_one_as_the_viewer_reuses_it_and_opens_it(
+    analyst: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    # Another user's TensorBoard of the same experiment is theirs: not reused.
+    theirs = httpx.post(f"{cluster.url}/api/v1/tensorboards", headers=other_user(cluster),
+                        timeout=30, json={"experimentIds": [experiment_id]})
+    assert theirs.status_code == 200, theirs.text
+    their_id = theirs.json()["tensorboard"]["id"]
+    page, errors = opened(analyst, f"/experiments/{experiment_id}")
+    launched: list[str] = []
+    try:
+        with page.context.expect_page() as tab:
+            page.click("#open-tensorboard")
+        expect(page.locator("#open-tensorboard-status")).to_contain_text("starting...")
+        board = tab.value
+        status = page.locator("#open-tensorboard-status")
+        expect(status).to_have_attribute("data-task", UUID_PATTERN)
+        launched.append(status.get_attribute("data-task") or "")
+        assert launched[0] != their_id
+        expect(board).to_have_url(re.compile(rf"/proxy/{launched[0]}/"), timeout=READY_MS)
+        expect(status.locator("a.launch-open")).to_have_text("TensorBoard ready: open")
+        mine = api_get(cluster, f"/api/v1/tensorboards/{launched[0]}")["tensorboard"]
+        assert (mine["username"], mine["experimentIds"]) == (ADMIN, [experiment_id]), mine
+        screenshot(board, "experiment-tensorboard")
+        board.close()
+
+        # Again: the running one is opened, no second one launched.
+        with page.context.expect_page() as tab:
+            page.click("#open-tensorboard")
+        expect(tab.value).to_have_url(re.compile(rf"/proxy/{launched[0]}/"), timeout=READY_MS)
+        boards = api_get(cluster, "/api/v1/tensorboards?users=admin")["tensorboards"]
+        running = [b for b in boards if b["experimentIds"] == [experiment_id]
+                   and b["state"] not in ("STATE_TERMINATING", "STATE_TERMINATED")]
+        assert [b["id"] for b in running] == launched, running
+        tab.value.close()
+        assert not errors, errors
+    finally:
+        for task_id in [*launched, their_id]:
+            kill(cluster, "tensorboards", task_id)
+        page.close()
+
+
+def test_open_notebook_launches_one_in_the_experiments_workspace(
+    analyst: BrowserContext, cluster: Cluster, search: tuple[int, list[int]]
+) -> None:
+    experiment_id, _ = search
+    experiment = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
+    page, errors = opened(analyst, f"/experiments/{experiment_id}")
+    status = page.locator("#open-notebook-status")
+    notebook = ""
+    try:
+        with page.context.expect_page() as tab:
+            page.click("#open-notebook")
+        expect(status).to_have_attribute("data-task", UUID_PATTERN)
+        notebook = status.get_attribute("data-task") or ""
+        expect(tab.value).to_have_url(re.compile(rf"/proxy/{notebook}/lab"), timeout=READY_MS)
+        found: dict[str, Any] = api_get(cluster, f"/api/v1/notebooks/{notebook}")["notebook"]
+        assert (found["username"], found["workspaceId"]) == (ADMIN, experiment["workspaceId"])
+        assert found["description"] == f"JupyterLab (experiment {experiment_id})"
+        tab.value.close()
+        assert not errors, errors
+    finally:
+        if notebook:
+            kill(cluster, "notebooks", notebook)
+            wait_for(lambda: api_get(cluster, f"/api/v1/tasks/{notebook}")["task"]["endTime"],
+                     timeout=60, what="the notebook to end")
+        page.close()
+
+
+UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
