@@ -108,8 +108,10 @@ def test_experiment_page_draws_curves_trials_and_scatter(
     page.goto(f"/experiments/{experiment_id}")
     rows = page.locator("tr.trial-row")
     expect(rows).to_have_count(len(LEARNING_RATES))
+    page.click("#tab-trials")
     for hparam in ("lr", "sleep", "checkpoint_every"):  # a column per hyperparameter
         expect(page.get_by_role("columnheader", name=hparam, exact=True)).to_have_count(1)
+    page.click("#tab-overview")
 
     # Validation curves first (the searcher metric), one line per trial.
     chart_points(page, "#curves .line-chart", at_least=2 * len(LEARNING_RATES))
@@ -131,6 +133,7 @@ def test_experiment_page_draws_curves_trials_and_scatter(
     expect(page.locator("#hp-scatter")).to_have_attribute("data-points", str(len(LEARNING_RATES)))
 
     # Live: the trials table moves on without a reload.
+    page.click("#tab-trials")
     batches = page.locator("tr.trial-row td.batches").first
     before = int(batches.inner_text())
     page.wait_for_function(
