@@ -879,6 +879,7 @@ async function start() {
   replace(tabPanels.notes, detailsBox);
   replace(main, header, launchSlot, errorBox, tabList, Object.values(tabPanels));
   renderBrushNotes();
+  view.set({ hide: [...hiddenColumns] });  // those kept in the browser go into a copied link
   showTab(view.get("tab"));
   await refreshOnce();
   replace(launchSlot, tensorBoardButton(user, { experimentIds: [experimentId] }),

@@ -8,6 +8,7 @@ through the proxy (a running TensorBoard of the same user reused, another user's
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -15,7 +16,7 @@ from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
 from tests.browser.conftest import ADMIN, TIMEOUT_MS, api_get, log_in, screenshot
 from tests.browser.test_search_views import final_loss, seed_search
@@ -68,6 +69,25 @@ def address(page: Page) -> dict[str, list[str]]:
 def row_ids(page: Page) -> list[int]:
     return sorted(int(r.get_attribute("data-trial-id") or 0)
                   for r in page.locator("tr.trial-row").all())
+
+
+def opens(cluster: Cluster, tab: Page, status: Locator, path: str) -> str:
+    """The task the button launched (its id), once the tab it opened shows it at `path` under
+    its proxy address; fails with the error shown beside the button and the task's logs."""
+    expect(status).to_have_attribute("data-task", UUID_PATTERN)
+    task_id = status.get_attribute("data-task") or ""
+
+    def there() -> bool:
+        shown = status.inner_text()
+        if "failed" in shown:
+            logs = httpx.get(f"{cluster.url}/api/v1/tasks/{task_id}/logs",
+                             headers=cluster.headers, timeout=30).text
+            lines = [json.loads(line)["result"]["log"] for line in logs.splitlines() if line]
+            raise AssertionError(f"{shown}; the task's logs: {lines[-40:]}")
+        return tab.url.startswith(f"{cluster.url}/proxy/{task_id}/{path}")
+
+    wait_for(there, timeout=READY_MS / 1000, what=f"the tab to open {path or 'the task'}")
+    return task_id
 
 
 def test_tabs_switch_by_click_and_keyboard_and_open_from_the_address(
@@ -158,6 +178,18 @@ def test_parallel_coordinates_follow_the_filter_and_a_brush_filters_the_trials(
     assert row_ids(page) == sorted(inside)
     expect(page.locator("#trials-brush-note")).to_contain_text("searcherMetric")
     screenshot(page, "experiment-brushed")
+    # The brush is in the address: a reload draws it again and keeps the table within it.
+    page.reload()
+    expect(rows).to_have_count(len(inside))
+    expect(page.locator("#trials-brush-note .brush-range")).to_have_count(1)
+    page.click("#tab-hyperparameters")
+    parallel.scroll_into_view_if_needed()
+    expect(parallel).to_have_attribute("data-points", "10")
+    ranges = page.evaluate("() => document.querySelector('#hp-parallel').data[0].dimensions"
+                           ".map((d) => d.constraintrange || null)")
+    assert ranges[:-1] == [None] * (len(ranges) - 1), ranges
+    assert ranges[-1] == pytest.approx([float(lo), float(hi)]), ranges
+    page.click("#tab-trials")
 
     # Clearing the brush: the filter's ten again, and no brush in the address.
     page.locator("#trials-brush-note button.brush-clear").click()
@@ -244,42 +276,60 @@ def kill(cluster: Cluster, kind: str, task_id: str) -> None:
 def test_open_tensorboard_launches_one_as_the_viewer_reuses_it_and_opens_it(
     analyst: BrowserContext, cluster: Cluster, experiment_id: int
 ) -> None:
-    # Another user's TensorBoard of the same experiment is theirs: not reused.
-    theirs = httpx.post(f"{cluster.url}/api/v1/tensorboards", headers=other_user(cluster),
-                        timeout=30, json={"experimentIds": [experiment_id]})
-    assert theirs.status_code == 200, theirs.text
-    their_id = theirs.json()["tensorboard"]["id"]
     page, errors = opened(analyst, f"/experiments/{experiment_id}")
+    status = page.locator("#open-tensorboard-status")
     launched: list[str] = []
     try:
         with page.context.expect_page() as tab:
             page.click("#open-tensorboard")
-        expect(page.locator("#open-tensorboard-status")).to_contain_text("starting...")
+        expect(status).to_contain_text("starting...")
         board = tab.value
-        status = page.locator("#open-tensorboard-status")
-        expect(status).to_have_attribute("data-task", UUID_PATTERN)
-        launched.append(status.get_attribute("data-task") or "")
-        assert launched[0] != their_id
-        expect(board).to_have_url(re.compile(rf"/proxy/{launched[0]}/"), timeout=READY_MS)
+        launched.append(opens(cluster, board, status, ""))
         expect(status.locator("a.launch-open")).to_have_text("TensorBoard ready: open")
         mine = api_get(cluster, f"/api/v1/tensorboards/{launched[0]}")["tensorboard"]
         assert (mine["username"], mine["experimentIds"]) == (ADMIN, [experiment_id]), mine
         screenshot(board, "experiment-tensorboard")
         board.close()
 
-        # Again: the running one is opened, no second one launched.
+        # Another user's TensorBoard of the same experiment is theirs: never the one opened.
+        theirs = httpx.post(f"{cluster.url}/api/v1/tensorboards", headers=other_user(cluster),
+                            timeout=30, json={"experimentIds": [experiment_id]})
+        assert theirs.status_code == 200, theirs.text
+        launched.append(theirs.json()["tensorboard"]["id"])
+        # Again: the user's running one is opened, no second one launched.
         with page.context.expect_page() as tab:
             page.click("#open-tensorboard")
-        expect(tab.value).to_have_url(re.compile(rf"/proxy/{launched[0]}/"), timeout=READY_MS)
+        assert opens(cluster, tab.value, status, "") == launched[0]
         boards = api_get(cluster, "/api/v1/tensorboards?users=admin")["tensorboards"]
-        running = [b for b in boards if b["experimentIds"] == [experiment_id]
+        running = [b["id"] for b in boards if b["experimentIds"] == [experiment_id]
                    and b["state"] not in ("STATE_TERMINATING", "STATE_TERMINATED")]
-        assert [b["id"] for b in running] == launched, running
+        assert running == launched[:1], running
         tab.value.close()
         assert not errors, errors
     finally:
-        for task_id in [*launched, their_id]:
+        for task_id in launched:
             kill(cluster, "tensorboards", task_id)
+        page.close()
+
+
+def test_open_tensorboard_on_a_trials_page_shows_that_trial(
+    analyst: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    trial_id = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"][0]["id"]
+    page, errors = opened(analyst, f"/trials/{trial_id}")
+    status = page.locator("#open-tensorboard-status")
+    try:
+        with page.context.expect_page() as tab:
+            page.click("#open-tensorboard")
+        board = opens(cluster, tab.value, status, "")
+        found = api_get(cluster, f"/api/v1/tensorboards/{board}")["tensorboard"]
+        assert (found["username"], found["experimentIds"], found["trialIds"]) == (
+            ADMIN, [], [trial_id]), found
+        tab.value.close()
+        assert not errors, errors
+    finally:
+        if status.get_attribute("data-task"):
+            kill(cluster, "tensorboards", status.get_attribute("data-task") or "")
         page.close()
 
 
@@ -290,19 +340,17 @@ def test_open_notebook_launches_one_in_the_experiments_workspace(
     experiment = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
     page, errors = opened(analyst, f"/experiments/{experiment_id}")
     status = page.locator("#open-notebook-status")
-    notebook = ""
     try:
         with page.context.expect_page() as tab:
             page.click("#open-notebook")
-        expect(status).to_have_attribute("data-task", UUID_PATTERN)
-        notebook = status.get_attribute("data-task") or ""
-        expect(tab.value).to_have_url(re.compile(rf"/proxy/{notebook}/lab"), timeout=READY_MS)
+        notebook = opens(cluster, tab.value, status, "lab")
         found: dict[str, Any] = api_get(cluster, f"/api/v1/notebooks/{notebook}")["notebook"]
         assert (found["username"], found["workspaceId"]) == (ADMIN, experiment["workspaceId"])
         assert found["description"] == f"JupyterLab (experiment {experiment_id})"
         tab.value.close()
         assert not errors, errors
     finally:
+        notebook = status.get_attribute("data-task") or ""
         if notebook:
             kill(cluster, "notebooks", notebook)
             wait_for(lambda: api_get(cluster, f"/api/v1/tasks/{notebook}")["task"]["endTime"],
