@@ -720,6 +720,7 @@ function show(next) {
     refreshCurves(next.trials);
     refreshHpViews();
   }
+  if (view.get("tab") === "checkpoints") refreshCheckpoints();
   // The parallel coordinates follow the table's state and conditions (not its brushes).
   if (parallelSeen && parallelQuery(next.experiment) !== parallelDrawn) {
     renderParallel().catch((error) => console.error(error));
@@ -801,12 +802,21 @@ function showTab(name) {
   for (const box of tabPanels[shown].querySelectorAll(".js-plotly-plot")) {
     window.Plotly?.Plots.resize(box);
   }
-  if (shown === "checkpoints") renderCheckpoints().catch((error) =>
-    replace(checkpointBox, el("p", { class: "error" }, error.message)));
+  if (shown === "checkpoints") refreshCheckpoints(0);
 }
 
-// The experiment's checkpoints, the latest first: read each time the tab is shown.
+// The experiment's checkpoints, the latest first: read when the tab is shown, and while it is,
+// at most every CHECKPOINT_SECONDS as live updates come.
+const CHECKPOINT_SECONDS = 5;
 const checkpointBox = el("section", { id: "experiment-checkpoints", class: "panel" });
+let checkpointsRead = 0;
+
+function refreshCheckpoints(within = CHECKPOINT_SECONDS) {
+  if (!summary || performance.now() - checkpointsRead < within * 1000) return;
+  checkpointsRead = performance.now();
+  renderCheckpoints().catch((error) =>
+    replace(checkpointBox, el("p", { class: "error" }, error.message)));
+}
 
 async function renderCheckpoints() {
   const { checkpoints } = await api(`/api/v1/experiments/${experimentId}/checkpoints${query({

@@ -359,3 +359,47 @@ def test_open_notebook_launches_one_in_the_experiments_workspace(
 
 
 UUID_PATTERN = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+def test_a_launch_the_master_refuses_is_explained_beside_its_button(
+    analyst: BrowserContext, cluster: Cluster
+) -> None:
+    """A notebook for an experiment in an archived workspace: the master's reason beside the
+    button, and the tab opened for it closed."""
+    experiment_id, _ = seed_search(cluster.env["EPOCHAL_DB_URL"], 3)
+
+    def post(path: str, body: dict[str, Any]) -> Any:
+        answer = httpx.post(cluster.url + path, json=body, headers=cluster.headers, timeout=30)
+        assert answer.status_code == 200, answer.text
+        return answer.json()
+
+    workspace = post("/api/v1/workspaces", {"name": "exp-page-archived"})["workspace"]["id"]
+    project = post(f"/api/v1/workspaces/{workspace}/projects", {"name": "shelved"})
+    post(f"/api/v1/experiments/{experiment_id}/move",
+         {"destinationProjectId": project["project"]["id"]})
+    post(f"/api/v1/workspaces/{workspace}/archive", {})
+    page, errors = opened(analyst, f"/experiments/{experiment_id}")
+    with page.context.expect_page() as tab:
+        page.click("#open-notebook")
+    expect(page.locator("#open-notebook-status .error")).to_have_text(re.compile(
+        r"^notebook failed: workspace 'exp-page-archived' is archived: workspaceId: workspace"
+        r" \d+ is archived; unarchive it first$"))
+    expect(page.locator("#open-notebook")).to_be_enabled()
+    assert tab.value.is_closed()  # closed before the reason was shown
+    assert not errors, errors
+    page.close()
+
+
+def test_the_checkpoints_tab_lists_the_experiments_checkpoints(
+    analyst: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    stored = wait_for(lambda: api_get(cluster, f"/api/v1/experiments/{experiment_id}/"
+                                      "checkpoints")["checkpoints"],
+                      timeout=60, what="the grid's first checkpoints (every 5 batches)")
+    page, errors = opened(analyst, f"/experiments/{experiment_id}?tab=checkpoints")
+    rows = page.locator("#experiment-checkpoints tr.checkpoint-row")
+    expect(rows.first).to_be_visible()
+    assert rows.count() >= len(stored)
+    expect(page.locator(f"tr.checkpoint-row[data-uuid='{stored[0]['uuid']}']")).to_have_count(1)
+    assert not errors, errors
+    page.close()
