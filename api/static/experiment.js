@@ -809,7 +809,7 @@ function showTab(name) {
 // at most every CHECKPOINT_SECONDS as live updates come.
 const CHECKPOINT_SECONDS = 5;
 const checkpointBox = el("section", { id: "experiment-checkpoints", class: "panel" });
-let checkpointsRead = 0;
+let checkpointsRead = -Infinity;
 
 function refreshCheckpoints(within = CHECKPOINT_SECONDS) {
   if (!summary || performance.now() - checkpointsRead < within * 1000) return;

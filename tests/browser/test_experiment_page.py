@@ -209,8 +209,11 @@ def test_a_copied_address_restores_the_view_in_a_fresh_browser(
     rows = page.locator("tr.trial-row")
     expect(rows).to_have_count(40)
     page.check("#curves input.log-y")
-    page.click("#curves button[data-group='training']")
-    expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
+    page.click("#curves button[data-group='both']")
+    page.select_option("#curves select.metric-select", "accuracy")
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "accuracy")
+    page.evaluate("() => { const s = document.querySelector('#curves input.smoothing');"
+                  " s.value = '0.6'; s.dispatchEvent(new Event('change')); }")
     page.click("#tab-hyperparameters")
     page.select_option("#hp-select", "layers")
     page.click("#tab-trials")
@@ -218,8 +221,11 @@ def test_a_copied_address_restores_the_view_in_a_fresh_browser(
     page.press("#trial-filter", "Enter")
     matching = [ids[r] for r in range(40) if final_loss(r) < 0.6]
     expect(rows).to_have_count(len(matching))
-    page.click("th button[data-sort='hp.optimizer.momentum']")
-    page.click("th button[data-sort='hp.optimizer.momentum']")  # again: descending
+    momentum = page.locator("th button[data-sort='hp.optimizer.momentum']")
+    momentum.click()
+    expect(momentum).to_have_attribute("aria-sort", "ascending")
+    momentum.click()  # again: descending
+    expect(momentum).to_have_attribute("aria-sort", "descending")
     by_momentum = sorted((r for r in range(40) if ids[r] in matching),
                          key=lambda r: -((r * 0.41421356) % 1))
     expect(rows.first).to_have_attribute("data-trial-id", str(ids[by_momentum[0]]))
@@ -247,9 +253,10 @@ def test_a_copied_address_restores_the_view_in_a_fresh_browser(
                    ).to_be_checked()
         expect(again.locator("#compare-button")).to_have_text("compare 2 selected")
         expect(again.locator("#hp-select")).to_have_value("layers")
-        expect(again.locator("#curves")).to_have_attribute("data-group", "training")
-        expect(again.locator("#curves")).to_have_attribute("data-metric", "loss")
+        expect(again.locator("#curves")).to_have_attribute("data-group", "both")
+        expect(again.locator("#curves")).to_have_attribute("data-metric", "accuracy")
         expect(again.locator("#curves input.log-y")).to_be_checked()
+        expect(again.locator("#curves input.smoothing")).to_have_value("0.6")
         assert again_errors == [] and errors == [], (again_errors, errors)
         again.close()
     finally:
