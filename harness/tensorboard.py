@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -363,6 +364,12 @@ def serve(args: argparse.Namespace) -> int:
     """TensorBoard on --host/--port under --path-prefix, in this thread, until it exits."""
     from tensorboard import program  # type: ignore[import-untyped]
 
+    # TensorBoard writes a file named by its pid under the temporary directory: /tmp's, shared
+    # by every user's TensorBoard on the agent, is another user's once theirs made it (and a
+    # sandboxed run's pid repeats), so the first TensorBoard's owner would be the only one.
+    private = args.logdir.with_name(f"{args.logdir.name}-tmp")
+    private.mkdir(parents=True, exist_ok=True)
+    tempfile.tempdir = str(private)
     board = program.TensorBoard(server_class=program.WerkzeugServer)
     board.configure(argv=[
         "tensorboard", "--logdir", str(args.logdir), "--host", args.host,

@@ -229,18 +229,27 @@ export function drawScatter(box, points, { xLabel = "", yLabel = "", kind = "dou
 
 // One line per trial across an axis per hyperparameter (each on its own scale: log10 for a log
 // hyperparameter, ticks named for a categorical one) and a last axis for the searcher metric,
-// which also colours the lines. dimensions: [{label, kind, values}] (values per trial, in order).
-export function drawParallel(box, dimensions, metric, { smallerIsBetter = true } = {}) {
+// which also colours the lines. dimensions: [{label, kind, values, brush}] (values per trial, in
+// order); `brush`, an axis's brushed range in its values: {lo, hi}, or {values} of a categorical
+// one. Brushing (dragging along an axis) calls onBrush with each axis's range (null: none), the
+// metric's last.
+export function drawParallel(box, dimensions, metric, { smallerIsBetter = true,
+  onBrush = () => {} } = {}) {
   const count = metric.values.length;
   if (count < 2) {
     empty(box, "parallel coordinates need two trials with a searcher metric");
     return;
   }
-  const dims = dimensions.map(({ label, kind, values }) => {
+  const axes = [...dimensions, { ...metric, kind: "double" }].map(({ label, kind, values,
+    brush }) => {
     if (kind === "categorical") {
       const names = [...new Set(values.map(String))].sort();
-      return { label, values: values.map((v) => names.indexOf(String(v))),
-        tickvals: names.map((_, i) => i), ticktext: names };
+      const picked = (brush?.values || []).map((v) => names.indexOf(v)).filter((i) => i >= 0);
+      return { dim: { label, values: values.map((v) => names.indexOf(String(v))),
+        tickvals: names.map((_, i) => i), ticktext: names,
+        constraintrange: picked.length ? [Math.min(...picked) - 0.25, Math.max(...picked) + 0.25]
+          : undefined },
+      read: ([lo, hi]) => ({ values: names.filter((_, i) => i >= lo && i <= hi) }) };
     }
     if (kind === "log") {
       const logs = values.map((v) => Math.log10(v));
@@ -248,17 +257,30 @@ export function drawParallel(box, dimensions, metric, { smallerIsBetter = true }
       const hi = Math.ceil(Math.max(...logs));
       const tickvals = [];
       for (let e = lo; e <= hi; e += 1) tickvals.push(e);
-      return { label: `${label} (log)`, values: logs, tickvals,
-        ticktext: tickvals.map((e) => `1e${e}`) };
+      return { dim: { label: `${label} (log)`, values: logs, tickvals,
+        ticktext: tickvals.map((e) => `1e${e}`),
+        constraintrange: brush ? [Math.log10(brush.lo), Math.log10(brush.hi)] : undefined },
+      read: ([a, b]) => ({ lo: 10 ** a, hi: 10 ** b }) };
     }
-    return { label, values };
+    return { dim: { label, values, constraintrange: brush ? [brush.lo, brush.hi] : undefined },
+      read: ([a, b]) => ({ lo: a, hi: b }) };
   });
-  dims.push({ label: metric.label, values: metric.values });
+  const dims = axes.map(({ dim }) => ({ ...dim, multiselect: false }));
   plotly().react(box, [{
     type: "parcoords", dimensions: dims,
     line: { color: metric.values, colorscale: "Viridis", reversescale: smallerIsBetter,
       showscale: true, colorbar: { title: { text: metric.label } } },
   }], { height: 360, margin: { l: 48, r: 48, t: 48, b: 24 } }, CONFIG);
+  // A brush is a restyle of an axis's constraintrange; the ranges are read from the chart.
+  box.removeAllListeners?.("plotly_restyle");
+  box.on("plotly_restyle", () => {
+    const drawn = box.data?.[0]?.dimensions || [];
+    onBrush(axes.map(({ read }, i) => {
+      const range = drawn[i]?.constraintrange;
+      if (!range || !range.length) return null;
+      return read(Array.isArray(range[0]) ? range[0] : range);
+    }));
+  });
   mark(box, count, dims.length);
 }
 

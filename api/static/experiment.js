@@ -1,17 +1,22 @@
-// One experiment: its state and controls, learning curves, the trials table (sort, filter,
-// columns, compare), a hyperparameter against the searcher metric, parallel coordinates,
-// hyperparameter importance and the logs of all its trials. The table shows one page of trials
+// One experiment: its state and controls above tabs (as Determined's experiment page): Overview
+// (learning curves), Trials (sort, filter, columns, compare), Hyperparameters (a hyperparameter
+// against the searcher metric, parallel coordinates whose brushed ranges filter the trials, and
+// importance), Checkpoints, Logs, Config & files and Notes. The tab, the table's sort, filter,
+// columns and selection, the brushes, the scatter's hyperparameter and the curves' options are
+// kept in the address (AddressState), so a copied link opens the same view. The table shows one page of trials
 // (PAGE_SIZE, sorted and filtered in SQL), and the curves and scatter draw that page's trials;
 // parallel coordinates draw the best HP_VIEW_TRIALS; so an experiment of 10,000 trials loads as
 // fast as one of ten. Live through GET /api/v1/experiments/{id}/stream, which streams the same
 // page (polling if the stream cannot be had).
 
+import { AddressState } from "/static/address.js";
 import { api, every, follow, lastErrorLines, query, reportValues, startPage } from "/static/api.js";
 import { drawImportance, drawParallel, drawScatter, importanceNote, rankColor }
   from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
+import { notebookButton, tensorBoardButton } from "/static/launch.js";
 import { LogPanel } from "/static/logs.js";
-import { STATES, el, flatHparams, fmtNumber, fmtTime, progressBar, replace, shortState,
+import { STATES, el, flatHparams, fmtBytes, fmtNumber, fmtTime, progressBar, replace, shortState,
   stateBadge, table, unmanagedBadge, workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
@@ -19,6 +24,14 @@ const PAGE_SIZE = 100;
 const HP_VIEW_TRIALS = 1000;
 const HP_VIEW_SECONDS = 10;
 const HIDDEN_COLUMNS_KEY = "epochal.hiddenTrialColumns";
+const MAX_SELECTED = 100;  // trials a copied address selects (each is read on opening it)
+const TABS = [["overview", "Overview"], ["trials", "Trials"], ["hyperparameters",
+  "Hyperparameters"], ["checkpoints", "Checkpoints"], ["logs", "Logs"],
+["config", "Config & files"], ["notes", "Notes"]];
+// The view a copied address restores; `order` is "" (the sort's first direction), asc or desc.
+const view = new AddressState({ tab: "overview", sort: "", order: "", offset: 0, state: "",
+  filter: [], hide: [], selected: [], brush: [], hp: "", group: "validation", metric: [],
+  logy: false, smoothing: 0 });
 const BY_METRIC = "SORT_BY_BEST_VALIDATION_METRIC";
 const TERMINAL = STATES.terminal;
 const E = STATES.experiment;
@@ -48,9 +61,11 @@ const trialBox = el("section", { id: "trials", class: "panel" });
 const hpSelect = el("select", { id: "hp-select", "aria-label": "hyperparameter",
   onchange: () => {
     pickedHp = hpSelect.value;
+    view.set({ hp: pickedHp });
     renderScatter();
   } });
-let pickedHp = null;
+let pickedHp = view.get("hp") || null;
+let importanceOrder = [];  // hyperparameters, the most important first
 const scatterBox = el("div", { class: "chart-box", id: "hp-scatter" });
 const parallelBox = el("div", { class: "chart-box", id: "hp-parallel" });
 const importanceBox = el("div", { class: "chart-box", id: "hp-importance" });
@@ -60,12 +75,15 @@ const compareSlot = el("span", { class: "compare-slot" });
 // Every trial's lines, each naming its trial (the last 5,000, then live).
 const logs = new LogPanel({ name: `experiment-${experimentId}`, byTrial: true });
 let summary = null;
+let expConfig = {};  // the experiment's config, as the API shows it
 let hpDefs = {};  // hyperparameter (dotted name) -> its definition in the config
 let kinds = {};  // hyperparameter (dotted name) -> its type in the config
 // Trials picked for comparison, by id (kept across pages).
 const selected = new Map();
 // Which trials the table shows; a larger experiment opens on its best trials.
-const page = { offset: 0, sortBy: null, desc: null, state: null, filters: [] };
+const page = { offset: view.get("offset"), sortBy: view.get("sort") || null,
+  desc: { asc: false, desc: true }[view.get("order")] ?? null, state: view.get("state") || null,
+  filters: view.get("filter") };
 let stopFollowing = () => {};
 let curves = null;
 let curveStamp = "";
@@ -136,9 +154,11 @@ function renderHeader(exp) {
     exp.labels.map((label) => el("span", { class: "label" }, label))) : "");
 }
 
-// Name, description, labels and notes, edited in place; the config as submitted; the model
-// definition's files. Drawn once (and after a save), not on every live update, so typing is kept.
+// Name, description, labels and notes, edited in place (the Notes tab); the config as submitted
+// and the model definition's files (Config & files). Drawn once (and after a save), not on every
+// live update, so typing is kept.
 const detailsBox = el("section", { id: "details", class: "panel" });
+const configBox = el("section", { id: "config-files", class: "panel" });
 const errorBox = el("div", { id: "experiment-error" });
 
 // An experiment in ERROR says why at the top: its own reason, or which trial failed and its last
@@ -196,12 +216,14 @@ function renderDetails(exp) {
   el("div", { class: "actions" }, el("button", { type: "submit", id: "details-save" }, "save"),
     detailsStatus));
   const fileView = el("pre", { id: "model-file", class: "code" });
-  replace(detailsBox, el("h2", {}, "Details"), form,
+  replace(detailsBox, el("h2", {}, "Details"), form);
+  if (configBox.childElementCount) return;  // the config and files do not change
+  replace(configBox,
     el("details", { id: "config" }, el("summary", {}, "Config (as submitted)"),
       el("pre", { id: "config-yaml", class: "code" }, exp.originalConfig || "")),
     el("details", { id: "model-files" }, el("summary", {}, "Model definition"),
       el("ul", { class: "file-tree" }), fileView));
-  const list = detailsBox.querySelector(".file-tree");
+  const list = configBox.querySelector(".file-tree");
   api(`/api/v1/experiments/${experimentId}/file_tree`).then(({ files }) => {
     const add = (nodes, depth) => {
       for (const node of nodes) {
@@ -253,11 +275,12 @@ function descendingFirst(exp, sortBy) {
   return sortBy === BY_METRIC && !exp.smallerIsBetter;
 }
 
+// The table's trials: the state and conditions asked for, within the brushed ranges.
 function pageQuery(exp) {
   const descending = page.desc ?? descendingFirst(exp, page.sortBy);
   return query({ limit: PAGE_SIZE, offset: page.offset, sortBy: page.sortBy,
     orderBy: descending ? "ORDER_BY_DESC" : "ORDER_BY_ASC", states: page.state,
-    filter: page.filters });
+    filter: [...page.filters, ...brushConditions()] });
 }
 
 // The latest turnTo: only its outcome is acted on, however late an earlier one's comes.
@@ -267,6 +290,9 @@ function turnTo(offset, sortBy = page.sortBy, desc = sortBy === page.sortBy ? pa
   page.offset = Math.max(0, offset);
   page.sortBy = sortBy;
   page.desc = desc;
+  view.set({ offset: page.offset, sort: page.sortBy || "",
+    order: page.desc === null ? "" : page.desc ? "desc" : "asc", state: page.state || "",
+    filter: page.filters });
   const turn = ++turns;
   stopFollowing();
   refreshOnce().then((drawn) => {
@@ -305,8 +331,9 @@ function sortHeader(exp, label, sortBy) {
   label, active ? (desc ? " ▼" : " ▲") : "");
 }
 
-// Which columns the user hid, kept in the browser across pages and visits.
-const hiddenColumns = new Set(JSON.parse(localStorage.getItem(HIDDEN_COLUMNS_KEY) || "[]"));
+// Which columns the user hid: the address's, else those kept in the browser across visits.
+const hiddenColumns = new Set(new URLSearchParams(location.search).has("hide") ? view.get("hide")
+  : JSON.parse(localStorage.getItem(HIDDEN_COLUMNS_KEY) || "[]"));
 
 // The table's controls are made once, so a live update (every second while trials run) keeps
 // what the user is typing and the column chooser open.
@@ -323,6 +350,7 @@ function offerColumns(names) {
         if (event.target.checked) hiddenColumns.delete(name);
         else hiddenColumns.add(name);
         localStorage.setItem(HIDDEN_COLUMNS_KEY, JSON.stringify([...hiddenColumns]));
+        view.set({ hide: [...hiddenColumns] });
         renderTrials(summary.experiment, summary.trials, summary.pagination.total);
       } }), name)));
 }
@@ -333,7 +361,7 @@ const stateFilter = el("select", { id: "trial-state-filter", "aria-label": "tria
     turnTo(0);
   } }, el("option", { value: "" }, "any state"),
 [T.ACTIVE, T.RUNNING, T.COMPLETED, T.CANCELED, T.ERROR].map((s) =>
-  el("option", { value: `STATE_${s}` }, s)));
+  el("option", { value: `STATE_${s}`, selected: page.state === `STATE_${s}` }, s)));
 
 // Conditions the master filters the trials by (GET .../trials?filter=), comma-separated. What
 // is wrong with them is said right under the box: the master's reason when it refuses them
@@ -341,7 +369,7 @@ const stateFilter = el("select", { id: "trial-state-filter", "aria-label": "tria
 // experiment does not have. The example is made of this experiment's own names.
 const conditionFilter = el("input", { id: "trial-filter", type: "search", size: 36,
   "aria-label": "filter trials", "aria-describedby": "trial-filter-note",
-  placeholder: "searcherMetric<=0.5",
+  placeholder: "searcherMetric<=0.5", value: page.filters.join(", "),
   onchange: () => {
     page.filters = conditionFilter.value.split(",").map((c) => c.trim()).filter(Boolean);
     turnTo(0);
@@ -425,6 +453,7 @@ function renderTrials(exp, trials, total) {
         "aria-label": `select trial ${t.id}`, checked: selected.has(t.id), onchange: (event) => {
           if (event.target.checked) selected.set(t.id, t);
           else selected.delete(t.id);
+          view.set({ selected: [...selected.keys()] });
           replace(compareSlot, compareButton());
         } }), " ", el("a", { href: `/trials/${t.id}` }, t.id)) },
     { name: `Best ${metric}`, label: sortHeader(exp, `Best ${metric}`, BY_METRIC),
@@ -481,9 +510,11 @@ function renderScatter() {
   if (!summary) return;
   const { experiment: exp, trials } = summary;
   const names = hparamNames(trials);
-  // Until the user picks one: the first hyperparameter whose value differs between trials.
+  // Until the user picks one: the most important hyperparameter, else the first whose value
+  // differs between trials.
   const chosen = names.includes(pickedHp) ? pickedHp
-    : names.find((name) => varies(trials, name)) || names[0];
+    : importanceOrder.find((name) => names.includes(name))
+      || names.find((name) => varies(trials, name)) || names[0];
   replace(hpSelect, names.map((n) => el("option", { value: n, selected: n === chosen }, n)));
   const order = ranked(trials).map((t) => t.id);
   const scored = trials.filter((t) => typeof t.searcherMetricValue === "number" && chosen
@@ -499,21 +530,100 @@ function renderScatter() {
   })), { xLabel: chosen || "", yLabel: `best ${exp.searcherMetric}`, kind });
 }
 
-// Parallel coordinates over the experiment's trials (up to HP_VIEW_TRIALS, the best), drawn
-// once the chart is scrolled into view (a thousand lines take a GPU-less browser seconds).
+// Parallel coordinates over the trials the table's state and conditions select (up to
+// HP_VIEW_TRIALS, the best), drawn once the chart is in view (a thousand lines take a GPU-less
+// browser seconds). Brushing an axis filters the table (so the scatter and the curves, which
+// draw its trials) to the brushed ranges; the lines outside them stay, greyed, as context.
 let parallelSeen = false;
+let parallelDrawn = "";  // the query the chart's lines answer
+
+// The brushed ranges by axis: the hyperparameter's dotted name (or METRIC_AXIS) -> {lo, hi} in
+// its own values (a log one's, not its exponent's), or {values} of a categorical one. In the
+// address as name:lo:hi or name:=a|b.
+const METRIC_AXIS = "searcherMetric";
+const brush = new Map(view.get("brush").map((item) => {
+  const [name, ...rest] = item.split(":");
+  const [lo, hi] = rest.map(Number);
+  return rest[0]?.startsWith("=") ? [name, { values: rest.join(":").slice(1).split("|") }]
+    : [name, { lo, hi }];
+}).filter(([name, range]) => /^[A-Za-z0-9_.-]+$/.test(name) && (range.values
+  || (Number.isFinite(range.lo) && Number.isFinite(range.hi)))));
+
+function brushItems() {
+  return [...brush].map(([name, r]) => (r.values ? `${name}:=${r.values.join("|")}`
+    : `${name}:${r.lo}:${r.hi}`));
+}
+
+// The brushes as the master's trial conditions: a range as two bounds; categories as the
+// values left out (a categorical axis is drawn from the values its trials have).
+function brushConditions() {
+  return [...brush].flatMap(([name, r]) => {
+    const field = name === METRIC_AXIS ? METRIC_AXIS : `hp.${name}`;
+    if (!r.values) return [`${field}>=${r.lo}`, `${field}<=${r.hi}`];
+    return ((hpDefs[name] || {}).vals || []).map(String).filter((v) => !r.values.includes(v))
+      .map((v) => `${field}!=${v}`);
+  });
+}
+
+const brushNotes = [el("div", { class: "brush-note", id: "hp-brush-note", role: "status" }),
+  el("div", { class: "brush-note", id: "trials-brush-note", role: "status" })];
+
+function renderBrushNotes() {
+  for (const note of brushNotes) {
+    replace(note, ...brush.size ? [
+      "brushed on parallel coordinates: ",
+      ...[...brush].map(([name, r]) => el("span", { class: "brush-range", "data-axis": name },
+        r.values ? `${name} ∈ {${r.values.join(", ")}}`
+          : `${fmtNumber(r.lo)} ≤ ${name} ≤ ${fmtNumber(r.hi)}`)),
+      el("button", { type: "button", class: "brush-clear", onclick: () => {
+        brush.clear();
+        brushed();
+        renderParallel().catch((error) => console.error(error));
+      } }, "clear"),
+    ] : []);
+  }
+}
+
+// The brushes changed: kept in the address, shown, and the table (so the scatter and curves)
+// redrawn within them.
+function brushed() {
+  view.set({ brush: brushItems() });
+  renderBrushNotes();
+  turnTo(0);
+}
+
+function parallelQuery(exp) {
+  return query({ limit: HP_VIEW_TRIALS, sortBy: BY_METRIC,
+    orderBy: exp.smallerIsBetter ? "ORDER_BY_ASC" : "ORDER_BY_DESC", states: page.state,
+    filter: page.filters });
+}
 
 async function renderParallel() {
   const exp = summary.experiment;
-  const { trials } = await api(`/api/v1/experiments/${experimentId}/trials${query({
-    limit: HP_VIEW_TRIALS, sortBy: BY_METRIC,
-    orderBy: exp.smallerIsBetter ? "ORDER_BY_ASC" : "ORDER_BY_DESC" })}`);
+  const asked = parallelQuery(exp);
+  parallelDrawn = asked;
+  let trials = [];
+  try {
+    ({ trials } = await api(`/api/v1/experiments/${experimentId}/trials${asked}`));
+  } catch (error) {
+    if (error.status !== 400) throw error;  // a refused filter: said under the box
+  }
+  if (asked !== parallelDrawn) return;  // a later filter's is on its way
   const scored = trials.filter((t) => typeof t.searcherMetricValue === "number");
   const names = hparamNames(scored).filter((n) => kinds[n] !== "const" && varies(scored, n));
+  const axes = [...names, METRIC_AXIS];
   drawParallel(parallelBox, names.map((name) => ({
     label: name, kind: axisKind(scored, name), values: scored.map((t) => flat(t)[name]),
-  })), { label: exp.searcherMetric, values: scored.map((t) => t.searcherMetricValue) },
-  { smallerIsBetter: exp.smallerIsBetter });
+    brush: brush.get(name),
+  })), { label: exp.searcherMetric, values: scored.map((t) => t.searcherMetricValue),
+    brush: brush.get(METRIC_AXIS) },
+  { smallerIsBetter: exp.smallerIsBetter, onBrush: (ranges) => {
+    brush.clear();
+    ranges.forEach((range, i) => {
+      if (range) brush.set(axes[i], range);
+    });
+    brushed();
+  } });
   parallelBox.dataset.trials = String(scored.length);
 }
 
@@ -522,6 +632,11 @@ async function renderImportance() {
   drawImportance(importanceBox, importance);
   importanceBox.dataset.trials = String(importance.trials);
   importanceCaption.textContent = importanceNote(importance);
+  const order = Object.keys(importance.importance);
+  if (order.join() !== importanceOrder.join()) {
+    importanceOrder = order;
+    renderScatter();  // it opens on the most important one
+  }
 }
 
 function drawParallelWhenSeen() {
@@ -605,6 +720,11 @@ function show(next) {
     refreshCurves(next.trials);
     refreshHpViews();
   }
+  if (view.get("tab") === "checkpoints") refreshCheckpoints();
+  // The parallel coordinates follow the table's state and conditions (not its brushes).
+  if (parallelSeen && parallelQuery(next.experiment) !== parallelDrawn) {
+    renderParallel().catch((error) => console.error(error));
+  }
   main.dataset.state = shortState(next.experiment.state);
 }
 
@@ -612,6 +732,7 @@ function show(next) {
 // the master refused the filter: then the table shows no trials, and why, under the box).
 async function refreshOnce() {
   const { experiment, config } = await api(`/api/v1/experiments/${experimentId}`);
+  expConfig = config;
   hpDefs = hpDefinitions(config.hyperparameters);
   kinds = Object.fromEntries(Object.entries(hpDefs).map(([name, def]) => [name, def.type]));
   if (page.sortBy === null) {
@@ -645,35 +766,146 @@ function followPage() {
   };
 }
 
+// The tabs: a tablist of buttons (arrow keys, Home and End move between them) over one panel
+// each. The tab is in the address; a chart drawn while its tab was hidden (plotly measures its
+// box, which a hidden one has not) is fitted when the tab is shown.
+const tabButtons = {};
+const tabPanels = {};
+const tabList = el("div", { role: "tablist", class: "tabs", id: "experiment-tabs",
+  "aria-label": "experiment views", onkeydown: (event) => {
+    const names = TABS.map(([name]) => name);
+    const at = names.indexOf(view.get("tab"));
+    const next = { ArrowRight: at + 1, ArrowLeft: at - 1, Home: 0, End: names.length - 1 }[event.key];
+    if (next === undefined) return;
+    event.preventDefault();
+    showTab(names[(next + names.length) % names.length]);
+    tabButtons[view.get("tab")].focus();
+  } });
+for (const [name, label] of TABS) {
+  tabButtons[name] = el("button", { type: "button", role: "tab", id: `tab-${name}`,
+    class: "tab", "data-tab": name, "aria-controls": `panel-${name}`,
+    onclick: () => showTab(name) }, label);
+  tabPanels[name] = el("div", { role: "tabpanel", id: `panel-${name}`, class: "tab-panel",
+    "aria-labelledby": `tab-${name}`, tabindex: 0 });
+  tabList.append(tabButtons[name]);
+}
+
+function showTab(name) {
+  const shown = tabPanels[name] ? name : "overview";
+  for (const [key] of TABS) {
+    tabButtons[key].setAttribute("aria-selected", String(key === shown));
+    tabButtons[key].tabIndex = key === shown ? 0 : -1;
+    tabPanels[key].hidden = key !== shown;
+  }
+  view.set({ tab: shown });
+  main.dataset.tab = shown;
+  for (const box of tabPanels[shown].querySelectorAll(".js-plotly-plot")) {
+    window.Plotly?.Plots.resize(box);
+  }
+  if (shown === "checkpoints") refreshCheckpoints(0);
+}
+
+// The experiment's checkpoints, the latest first: read when the tab is shown, and while it is,
+// at most every CHECKPOINT_SECONDS as live updates come.
+const CHECKPOINT_SECONDS = 5;
+const checkpointBox = el("section", { id: "experiment-checkpoints", class: "panel" });
+let checkpointsRead = -Infinity;
+
+function refreshCheckpoints(within = CHECKPOINT_SECONDS) {
+  if (!summary || performance.now() - checkpointsRead < within * 1000) return;
+  checkpointsRead = performance.now();
+  renderCheckpoints().catch((error) =>
+    replace(checkpointBox, el("p", { class: "error" }, error.message)));
+}
+
+async function renderCheckpoints() {
+  const { checkpoints } = await api(`/api/v1/experiments/${experimentId}/checkpoints${query({
+    sortByAttr: "SORT_BY_END_TIME", orderBy: "ORDER_BY_DESC", limit: 1000 })}`);
+  const metric = summary.experiment.searcherMetric;
+  const size = (c) => Object.values(c.resources || {}).reduce((a, b) => a + Number(b), 0);
+  replace(checkpointBox, el("h2", {}, `Checkpoints (${checkpoints.length})`),
+    checkpoints.length ? el("div", { class: "table-scroll" }, table([
+      { label: "UUID", cell: (c) => el("code", {}, c.uuid) },
+      { label: "Trial", cell: (c) => el("a", { href: `/trials/${c.training.trialId}` },
+        c.training.trialId) },
+      { label: "Batches", class: "num", cell: (c) => c.metadata.steps_completed },
+      { label: "State", cell: (c) => shortState(c.state) },
+      { label: metric, class: "num", cell: (c) => fmtNumber(c.training.searcherMetric) },
+      { label: "Reported", cell: (c) => fmtTime(c.reportTime) },
+      { label: "Size", class: "num", cell: (c) => fmtBytes(size(c)) },
+    ], checkpoints, (c) => ({ class: "checkpoint-row", "data-uuid": c.uuid })))
+      : el("p", { class: "muted" }, "No checkpoints yet."));
+}
+
+// The trials a copied address selected, read one by one (they may be on other pages).
+async function restoreSelection() {
+  const ids = view.get("selected").map(Number).filter(Number.isInteger).slice(0, MAX_SELECTED);
+  const found = await Promise.all(ids.map((id) => api(`/api/v1/trials/${id}`)
+    .then(({ trial }) => trial, () => null)));
+  for (const trial of found) {
+    if (trial && trial.experimentId === experimentId) selected.set(trial.id, trial);
+  }
+  view.set({ selected: [...selected.keys()] });
+  renderTrials(summary.experiment, summary.trials, summary.pagination.total);
+}
+
+// The curves' metric, group, log axis and smoothing: from the address, and kept in it.
+function followCurveOptions() {
+  curves.group = view.get("group");
+  if (view.get("metric").length) curves.chosen[curves.group] = view.get("metric");
+  curves.logY.checked = view.get("logy");
+  curves.smoothing.value = String(view.get("smoothing"));
+  const keep = () => view.set({ group: curves.group, metric: curves.chosen[curves.group] || [],
+    logy: curves.logY.checked, smoothing: Number(curves.smoothing.value) });
+  curves.select.addEventListener("change", keep);
+  curves.logY.addEventListener("change", keep);
+  curves.smoothing.addEventListener("change", keep);
+  for (const button of curves.groupButtons) button.addEventListener("click", keep);
+}
+
 async function start() {
-  if (!(await startPage())) return;
+  const user = await startPage();
+  if (!user) return;
   replace(trialBox, trialCount,
     el("div", { class: "controls trial-controls" }, stateFilter,
       el("div", { class: "filter-field" }, conditionFilter, filterNote), columnChooser,
       compareSlot),
-    trialPage);
-  replace(main, header, errorBox,
-    el("h2", {}, "Learning curves"), curveBox,
-    trialBox, compareBox,
+    brushNotes[1], trialPage);
+  const launchSlot = el("div", { class: "actions launch-actions" });
+  replace(tabPanels.overview, el("h2", {}, "Learning curves"), curveBox);
+  replace(tabPanels.trials, trialBox, compareBox);
+  replace(tabPanels.hyperparameters, brushNotes[0],
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter vs searcher metric"),
       el("label", {}, "hyperparameter ", hpSelect), scatterBox),
-    el("section", { class: "panel" }, el("h2", {}, "Parallel coordinates"), parallelBox),
+    el("section", { class: "panel" }, el("h2", {}, "Parallel coordinates"),
+      el("p", { class: "muted" }, "Drag along an axis to filter the trials to a range."),
+      parallelBox),
     el("section", { class: "panel" }, el("h2", {}, "Hyperparameter importance"),
-      importanceCaption, importanceBox),
-    el("section", { class: "panel", id: "experiment-logs" }, el("h2", {}, "Logs"),
-      logs.element));
+      importanceCaption, importanceBox));
+  replace(tabPanels.checkpoints, checkpointBox);
+  replace(tabPanels.logs, el("section", { class: "panel", id: "experiment-logs" },
+    el("h2", {}, "Logs"), logs.element));
+  replace(tabPanels.config, configBox);
+  replace(tabPanels.notes, detailsBox);
+  replace(main, header, launchSlot, errorBox, tabList, Object.values(tabPanels));
+  renderBrushNotes();
+  view.set({ hide: [...hiddenColumns] });  // those kept in the browser go into a copied link
+  showTab(view.get("tab"));
   await refreshOnce();
-  main.append(detailsBox);
+  replace(launchSlot, tensorBoardButton(user, { experimentIds: [experimentId] }),
+    notebookButton(summary.experiment, expConfig));
   renderDetails(summary.experiment);
   curves = new CurvePanel(curveBox, {
     group: "validation",
     preferred: { validation: summary.experiment.searcherMetric },
   });
+  followCurveOptions();
   curveStamp = "";
   refreshCurves(summary.trials);
   refreshHpViews();
   drawParallelWhenSeen();
   followPage();
+  restoreSelection().catch((error) => console.error(error));
   logs.follow(`/api/v1/experiments/${experimentId}/logs/stream`,
     `/api/v1/experiments/${experimentId}/logs`);
   main.dataset.loaded = String(Math.round(performance.now()));

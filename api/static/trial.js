@@ -7,6 +7,7 @@
 import { api, every, lastErrorLines, reportValues, startPage } from "/static/api.js";
 import { drawLines, rankColor } from "/static/charts.js";
 import { CurvePanel } from "/static/curves.js";
+import { tensorBoardButton } from "/static/launch.js";
 import { LogPanel } from "/static/logs.js";
 import { registerForm, registrableModels } from "/static/registry.js";
 import { STATES, el, flatHparams, fmtBytes, fmtNumber, fmtTime, replace, shortState, stateBadge,
@@ -245,7 +246,9 @@ async function start() {
   replace(systemBox, el("h2", {}, "System metrics"),
     el("div", { class: "controls" }, el("label", {}, "metric ", systemSelect)), systemChart,
     systemLatest);
-  replace(main, header, errorBox, status,
+  replace(main, header,
+    el("div", { class: "actions" }, tensorBoardButton(viewer, { trialIds: [trialId] })),
+    errorBox, status,
     el("section", { id: "trial-overview", class: "panel" }, hparamBox, metricBox),
     el("h2", {}, "Learning curves"), curveBox, systemBox,
     checkpointBox,

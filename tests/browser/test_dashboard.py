@@ -108,8 +108,10 @@ def test_experiment_page_draws_curves_trials_and_scatter(
     page.goto(f"/experiments/{experiment_id}")
     rows = page.locator("tr.trial-row")
     expect(rows).to_have_count(len(LEARNING_RATES))
+    page.click("#tab-trials")
     for hparam in ("lr", "sleep", "checkpoint_every"):  # a column per hyperparameter
         expect(page.get_by_role("columnheader", name=hparam, exact=True)).to_have_count(1)
+    page.click("#tab-overview")
 
     # Validation curves first (the searcher metric), one line per trial.
     chart_points(page, "#curves .line-chart", at_least=2 * len(LEARNING_RATES))
@@ -131,6 +133,7 @@ def test_experiment_page_draws_curves_trials_and_scatter(
     expect(page.locator("#hp-scatter")).to_have_attribute("data-points", str(len(LEARNING_RATES)))
 
     # Live: the trials table moves on without a reload.
+    page.click("#tab-trials")
     batches = page.locator("tr.trial-row td.batches").first
     before = int(batches.inner_text())
     page.wait_for_function(
@@ -237,6 +240,7 @@ def test_pause_and_activate_buttons_change_the_state(
     expect(state).to_have_text("ACTIVE")
     exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
     assert exp["state"] == "STATE_ACTIVE"
+    page.click("#tab-trials")
     expect(page.locator("tr.trial-row[data-state='RUNNING']").first).to_be_visible(
         timeout=60_000
     )
@@ -613,6 +617,7 @@ def test_experiment_details_are_edited_and_its_files_shown(
     archive and unarchive; a second experiment renamed and deleted."""
     page = logged_in.new_page()
     page.goto(f"/experiments/{experiment_id}")
+    page.click("#tab-config")
     page.click("#config summary")
     expect(page.locator("#config-yaml")).to_contain_text("name: browser-grid")
     page.click("#model-files summary")
@@ -621,6 +626,7 @@ def test_experiment_details_are_edited_and_its_files_shown(
     assert (page.locator("#model-file").inner_text().strip()
             == (SLOW_MODEL / "train.py").read_text().strip())
 
+    page.click("#tab-notes")
     page.fill("#exp-labels", "browser, grid")
     page.fill("#exp-notes", "lr 0.03 learns slowly")
     page.click("#details-save")
@@ -639,6 +645,7 @@ def test_experiment_details_are_edited_and_its_files_shown(
 
     other, _ = seed_many_trials(cluster.env["EPOCHAL_DB_URL"], 3)
     page.goto(f"/experiments/{other}")
+    page.click("#tab-notes")
     page.fill("#exp-name", "renamed in the browser")
     page.click("#details-save")
     expect(page.locator("#experiment-header h1 .name")).to_have_text("renamed in the browser")
@@ -730,6 +737,7 @@ def test_experiment_of_many_trials_pages_its_table(
     experiment_id, best_first = seed_many_trials(cluster.env["EPOCHAL_DB_URL"], 250)
     page = logged_in.new_page()
     page.goto(f"/experiments/{experiment_id}")
+    page.click("#tab-trials")
     rows = page.locator("tr.trial-row")
     expect(rows).to_have_count(100)
     expect(page.locator("h2", has_text="Trials (250)")).to_be_visible()

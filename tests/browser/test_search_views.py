@@ -213,6 +213,7 @@ def test_trials_table_sorts_filters_chooses_columns_and_compares(
 ) -> None:
     experiment_id, ids = search
     page, errors = open_search(analyst, experiment_id)
+    page.click("#tab-trials")
     rows = page.locator("tr.trial-row")
     # Nested hyperparameters are their own columns.
     for name in ("optimizer.momentum", "optimizer.name", "lr", "layers", "activation"):
@@ -308,6 +309,7 @@ def test_a_refused_trial_filter_empties_the_table_and_says_why_under_the_box(
     lacks is named there too; the box's example is made of this experiment's names, and works."""
     experiment_id, ids = search
     page, errors = open_search(analyst, experiment_id)
+    page.click("#tab-trials")
     rows = page.locator("tr.trial-row")
     box = page.locator("#trial-filter")
     note = page.locator("#trial-filter-note")
@@ -373,6 +375,7 @@ def test_hyperparameter_scatter_parallel_coordinates_and_importance(
 ) -> None:
     experiment_id, _ = search
     page, errors = open_search(analyst, experiment_id)
+    page.click("#tab-hyperparameters")
     # The scatter of a log hyperparameter has a log axis.
     page.select_option("#hp-select", "lr")
     expect(page.locator("#hp-scatter")).to_have_attribute("data-xaxis", "log")
@@ -498,6 +501,7 @@ def test_importance_names_its_method_and_agrees_with_a_rank_correlation(
     assert max(rho, key=lambda name: rho[name]) == "lr" and rho["lr"] > 0.8, rho
 
     page, errors = open_search(analyst, experiment_id)
+    page.click("#tab-hyperparameters")
     importance = page.locator("#hp-importance")
     importance.scroll_into_view_if_needed()
     expect(importance).to_have_attribute("data-points", "4")
@@ -535,7 +539,7 @@ def test_the_page_of_a_thousand_trial_search_loads_fast(
                                                              timeout=60_000)
     loads, parallels = [], []
     for _ in range(3):
-        page.reload()
+        page.goto(f"/experiments/{experiment_id}")  # on its Overview tab, as first opened
         expect(page.locator("tr.trial-row")).to_have_count(100)
         # When the table, the curves (all 100) and the scatter were first drawn, read from the
         # page's own clock (ms since the navigation began), not from this test's polling.
@@ -546,6 +550,7 @@ def test_the_page_of_a_thousand_trial_search_loads_fast(
             " && Math.max(at('#trials'), at('#curves .line-chart'), at('#hp-scatter')); }")
         loads.append(float(shown.json_value()) / 1000)
         scrolled = page.evaluate("() => performance.now()")
+        page.click("#tab-hyperparameters")
         page.locator("#hp-parallel").scroll_into_view_if_needed()
         expect(page.locator("#hp-parallel")).to_have_attribute("data-points", "1000")
         drawn = float(page.locator("#hp-parallel").get_attribute("data-first-drawn") or 0)
@@ -580,10 +585,12 @@ def test_a_canceled_experiment_is_canceled_from_its_page_and_in_temporal(
                                    has_text="checkpoint at step")
     expect(checkpoint_line.first).to_be_attached(timeout=60_000)
     expect(checkpoint_line.first.locator("a.log-trial")).to_have_text(f"[trial {trial_id}] ")
+    page.click("#tab-logs")
     expect(page.locator("#experiment-logs #log-trial")).to_be_visible()
     # Live updates redraw the table but keep a condition being typed and the chooser open, and
     # keep the action buttons themselves (a button redrawn mid-click loses the click).
     page.evaluate("window.cancelButton = document.querySelector(\"button[data-action='cancel']\")")
+    page.click("#tab-trials")
     page.click("#column-chooser summary")
     page.fill("#trial-filter", "hp.lr<1")
     batches = int(page.locator("tr.trial-row td.batches").inner_text())

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import tempfile
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -126,3 +128,27 @@ def test_a_missing_token_is_one_line_and_a_failure(
         "harness.tensorboard: error: DET_USER_TOKEN is not set: a session token of the task's"
         " owner is needed\n")
     assert not list(tmp_path.iterdir())
+
+
+def test_tensorboard_keeps_its_info_file_in_its_own_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """TensorBoard writes pid-<pid>.info under the temporary directory: under /tmp, another
+    user's TensorBoard on the agent (a sandbox's pids repeat) owns that file and this one fails
+    to start; so each task's is under its own work directory."""
+    seen: dict[str, str] = {}
+
+    def main(self: Any) -> int:
+        seen["info"] = manager._get_info_dir()
+        return 0
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # serve's setting is undone after the test
+    args = tb.parse_args(["--port", "6006", "--experiment-ids", "1",
+                          "--logdir", str(tmp_path / "tensorboard")])
+    with warnings.catch_warnings():  # TensorBoard's imports warn (html5lib's sanitizer)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from tensorboard import manager, program
+
+        monkeypatch.setattr(program.TensorBoard, "main", main)
+        assert tb.serve(args) == 0
+    assert Path(seen["info"]).parent == tmp_path / "tensorboard-tmp"
