@@ -157,6 +157,31 @@ def log_in(page: Page, password: str) -> None:
     page.click("#login-button")
 
 
+def signed_in(chromium: Browser, cluster: Cluster, *, username: str = ADMIN,
+              password: str | None = None, width: int = 1280) -> BrowserContext:
+    """A fresh browser (no storage of another's) logged in as `username` (the admin unless
+    told)."""
+    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": width, "height": 900})
+    ctx.set_default_timeout(TIMEOUT_MS)
+    page = ctx.new_page()
+    page.goto("/login")
+    page.fill("#username", username)
+    page.fill("#password", password or cluster.secrets["admin_password"])
+    page.click("#login-button")
+    expect(page.locator("#whoami")).to_have_text(username)
+    page.close()
+    return ctx
+
+
+def opened(ctx: BrowserContext, path: str) -> tuple[Page, list[str]]:
+    """A new page at `path`, and the JavaScript errors it will raise."""
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(path)
+    return page, errors
+
+
 def in_thread(work: Callable[[], Awaitable[T]]) -> T:
     """Run the coroutine `work()` in a thread of its own: Playwright's sync API holds this
     thread's event loop."""

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Locator, Page, expect
 
-from tests.browser.conftest import ADMIN, TIMEOUT_MS, api_get, log_in, screenshot
+from tests.browser.conftest import ADMIN, api_get, opened, screenshot, signed_in
 from tests.browser.test_search_views import final_loss, seed_search
 from tests.e2e.cluster import Cluster
 from tests.waiting import wait_for
@@ -35,31 +35,11 @@ def search(cluster: Cluster) -> tuple[int, list[int]]:
     return seed_search(cluster.env["EPOCHAL_DB_URL"], 40)
 
 
-def signed_in(chromium: Browser, cluster: Cluster) -> BrowserContext:
-    """A fresh browser (no storage of another's) logged in as the admin."""
-    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1280, "height": 900})
-    ctx.set_default_timeout(TIMEOUT_MS)
-    page = ctx.new_page()
-    page.goto("/login")
-    log_in(page, cluster.secrets["admin_password"])
-    expect(page.locator("#whoami")).to_have_text(ADMIN)
-    page.close()
-    return ctx
-
-
 @pytest.fixture(scope="module")
 def analyst(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
     ctx = signed_in(chromium, cluster)
     yield ctx
     ctx.close()
-
-
-def opened(ctx: BrowserContext, path: str) -> tuple[Page, list[str]]:
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    page.goto(path)
-    return page, errors
 
 
 def address(page: Page) -> dict[str, list[str]]:

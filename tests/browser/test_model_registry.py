@@ -17,7 +17,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests.browser.conftest import log_in, on_database, screenshot
+from tests.browser.conftest import api_get, on_database, opened, screenshot, signed_in
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -78,13 +78,7 @@ def seed_experiment(cluster: Cluster) -> tuple[int, list[int], list[str]]:
 
 @pytest.fixture(scope="module")
 def admin(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
-    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1400, "height": 900})
-    ctx.set_default_timeout(30_000)
-    page = ctx.new_page()
-    page.goto("/models")
-    log_in(page, cluster.secrets["admin_password"])
-    expect(page.locator("#whoami")).to_have_text("admin")
-    page.close()
+    ctx = signed_in(chromium, cluster, width=1400)
     yield ctx
     ctx.close()
 
@@ -96,31 +90,9 @@ def someone_else(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext
     made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
                       json={"user": {"username": name}, "password": "a-long-password"})
     assert made.status_code == 200, made.text
-    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1400, "height": 900})
-    ctx.set_default_timeout(30_000)
-    page = ctx.new_page()
-    page.goto("/models")
-    page.fill("#username", name)
-    page.fill("#password", "a-long-password")
-    page.click("#login-button")
-    expect(page.locator("#whoami")).to_have_text(name)
-    page.close()
+    ctx = signed_in(chromium, cluster, username=name, password="a-long-password", width=1400)
     yield ctx
     ctx.close()
-
-
-def api_get(cluster: Cluster, path: str) -> Any:
-    answer = httpx.get(cluster.url + path, headers=cluster.headers, timeout=30)
-    answer.raise_for_status()
-    return answer.json()
-
-
-def opened(ctx: BrowserContext, path: str) -> tuple[Page, list[str]]:
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    page.goto(path)
-    return page, errors
 
 
 def version_row(page: Page, number: int) -> Any:

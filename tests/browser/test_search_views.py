@@ -23,7 +23,7 @@ from playwright.sync_api import Browser, BrowserContext, FloatRect, Page, expect
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from common import search_attributes
-from tests.browser.conftest import REPO, in_thread, log_in, on_database, screenshot
+from tests.browser.conftest import REPO, in_thread, on_database, screenshot, signed_in
 from tests.e2e.cluster import SLOW_MODEL, Cluster, created_id
 
 pytestmark = pytest.mark.slow
@@ -100,13 +100,7 @@ def final_loss(request_id: int) -> float:
 
 @pytest.fixture(scope="module")
 def analyst(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
-    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1280, "height": 900})
-    ctx.set_default_timeout(30_000)
-    page = ctx.new_page()
-    page.goto("/")
-    log_in(page, cluster.secrets["admin_password"])
-    expect(page.locator("#whoami")).to_have_text("admin")
-    page.close()
+    ctx = signed_in(chromium, cluster)
     yield ctx
     ctx.close()
 
