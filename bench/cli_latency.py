@@ -8,10 +8,11 @@ config; the command's own return, not the experiment's run). With --load N the s
 N processes that keep a CPU busy each. Prints median and p90 per command; the last line is the
 one-line summary.
 
-The commands are run as `python -m deploy.console` (the installed `epochal`) from --tree, so the
-same bench times an older checkout: `git worktree add /tmp/before <commit>` and --tree /tmp/before.
+The commands are run as `python -m deploy.console` (the installed `epochal`) from each --tree, so
+the same run times an older checkout beside this one: `git worktree add /tmp/before <commit>`,
+then --tree /tmp/before --tree . (their runs interleave).
 
-    .venv/bin/python bench/cli_latency.py [--runs 10] [--load 0] [--tree DIR] [--master URL]
+    .venv/bin/python bench/cli_latency.py [--runs 10] [--load 0] [--tree DIR]... [--master URL]
         [--smoke]
 """
 
@@ -98,37 +99,47 @@ def busy(processes: int) -> Iterator[None]:
             spinner.join()
 
 
-def measure(tree: Path, env: dict[str, str], cmds: list[tuple[str, list[str]]], runs: int,
-            label: str) -> dict[str, tuple[float, float]]:
-    results = {}
+def measure(trees: list[Path], env: dict[str, str], cmds: list[tuple[str, list[str]]],
+            runs: int, label: str) -> list[dict[str, tuple[float, float]]]:
+    """Each command's (median, p90) per tree; the trees' runs interleave, so a change in the
+    machine's load falls on all of them alike."""
+    took: list[dict[str, list[float]]] = [{name: [] for name, _ in cmds} for _ in trees]
     for name, words in cmds:
-        time_command(tree, env, words)  # warm-up: the files in the page cache
-        took = [time_command(tree, env, words) for _ in range(runs)]
-        results[name] = (statistics.median(took), p90(took))
-        print(f"{label:<6} {name:<22} median {results[name][0]:6.3f} s   "
-              f"p90 {results[name][1]:6.3f} s", flush=True)
-    return results
+        for tree in trees:
+            time_command(tree, {**env, "PYTHONPATH": str(tree)}, words)  # warm-up: page cache
+        for _ in range(runs):
+            for i, tree in enumerate(trees):
+                took[i][name].append(
+                    time_command(tree, {**env, "PYTHONPATH": str(tree)}, words))
+        cells = "   ".join(f"median {statistics.median(t[name]):6.3f} s p90 "
+                           f"{p90(t[name]):6.3f} s" for t in took)
+        print(f"{label:<6} {name:<20} {cells}", flush=True)
+    return [{name: (statistics.median(v), p90(v)) for name, v in t.items()} for t in took]
 
 
 def run(master: str, token: str, experiment_id: int, trial_id: int, args: argparse.Namespace
         ) -> None:
-    tree = Path(args.tree).resolve()
-    env = {**os.environ, "EPOCHAL_MASTER": master, "EPOCHAL_TOKEN": token,
-           "PYTHONPATH": str(tree), "COLUMNS": "120"}
+    trees = [Path(tree).resolve() for tree in args.tree or [str(REPO)]]
+    env = {**os.environ, "EPOCHAL_MASTER": master, "EPOCHAL_TOKEN": token, "COLUMNS": "120"}
     with tempfile.TemporaryDirectory(prefix="epochal-cli-bench-") as scratch:
         cmds = commands(experiment_id, trial_id, tiny_config(Path(scratch)))
-        print(f"tree {tree}, {args.runs} runs per command, {os.cpu_count()} CPUs")
-        quiet = measure(tree, env, cmds, args.runs, "idle")
-        loaded = {}
+        print(f"{args.runs} runs per command, {os.cpu_count()} CPUs; columns: "
+              + ", ".join(str(tree) for tree in trees))
+        quiet = measure(trees, env, cmds, args.runs, "idle")
+        loaded = []
         if args.load:
             with busy(args.load):
-                loaded = measure(tree, env, cmds, args.runs, f"load{args.load}")
-    summary = ", ".join(f"{name} {quiet[name][0]:.3f} s" for name in
-                        ("--help", "experiment list", "experiment create"))
+                loaded = measure(trees, env, cmds, args.runs, f"load{args.load}")
+    shown = ("--help", "experiment list", "experiment create")
+
+    def figures(results: list[dict[str, tuple[float, float]]], name: str) -> str:
+        return " -> ".join(f"{r[name][0]:.3f}" for r in results) + " s"
+
+    summary = ", ".join(f"{name} {figures(quiet, name)}" for name in shown)
     if loaded:
-        summary += (f"; with {args.load} busy CPUs: --help {loaded['--help'][0]:.3f} s, "
-                    f"experiment list {loaded['experiment list'][0]:.3f} s")
-    print(f"median over {args.runs}: {summary}")
+        summary += f"; beside {args.load} busy CPUs: " + ", ".join(
+            f"{name} {figures(loaded, name)}" for name in shown)
+    print(f"median of {args.runs}: {summary}")
 
 
 def main() -> None:
@@ -136,8 +147,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--load", type=int, default=0,
                         help="also time each command beside this many busy CPU processes")
-    parser.add_argument("--tree", default=str(REPO),
-                        help="the checkout whose CLI is timed (default: this one)")
+    parser.add_argument("--tree", action="append",
+                        help="a checkout whose CLI is timed, side by side with the other "
+                             "--tree's (default: this one)")
     parser.add_argument("--master", help="use this running master instead of a new cluster")
     parser.add_argument("--experiment", type=int, help="with --master: the experiment to describe")
     parser.add_argument("--trial", type=int, help="with --master: the trial to describe")
