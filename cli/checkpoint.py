@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
@@ -28,6 +27,8 @@ def download(
                                               "(made if missing).", show_default=False)],
     as_json: AsJson = False,
 ) -> None:
+    import tarfile  # here: only the download unpacks
+
     directory.mkdir(parents=True, exist_ok=True)
     count = size = 0
     with Client(master_url(ctx)) as client, client.stream_bytes(

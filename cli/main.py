@@ -22,6 +22,7 @@ from cli import (
     image,
     model,
     ntsc,
+    render,
     scheduling,
     trial,
     user,
@@ -39,9 +40,7 @@ class _Root(TyperGroup):
             return super().invoke(ctx)
         except CliError as exc:
             sys.stdout.flush()
-            lines = [f"error: {exc.message}", *(f"  {d}" for d in exc.details)]
-            sys.stderr.write("\n".join(lines) + "\n")
-            sys.stderr.flush()
+            render.sentence(f"error: {exc.message}", exc.details)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
             sys.stderr.write("\ninterrupted\n")

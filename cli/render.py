@@ -60,8 +60,7 @@ def say(text: str = "") -> None:
 
 
 def warn(text: str) -> None:
-    sys.stderr.write(f"warning: {text}\n")
-    sys.stderr.flush()
+    sentence(f"warning: {text}")
 
 
 def state(value: Any) -> str:
@@ -384,3 +383,20 @@ def system_metrics_table(samples: Sequence[Mapping[str, Any]]) -> Table:
             *(number(values.get(f"{g}_util_percent")) for g in gpus),
             *(size(values.get(f"{g}_memory_used_bytes")) for g in gpus))
     return t
+
+
+def sentence(text: str, details: Sequence[str] = ()) -> None:
+    """An error or notice on stderr, and its indented detail lines: wrapped at words to the
+    terminal's width (a terminal breaks long lines mid-word); one line each into a pipe or file,
+    so scripts can grep them."""
+    lines = [*text.split("\n"), *(f"  {detail}" for detail in details)]
+    if _is_tty(sys.stderr) or "COLUMNS" in os.environ:
+        import shutil
+        import textwrap
+
+        width = max(40, shutil.get_terminal_size().columns - 1)
+        lines = [textwrap.fill(line, width, subsequent_indent=" " * (len(line) - len(
+            line.lstrip()) + 2), break_long_words=False, break_on_hyphens=False)
+                 for line in lines]
+    sys.stderr.write("\n".join(lines) + "\n")
+    sys.stderr.flush()

@@ -8,7 +8,6 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 import typer
-import yaml
 
 from cli import render
 from cli.client import Client, CliError, master_url
@@ -127,6 +126,8 @@ def describe_template(ctx: typer.Context, name: NameArg, as_json: AsJson = False
     if as_json:
         render.print_json(answer)
         return
+    import yaml  # here: only the template commands read or write YAML
+
     print(yaml.safe_dump(answer["template"]["config"], sort_keys=False), end="")
 
 
@@ -138,6 +139,8 @@ def set_template(
                                          show_default=False)],
     as_json: AsJson = False,
 ) -> None:
+    import yaml
+
     try:
         config = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:

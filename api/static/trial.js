@@ -227,16 +227,17 @@ async function refresh(expHolder) {
   renderHparams(trial);
   renderMetrics(trial, expHolder.exp);
   main.dataset.state = shortState(trial.state);
-  await renderError(trial);
-  await renderSystem();
   const stamp = `${trial.totalBatchesProcessed}:${trial.latestCheckpointUuid}:${trial.state}`;
-  if (stamp !== lastStamp) {
-    lastStamp = stamp;
-    const [{ checkpoints }] = await Promise.all([
-      api(`/api/v1/trials/${trialId}/checkpoints?orderBy=ORDER_BY_DESC`), curves.load([trialId]),
-    ]);
-    renderCheckpoints(checkpoints);
-  }
+  const changed = stamp !== lastStamp;
+  lastStamp = stamp;
+  // At once, not one after another: the curves need not wait for the error lines and the
+  // system metrics (each their own request and box).
+  await Promise.all([
+    renderError(trial), renderSystem(),
+    changed && api(`/api/v1/trials/${trialId}/checkpoints?orderBy=ORDER_BY_DESC`)
+      .then(({ checkpoints }) => renderCheckpoints(checkpoints)),
+    changed && curves.load([trialId]),
+  ]);
   return TERMINAL.includes(shortState(trial.state));
 }
 
