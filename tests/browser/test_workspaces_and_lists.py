@@ -1,0 +1,148 @@
+"""The experiments list, workspaces and cross-experiment comparison in the dashboard (headless
+Chromium): finished experiments written straight to the database, then sorted by a column on
+the server, searched (the pager counting only matches), shown with the archived ones, and the
+view restored from a copied address in a new page.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+from playwright.sync_api import Browser, BrowserContext, Page, expect
+
+from tests.browser.conftest import log_in, on_database, screenshot
+from tests.e2e.cluster import Cluster
+
+pytestmark = pytest.mark.slow
+
+COUNT = 60
+STEPS = 10
+
+
+def seed_experiments(db_url: str, tag: str, count: int) -> list[int]:
+    """`count` finished experiments `lst<tag>-nXX`, experiment i running i minutes, each with
+    two trials (lr differs by experiment, layers by trial) and a validation curve; n05 is
+    archived. Returns their ids by i."""
+    async def seed(conn: asyncpg.Connection) -> list[int]:
+        ids: list[int] = []
+        for i in range(count):
+            config = {"name": f"lst{tag}-n{i:02d}", "entrypoint": "python3 train.py",
+                      "searcher": {"name": "grid", "metric": "validation_loss",
+                                   "smaller_is_better": True,
+                                   "max_length": {"batches": STEPS}},
+                      "resources": {"resource_pool": "default"},
+                      "hyperparameters": {"lr": {"type": "const", "val": 0.01 * (i + 1)},
+                                          "layers": {"type": "categorical", "vals": [1, 2]}}}
+            experiment_id = await conn.fetchval(
+                "INSERT INTO experiments (name, config, original_config, seed, state, owner,"
+                " planned_trials, archived, start_time, end_time)"
+                " VALUES ($1, $2, '', 1, 'COMPLETED', 'admin', 2, $3,"
+                "  now() - interval '1 day' + $4 * interval '1 second',"
+                "  now() - interval '1 day' + $4 * interval '1 second' + $5 * interval '1 minute')"
+                " RETURNING id", config["name"], config, i == 5, i, i)
+            trials = await conn.fetchval(
+                "WITH t AS (INSERT INTO trials (experiment_id, request_id, hparams, seed, state,"
+                "  steps_completed, progress, end_time)"
+                "  SELECT $1, r, jsonb_build_object('lr', $2::float8, 'layers', r + 1), r,"
+                "   'COMPLETED', $3, 1, now() FROM generate_series(0, 1) r"
+                "  RETURNING id, request_id),"
+                " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
+                "  SELECT id, 'validation', s, jsonb_build_object('validation_loss',"
+                "   $2::float8 + request_id * 0.1 + 1.0 / s)"
+                "  FROM t, generate_series(1, $3) s)"
+                " SELECT array_agg(id ORDER BY request_id) FROM t",
+                experiment_id, 0.01 * (i + 1), STEPS)
+            await conn.execute("SELECT refresh_best_validation($1::int[])", trials)
+            ids.append(experiment_id)
+        return ids
+
+    return on_database(db_url, seed)
+
+
+@pytest.fixture(scope="module")
+def admin(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
+    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1400, "height": 900})
+    ctx.set_default_timeout(30_000)
+    page = ctx.new_page()
+    page.goto("/")
+    log_in(page, cluster.secrets["admin_password"])
+    expect(page.locator("#whoami")).to_have_text("admin")
+    page.close()
+    yield ctx
+    ctx.close()
+
+
+@pytest.fixture(scope="module")
+def seeded(cluster: Cluster) -> tuple[str, list[int]]:
+    tag = uuid.uuid4().hex[:6]
+    return tag, seed_experiments(cluster.env["EPOCHAL_DB_URL"], tag, COUNT)
+
+
+def open_page(ctx: BrowserContext, address: str) -> tuple[Page, list[str]]:
+    page = ctx.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda err: errors.append(str(err)))
+    page.goto(address)
+    return page, errors
+
+
+def test_list_sorts_searches_on_the_server_and_restores_from_its_address(
+    admin: BrowserContext, seeded: tuple[str, list[int]]
+) -> None:
+    tag, ids = seeded
+    page, errors = open_page(admin, "/")
+    expect(page.locator("tr.experiment-row").first).to_be_visible()
+
+    # Search is the server's: the pager counts only the matches (59: n05 is archived).
+    page.fill("#text-filter", f"lst{tag}")
+    expect(page.locator("#experiments-range")).to_have_text("1-50 of 59")
+    page.fill("#text-filter", f"lst{tag}-n1")
+    expect(page.locator("#experiments-range")).to_have_text("1-10 of 10")
+    page.fill("#text-filter", f"LST{tag}")
+    expect(page.locator("#experiments-range")).to_have_text("1-50 of 59")
+
+    # A header sorts all 59 on the server: longest first, then shortest first.
+    page.click("th button[data-sort='SORT_BY_DURATION']")
+    expect(page.locator("th button[data-sort='SORT_BY_DURATION']")).to_have_attribute(
+        "aria-sort", "descending")
+    expect(page.locator("tr.experiment-row").first).to_have_attribute("data-id", str(ids[59]))
+    page.click("th button[data-sort='SORT_BY_DURATION']")
+    expect(page.locator("tr.experiment-row").first).to_have_attribute("data-id", str(ids[0]))
+    expect(page.locator("tr.experiment-row").nth(5)).to_have_attribute("data-id", str(ids[6]))
+
+    # Show archived: 60, n05 among them, marked.
+    page.check("#show-archived")
+    expect(page.locator("#experiments-range")).to_have_text("1-50 of 60")
+    archived = page.locator(f"tr.experiment-row[data-id='{ids[5]}']")
+    expect(archived).to_have_class("experiment-row archived")
+    expect(archived).to_contain_text("archived")
+
+    # Columns: Labels shown, Owner hidden; then the second page.
+    page.click("#experiment-columns summary")
+    page.check("#experiment-columns input[data-column='labels']")
+    page.uncheck("#experiment-columns input[data-column='owner']")
+    expect(page.locator("th button[data-sort='SORT_BY_LABELS']")).to_have_count(1)
+    expect(page.locator("th button[data-sort='SORT_BY_USER']")).to_have_count(0)
+    page.click("#experiments-next")
+    expect(page.locator("#experiments-range")).to_have_text("51-60 of 60")
+    expect(page.locator("tr.experiment-row").first).to_have_attribute("data-id", str(ids[50]))
+    screenshot(page, "experiments-list-sorted")
+
+    # The address holds the view: a new page opens the same one.
+    address = page.url
+    assert "sort=SORT_BY_DURATION" in address and "archived=true" in address, address
+    copy, copy_errors = open_page(admin, address)
+    expect(copy.locator("#experiments-range")).to_have_text("51-60 of 60")
+    expect(copy.locator("tr.experiment-row").first).to_have_attribute("data-id", str(ids[50]))
+    expect(copy.locator("#text-filter")).to_have_value(f"LST{tag}")
+    expect(copy.locator("#show-archived")).to_be_checked()
+    expect(copy.locator("th button[data-sort='SORT_BY_DURATION']")).to_have_attribute(
+        "aria-sort", "ascending")
+    expect(copy.locator("th button[data-sort='SORT_BY_USER']")).to_have_count(0)
+    expect(copy.locator("th button[data-sort='SORT_BY_LABELS']")).to_have_count(1)
+    copy.close()
+    page.close()
+    assert not errors and not copy_errors, errors + copy_errors
