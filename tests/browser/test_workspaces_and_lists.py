@@ -6,10 +6,12 @@ view restored from a copied address in a new page.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 
 import asyncpg
+import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
@@ -146,3 +148,60 @@ def test_list_sorts_searches_on_the_server_and_restores_from_its_address(
     copy.close()
     page.close()
     assert not errors and not copy_errors, errors + copy_errors
+
+
+def test_workspace_and_project_pages_and_the_project_column(
+    admin: BrowserContext, cluster: Cluster, seeded: tuple[str, list[int]]
+) -> None:
+    tag, ids = seeded
+    api = httpx.Client(base_url=cluster.url, headers=cluster.headers, timeout=30)
+    workspace = api.post("/api/v1/workspaces", json={"name": f"ws{tag}"}).json()["workspace"]
+    project = api.post(f"/api/v1/workspaces/{workspace['id']}/projects", json={
+        "name": f"pr{tag}", "description": "the lr sweep"}).json()["project"]
+    for experiment_id in ids[:3]:
+        moved = api.post(f"/api/v1/experiments/{experiment_id}/move",
+                         json={"destinationProjectId": project["id"]})
+        assert moved.status_code == 200, moved.text
+
+    page, errors = open_page(admin, "/")
+    page.click("header nav a[href='/workspaces']")
+    row = page.locator(f"tr.workspace-row[data-id='{workspace['id']}']")
+    expect(row).to_contain_text(f"ws{tag}")
+    expect(row.locator("td.num")).to_have_text(["1", "3"])
+    row.locator("a").click()
+
+    expect(page).to_have_url(re.compile(rf"/workspaces/{workspace['id']}$"))
+    project_row = page.locator(f"tr.project-row[data-id='{project['id']}']")
+    expect(project_row).to_contain_text("the lr sweep")
+    expect(project_row.locator("td.num").first).to_have_text("3")
+    expect(page.locator("#members")).to_contain_text("admin")
+    page.fill("#project-name", f"second{tag}")
+    page.click("#create-project button[type='submit']")
+    expect(page.locator("tr.project-row")).to_have_count(2)
+    page.fill("#project-name", f"second{tag}")  # a taken name: the API's refusal, shown
+    page.click("#create-project button[type='submit']")
+    expect(page.locator("#project-error")).to_contain_text("already exists")
+    screenshot(page, "workspace")
+
+    project_row.locator("a").first.click()
+    expect(page.locator("#project-description")).to_have_text("the lr sweep")
+    expect(page.locator("tr.experiment-row")).to_have_count(3)
+    expect(page.locator("#experiments-range")).to_have_text("1-3 of 3")
+
+    # The home list: the Project column links there; the project filter keeps its three.
+    page.goto("/")
+    link = page.locator(f"tr.experiment-row[data-id='{ids[0]}'] a[href='/projects/"
+                        f"{project['id']}']")
+    page.fill("#text-filter", f"lst{tag}-n00")
+    expect(link).to_have_text(f"pr{tag}")
+    page.fill("#text-filter", "")
+    page.select_option("#project-filter", str(project["id"]))
+    expect(page.locator("#experiments-range")).to_have_text("1-3 of 3")
+    assert f"project={project['id']}" in page.url
+
+    # A workspace that does not exist: the API's answer, not a broken page.
+    missing, missing_errors = open_page(admin, "/workspaces/987654")
+    expect(missing.locator("#main .error")).to_contain_text("987654")
+    page.close()
+    missing.close()
+    assert not errors and not missing_errors, errors + missing_errors
