@@ -205,3 +205,52 @@ def test_workspace_and_project_pages_and_the_project_column(
     page.close()
     missing.close()
     assert not errors and not missing_errors, errors + missing_errors
+
+
+def test_compare_overlays_curves_and_tables_trials_with_what_differs(
+    admin: BrowserContext, seeded: tuple[str, list[int]]
+) -> None:
+    tag, ids = seeded
+    page, errors = open_page(admin, "/")
+    page.fill("#text-filter", f"lst{tag}-n2")  # n20..n29
+    expect(page.locator("#experiments-range")).to_have_text("1-10 of 10")
+    for experiment_id in (ids[20], ids[21], ids[22]):
+        page.check(f"tr.experiment-row[data-id='{experiment_id}'] input.select-experiment")
+    expect(page.locator("#selected-count")).to_have_text("3 selected")
+    page.click("#compare-selected")
+
+    expect(page).to_have_url(re.compile(r"/compare\?experiments=\d+(%2C|,)\d+(%2C|,)\d+$"))
+    curves = page.locator("#compare-curves")
+    expect(curves).to_have_attribute("data-metric", "validation_loss")
+    expect(curves).to_have_attribute("data-experiments", "3")
+    # One colour per experiment, each trial a line; one legend entry per experiment.
+    colours = page.evaluate("() => document.querySelector('#compare-curves').data"
+                            ".map((t) => t.line.color)")
+    assert len(colours) == 6 and len(set(colours)) == 3, colours
+    assert page.evaluate("() => document.querySelector('#compare-curves').data"
+                         ".filter((t) => t.showlegend).length") == 3
+
+    # lr differs by experiment, layers by trial: both shown, each best trial marked.
+    expect(page.locator("#compare-differ code")).to_have_text(["layers", "lr"])
+    expect(page.locator("tr.compare-row")).to_have_count(6)
+    expect(page.locator("tr.compare-row.best-trial")).to_have_count(3)
+    # Sorted by best value (ascending): experiment n20's first trial (lr 0.21) leads.
+    expect(page.locator("tr.compare-row").first).to_have_attribute(
+        "data-experiment", str(ids[20]))
+    page.click("#compare-trials th button[data-sort='hp.lr']")
+    page.click("#compare-trials th button[data-sort='hp.lr']")  # descending
+    expect(page.locator("tr.compare-row").first).to_have_attribute(
+        "data-experiment", str(ids[22]))
+    screenshot(page, "compare-experiments")
+
+    # The address restores the comparison and its sort in a new page.
+    copy, copy_errors = open_page(admin, page.url)
+    expect(copy.locator("#compare-curves")).to_have_attribute("data-experiments", "3")
+    expect(copy.locator("tr.compare-row").first).to_have_attribute(
+        "data-experiment", str(ids[22]))
+    expect(copy.locator("#compare-metric")).to_have_value("validation_loss")
+    bad, bad_errors = open_page(admin, f"/compare?experiments={ids[20]}")
+    expect(bad.locator("#main .error")).to_contain_text("Choose 2 to 10")
+    for p in (page, copy, bad):
+        p.close()
+    assert not errors and not copy_errors and not bad_errors
