@@ -154,7 +154,8 @@ startPage().then(async (user) => {
   metricSelect.addEventListener("change", () => { view.set({ metric: metricSelect.value });
     drawCurves(); });
   main.append(
-    el("p", { class: "muted" }, loaded.map(({ experiment }, i) => [i ? " · " : "",
+    el("p", { id: "compare-experiments", class: "muted" }, loaded.flatMap(({ experiment }, i) => [
+      i ? " · " : "",
       el("span", { class: "swatch", style: `background:${rankColor(i)}` }),
       el("a", { href: `/experiments/${experiment.id}` }, `${experiment.id} ${experiment.name}`)])),
     el("div", { class: "filters" }, el("label", {}, "metric ", metricSelect)),

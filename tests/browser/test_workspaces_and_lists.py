@@ -223,6 +223,8 @@ def test_compare_overlays_curves_and_tables_trials_with_what_differs(
     curves = page.locator("#compare-curves")
     expect(curves).to_have_attribute("data-metric", "validation_loss")
     expect(curves).to_have_attribute("data-experiments", "3")
+    expect(page.locator("#compare-experiments a")).to_have_text(
+        [f"{ids[i]} lst{tag}-n{i}" for i in (20, 21, 22)])
     # One colour per experiment, each trial a line; one legend entry per experiment.
     colours = page.evaluate("() => document.querySelector('#compare-curves').data"
                             ".map((t) => t.line.color)")
