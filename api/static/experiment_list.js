@@ -73,14 +73,14 @@ export function experimentList(container, { projectId = 0 } = {}) {
   const projectSelect = el("select", { id: "project-filter", "aria-label": "project" },
     el("option", { value: "0" }, "all projects"));
   const chooser = el("details", { id: "experiment-columns", class: "chooser" },
-    el("summary", {}, "columns"),
+    el("summary", {}, "columns"), el("div", { class: "choices" },
     COLUMNS.map((c) => el("label", { class: "choice" }, el("input", { type: "checkbox",
       "data-column": c.key, checked: view.get("cols").includes(c.key), onchange: (event) => {
         const cols = COLUMNS.map((x) => x.key).filter((k) => (k === c.key ? event.target.checked
           : view.get("cols").includes(k)));
         view.set({ cols });
         render();
-      } }), c.label)));
+      } }), c.label))));
 
   const restart = (changes) => { view.set({ ...changes, page: 1 }); refresh(); };
   stateSelect.addEventListener("change", () => restart({ state: stateSelect.value }));
@@ -178,7 +178,7 @@ export function experimentList(container, { projectId = 0 } = {}) {
         selected: view.get("project") === p.id }, `${p.workspaceName ?? p.workspaceId} / ${p.name}`)));
   }
 
-  replace(container, el("div", { class: "filters" }, stateSelect, textFilter,
+  replace(container, el("div", { class: "filters list-filters" }, stateSelect, textFilter,
     projectId ? "" : projectSelect,
     el("label", {}, archivedBox, " show archived"), chooser), actions, status, listBox);
   if (!projectId) offerProjects().catch(() => {});
