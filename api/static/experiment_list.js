@@ -56,6 +56,7 @@ export function experimentList(container, { projectId = 0 } = {}) {
   const view = new AddressState({ sort: "SORT_BY_ID", order: "desc", q: "", state: "",
     archived: false, cols: DEFAULT_COLUMNS, page: 1, project: 0 });
   const selected = new Set();
+  let projects = [];  // every project, for the filter and "move to"
   let experiments = [];
   let total = 0;
   const status = el("div", { class: "status" });
@@ -104,11 +105,11 @@ export function experimentList(container, { projectId = 0 } = {}) {
 
   function renderActions() {
     const ids = [...selected];
-    const bulk = (verb) => async () => {
+    const bulk = (verb, body = undefined) => async () => {
       const failed = [];
       for (const id of ids) {
         try {
-          await api(`/api/v1/experiments/${id}/${verb}`, { method: "POST" });
+          await api(`/api/v1/experiments/${id}/${verb}`, { method: "POST", body });
         } catch (error) {
           failed.push(`${id}: ${error.message}`);
         }
@@ -125,6 +126,12 @@ export function experimentList(container, { projectId = 0 } = {}) {
       el("button", { type: "button", id: "archive-selected", onclick: bulk("archive") }, "Archive"),
       el("button", { type: "button", id: "unarchive-selected", onclick: bulk("unarchive") },
         "Unarchive"),
+      el("select", { id: "move-selected", "aria-label": "move to project", onchange: async (event) => {
+        const destination = Number(event.target.value);
+        if (!destination) return;
+        await bulk("move", { destinationProjectId: destination })();
+      } }, el("option", { value: "" }, "move to project…"), projects.map((p) =>
+        el("option", { value: String(p.id) }, `${p.workspaceName} / ${p.name}`))),
       el("button", { type: "button", onclick: () => { selected.clear(); render(); } }, "Clear"),
     ] : "");
   }
@@ -172,15 +179,15 @@ export function experimentList(container, { projectId = 0 } = {}) {
   }
 
   async function offerProjects() {
-    const data = await api("/api/v1/workspaces/0/projects");
+    projects = (await api("/api/v1/workspaces/0/projects")).projects;
     replace(projectSelect, el("option", { value: "0" }, "all projects"),
-      data.projects.map((p) => el("option", { value: String(p.id),
-        selected: view.get("project") === p.id }, `${p.workspaceName ?? p.workspaceId} / ${p.name}`)));
+      projects.map((p) => el("option", { value: String(p.id),
+        selected: view.get("project") === p.id }, `${p.workspaceName} / ${p.name}`)));
   }
 
   replace(container, el("div", { class: "filters list-filters" }, stateSelect, textFilter,
     projectId ? "" : projectSelect,
     el("label", {}, archivedBox, " show archived"), chooser), actions, status, listBox);
-  if (!projectId) offerProjects().catch(() => {});
+  offerProjects().catch(() => {});
   every(2, refresh, status);
 }

@@ -194,9 +194,22 @@ def test_workspace_and_project_pages_and_the_project_column(
                         f"{project['id']}']")
     page.fill("#text-filter", f"lst{tag}-n00")
     expect(link).to_have_text(f"pr{tag}")
+
+    # Bulk actions: two more moved into the project, one archived (gone from the list).
+    page.fill("#text-filter", f"lst{tag}-n0")
+    expect(page.locator("#experiments-range")).to_have_text("1-9 of 9")  # n05 is archived
+    for i in (3, 4):
+        page.check(f"tr.experiment-row[data-id='{ids[i]}'] input.select-experiment")
+    page.select_option("#move-selected", str(project["id"]))
+    expect(page.locator(f"tr.experiment-row[data-id='{ids[4]}'] a[href='/projects/"
+                        f"{project['id']}']")).to_have_count(1)
+    page.check(f"tr.experiment-row[data-id='{ids[7]}'] input.select-experiment")
+    page.click("#archive-selected")
+    expect(page.locator("#experiments-range")).to_have_text("1-8 of 8")
+
     page.fill("#text-filter", "")
     page.select_option("#project-filter", str(project["id"]))
-    expect(page.locator("#experiments-range")).to_have_text("1-3 of 3")
+    expect(page.locator("#experiments-range")).to_have_text("1-5 of 5")
     assert f"project={project['id']}" in page.url
 
     # A workspace that does not exist: the API's answer, not a broken page.
