@@ -88,7 +88,7 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_PROJECT_ID": "e.project_id",
     "SORT_BY_CHECKPOINT_SIZE": "e.id",
     "SORT_BY_CHECKPOINT_COUNT": "e.id",
-    "SORT_BY_SEARCHER_METRIC_VAL": "best.value",
+    "SORT_BY_SEARCHER_METRIC_VAL": "best.searcher_metric_value",
     # Epochal's, for the dashboard's columns.
     "SORT_BY_DURATION": "coalesce(e.end_time, now()) - e.start_time",
     "SORT_BY_PROJECT": "lower(w.name || ' / ' || p.name)",

@@ -80,7 +80,8 @@ async def test_search_words_match_id_name_description_and_owner(api: httpx.Async
     by_id = await _listed(api, search=f"{first['id']} alpha", name=tag)
     assert [e["id"] for e in by_id["experiments"]] == [first["id"]]
     assert (await _listed(api, search=f"{first['id']}0000 alpha", name=tag))["experiments"] == []
-    assert (await _listed(api, search=tag, sortBy="SORT_BY_PROJECT"))["pagination"]["total"] == 2
+    for sort in ("SORT_BY_PROJECT", "SORT_BY_LABELS", "SORT_BY_SEARCHER_METRIC_VAL"):
+        assert (await _listed(api, search=tag, sortBy=sort))["pagination"]["total"] == 2, sort
 
     too_long = await api.get("/api/v1/experiments", params={"search": "x" * 201})
     assert too_long.status_code == 400 and "search" in too_long.text, too_long.text
