@@ -165,7 +165,10 @@ export function experimentList(container, { projectId = 0 } = {}) {
     renderActions();
   }
 
+  // Only the latest request draws: an older answer (the timer's, sent before a click) is dropped.
+  let asked = 0;
   async function refresh() {
+    const ask = ++asked;
     const offset = (view.get("page") - 1) * PAGE_SIZE;
     const data = await api(`/api/v1/experiments${query({
       limit: PAGE_SIZE, offset, states: view.get("state"), sortBy: view.get("sort"),
@@ -173,6 +176,7 @@ export function experimentList(container, { projectId = 0 } = {}) {
       archived: view.get("archived") ? "" : "false", search: view.get("q"),
       projectId: projectId || view.get("project") || "",
     })}`);
+    if (ask !== asked) return;
     experiments = data.experiments;
     total = data.pagination.total;
     render();

@@ -163,11 +163,20 @@ def test_workspace_and_project_pages_and_the_project_column(
                          json={"destinationProjectId": project["id"]})
         assert moved.status_code == 200, moved.text
 
+    hidden = api.post("/api/v1/workspaces", json={"name": f"old{tag}"}).json()["workspace"]
+    assert api.post(f"/api/v1/workspaces/{hidden['id']}/archive").status_code == 200
+
     page, errors = open_page(admin, "/")
     page.click("header nav a[href='/workspaces']")
     row = page.locator(f"tr.workspace-row[data-id='{workspace['id']}']")
     expect(row).to_contain_text(f"ws{tag}")
     expect(row.locator("td.num")).to_have_text(["1", "3"])
+    archived = page.locator(f"tr.workspace-row[data-id='{hidden['id']}']")
+    expect(archived).to_have_count(0)
+    page.check("#show-archived-workspaces")
+    expect(archived).to_have_class("workspace-row archived")
+    page.uncheck("#show-archived-workspaces")
+    expect(archived).to_have_count(0)
     row.locator("a").click()
 
     expect(page).to_have_url(re.compile(rf"/workspaces/{workspace['id']}$"))
