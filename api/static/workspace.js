@@ -7,9 +7,13 @@ const main = document.getElementById("main");
 const workspaceId = Number(document.body.dataset.id);
 const projectsBox = el("div", { id: "project-list" });
 const formError = el("p", { class: "error", role: "alert", id: "project-error" });
+const summary = el("p", { class: "muted", id: "workspace-summary" });
+let owner = "";
 
 async function showProjects() {
   const data = await api(`/api/v1/workspaces/${workspaceId}/projects?sortBy=SORT_BY_NAME`);
+  const experiments = data.projects.reduce((n, p) => n + p.numExperiments, 0);
+  replace(summary, `owner ${owner} · ${data.projects.length} projects · ${experiments} experiments`);
   replace(projectsBox, data.projects.length ? table([
     { label: "Project", cell: (p) => [el("a", { href: `/projects/${p.id}` }, p.name),
       p.archived ? el("span", { class: "badge archived-badge" }, "archived") : ""] },
@@ -49,11 +53,11 @@ startPage().then(async (user) => {
     const { workspace } = await api(`/api/v1/workspaces/${workspaceId}`);
     const members = await api(`/api/v1/roles/workspace/${workspaceId}`);
     document.title = `${workspace.name} · Epochal`;
+    owner = workspace.username;
     replace(main, el("p", {}, el("a", { href: "/workspaces" }, "Workspaces"), " /"),
       el("h1", {}, workspace.name,
         workspace.archived ? el("span", { class: "badge archived-badge" }, "archived") : ""),
-      el("p", { class: "muted" }, `owner ${workspace.username} · ${workspace.numProjects}`
-        + ` projects · ${workspace.numExperiments} experiments`),
+      summary,
       el("h2", {}, "Projects"), createForm(workspace), formError, projectsBox,
       el("h2", {}, "Members"), el("ul", { id: "members" }, members.usersAssignedDirectly.map(
         (u) => el("li", {}, `${u.displayName || u.username} (workspace admin)`))));

@@ -187,6 +187,8 @@ def test_workspace_and_project_pages_and_the_project_column(
     page.fill("#project-name", f"second{tag}")
     page.click("#create-project button[type='submit']")
     expect(page.locator("tr.project-row")).to_have_count(2)
+    expect(page.locator("#workspace-summary")).to_have_text(
+        "owner admin · 2 projects · 3 experiments")
     page.fill("#project-name", f"second{tag}")  # a taken name: the API's refusal, shown
     page.click("#create-project button[type='submit']")
     expect(page.locator("#project-error")).to_contain_text("already exists")
