@@ -26,8 +26,8 @@ STEPS = 10
 
 def seed_experiments(db_url: str, tag: str, count: int) -> list[int]:
     """`count` finished experiments `lst<tag>-nXX`, experiment i running i minutes, each with
-    two trials (lr differs by experiment, layers by trial) and a validation curve; n05 is
-    archived. Returns their ids by i."""
+    two trials (lr differs by experiment, layers by trial) and validation curves (loss and
+    accuracy; f1 too in n21 alone); n05 is archived. Returns their ids by i."""
     async def seed(conn: asyncpg.Connection) -> list[int]:
         ids: list[int] = []
         for i in range(count):
@@ -53,10 +53,11 @@ def seed_experiments(db_url: str, tag: str, count: int) -> list[int]:
                 "  RETURNING id, request_id),"
                 " m AS (INSERT INTO metrics (trial_id, metric_group, steps_completed, metrics)"
                 "  SELECT id, 'validation', s, jsonb_build_object('validation_loss',"
-                "   $2::float8 + request_id * 0.1 + 1.0 / s)"
+                "   $2::float8 + request_id * 0.1 + 1.0 / s, 'accuracy', 1 - 1.0 / s)"
+                "   || CASE WHEN $4 THEN '{\"f1\": 0.5}'::jsonb ELSE '{}' END"
                 "  FROM t, generate_series(1, $3) s)"
                 " SELECT array_agg(id ORDER BY request_id) FROM t",
-                experiment_id, 0.01 * (i + 1), STEPS)
+                experiment_id, 0.01 * (i + 1), STEPS, i == 21)
             await conn.execute("SELECT refresh_best_validation($1::int[])", trials)
             ids.append(experiment_id)
         return ids
@@ -267,6 +268,10 @@ def test_compare_overlays_curves_and_tables_trials_with_what_differs(
     page.click("#compare-trials th button[data-sort='hp.lr']")  # descending
     expect(page.locator("tr.compare-row").first).to_have_attribute(
         "data-experiment", str(ids[22]))
+    # The metrics all three report (f1 is n21's alone): the searcher's first.
+    expect(page.locator("#compare-metric option")).to_have_text(["validation_loss", "accuracy"])
+    page.select_option("#compare-metric", "accuracy")
+    expect(curves).to_have_attribute("data-metric", "accuracy")
     screenshot(page, "compare-experiments")
 
     # The address restores the comparison and its sort in a new page.
@@ -274,7 +279,8 @@ def test_compare_overlays_curves_and_tables_trials_with_what_differs(
     expect(copy.locator("#compare-curves")).to_have_attribute("data-experiments", "3")
     expect(copy.locator("tr.compare-row").first).to_have_attribute(
         "data-experiment", str(ids[22]))
-    expect(copy.locator("#compare-metric")).to_have_value("validation_loss")
+    expect(copy.locator("#compare-metric")).to_have_value("accuracy")
+    expect(copy.locator("#compare-curves")).to_have_attribute("data-metric", "accuracy")
     bad, bad_errors = open_page(admin, f"/compare?experiments={ids[20]}")
     expect(bad.locator("#main .error")).to_contain_text("Choose 2 to 10")
     for p in (page, copy, bad):
