@@ -67,6 +67,8 @@ class ExperimentFilter:
     users: list[str] | None = None
     user_ids: list[int] | None = None
     project_id: int | None = None
+    # Epochal's: words that must all appear in the id, name, description or owner.
+    search: str | None = None
 
 
 # Determined's sortBy values and the column each orders by (ties broken by id).
@@ -86,7 +88,11 @@ EXPERIMENT_SORT_COLUMNS = {
     "SORT_BY_PROJECT_ID": "e.project_id",
     "SORT_BY_CHECKPOINT_SIZE": "e.id",
     "SORT_BY_CHECKPOINT_COUNT": "e.id",
-    "SORT_BY_SEARCHER_METRIC_VAL": "best.value",
+    "SORT_BY_SEARCHER_METRIC_VAL": "best.searcher_metric_value",
+    # Epochal's, for the dashboard's columns.
+    "SORT_BY_DURATION": "coalesce(e.end_time, now()) - e.start_time",
+    "SORT_BY_PROJECT": "lower(w.name || ' / ' || p.name)",
+    "SORT_BY_LABELS": "e.labels",
 }
 
 _EXPERIMENT_WHERE = """
@@ -98,6 +104,10 @@ _EXPERIMENT_WHERE = """
    AND ($6::text[] IS NULL OR e.owner = ANY($6))
    AND ($7::int[] IS NULL OR e.owner IN (SELECT username FROM users WHERE id = ANY($7)))
    AND ($8::int IS NULL OR e.project_id = $8)
+   AND ($9::text IS NULL OR NOT EXISTS (
+        SELECT 1 FROM regexp_split_to_table(lower($9), '\\s+') word
+        WHERE word <> '' AND strpos(lower(e.id || ' ' || e.name || ' '
+            || coalesce(e.description, '') || ' ' || e.owner), word) = 0))
 """
 
 
@@ -111,14 +121,14 @@ async def fetch_experiment_rows(
     offset: int,
 ) -> tuple[list[asyncpg.Record], int]:
     args = (where.states, where.archived, where.name, where.description, where.labels,
-            where.users, where.user_ids, where.project_id)
+            where.users, where.user_ids, where.project_id, where.search)
     direction = "DESC" if order_desc else "ASC"
     column = EXPERIMENT_SORT_COLUMNS[sort_by]
     rows = await conn.fetch(
         _EXPERIMENT_LIST
         + _EXPERIMENT_WHERE
         + f" ORDER BY {column} {direction} NULLS LAST, e.id {direction}"
-        + " LIMIT $9 OFFSET $10",
+        + " LIMIT $10 OFFSET $11",
         *args,
         limit,
         offset,

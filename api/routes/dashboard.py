@@ -62,8 +62,8 @@ KEEP = {"Cache-Control": "public, max-age=31536000, immutable"}
 INTERACTIVE_PAGES = {"jupyter-lab": "lab", "tensorboard": ""}
 
 _HEADER = """<header class="top"><a class="brand" href="/">Epochal</a>
-<nav><a href="/">Experiments</a><a href="/tasks">Tasks</a><a href="/models">Models</a>
-<a href="/cluster">Cluster</a></nav>
+<nav><a href="/">Experiments</a><a href="/workspaces">Workspaces</a><a href="/tasks">Tasks</a>
+<a href="/models">Models</a><a href="/cluster">Cluster</a></nav>
 <span id="whoami"></span><a href="/login" id="logout">Log out</a></header>"""
 
 _LOGIN_FORM = """<form id="login-form" class="login" autocomplete="on">
@@ -130,6 +130,26 @@ async def experiments_page() -> HTMLResponse:
 async def experiment_page(experiment_id: int, settings: AppSettings) -> HTMLResponse:
     return _app_page(f"Experiment {experiment_id}", "experiment.js", experiment_id,
                      charts=True, settings=settings)
+
+
+@router.get("/workspaces", response_class=HTMLResponse)
+async def workspaces_page() -> HTMLResponse:
+    return _app_page("Workspaces", "workspaces.js")
+
+
+@router.get("/workspaces/{workspace_id}", response_class=HTMLResponse)
+async def workspace_page(workspace_id: int) -> HTMLResponse:
+    return _app_page(f"Workspace {workspace_id}", "workspace.js", workspace_id)
+
+
+@router.get("/projects/{project_id}", response_class=HTMLResponse)
+async def project_page(project_id: int) -> HTMLResponse:
+    return _app_page(f"Project {project_id}", "project.js", project_id)
+
+
+@router.get("/compare", response_class=HTMLResponse)
+async def compare_page(settings: AppSettings) -> HTMLResponse:
+    return _app_page("Compare experiments", "compare.js", charts=True, settings=settings)
 
 
 @router.get("/trials/{trial_id}", response_class=HTMLResponse)

@@ -211,8 +211,11 @@ async def list_experiments(
     userIds: Annotated[list[int] | None, Query()] = None,
     projectId: int | None = None,
     showTrialData: bool = False,  # noqa: ARG001 (the best trial and its metric are always shown)
+    search: str | None = Query(None, max_length=200),
 ) -> dict[str, Any]:
-    """Determined's GetExperiments: every filter optional; `archived` omitted lists both."""
+    """Determined's GetExperiments: every filter optional; `archived` omitted lists both.
+    `search` (Epochal's) keeps experiments whose id, name, description or owner hold every
+    word, so the page's total counts only those."""
     wanted = [s.removeprefix("STATE_") for s in states] if states else None
     require_choice("sortBy", sortBy, experiment_queries.EXPERIMENT_SORT_COLUMNS)
     limit = limit or 100  # Determined's client sends 0 for "the default"
@@ -221,7 +224,7 @@ async def list_experiments(
         where=experiment_queries.ExperimentFilter(
             states=wanted, archived=archived, name=name or None, description=description or None,
             labels=labels or None, users=users or None, user_ids=userIds or None,
-            project_id=projectId or None,
+            project_id=projectId or None, search=(search or "").strip() or None,
         ),
         sort_by=sortBy,
         order_desc=orderBy == "ORDER_BY_DESC",

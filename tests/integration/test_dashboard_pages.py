@@ -11,7 +11,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 PAGES = {"/login": "login.js", "/": "experiments.js", "/experiments/7": "experiment.js",
          "/trials/9": "trial.js", "/cluster": "cluster.js", "/models": "models.js",
-         "/tasks": "tasks.js",
+         "/tasks": "tasks.js", "/workspaces": "workspaces.js", "/workspaces/4": "workspace.js",
+         "/projects/5": "project.js", "/compare": "compare.js",
          "/models/3": "model.js", "/models/3/versions/2": "model_version.js"}
 
 

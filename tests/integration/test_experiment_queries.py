@@ -66,6 +66,29 @@ async def test_list_filters_sorts_and_pages(api: httpx.AsyncClient) -> None:
         await api.post(f"/api/v1/experiments/{experiment_id}/kill")
 
 
+async def test_search_words_match_id_name_description_and_owner(api: httpx.AsyncClient) -> None:
+    """`search` (the dashboard's box) narrows the total too, so a pager over it is true."""
+    tag = uuid.uuid4().hex[:8]
+    first = (await create(api, name=f"s-{tag}-alpha"))["experiment"]
+    second = (await create(api, name=f"s-{tag}-beta"))["experiment"]
+    both = await _listed(api, search=f"  {tag.upper()} ", sortBy="SORT_BY_DURATION")
+    assert {e["id"] for e in both["experiments"]} == {first["id"], second["id"]}
+    one = await _listed(api, search=f"{tag} beta admin", limit=1)
+    assert [e["id"] for e in one["experiments"]] == [second["id"]]
+    assert one["pagination"]["total"] == 1
+    assert (await _listed(api, search=f"{tag} gamma"))["pagination"]["total"] == 0
+    by_id = await _listed(api, search=f"{first['id']} alpha", name=tag)
+    assert [e["id"] for e in by_id["experiments"]] == [first["id"]]
+    assert (await _listed(api, search=f"{first['id']}0000 alpha", name=tag))["experiments"] == []
+    for sort in ("SORT_BY_PROJECT", "SORT_BY_LABELS", "SORT_BY_SEARCHER_METRIC_VAL"):
+        assert (await _listed(api, search=tag, sortBy=sort))["pagination"]["total"] == 2, sort
+
+    too_long = await api.get("/api/v1/experiments", params={"search": "x" * 201})
+    assert too_long.status_code == 400 and "search" in too_long.text, too_long.text
+    for experiment_id in (first["id"], second["id"]):
+        await api.post(f"/api/v1/experiments/{experiment_id}/kill")
+
+
 async def test_archive_only_ended_experiments(api: httpx.AsyncClient) -> None:
     tag = uuid.uuid4().hex[:8]
     experiment_id = (await create(api, name=f"archive-{tag}"))["experiment"]["id"]
