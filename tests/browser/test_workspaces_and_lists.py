@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import asyncpg
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, expect
 
-from tests.browser.conftest import log_in, on_database, screenshot
+from tests.browser.conftest import on_database, opened, screenshot, signed_in
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -67,13 +67,7 @@ def seed_experiments(db_url: str, tag: str, count: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def admin(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
-    ctx = chromium.new_context(base_url=cluster.url, viewport={"width": 1400, "height": 900})
-    ctx.set_default_timeout(30_000)
-    page = ctx.new_page()
-    page.goto("/")
-    log_in(page, cluster.secrets["admin_password"])
-    expect(page.locator("#whoami")).to_have_text("admin")
-    page.close()
+    ctx = signed_in(chromium, cluster, width=1400)
     yield ctx
     ctx.close()
 
@@ -84,19 +78,11 @@ def seeded(cluster: Cluster) -> tuple[str, list[int]]:
     return tag, seed_experiments(cluster.env["EPOCHAL_DB_URL"], tag, COUNT)
 
 
-def open_page(ctx: BrowserContext, address: str) -> tuple[Page, list[str]]:
-    page = ctx.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda err: errors.append(str(err)))
-    page.goto(address)
-    return page, errors
-
-
 def test_list_sorts_searches_on_the_server_and_restores_from_its_address(
     admin: BrowserContext, seeded: tuple[str, list[int]]
 ) -> None:
     tag, ids = seeded
-    page, errors = open_page(admin, "/")
+    page, errors = opened(admin, "/")
     expect(page.locator("tr.experiment-row").first).to_be_visible()
 
     # Search is the server's: the pager counts only the matches (59: n05 is archived).
@@ -137,7 +123,7 @@ def test_list_sorts_searches_on_the_server_and_restores_from_its_address(
     # The address holds the view: a new page opens the same one.
     address = page.url
     assert "sort=SORT_BY_DURATION" in address and "archived=true" in address, address
-    copy, copy_errors = open_page(admin, address)
+    copy, copy_errors = opened(admin, address)
     expect(copy.locator("#experiments-range")).to_have_text("51-60 of 60")
     expect(copy.locator("tr.experiment-row").first).to_have_attribute("data-id", str(ids[50]))
     expect(copy.locator("#text-filter")).to_have_value(f"LST{tag}")
@@ -167,7 +153,7 @@ def test_workspace_and_project_pages_and_the_project_column(
     hidden = api.post("/api/v1/workspaces", json={"name": f"old{tag}"}).json()["workspace"]
     assert api.post(f"/api/v1/workspaces/{hidden['id']}/archive").status_code == 200
 
-    page, errors = open_page(admin, "/")
+    page, errors = opened(admin, "/")
     page.click("header nav a[href='/workspaces']")
     row = page.locator(f"tr.workspace-row[data-id='{workspace['id']}']")
     expect(row).to_contain_text(f"ws{tag}")
@@ -225,7 +211,7 @@ def test_workspace_and_project_pages_and_the_project_column(
     assert f"project={project['id']}" in page.url
 
     # A workspace that does not exist: the API's answer, not a broken page.
-    missing, missing_errors = open_page(admin, "/workspaces/987654")
+    missing, missing_errors = opened(admin, "/workspaces/987654")
     expect(missing.locator("#main .error")).to_contain_text("987654")
     page.close()
     missing.close()
@@ -236,7 +222,7 @@ def test_compare_overlays_curves_and_tables_trials_with_what_differs(
     admin: BrowserContext, seeded: tuple[str, list[int]]
 ) -> None:
     tag, ids = seeded
-    page, errors = open_page(admin, "/")
+    page, errors = opened(admin, "/")
     page.fill("#text-filter", f"lst{tag}-n2")  # n20..n29
     expect(page.locator("#experiments-range")).to_have_text("1-10 of 10")
     for experiment_id in (ids[20], ids[21], ids[22]):
@@ -275,13 +261,13 @@ def test_compare_overlays_curves_and_tables_trials_with_what_differs(
     screenshot(page, "compare-experiments")
 
     # The address restores the comparison and its sort in a new page.
-    copy, copy_errors = open_page(admin, page.url)
+    copy, copy_errors = opened(admin, page.url)
     expect(copy.locator("#compare-curves")).to_have_attribute("data-experiments", "3")
     expect(copy.locator("tr.compare-row").first).to_have_attribute(
         "data-experiment", str(ids[22]))
     expect(copy.locator("#compare-metric")).to_have_value("accuracy")
     expect(copy.locator("#compare-curves")).to_have_attribute("data-metric", "accuracy")
-    bad, bad_errors = open_page(admin, f"/compare?experiments={ids[20]}")
+    bad, bad_errors = opened(admin, f"/compare?experiments={ids[20]}")
     expect(bad.locator("#main .error")).to_contain_text("Choose 2 to 10")
     for p in (page, copy, bad):
         p.close()
