@@ -29,7 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from agent_worker.aio import uninterruptible
 from agent_worker.private_files import make_private
-from agent_worker.runtime import ExitStatus, Launch, run_workdir
+from agent_worker.runtime import ExitStatus, Launch, run_tmp_dir, run_workdir
 from agent_worker.slots import gpu_environment
 from agent_worker.startup_hook import HookWatch, with_startup_hooks
 from agent_worker.trial_runs import AgentActivities, free_ports, fresh_dir
@@ -71,8 +71,8 @@ class TaskActivities:
             raise
         finally:
             agent.slots.release(slot_ids)
-            await uninterruptible(asyncio.to_thread(
-                shutil.rmtree, self.run_dir(inp.task_id), True))
+            for directory in task_directories(self.run_dir(inp.task_id)):
+                await uninterruptible(asyncio.to_thread(shutil.rmtree, directory, True))
         return RunTaskResult(exit_code=status.exit_code, agent_id=agent.agent_id,
                              message=status.message)
 
@@ -83,15 +83,16 @@ class TaskActivities:
         spec = task_run_spec(fetched.get("config") or {})
         run_dir = self.run_dir(inp.task_id)
         workdir = run_workdir(run_dir)
-        await asyncio.to_thread(fresh_dir, run_dir)
-        await asyncio.to_thread(fresh_dir, workdir)
+        for directory in task_directories(run_dir):
+            await asyncio.to_thread(fresh_dir, directory)
         if fetched.get("hasContext"):
             archive = await self._get(master_url, f"/api/v1/tasks/{inp.task_id}/context",
                                       raw=True)
             assert isinstance(archive, bytes)
             await asyncio.to_thread(extract_context, archive, workdir)
         user, owner = await self.agent.run_identity(fetched.get("owner"))
-        await asyncio.to_thread(make_private, run_dir, owner)
+        for directory in task_directories(run_dir):
+            await asyncio.to_thread(make_private, directory, owner)
         port = free_ports(1)[0]
         command = task_command(inp.task_type, inp.task_id, spec, fetched,
                                host=self.agent.address, port=port, workdir=workdir)
@@ -183,6 +184,13 @@ class TaskActivities:
 
 async def _settled(run: asyncio.Future[Any]) -> None:
     await asyncio.gather(run, return_exceptions=True)
+
+
+def task_directories(run_dir: Path) -> list[Path]:
+    """A task's directory, its working directory and, beside them, its own /tmp: each made
+    fresh, given to the task's user, removed after. Without its own /tmp a task would share the
+    host's with every other user's tasks (the sandbox binds this one there)."""
+    return [run_dir, run_workdir(run_dir), run_tmp_dir(run_dir)]
 
 
 def extract_context(archive: bytes, workdir: Path) -> None:

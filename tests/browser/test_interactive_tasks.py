@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,23 @@ def test_det_cmd_run_ships_its_context_files(det: Det, tmp_path: Path) -> None:
     (tmp_path / "data.txt").write_text("from the context\n")
     result = det.run("cmd", "run", "--context", str(tmp_path), "cat data.txt")
     assert "from the context" in result.stdout
+
+
+def test_each_users_command_has_a_tmp_of_its_own(det: Det, cluster: Cluster) -> None:
+    """A task's /tmp is its own, as a trial's is: what one user's command leaves there, another
+    user's command does not see, and nothing is left in the agent's /tmp."""
+    marker = f"left-by-admin-{uuid.uuid4().hex[:8]}"
+    wrote = det.run("cmd", "run", f"echo private > /tmp/{marker} && ls /tmp")
+    assert marker in wrote.stdout, wrote.stdout
+    name = f"tmp-{uuid.uuid4().hex[:6]}"
+    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
+                      json={"user": {"username": name}, "password": "a-long-password"})
+    assert made.status_code == 200, made.text
+    other = Det(det.binary, cluster.url,
+                {**det.env, "DET_USER": name, "DET_PASS": "a-long-password"})
+    listed = other.run("cmd", "run", "ls -a /tmp; echo listed")
+    assert "listed" in listed.stdout and marker not in listed.stdout, listed.stdout
+    assert not Path("/tmp", marker).exists()
 
 
 @pytest.fixture(scope="module")
