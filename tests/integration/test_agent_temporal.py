@@ -108,12 +108,16 @@ async def agent(temporal_client: Client, temporal_address: str, master: FakeMast
     assert await asyncio.wait_for(task, timeout=20) == 0
 
 
-def trial_input(experiment_id: int, entrypoint: str = "python3 train.py") -> RunTrialInput:
+def trial_input(experiment_id: int, agent: RunningAgent,
+                entrypoint: str = "python3 train.py") -> RunTrialInput:
+    """A run whose checkpoints go beside the agent's work directory: the test's own (a fixed
+    path under /tmp is anyone's to make a file of)."""
+    storage = agent.config.work_dir.parent / "checkpoints"
     return RunTrialInput(
         experiment_id=experiment_id, trial_id=3, run_id=1, hparams={},
         config={"entrypoint": entrypoint, "searcher": {"name": "single", "metric": "loss",
                                                        "max_length": {"batches": 1}},
-                "checkpoint_storage": {"type": "shared_fs", "host_path": "/tmp/x"}},
+                "checkpoint_storage": {"type": "shared_fs", "host_path": str(storage)}},
         trial_seed=1, latest_checkpoint=None, steps_completed=0)
 
 
@@ -144,7 +148,7 @@ async def test_runs_a_trial_from_its_own_queue(
 
     # The scheduler places runs on the agent's own queue; nothing polls the pool's any more.
     result = await temporal_client.execute_workflow(
-        RunTrialOnAgent.run, RunArgs(trial_input(1), agent_task_queue(cfg.agent_id)),
+        RunTrialOnAgent.run, RunArgs(trial_input(1, agent), agent_task_queue(cfg.agent_id)),
         id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
     assert result == RunTrialResult(exit_code=0, agent_id=cfg.agent_id,
                                     message="exited with code 0")
@@ -157,7 +161,7 @@ async def test_kill_cancels_the_run_and_its_processes(
     master.model_defs[2] = make_tgz({"train.py": SLEEPER_PY})
     handle = await temporal_client.start_workflow(
         RunTrialOnAgent.run,
-        RunArgs(trial_input(2), agent_task_queue(agent.config.agent_id)),
+        RunArgs(trial_input(2, agent), agent_task_queue(agent.config.agent_id)),
         id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
     pids = await _pids(agent)
     started = time.monotonic()
@@ -177,7 +181,7 @@ async def test_agent_shutdown_stops_its_trials(
     master.model_defs[3] = make_tgz({"train.py": SLEEPER_PY})
     handle = await temporal_client.start_workflow(
         RunTrialOnAgent.run,
-        RunArgs(trial_input(3), agent_task_queue(agent.config.agent_id)),
+        RunArgs(trial_input(3, agent), agent_task_queue(agent.config.agent_id)),
         id=f"agent-test-{uuid.uuid4().hex}", task_queue=workflow_queue)
     pids = await _pids(agent)
     agent.agent.stop()
