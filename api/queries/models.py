@@ -187,4 +187,3 @@ async def update_version(
 
 async def delete_version(conn: Conn, version_id: int) -> None:
     await conn.execute("DELETE FROM model_versions WHERE id = $1", version_id)
-

@@ -8,7 +8,8 @@ import { AddressState } from "/static/address.js";
 import { api, query, startPage } from "/static/api.js";
 import { drawLines, rankColor } from "/static/charts.js";
 import { smallerIsBetter } from "/static/curves.js";
-import { el, flatHparams, fmtNumber, message, replace, stateBadge, table } from "/static/dom.js";
+import { el, flatHparams, fmtNumber, message, replace, sortButton, stateBadge, table }
+  from "/static/dom.js";
 
 const MAX_EXPERIMENTS = 10;
 const TRIALS_EACH = 100;  // each experiment's best ones: a readable chart, a bounded page
@@ -66,12 +67,10 @@ function renderTable() {
   });
   const header = (label, sort) => {
     const active = view.get("sort") === sort;
-    return el("button", { type: "button", class: `sort${active ? " active" : ""}`,
-      "data-sort": sort, "aria-sort": active ? (view.get("desc") ? "descending" : "ascending")
-        : "none",
-      onclick: () => { view.set({ sort, desc: active ? !view.get("desc") : false });
-        renderTable(); } },
-    label, active ? (view.get("desc") ? " ▼" : " ▲") : "");
+    return sortButton(label, { key: sort, active, desc: view.get("desc"), onSort: () => {
+      view.set({ sort, desc: active ? !view.get("desc") : false });
+      renderTable();
+    } });
   };
   const shownHparams = view.get("allHparams") ? all : differ;
   const columns = [

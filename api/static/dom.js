@@ -119,3 +119,11 @@ export function workflowLink(workflowId, before = "") {
   return [before, el("a", { class: "workflow-link", href: `${workflows}?query=${query}`,
     target: "_blank", rel: "noopener", title: `${workflowId} in Temporal's UI` }, "Temporal")];
 }
+
+// A column header the user sorts by: a button showing the active direction (▲ ▼) and saying it
+// in aria-sort; `onSort` is called on a click (the caller picks the next direction).
+export function sortButton(label, { key, active, desc, onSort }) {
+  return el("button", { type: "button", class: `sort${active ? " active" : ""}`,
+    "data-sort": key, "aria-sort": active ? (desc ? "descending" : "ascending") : "none",
+    onclick: onSort }, label, active ? (desc ? " ▼" : " ▲") : "");
+}

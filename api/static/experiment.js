@@ -17,7 +17,7 @@ import { CurvePanel } from "/static/curves.js";
 import { notebookButton, tensorBoardButton } from "/static/launch.js";
 import { LogPanel } from "/static/logs.js";
 import { STATES, el, flatHparams, fmtBytes, fmtNumber, fmtTime, progressBar, replace, shortState,
-  stateBadge, table, unmanagedBadge, workflowLink } from "/static/dom.js";
+  sortButton, stateBadge, table, unmanagedBadge, workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
 const PAGE_SIZE = 100;
@@ -325,10 +325,8 @@ function pager(exp, shown, total) {
 function sortHeader(exp, label, sortBy) {
   const active = page.sortBy === sortBy;
   const desc = page.desc ?? descendingFirst(exp, sortBy);
-  return el("button", { type: "button", class: `sort${active ? " active" : ""}`,
-    "data-sort": sortBy, "aria-sort": active ? (desc ? "descending" : "ascending") : null,
-    onclick: () => turnTo(0, sortBy, active ? !desc : null) },
-  label, active ? (desc ? " ▼" : " ▲") : "");
+  return sortButton(label, { key: sortBy, active, desc,
+    onSort: () => turnTo(0, sortBy, active ? !desc : null) });
 }
 
 // Which columns the user hid: the address's, else those kept in the browser across visits.

@@ -4,8 +4,8 @@
 
 import { AddressState } from "/static/address.js";
 import { api, every, query } from "/static/api.js";
-import { STATES, el, fmtNumber, fmtTime, message, progressBar, replace, stateBadge, table,
-  unmanagedBadge } from "/static/dom.js";
+import { STATES, el, fmtNumber, fmtTime, message, progressBar, replace, sortButton,
+  stateBadge, table, unmanagedBadge } from "/static/dom.js";
 
 const PAGE_SIZE = 50;
 const E = STATES.experiment;
@@ -96,11 +96,9 @@ export function experimentList(container, { projectId = 0 } = {}) {
   function sortHeader(column) {
     const active = view.get("sort") === column.sort;
     const desc = view.get("order") === "desc";
-    return el("button", { type: "button", class: `sort${active ? " active" : ""}`,
-      "data-sort": column.sort, "aria-sort": active ? (desc ? "descending" : "ascending") : "none",
-      onclick: () => restart({ sort: column.sort,
-        order: active ? (desc ? "asc" : "desc") : "desc" }) },
-    column.label, active ? (desc ? " ▼" : " ▲") : "");
+    return sortButton(column.label, { key: column.sort, active, desc,
+      onSort: () => restart({ sort: column.sort,
+        order: active ? (desc ? "asc" : "desc") : "desc" }) });
   }
 
   function renderActions() {

@@ -6,6 +6,9 @@
 import { api, query } from "/static/api.js";
 import { STATES, el, replace, shortState } from "/static/dom.js";
 
+// Where a served task opens under its serviceAddress (/proxy/<id>/), by type (as
+// api/routes/dashboard.py's INTERACTIVE_PAGES, by Determined's service name).
+export const SERVICE_PAGES = { NOTEBOOK: "lab", TENSORBOARD: "" };
 const READY_POLL_MS = 1000;
 const READY_TIMEOUT_MS = 10 * 60 * 1000;
 const OVER = [STATES.task.TERMINATING, STATES.task.TERMINATED];
@@ -75,7 +78,7 @@ function launchButton({ id, label, page, start }) {
 
 // experimentIds/trialIds: what the TensorBoard shows.
 export function tensorBoardButton(user, { experimentIds = [], trialIds = [] }) {
-  return launchButton({ id: "open-tensorboard", label: "TensorBoard", page: "",
+  return launchButton({ id: "open-tensorboard", label: "TensorBoard", page: SERVICE_PAGES.TENSORBOARD,
     start: async () => {
       const running = await runningTensorBoard(user, experimentIds, trialIds);
       if (running) return running;
@@ -90,7 +93,7 @@ export function tensorBoardButton(user, { experimentIds = [], trialIds = [] }) {
 export function notebookButton(experiment, config) {
   // Only the image: the config as shown hides its secret variables' values.
   const image = config.environment?.image;
-  return launchButton({ id: "open-notebook", label: "notebook", page: "lab",
+  return launchButton({ id: "open-notebook", label: "notebook", page: SERVICE_PAGES.NOTEBOOK,
     start: async () => {
       const { notebook } = await api("/api/v1/notebooks", { method: "POST",
         body: { workspaceId: experiment.workspaceId, config: {

@@ -4,7 +4,7 @@
 
 import { AddressState } from "/static/address.js";
 import { api, every, query, startPage } from "/static/api.js";
-import { el, fmtTime, message, replace, table } from "/static/dom.js";
+import { el, fmtTime, message, replace, sortButton, table } from "/static/dom.js";
 
 const view = new AddressState({ q: "", label: "", workspace: "", archived: false,
   sort: "SORT_BY_LAST_UPDATED_TIME", order: "desc" });
@@ -46,12 +46,10 @@ function options(select, values, chosen, any) {
 function sortHeader(label, sortBy) {
   const active = view.get("sort") === sortBy;
   const desc = view.get("order") === "desc";
-  return el("button", { type: "button", class: `sort${active ? " active" : ""}`,
-    "data-sort": sortBy, "aria-sort": active ? (desc ? "descending" : "ascending") : "none",
-    onclick: () => {
-      view.set({ sort: sortBy, order: active && !desc ? "desc" : "asc" });
-      refresh().catch((error) => replace(status, el("span", { class: "error" }, error.message)));
-    } }, label, active ? (desc ? " ▼" : " ▲") : "");
+  return sortButton(label, { key: sortBy, active, desc, onSort: () => {
+    view.set({ sort: sortBy, order: active && !desc ? "desc" : "asc" });
+    refresh().catch((error) => replace(status, el("span", { class: "error" }, error.message)));
+  } });
 }
 
 function render(models, total) {

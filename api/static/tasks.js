@@ -4,6 +4,7 @@
 // are followed as they arrive (GET /api/v1/tasks/{id}/logs?follow=true, NDJSON) until it ends.
 
 import { ApiError, api, every, query, startPage, toLogin, token } from "/static/api.js";
+import { SERVICE_PAGES } from "/static/launch.js";
 import { LogPanel } from "/static/logs.js";
 import { STATES, el, fmtTime, message, replace, shortState, stateBadge, table, workflowLink }
   from "/static/dom.js";
@@ -12,9 +13,10 @@ import { STATES, el, fmtTime, message, replace, shortState, stateBadge, table, w
 // serviceAddress (/proxy/<id>/).
 const KINDS = [
   { type: "COMMAND", path: "commands", label: "command" },
-  { type: "NOTEBOOK", path: "notebooks", label: "notebook", page: "lab" },
+  { type: "NOTEBOOK", path: "notebooks", label: "notebook", page: SERVICE_PAGES.NOTEBOOK },
   { type: "SHELL", path: "shells", label: "shell" },
-  { type: "TENSORBOARD", path: "tensorboards", label: "TensorBoard", page: "" },
+  { type: "TENSORBOARD", path: "tensorboards", label: "TensorBoard",
+    page: SERVICE_PAGES.TENSORBOARD },
 ];
 const OVER = STATES.task.TERMINATED;
 const LISTED = 100;  // the newest of each kind

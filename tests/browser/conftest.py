@@ -173,6 +173,14 @@ def signed_in(chromium: Browser, cluster: Cluster, *, username: str = ADMIN,
     return ctx
 
 
+@pytest.fixture(scope="module")
+def admin(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
+    """The admin's browser, 1,400 px wide, signed in once for the module."""
+    ctx = signed_in(chromium, cluster, width=1400)
+    yield ctx
+    ctx.close()
+
+
 def opened(ctx: BrowserContext, path: str) -> tuple[Page, list[str]]:
     """A new page at `path`, and the JavaScript errors it will raise."""
     page = ctx.new_page()

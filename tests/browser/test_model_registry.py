@@ -77,13 +77,6 @@ def seed_experiment(cluster: Cluster) -> tuple[int, list[int], list[str]]:
 
 
 @pytest.fixture(scope="module")
-def admin(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
-    ctx = signed_in(chromium, cluster, width=1400)
-    yield ctx
-    ctx.close()
-
-
-@pytest.fixture(scope="module")
 def someone_else(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
     """A second, ordinary user's browser."""
     name = f"viewer-{uuid.uuid4().hex[:6]}"

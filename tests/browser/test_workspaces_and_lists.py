@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterator
 
 import asyncpg
 import httpx
 import pytest
-from playwright.sync_api import Browser, BrowserContext, expect
+from playwright.sync_api import BrowserContext, expect
 
-from tests.browser.conftest import on_database, opened, screenshot, signed_in
+from tests.browser.conftest import on_database, opened, screenshot
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -63,13 +62,6 @@ def seed_experiments(db_url: str, tag: str, count: int) -> list[int]:
         return ids
 
     return on_database(db_url, seed)
-
-
-@pytest.fixture(scope="module")
-def admin(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
-    ctx = signed_in(chromium, cluster, width=1400)
-    yield ctx
-    ctx.close()
 
 
 @pytest.fixture(scope="module")
