@@ -281,17 +281,21 @@ async def test_a_sandboxed_run_is_stopped_gracefully_and_leaves_nothing(
     make_private(layout["run"], (nobody.uid, nobody.gid))
     runtime = ProcessRuntime(task_user=nobody, hidden_from_trials=(layout["work"],),
                              heartbeat_interval=0.1, kill_grace_seconds=5)
-    # The handler takes a while, as saving a checkpoint does: the shell that runs the entrypoint
+    # Stopping takes a while, as saving a checkpoint does: the shell that runs the entrypoint
     # dies of SIGTERM at once, and the run must not end (and SIGKILL its namespace) before it.
+    # The handler only notes the signal, as training code does: a handler that printed could
+    # land inside the main line's print of 'ready' and fail on stdout's lock ("reentrant call").
     script = ("import signal, subprocess, sys, time\n"
-              "def stop(*a):\n"
-              "    time.sleep(0.5)\n"
-              "    print('stopping', flush=True)\n"
-              "    sys.exit(0)\n"
-              "signal.signal(signal.SIGTERM, stop)\n"
+              "asked = []\n"
+              "signal.signal(signal.SIGTERM, lambda *a: asked.append(1))\n"
               "subprocess.Popen(['setsid', 'sleep', '600'])\n"
               "print('ready', flush=True)\n"
-              "time.sleep(600)\n")
+              "deadline = time.monotonic() + 600\n"
+              "while not asked and time.monotonic() < deadline:\n"
+              "    time.sleep(0.05)\n"
+              "time.sleep(0.5)\n"
+              "print('stopping', flush=True)\n"
+              "sys.exit(0)\n")
     logs = Lines()
 
     def nobodys() -> set[int]:
