@@ -14,6 +14,7 @@ from typing import Any
 from temporalio.client import Client, WithStartWorkflowOperation
 from temporalio.common import WorkflowIDConflictPolicy
 
+from common.agent_timeout import agent_timeout_seconds, liveness_timeout_seconds
 from common.temporal_names import (
     MASTER_TASK_QUEUE,
     RESOURCE_POOL_WORKFLOW,
@@ -22,17 +23,23 @@ from common.temporal_names import (
 from wire.pools import PoolInput
 
 
+def _pool_input(name: str) -> PoolInput:
+    """The pool's input, with the agent timeout this master runs with (common/agent_timeout.py)."""
+    return PoolInput(name=name,
+                     liveness_timeout_seconds=liveness_timeout_seconds(agent_timeout_seconds()))
+
+
 async def start_pool(client: Client, name: str) -> None:
     """Start the pool's scheduler unless it runs already."""
     await client.start_workflow(
-        RESOURCE_POOL_WORKFLOW, PoolInput(name=name), id=resource_pool_workflow_id(name),
+        RESOURCE_POOL_WORKFLOW, _pool_input(name), id=resource_pool_workflow_id(name),
         task_queue=MASTER_TASK_QUEUE, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)
 
 
 async def signal_pool(client: Client, name: str, signal: str, arg: object) -> None:
     """Signal the pool's scheduler, starting it if it does not run yet."""
     await client.start_workflow(
-        RESOURCE_POOL_WORKFLOW, PoolInput(name=name), id=resource_pool_workflow_id(name),
+        RESOURCE_POOL_WORKFLOW, _pool_input(name), id=resource_pool_workflow_id(name),
         task_queue=MASTER_TASK_QUEUE, start_signal=signal, start_signal_args=[arg])
 
 
@@ -41,5 +48,5 @@ def pool_start_operation(
 ) -> WithStartWorkflowOperation[Any, Any]:
     """The start half of an update-with-start to the pool (its update runs once it does)."""
     return WithStartWorkflowOperation(
-        RESOURCE_POOL_WORKFLOW, PoolInput(name=name), id=resource_pool_workflow_id(name),
+        RESOURCE_POOL_WORKFLOW, _pool_input(name), id=resource_pool_workflow_id(name),
         task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING)

@@ -40,11 +40,15 @@ class Liveness:
     async def agent_liveness(self, inp: AgentLivenessInput) -> None:
         self.running += 1
         deadline = time.monotonic() + self.period
+        # At least four beats per heartbeat timeout, which the pool may have lowered
+        # (common/agent_timeout.py), so a busy agent is not taken for a lost one.
+        timeout = activity.info().heartbeat_timeout
+        beat = min(self.beat, timeout.total_seconds() / 4) if timeout else self.beat
         try:
             while time.monotonic() < deadline:
                 activity.heartbeat()
                 self.last_beat = time.monotonic()
-                await asyncio.sleep(self.beat)
+                await asyncio.sleep(beat)
         except asyncio.CancelledError:
             if activity.is_worker_shutdown():
                 raise ApplicationError(f"agent {self.agent_id} is shutting down",

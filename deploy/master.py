@@ -35,6 +35,7 @@ from api.app import create_app
 from api.auth import ensure_admin_password
 from api.settings import Settings
 from common import payload_codec, search_attributes, tracing
+from common.agent_timeout import agent_timeout_seconds
 from common.checkpoint_storage import S3Location, S3Store, StorageError, s3_credentials
 from common.temporal_connection import connect
 from common.temporal_names import (
@@ -251,6 +252,7 @@ def main() -> None:
         log.info("tracing on (OpenTelemetry, configured by OTEL_* variables)")
     try:
         settings = Settings.from_env()
+        agent_timeout_seconds()  # read where runs and pools start; checked once here
         providers = load_providers(settings)
     except ValueError as err:  # a setting that cannot work, named in the message
         log.error("%s", err)

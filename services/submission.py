@@ -21,6 +21,7 @@ from temporalio.service import RPCError
 
 from activities.model_sampling import sampler_problem
 from common import payload_codec
+from common.agent_timeout import agent_timeout_seconds
 from common.checkpoint_storage import (
     CheckpointFiles,
     StorageError,
@@ -187,7 +188,8 @@ async def start_workflow(
     used before."""
     await temporal.start_workflow(
         EXPERIMENT_WORKFLOW,
-        ExperimentInput(experiment_id=experiment_id, config=config, seed=seed),
+        ExperimentInput(experiment_id=experiment_id, config=config, seed=seed,
+                        agent_timeout_seconds=agent_timeout_seconds()),
         id=experiment_workflow_id(experiment_id),
         task_queue=MASTER_TASK_QUEUE,
         id_reuse_policy=(WorkflowIDReusePolicy.ALLOW_DUPLICATE if continued

@@ -17,6 +17,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
 from activities.task_store import TaskStore
+from common.agent_timeout import agent_timeout_seconds
 from common.checkpoint_storage import under_any_root
 from common.expconf import ConfigError, TaskConfig, TaskResourcesConfig, validate_task_config
 from common.search_attributes import task_attributes
@@ -108,7 +109,8 @@ async def launch(
             TASK_WORKFLOW,
             TaskInput(task_id=task_id, task_type=task_type,
                       resource_pool=resources["resource_pool"], slots=resources["slots"],
-                      priority=resources["priority"], idle_timeout_seconds=config["idle_timeout"]),
+                      priority=resources["priority"], idle_timeout_seconds=config["idle_timeout"],
+                      agent_timeout_seconds=agent_timeout_seconds()),
             id=task_workflow_id(task_id), task_queue=MASTER_TASK_QUEUE,
             search_attributes=task_attributes(owner, config["description"])
             if findable else None)

@@ -65,6 +65,9 @@ class ExperimentInput:
     carried: ExperimentCarry | JSON | None = None
     # Continue-as-new after this many history events (0: when the server suggests it).
     max_history_events: int = 0
+    # EPOCHAL_AGENT_TIMEOUT_SECONDS (common/agent_timeout.py), passed to its trials; None: their
+    # default.
+    agent_timeout_seconds: float | None = None
 
 
 @dataclass
@@ -87,6 +90,8 @@ class TrialInput:
     # history, so a replay decides the same; and a patch marker in every trial would also write
     # a search attribute (TemporalChangeVersion) to Temporal's visibility store per trial.
     revision: int = 0
+    # A run's heartbeat timeout (common/agent_timeout.py); None: RUN_HEARTBEAT_TIMEOUT.
+    agent_timeout_seconds: float | None = None
 
 
 # 1: the trial's database activities run locally, and so do its messages to its pool (the
@@ -316,6 +321,8 @@ class TaskInput:
     priority: int | None = None
     # Stop the task after this long without a request through the proxy (None: never).
     idle_timeout_seconds: float | None = None
+    # Its run's heartbeat timeout (common/agent_timeout.py); None: RUN_HEARTBEAT_TIMEOUT.
+    agent_timeout_seconds: float | None = None
 
 
 @dataclass

@@ -207,6 +207,7 @@ class ExperimentWorkflow:
                         seed=inp.seed,
                         carried=self._carry(search).to_json(),
                         max_history_events=inp.max_history_events,
+                        agent_timeout_seconds=inp.agent_timeout_seconds,
                     )
                 )
         self._finishing = True  # no more events are handled: updates are refused
@@ -418,6 +419,7 @@ class ExperimentWorkflow:
             revision=(TRIAL_REVISION if child and workflow.patched(RUN_SPEC_TRIALS_PATCH)
                       else TEMPORAL_STATUS_REVISION if child
                       else LOCAL_CALLS_REVISION if local else 0),
+            agent_timeout_seconds=inp.agent_timeout_seconds,
         )
         workflow_id = trial_workflow_id(inp.experiment_id, trial_id)
         if child:

@@ -120,7 +120,9 @@ class TaskWorkflow:
             task_queue=allocation.task_queue,
             schedule_to_start_timeout=RUN_PICKUP_TIMEOUT,
             start_to_close_timeout=RUN_MAX_DURATION,
-            heartbeat_timeout=RUN_HEARTBEAT_TIMEOUT,
+            # The master's agent timeout, from the input (the same on replay), if it passed one.
+            heartbeat_timeout=(timedelta(seconds=inp.agent_timeout_seconds)
+                               if inp.agent_timeout_seconds else RUN_HEARTBEAT_TIMEOUT),
             retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )

@@ -148,6 +148,13 @@ class TrialWorkflow:
         return await self._run(inp)
 
     @property
+    def _heartbeat_timeout(self) -> timedelta:
+        """Its runs' heartbeat timeout: the master's agent timeout when its experiment passed
+        one (a value from the input, the same on replay), else RUN_HEARTBEAT_TIMEOUT."""
+        seconds = self._inp.agent_timeout_seconds if self._inp is not None else None
+        return timedelta(seconds=seconds) if seconds else RUN_HEARTBEAT_TIMEOUT
+
+    @property
     def _cancel(self) -> bool:
         """The user's cancel, by signal from the experiment or as a cancel request."""
         return self._cancel_signaled or (self._takes_cancel_requests and cancel_requested())
@@ -317,7 +324,7 @@ class TrialWorkflow:
             task_queue=task_queue,
             schedule_to_start_timeout=RUN_PICKUP_TIMEOUT,
             start_to_close_timeout=RUN_MAX_DURATION,
-            heartbeat_timeout=RUN_HEARTBEAT_TIMEOUT,
+            heartbeat_timeout=self._heartbeat_timeout,
             retry_policy=RetryPolicy(maximum_attempts=1),
             cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         )
@@ -348,11 +355,12 @@ class TrialWorkflow:
             result = await handle
         except ActivityError as err:
             if preempted or self._kill:
-                return ("preempted", _run_failure(err))
+                return ("preempted", _run_failure(err, self._heartbeat_timeout))
             cause = err.cause
             if isinstance(cause, ApplicationError) and cause.non_retryable:
-                return ("fatal", _run_failure(err))  # e.g. an image that cannot be pulled
-            return ("failed", _run_failure(err))
+                # e.g. an image that cannot be pulled
+                return ("fatal", _run_failure(err, self._heartbeat_timeout))
+            return ("failed", _run_failure(err, self._heartbeat_timeout))
         self._agent_id = result.agent_id
         if result.exit_code == 0:
             return ("preempted" if preempted else "completed", "exit 0")
@@ -375,7 +383,8 @@ class TrialWorkflow:
                 retry_policy=RetryPolicy(maximum_attempts=2),
             )
         except ActivityError as err:
-            return ("failed", f"the chief agent {parts[0].agent_id}: {_run_failure(err)}")
+            why = _run_failure(err, self._heartbeat_timeout)
+            return ("failed", f"the chief agent {parts[0].agent_id}: {why}")
         addrs = [part.address or "127.0.0.1" for part in parts]
         counts = [len(part.slot_ids) for part in parts]
         handles = [
@@ -389,7 +398,7 @@ class TrialWorkflow:
         def failed_part() -> int | None:
             """The first part (by rank) that ended without success."""
             for rank, handle in enumerate(handles):
-                if handle.done() and _part_failure(handle) is not None:
+                if handle.done() and _part_failure(handle, self._heartbeat_timeout) is not None:
                     return rank
             return None
 
@@ -424,7 +433,7 @@ class TrialWorkflow:
         cause = error.cause if isinstance(error, ActivityError) else None
         fatal = isinstance(cause, ApplicationError) and cause.non_retryable
         detail = (f"agent {parts[first].agent_id} (node rank {first}): "
-                  f"{_part_failure(handle)}")
+                  f"{_part_failure(handle, self._heartbeat_timeout)}")
         return ("fatal" if fatal else "failed", detail)
 
     def _promoted_past(self, reached: int) -> bool:
@@ -592,13 +601,13 @@ class TrialWorkflow:
         }
 
 
-def _part_failure(handle: workflow.ActivityHandle[Any]) -> str | None:
+def _part_failure(handle: workflow.ActivityHandle[Any], heartbeat: timedelta) -> str | None:
     """Why a finished part of a run on several agents failed; None if it exited 0."""
     if handle.cancelled():
         return "cancelled"
     err = handle.exception()  # (also marks it retrieved: a failed part is no stray error)
     if isinstance(err, ActivityError):
-        return _run_failure(err)
+        return _run_failure(err, heartbeat)
     if err is not None:
         return str(err)
     result = handle.result()
@@ -607,13 +616,13 @@ def _part_failure(handle: workflow.ActivityHandle[Any]) -> str | None:
     return None
 
 
-def _run_failure(err: ActivityError) -> str:
+def _run_failure(err: ActivityError, heartbeat: timedelta) -> str:
     """Why a run activity failed, in words for the trial's logs."""
     cause = err.cause
     if isinstance(cause, ActivityTimeout):
         if cause.type == TimeoutType.HEARTBEAT:
             return (f"agent lost or unresponsive (no heartbeat for "
-                    f"{RUN_HEARTBEAT_TIMEOUT.total_seconds():g} s)")
+                    f"{heartbeat.total_seconds():g} s)")
         if cause.type == TimeoutType.SCHEDULE_TO_START:
             return "agent lost (it never started the run)"
     return str(cause or err)

@@ -155,6 +155,12 @@ class Cluster:
         return {**self.env, "EPOCHAL_CLUSTER_TOKEN": self.secrets["cluster_token"]}
 
 
+# For clusters whose tests kill or cut off an agent: its runs fail after 12 s without a heartbeat
+# (and the pool loses it after 6) instead of 30 (and 15), so the trial resumes elsewhere that
+# much sooner (common/agent_timeout.py). Runs heartbeat every 2 s, so a busy agent still passes.
+FAST_AGENT_TIMEOUT = {"EPOCHAL_AGENT_TIMEOUT_SECONDS": "12"}
+
+
 @contextmanager
 def shared_servers_cluster(
     postgres_url: str, temporal_address: str | None, name: str, *up_args: str,
@@ -203,11 +209,12 @@ def shared_servers_cluster(
 
 @contextmanager
 def docker_runtime_cluster(
-    postgres_url: str, temporal_address: str, name: str, slots: int
+    postgres_url: str, temporal_address: str, name: str, slots: int,
+    env_extra: dict[str, str] | None = None,
 ) -> Iterator[Cluster]:
     """A shared-servers cluster whose agent runs trials in task containers."""
     with shared_servers_cluster(postgres_url, temporal_address, name, "--slots", str(slots),
-                                "--runtime", "docker") as cluster:
+                                "--runtime", "docker", env_extra=env_extra) as cluster:
         assert cluster.up is not None and "docker runtime" in cluster.up.stderr
         yield cluster
 

@@ -16,7 +16,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.e2e.cluster import REPO, Cluster, SecondAgent, created_id, shared_servers_cluster
+from tests.e2e.cluster import (
+    FAST_AGENT_TIMEOUT,
+    REPO,
+    Cluster,
+    SecondAgent,
+    created_id,
+    shared_servers_cluster,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -28,7 +35,8 @@ TERMINAL = {"STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"}
 
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    with shared_servers_cluster(postgres_url, temporal_address, "dist", "--slots", "2") as c:
+    with shared_servers_cluster(postgres_url, temporal_address, "dist", "--slots", "2",
+                                env_extra=FAST_AGENT_TIMEOUT) as c:
         agent = SecondAgent(c, slots=2)
         agent.start()
         c.second_agent = agent  # type: ignore[attr-defined]

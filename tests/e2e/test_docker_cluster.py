@@ -26,6 +26,7 @@ from common.processes import read_pid
 from deploy.local_cluster import AGENT_ID
 from tests.e2e.cluster import (
     DIGITS,
+    FAST_AGENT_TIMEOUT,
     Cluster,
     created_id,
     docker_runtime_cluster,
@@ -42,7 +43,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def docker_cluster(postgres_url: str, temporal_address: str,
                    task_image: str) -> Iterator[Cluster]:
-    with docker_runtime_cluster(postgres_url, temporal_address, "e2e-docker", 2) as cluster:
+    with docker_runtime_cluster(postgres_url, temporal_address, "e2e-docker", 2,
+                                env_extra=FAST_AGENT_TIMEOUT) as cluster:
         yield cluster
 
 

@@ -17,7 +17,14 @@ import pytest
 import yaml
 
 from common.processes import read_pid
-from tests.e2e.cluster import SLOW_MODEL, Cluster, SecondAgent, created_id, shared_servers_cluster
+from tests.e2e.cluster import (
+    FAST_AGENT_TIMEOUT,
+    SLOW_MODEL,
+    Cluster,
+    SecondAgent,
+    created_id,
+    shared_servers_cluster,
+)
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -25,7 +32,8 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
-    with shared_servers_cluster(postgres_url, temporal_address, "faults", "--slots", "1") as c:
+    with shared_servers_cluster(postgres_url, temporal_address, "faults", "--slots", "1",
+                                env_extra=FAST_AGENT_TIMEOUT) as c:
         yield c
 
 

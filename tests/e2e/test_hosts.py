@@ -23,7 +23,13 @@ import yaml
 
 from common.processes import free_port_block
 from deploy.s3_server import PORT_BLOCK
-from tests.e2e.cluster import Cluster, SecondAgent, script_experiment, shared_servers_cluster
+from tests.e2e.cluster import (
+    FAST_AGENT_TIMEOUT,
+    Cluster,
+    SecondAgent,
+    script_experiment,
+    shared_servers_cluster,
+)
 from tests.e2e.hosts import Host, HostNetwork
 from tests.e2e.test_faults import create, trials, wait_done
 from tests.waiting import wait_for
@@ -47,7 +53,8 @@ def cluster(postgres_url: str, network: HostNetwork) -> Iterator[Cluster]:
     so every trial runs on a namespace host."""
     port = free_port_block(PORT_BLOCK, network.gateway)
     with shared_servers_cluster(postgres_url, None, "hosts", "--slots", "1", "--s3",
-                                "--s3-port", str(port), host=network.gateway) as c:
+                                "--s3-port", str(port), host=network.gateway,
+                                env_extra=FAST_AGENT_TIMEOUT) as c:
         c.run("agent", "disable", "local-agent")
         yield c
 
