@@ -137,6 +137,7 @@ class TrialMessages:
     ACTIVATE = "activate"
     CANCEL = "cancel"
     KILL = "kill"
+    PREEMPT = "preempt"  # from its pool: checkpoint, give the slots back, queue again
     DESCRIBE = "describe"  # query
 
 
@@ -147,6 +148,7 @@ class TaskMessages:
     SLOTS_GRANTED = TrialMessages.SLOTS_GRANTED
     SLOTS_FAILED = TrialMessages.SLOTS_FAILED
     SLOTS_WAITING = TrialMessages.SLOTS_WAITING
+    PREEMPT = TrialMessages.PREEMPT  # from its pool, only where the pool preempts tasks
     KILL = "kill"  # from the API (`det cmd kill`, the dashboard)
     RUNNING = "running"  # from the API: the agent said the task's service answers
 
@@ -157,6 +159,8 @@ class PoolMessages:
     REGISTER_AGENT = "register_agent"  # from the API when an agent registers
     AGENT_LOST = "agent_lost"
     SET_AGENT_ENABLED = "set_agent_enabled"  # from the API and the provisioner
+    SET_SLOT_ENABLED = "set_slot_enabled"  # from the API (`det slot enable|disable`)
+    MOVE_JOB = "move_job"  # from the API (`det job update --ahead-of|--behind-of`)
     SET_EXPERIMENT_RESOURCES = "set_experiment_resources"
     REOPEN_TRIAL = "reopen_trial"
     REQUEST_SLOTS = "request_slots"  # update, from the activity of that name: slots for a run

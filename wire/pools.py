@@ -54,6 +54,13 @@ class SlotRequest:
     max_slots: int | None = None  # the experiment's resources.max_slots
     requested_at: str = ""  # set by the pool (RFC 3339)
     seq: int = 0  # set by the pool: arrival order
+    # Filled in by the master's `request_slots` activity from the database (None: unknown, as
+    # in requests made before they existed): fair share across workspaces and users, and the
+    # workspace's slot cap.
+    user_id: int | None = None
+    workspace_id: int | None = None
+    workspace_max_slots: int | None = None
+    task: bool = False  # an interactive task (not a trial): preempted only if the pool says so
 
 
 @dataclass
@@ -65,6 +72,39 @@ class ExperimentResources:
     priority: int | None = None
     max_slots: int | None = None
     weight: float | None = None  # scales its fair share among experiments of equal priority
+
+
+@dataclass
+class SlotEnabled:
+    """Signal `set_slot_enabled` (`det slot enable|disable`): a disabled slot finishes what runs
+    on it and is given no new work; `reason` is shown in `det slot list`."""
+
+    agent_id: str
+    slot_id: int
+    enabled: bool
+    reason: str = ""
+
+
+@dataclass
+class MoveJob:
+    """Signal `move_job` (`det job update --ahead-of|--behind-of`): experiment `experiment_id`'s
+    waiting requests go just ahead of (or behind) those of `anchor_experiment_id`, taking its
+    priority."""
+
+    experiment_id: int
+    anchor_experiment_id: int
+    ahead: bool = True
+
+
+@dataclass
+class Preemption:
+    """Signal `preempt` to a trial (or task): the pool needs its slots for higher-priority work.
+    The trial asks its code to checkpoint and stop, gives the slots back and queues again; past
+    `grace_seconds` the run is killed."""
+
+    allocation_id: str
+    reason: str
+    grace_seconds: float = 300.0
 
 
 @dataclass
@@ -104,6 +144,9 @@ class Allocation:
     requested_at: str = ""
     granted_at: str = ""
     parts: list[AllocationPart] = field(default_factory=list)
+    user_id: int | None = None
+    workspace_id: int | None = None
+    task: bool = False
 
 
 def allocation_parts(allocation: Allocation) -> list[AllocationPart]:
@@ -156,6 +199,7 @@ class AgentState:
     alive: bool = True
     lost_reason: str = ""
     address: str = ""
+    disabled_slots: dict[int, str] = field(default_factory=dict)  # slot id -> reason
 
 
 @dataclass
@@ -170,6 +214,18 @@ class PoolState:
     generation: int = 0  # how many times the pool continued as new
     overrides: list[ExperimentResources] = field(default_factory=list)
     told_waiting: list[str] = field(default_factory=list)  # requests told they wait for agents
+    preempting: list[str] = field(default_factory=list)  # allocations told to give slots back
+    queue_positions: dict[int, float] = field(default_factory=dict)  # experiment -> moved place
+
+
+@dataclass
+class PoolPolicy:
+    """How a pool schedules (Determined's `resource_pools[].scheduler` of type `priority`)."""
+
+    preemption: bool = True  # a request that cannot be placed takes lower-priority work's slots
+    backfill: bool = True  # requests behind one that does not fit use the slots it cannot
+    preemption_timeout_seconds: float = 300.0  # then a preempted run that has not stopped is killed
+    preempt_tasks: bool = False  # interactive tasks are preempted too
 
 
 @dataclass
@@ -180,6 +236,8 @@ class PoolInput:
     max_history_length: int | None = None
     # How long an agent may miss heartbeats before it is lost; None: the default (15 s).
     liveness_timeout_seconds: float | None = None
+    # The pool's scheduling policy (EPOCHAL_MASTER_CONFIG's `scheduler`); None: the default.
+    policy: PoolPolicy | None = None
 
 
 @dataclass
