@@ -20,6 +20,7 @@ use it.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
@@ -37,6 +38,8 @@ from urllib.parse import urlsplit, urlunsplit
 from common.processes import ClusterError, failure, is_alive, port_in_use
 
 SYSTEM_USER = "embedded_postgres"
+USERADD_LOCK = "/run/lock/epochal-useradd.lock" if os.path.isdir("/run/lock") else (
+    "/tmp/epochal-useradd.lock")
 SUPERUSER = "postgres"
 
 # Durability traded for speed: only for throwaway test databases, never the real cluster.
@@ -307,11 +310,17 @@ class EmbeddedPostgres:
 
 
 def _ensure_system_user(name: str) -> None:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                        name], check=True, capture_output=True)
+    """Create the server's system account once. Several processes may start a server at once
+    (the test workers): they take turns under a lock, so only one runs useradd and the others
+    find its account (concurrent useradds left one worker with a uid that no longer existed)."""
+    with open(USERADD_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            pwd.getpwnam(name)
+        except KeyError:
+            subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                            "/usr/sbin/nologin", name], check=True, capture_output=True)
+            pwd.getpwnam(name)
 
 
 def _ensure_traversable(path: Path) -> None:

@@ -55,8 +55,9 @@ FULL = {
 def test_a_carry_written_as_a_dict_is_read_as_experiment_carry(
         carried: dict[str, Any], token: str | None) -> None:
     converter = data_converter(token)
+    # An input as an experiment of today writes it (agent_timeout_seconds unset: None).
     before = {"experiment_id": 9, "config": {"name": "x"}, "seed": 1, "carried": carried,
-              "max_history_events": 0}
+              "max_history_events": 0, "agent_timeout_seconds": None}
     [payload] = asyncio.run(converter.encode([before]))
     [inp] = asyncio.run(converter.decode([payload], [ExperimentInput]))
     assert isinstance(inp, ExperimentInput) and isinstance(inp.carried, ExperimentCarry)
