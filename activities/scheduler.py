@@ -19,9 +19,11 @@ LOCAL_CALLS_PATCH (workflows/resource_pool.py), which send it themselves.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
+import asyncpg
 from temporalio import activity
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
@@ -39,9 +41,23 @@ from wire.pools import (
     RequestSlotsInput,
     SlotRelease,
     SlotReply,
+    SlotRequest,
 )
 
 UPDATES_IN_FLIGHT = 8  # per pool, from this master; Temporal's default cap is 10
+OWNERS_KEPT = 4096  # experiments and tasks whose owner and workspace are remembered
+OWNER_TTL_SECONDS = 30.0  # then read again: an experiment may move to another workspace
+
+# Who a request is for, and the cap of their workspace (workspaces.max_slots).
+_TRIAL_OWNER = """
+SELECT u.id AS owner_id, p.workspace_id, NULL::int AS max_slots
+FROM experiments e JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
+LEFT JOIN users u ON u.username = e.owner
+WHERE e.id = $1"""
+_TASK_OWNER = """
+SELECT t.owner_id, t.workspace_id, NULL::int AS max_slots
+FROM tasks t JOIN workspaces w ON w.id = t.workspace_id
+WHERE t.id = $1"""
 
 
 def _update_failure(err: WorkflowUpdateFailedError) -> ApplicationError:
@@ -54,12 +70,42 @@ def _update_failure(err: WorkflowUpdateFailedError) -> ApplicationError:
 class SchedulerActivities:
     """Activities bound to the master's Temporal client."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, db: asyncpg.Pool | None = None) -> None:
         self._client = client
+        self._db = db  # None (benches): requests go without owners, as before issue 38
         self._updates: dict[str, asyncio.Semaphore] = {}  # per pool
+        self._owners: dict[str, tuple[float, tuple[int | None, int | None, int | None]]] = {}
+
+    async def _owner(self, request: SlotRequest) -> tuple[int | None, int | None, int | None]:
+        """(user, workspace, the workspace's slot cap) of the experiment or task asking."""
+        if self._db is None:
+            return None, None, None
+        task = request.experiment_id == 0
+        key = request.allocation_id.rsplit(".", 1)[0] if task else str(request.experiment_id)
+        known = self._owners.get(key)
+        if known is not None and time.monotonic() - known[0] < OWNER_TTL_SECONDS:
+            return known[1]
+        try:
+            row = (await self._db.fetchrow(_TASK_OWNER, key) if task
+                   else await self._db.fetchrow(_TRIAL_OWNER, request.experiment_id))
+        except (OSError, asyncpg.PostgresError) as err:  # scheduling goes on without them
+            activity.logger.warning("who asks for %s is unknown: %s", request.allocation_id, err)
+            return None, None, None
+        owner = (row["owner_id"], row["workspace_id"], row["max_slots"]) if row else (
+            None, None, None)
+        self._owners[key] = (time.monotonic(), owner)
+        while len(self._owners) > OWNERS_KEPT:
+            del self._owners[next(iter(self._owners))]
+        return owner
 
     @activity.defn(name=REQUEST_SLOTS_ACTIVITY)
     async def request_slots(self, inp: RequestSlotsInput) -> SlotReply:
+        """The pool's update, with who asks filled in: the pool shares slots fairly between
+        workspaces and users and caps a workspace (the trial's workflow does not know them)."""
+        request = inp.request
+        request.user_id, request.workspace_id, request.workspace_max_slots = (
+            await self._owner(request))
+        request.task = request.experiment_id == 0
         handle = self._client.get_workflow_handle(resource_pool_workflow_id(inp.pool))
         updates = self._updates.setdefault(inp.pool, asyncio.Semaphore(UPDATES_IN_FLIGHT))
         async with updates:  # a burst waits for room under Temporal's cap

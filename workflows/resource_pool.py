@@ -63,9 +63,13 @@ with workflow.unsafe.imports_passed_through():
         Allocation,
         AllocationPart,
         ExperimentResources,
+        MoveJob,
         PoolInput,
+        PoolPolicy,
         PoolState,
+        Preemption,
         ReopenTrial,
+        SlotEnabled,
         SlotFailure,
         SlotRelease,
         SlotReply,
@@ -81,11 +85,20 @@ OVERRIDES_KEPT = 1000  # experiments whose resources were changed, newest kept
 EXPERIMENT_RESOURCES_PATCH = "pool-experiment-resources"
 REOPEN_TRIAL_PATCH = "pool-reopen-trial"
 MULTI_AGENT_PATCH = "pool-multi-agent"  # requests may span whole agents; too big ones wait
+# Issue 38: preemption by priority, backfilling with reservations, fair share across workspaces
+# and users, workspace slot caps, disabled slots and moved jobs (docs/ARCHITECTURE.md,
+# "Scheduling").
+SHARED_CLUSTER_PATCH = "pool-shared-cluster"
 TOO_BIG = "SlotRequestTooBig"
 
 
 def _iso(ts: object) -> str:
     return ts.isoformat() if hasattr(ts, "isoformat") else str(ts)
+
+
+def _desc(text: str) -> list[int]:
+    """A sort key that orders strings (RFC 3339 times) newest first."""
+    return [-ord(c) for c in text]
 
 
 def placement(slots: int, free: Mapping[str, int], size: Mapping[str, int],
@@ -135,6 +148,12 @@ class ResourcePoolWorkflow:
         self._watched: set[tuple[str, str]] = set()  # (agent, boot) with a liveness task
         self._notifying = 0  # grant and failure signals still being sent
         self._told_waiting: set[str] = set(state.told_waiting)  # told they wait for agents
+        self._policy = inp.policy or PoolPolicy()
+        self._preempting: set[str] = set(state.preempting)  # allocations told to give slots back
+        self._queue_positions: dict[int, float] = dict(state.queue_positions)
+        # SHARED_CLUSTER_PATCH, decided by the first scheduling pass of each run (queries, which
+        # may not ask `patched`, read it)
+        self._shared = False
 
     # -- main loop -------------------------------------------------------------------------
 
@@ -152,7 +171,8 @@ class ResourcePoolWorkflow:
             workflow.continue_as_new(
                 PoolInput(name=self._name, state=self._snapshot(),
                           max_history_length=inp.max_history_length,
-                          liveness_timeout_seconds=inp.liveness_timeout_seconds))
+                          liveness_timeout_seconds=inp.liveness_timeout_seconds,
+                          policy=inp.policy))
 
     def _history_is_long(self) -> bool:
         info = workflow.info()
@@ -178,6 +198,8 @@ class ResourcePoolWorkflow:
             generation=self._generation + 1,
             overrides=list(self._overrides.values()),
             told_waiting=sorted(self._told_waiting & set(self._pending)),
+            preempting=sorted(self._preempting & set(self._allocations)),
+            queue_positions=dict(self._queue_positions),
         )
 
     # -- scheduling ------------------------------------------------------------------------
@@ -189,7 +211,8 @@ class ResourcePoolWorkflow:
             for part in allocation_parts(a):
                 used.setdefault(part.agent_id, set()).update(part.slot_ids)
         return {
-            agent.agent_id: [s for s in agent.slot_ids if s not in used.get(agent.agent_id, set())]
+            agent.agent_id: [s for s in agent.slot_ids if s not in used.get(agent.agent_id, set())
+                             and s not in agent.disabled_slots]
             for agent in self._agents.values()
             if agent.alive and agent.enabled
         }
@@ -255,6 +278,199 @@ class ResourcePoolWorkflow:
                 out.extend((r, None) for r in sorted(capped, key=lambda r: r.seq))
         return out
 
+    # -- the shared cluster's policy (SHARED_CLUSTER_PATCH) ------------------------------------
+
+    def _shares(self) -> tuple[Counter[int], Counter[int | None], Counter[int | None]]:
+        """Slots held by each experiment, user and workspace: the fair-share keys."""
+        by_experiment: Counter[int] = Counter()
+        by_user: Counter[int | None] = Counter()
+        by_workspace: Counter[int | None] = Counter()
+        for a in self._allocations.values():
+            by_experiment[a.experiment_id] += a.slots
+            by_user[a.user_id] += a.slots
+            by_workspace[a.workspace_id] += a.slots
+        return by_experiment, by_user, by_workspace
+
+    def _position(self, experiment_id: int, oldest: SlotRequest) -> float:
+        """A job's place in its priority level: where `move_job` put it, else its oldest
+        request's arrival."""
+        return self._queue_positions.get(experiment_id, float(oldest.seq))
+
+    def _shared_order(
+        self, free: dict[str, list[int]] | None
+    ) -> tuple[list[tuple[SlotRequest, list[str] | None]], list[tuple[Allocation, SlotRequest]]]:
+        """The requests served now, with their agents, and the allocations to preempt for
+        those that cannot be (with the request each is preempted for).
+
+        Order: priority; then fair share, the workspace holding the fewest slots first, then
+        the user, then the experiment (scaled by its weight); then the job's place in the
+        queue. Caps: the experiment's max_slots and the workspace's. A request that cannot be
+        placed reserves agents, so that nothing behind it takes the slots it waits for: those of
+        strictly lower-priority work it preempts (when the pool preempts), else, for the first
+        such request only, the agents it fits best once their work ends; requests behind it are
+        placed on the other agents' free slots (backfilling, when the pool backfills; else it
+        blocks them all, the old rule). Without `free`, the queue order as if every request were
+        granted (for `describe`)."""
+        policy = self._policy
+        by_experiment, by_user, by_workspace = self._shares()
+        spans_agents = free is not None and workflow.patched(MULTI_AGENT_PATCH)
+        sizes = self._agent_sizes()
+        avail = dict(free) if free is not None else None
+        out: list[tuple[SlotRequest, list[str] | None]] = []
+        victims: list[tuple[Allocation, SlotRequest]] = []
+        coming_free = self._coming_free()
+        reserved: set[str] = set()
+        head_reserved = False
+        levels: dict[int, dict[int, deque[SlotRequest]]] = {}
+        for r in sorted(self._pending.values(), key=lambda r: r.seq):
+            levels.setdefault(r.priority, {}).setdefault(r.experiment_id, deque()).append(r)
+
+        def key(exp: int, queue: deque[SlotRequest]) -> tuple[float, float, float, float, int]:
+            first = queue[0]
+            return (by_workspace[first.workspace_id], by_user[first.user_id],
+                    self._share(by_experiment[exp], exp), self._position(exp, first), first.seq)
+
+        for priority in sorted(levels):
+            queues = levels[priority]
+            heap = [(key(exp, q), exp) for exp, q in queues.items()]
+            heapq.heapify(heap)
+            capped: list[SlotRequest] = []
+            while heap:
+                was, exp = heapq.heappop(heap)
+                queue = queues[exp]
+                now = key(exp, queue)
+                if now != was:  # its workspace or user was granted slots since: keys only grow
+                    heapq.heappush(heap, (now, exp))
+                    continue
+                request = queue.popleft()
+                if self._capped(request, by_experiment, by_workspace):
+                    capped.extend([request, *queue])  # waits for its own slots to come back
+                    continue
+                agents: list[str] | None = None
+                if avail is not None:
+                    agents = self._place(request.slots, avail, spans_agents)
+                    if agents is None and not (spans_agents
+                                               and self._waits_for_agents(request, sizes)):
+                        kept, chosen, is_head = self._reserve(request, avail, coming_free,
+                                                              reserved, spans_agents,
+                                                              head_reserved)
+                        victims.extend((a, request) for a in chosen)
+                        head_reserved = head_reserved or is_head
+                        for agent_id in kept:
+                            reserved.add(agent_id)
+                            avail[agent_id] = []  # nothing behind it takes these slots
+                        if not policy.backfill:
+                            return out, victims
+                    if agents is None:  # it waits; the rest may use other agents' slots
+                        if queue:
+                            heapq.heappush(heap, (key(exp, queue), exp))
+                        continue
+                    if len(agents) == 1:
+                        avail[agents[0]] = avail[agents[0]][request.slots:]
+                    else:
+                        for agent_id in agents:
+                            avail[agent_id] = []
+                out.append((request, agents))
+                by_experiment[exp] += request.slots
+                by_user[request.user_id] += request.slots
+                by_workspace[request.workspace_id] += request.slots
+                if queue:
+                    heapq.heappush(heap, (key(exp, queue), exp))
+            if free is None:
+                out.extend((r, None) for r in sorted(capped, key=lambda r: r.seq))
+        return out, victims
+
+    def _capped(self, request: SlotRequest, by_experiment: Counter[int],
+                by_workspace: Counter[int | None]) -> bool:
+        """Whether the request must wait for its experiment's or workspace's own slots."""
+        if (request.max_slots is not None
+                and by_experiment[request.experiment_id] + request.slots > request.max_slots):
+            return True
+        return (request.workspace_max_slots is not None and request.workspace_id is not None
+                and by_workspace[request.workspace_id] + request.slots
+                > request.workspace_max_slots)
+
+    def _coming_free(self) -> dict[str, int]:
+        """Slots per agent that allocations told to give them back will free."""
+        coming: Counter[str] = Counter()
+        for key in self._preempting:
+            allocation = self._allocations.get(key)
+            if allocation is not None:
+                for part in allocation_parts(allocation):
+                    coming[part.agent_id] += len(part.slot_ids)
+        return dict(coming)
+
+    def _preemptible(self, allocation: Allocation, request: SlotRequest) -> bool:
+        """Whether the allocation may be preempted for the request: strictly lower priority,
+        not told already, and a task only where the pool preempts tasks."""
+        return (self._policy.preemption
+                and allocation.priority > request.priority
+                and allocation.allocation_id not in self._preempting
+                and (not allocation.task or self._policy.preempt_tasks))
+
+    def _reserve(self, request: SlotRequest, avail: dict[str, list[int]],
+                 coming_free: dict[str, int], reserved: set[str], spans_agents: bool,
+                 head_reserved: bool) -> tuple[list[str], list[Allocation], bool]:
+        """For a request that cannot be placed now: the agents it keeps for itself, the
+        lower-priority allocations to preempt for it, and whether it is the head's reservation
+        (none preempted or on their way out). Preemption picks the agents that lose the fewest
+        slots, taking the lowest-priority, then the newest, work first; slots already on their
+        way back count as free. Without preemption only the first such request reserves: the
+        agents with the most free slots that can hold it, so backfilled requests never starve
+        it."""
+        groups = self._agent_groups(request.slots, avail, reserved, spans_agents)
+        on_agent: dict[str, list[Allocation]] = {}
+        for a in self._allocations.values():
+            for part in allocation_parts(a):
+                on_agent.setdefault(part.agent_id, []).append(a)
+        best: tuple[int, int, list[str], list[Allocation]] | None = None
+        for agents in groups:
+            have = sum(len(avail[a]) + coming_free.get(a, 0) for a in agents)
+            chosen: list[Allocation] = []
+            held = sorted({a.allocation_id: a for agent_id in agents
+                           for a in on_agent.get(agent_id, [])}.values(),
+                          key=lambda a: (-a.priority, _desc(a.granted_at), a.allocation_id))
+            for allocation in held:
+                if have >= request.slots:
+                    break
+                if self._preemptible(allocation, request):
+                    chosen.append(allocation)
+                    have += sum(len(p.slot_ids) for p in allocation_parts(allocation)
+                                if p.agent_id in agents)
+            if have < request.slots:
+                continue
+            candidate = (sum(a.slots for a in chosen),
+                         -sum(len(avail[a]) for a in agents), agents, chosen)
+            if best is None or candidate[:3] < best[:3]:
+                best = candidate
+        if best is not None:
+            return best[2], best[3], False
+        if head_reserved or not groups:
+            return [], [], False
+        agents = min(groups, key=lambda g: (-sum(len(avail[a]) for a in g), g))
+        return agents, [], True
+
+    def _agent_groups(self, slots: int, avail: dict[str, list[int]], reserved: set[str],
+                      spans_agents: bool) -> list[list[str]]:
+        """Where `slots` could go once work ends, among the agents not reserved in this pass:
+        each agent with that many usable slots, else (spanning agents) whole agents of one
+        size, the biggest size that divides `slots`, those with the most free slots first."""
+        usable = {agent_id: len([s for s in self._agents[agent_id].slot_ids
+                                 if s not in self._agents[agent_id].disabled_slots])
+                  for agent_id in sorted(avail) if agent_id not in reserved}
+        singles = [[agent_id] for agent_id, n in usable.items() if n >= slots]
+        if singles or not spans_agents:
+            return singles
+        by_size: dict[int, list[str]] = {}
+        for agent_id, n in usable.items():
+            if n and n == len(self._agents[agent_id].slot_ids) and slots % n == 0:
+                by_size.setdefault(n, []).append(agent_id)
+        for size in sorted(by_size, reverse=True):
+            if len(by_size[size]) * size >= slots:
+                agents = sorted(by_size[size], key=lambda a: (-len(avail[a]), a))
+                return [sorted(agents[: slots // size])]
+        return []
+
     def _share(self, used: int, experiment_id: int) -> float:
         """What an experiment holds, scaled by its weight: the fair-share key."""
         override = self._overrides.get(experiment_id)
@@ -289,11 +505,23 @@ class ResourcePoolWorkflow:
                 f"{self._name!r} has agents of {have} slots, so it waits until more agents "
                 f"join (a trial on several agents uses all the slots of each)")
 
+    def _queue_order(self) -> list[SlotRequest]:
+        """Every waiting request in the order served, as if each were granted."""
+        if self._shared:
+            return [r for r, _ in self._shared_order(None)[0]]
+        return [r for r, _ in self._ordered(None)]
+
     def _schedule(self) -> None:
+        self._shared = workflow.patched(SHARED_CLUSTER_PATCH)
         free = self._free_slots()
+        victims: list[tuple[Allocation, SlotRequest]] = []
         if self._pending and free:
             now = _iso(workflow.now())
-            for request, agents in self._ordered(free):
+            if self._shared:
+                placed, victims = self._shared_order(free)
+            else:
+                placed = self._ordered(free)
+            for request, agents in placed:
                 assert agents
                 parts = [
                     AllocationPart(
@@ -318,16 +546,21 @@ class ResourcePoolWorkflow:
                     requested_at=request.requested_at,
                     granted_at=now,
                     parts=parts if len(parts) > 1 else [],
+                    user_id=request.user_id,
+                    workspace_id=request.workspace_id,
+                    task=request.task,
                 )
                 del self._pending[request.allocation_id]
                 self._told_waiting.discard(request.allocation_id)
                 self._allocations[request.allocation_id] = allocation
                 if request.allocation_id not in self._undecided:
                     self._send_grant(allocation)
+        for allocation, request in victims:
+            self._preempt(allocation, request)
         if self._pending and workflow.patched(MULTI_AGENT_PATCH):
             self._tell_waiting()
         if self._undecided:
-            order = [r.allocation_id for r, _ in self._ordered(None)]
+            order = [r.allocation_id for r in self._queue_order()]
             self._positions = {key: i for i, key in enumerate(order) if key in self._undecided}
         self._undecided.clear()
 
@@ -342,10 +575,26 @@ class ResourcePoolWorkflow:
             self._tell_trial(request, TrialMessages.SLOTS_WAITING,
                              SlotWaiting(key, self._waiting_message(request, sizes)))
 
+    def _preempt(self, allocation: Allocation, request: SlotRequest) -> None:
+        """Ask the run behind a lower-priority allocation to checkpoint and give its slots
+        back (its trial queues again and resumes from that checkpoint)."""
+        self._preempting.add(allocation.allocation_id)
+        asker = (f"task {request.allocation_id}" if request.task else
+                 f"trial {request.trial_id} of experiment {request.experiment_id}")
+        reason = (f"resource pool {self._name!r} needs its slots for higher-priority work: "
+                  f"{asker} (priority {request.priority}; this run's is {allocation.priority})")
+        workflow.logger.info("pool %s: preempting %s for %s", self._name,
+                             allocation.allocation_id, request.allocation_id)
+        self._signal(allocation.workflow_id, TrialMessages.PREEMPT,
+                     Preemption(allocation_id=allocation.allocation_id, reason=reason,
+                                grace_seconds=self._policy.preemption_timeout_seconds))
+
     def _take(self, agent_id: str, slots: int) -> list[int]:
         used = {s for a in self._allocations.values() for part in allocation_parts(a)
                 if part.agent_id == agent_id for s in part.slot_ids}
-        return [s for s in self._agents[agent_id].slot_ids if s not in used][:slots]
+        agent = self._agents[agent_id]
+        return [s for s in agent.slot_ids if s not in used and s not in agent.disabled_slots
+                ][:slots]
 
     def _send_grant(self, allocation: Allocation) -> None:
         self._notifying += 1
@@ -354,14 +603,17 @@ class ResourcePoolWorkflow:
     def _tell_trial(self, request: SlotRequest, signal: str, message: object) -> None:
         """Signal the trial behind a request (`slots_failed`, `slots_waiting`) in the
         background; a trial that ended meanwhile is only logged."""
+        self._signal(request.workflow_id, signal, message)
+
+    def _signal(self, workflow_id: str, signal: str, message: object) -> None:
+        """Signal a trial or task in the background; one that ended meanwhile is only logged."""
         self._notifying += 1
 
         async def send() -> None:
             try:
-                await workflow.get_external_workflow_handle(request.workflow_id).signal(
-                    signal, message)
+                await workflow.get_external_workflow_handle(workflow_id).signal(signal, message)
             except Exception as err:  # the trial ended meanwhile
-                workflow.logger.warning("trial %s is gone (%s)", request.workflow_id, err)
+                workflow.logger.warning("trial %s is gone (%s)", workflow_id, err)
             finally:
                 self._notifying -= 1
 
@@ -382,6 +634,7 @@ class ResourcePoolWorkflow:
     def _release(self, allocation_id: str) -> None:
         found = self._allocations.pop(allocation_id, None) or self._pending.pop(
             allocation_id, None)
+        self._preempting.discard(allocation_id)
         if found is not None:
             self._dirty = True
         if allocation_id not in self._released_set:
@@ -452,8 +705,10 @@ class ResourcePoolWorkflow:
         if agent is not None and agent.alive:  # restarted: its old runs are gone
             self._lose(AgentLost(reg.agent_id, agent.boot_id, "restarted"))
         enabled = agent.enabled if agent is not None else reg.enabled
+        disabled = dict(agent.disabled_slots) if agent is not None else {}
         agent = AgentState(agent_id=reg.agent_id, slot_ids=list(reg.slot_ids),
-                           boot_id=reg.boot_id, enabled=enabled, address=reg.address)
+                           boot_id=reg.boot_id, enabled=enabled, address=reg.address,
+                           disabled_slots=disabled)
         self._agents[reg.agent_id] = agent
         self._watch(agent)
         self._dirty = True
@@ -468,6 +723,53 @@ class ResourcePoolWorkflow:
         if agent is not None and agent.enabled != change.enabled:
             agent.enabled = change.enabled
             self._dirty = True
+
+    @workflow.signal(name=PoolMessages.SET_SLOT_ENABLED)
+    def set_slot_enabled(self, change: SlotEnabled) -> None:
+        """`det slot enable|disable`: a disabled slot keeps what runs on it and takes no new
+        work. Kept for an agent not registered yet, and across its restarts."""
+        if not workflow.patched(SHARED_CLUSTER_PATCH):
+            return
+        agent = self._agents.get(change.agent_id)
+        if agent is None:
+            agent = AgentState(agent_id=change.agent_id, slot_ids=[], alive=False,
+                               lost_reason="not registered yet")
+            self._agents[change.agent_id] = agent
+        if change.enabled:
+            agent.disabled_slots.pop(change.slot_id, None)
+        else:
+            agent.disabled_slots[change.slot_id] = change.reason
+        self._dirty = True
+
+    @workflow.signal(name=PoolMessages.MOVE_JOB)
+    def move_job(self, move: MoveJob) -> None:
+        """`det job update --ahead-of|--behind-of`: the job takes its anchor's priority and the
+        place just ahead of (or behind) it among the jobs of that priority."""
+        if not workflow.patched(SHARED_CLUSTER_PATCH) or move.experiment_id == (
+                move.anchor_experiment_id):
+            return
+        waiting: dict[int, SlotRequest] = {}
+        for r in sorted(self._pending.values(), key=lambda r: r.seq):
+            waiting.setdefault(r.experiment_id, r)
+        anchor = waiting.get(move.anchor_experiment_id)
+        if anchor is None:
+            return  # the anchor holds all it asked for: nothing to be ahead of in the queue
+        self.set_experiment_resources(ExperimentResources(move.experiment_id,
+                                                          priority=anchor.priority))
+        places = sorted(self._position(exp, first) for exp, first in waiting.items()
+                        if first.priority == anchor.priority and exp != move.experiment_id)
+        at = self._position(anchor.experiment_id, anchor)
+        index = places.index(at)
+        if move.ahead:
+            before = places[index - 1] if index > 0 else at - 2
+            place = (before + at) / 2
+        else:
+            after = places[index + 1] if index + 1 < len(places) else at + 2
+            place = (at + after) / 2
+        self._queue_positions[move.experiment_id] = place
+        while len(self._queue_positions) > OVERRIDES_KEPT:
+            del self._queue_positions[next(iter(self._queue_positions))]
+        self._dirty = True
 
     # -- trials ----------------------------------------------------------------------------
 
@@ -637,7 +939,7 @@ class ResourcePoolWorkflow:
         for a in self._allocations.values():
             for part in allocation_parts(a):
                 by_agent.setdefault(part.agent_id, []).append((a, part))
-        queue = [r for r, _ in self._ordered(None)]
+        queue = self._queue_order()
         sizes = self._agent_sizes()
         return {
             "name": self._name,
@@ -650,6 +952,7 @@ class ResourcePoolWorkflow:
                     "alive": agent.alive,
                     "lostReason": agent.lost_reason,
                     "address": agent.address,
+                    "disabledSlots": {str(k): v for k, v in agent.disabled_slots.items()},
                     "allocations": [
                         {"allocationId": a.allocation_id, "slotIds": part.slot_ids,
                          "experimentId": a.experiment_id, "trialId": a.trial_id}
@@ -662,4 +965,7 @@ class ResourcePoolWorkflow:
             "queue": [{**vars(r), "waiting": self._waiting_message(r, sizes)}
                       if self._waits_for_agents(r, sizes) else vars(r) for r in queue],
             "experimentResources": [vars(o) for o in self._overrides.values()],
+            "preempting": sorted(self._preempting),
+            "queuePositions": {str(k): v for k, v in self._queue_positions.items()},
+            "policy": vars(self._policy),
         }

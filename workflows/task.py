@@ -35,7 +35,7 @@ with workflow.unsafe.imports_passed_through():
         TaskMessages,
         task_allocation_id,
     )
-    from wire.pools import DEFAULT_PRIORITY, Allocation, SlotFailure, SlotRequest
+    from wire.pools import DEFAULT_PRIORITY, Allocation, Preemption, SlotFailure, SlotRequest
     from wire.workflow_io import RecordTaskStateInput, RunTaskInput, RunTaskResult, TaskInput
     from workflows.allocation import Allocator, Resources
     from workflows.db_activities import RECORD_TASK_STATE_CALL, TASK_IDLE_SECONDS_CALL
@@ -56,6 +56,7 @@ IDLE_CHECK_EVERY = timedelta(seconds=60)
 # complete ends Failed or Canceled (checked at its end: a task started before ends so too).
 TASK_CANCEL_REQUEST_PATCH = "task-takes-cancel-requests"
 TASK_STATUS_PATCH = "task-ends-in-its-status"
+TASK_PREEMPTION_PATCH = "task-preempted-by-its-pool"  # issue 38
 
 
 @workflow.defn(name=TASK_WORKFLOW, sandboxed=False)
@@ -68,6 +69,7 @@ class TaskWorkflow:
         self._allocator = Allocator()
         self._allocator.local = True
         self._agent_id: str | None = None
+        self._preempted_for = ""  # the pool's reason, where the pool preempts tasks
 
     @property
     def _kill(self) -> bool:
@@ -131,12 +133,15 @@ class TaskWorkflow:
             check_in = (min(IDLE_CHECK_EVERY, timedelta(seconds=inp.idle_timeout_seconds))
                         if inp.idle_timeout_seconds else None)
             with contextlib.suppress(TimeoutError):
-                await workflow.wait_condition(lambda: handle.done() or self._kill,
-                                              timeout=check_in)
+                await workflow.wait_condition(
+                    lambda: handle.done() or self._kill or bool(self._preempted_for),
+                    timeout=check_in)
             if handle.done():
                 break
             if self._kill:
                 stopped_for = "killed"
+            elif self._preempted_for:
+                stopped_for = f"preempted: {self._preempted_for}"
             elif inp.idle_timeout_seconds and await self._idle_for(inp) >= (
                     inp.idle_timeout_seconds):
                 stopped_for = (f"stopped after {inp.idle_timeout_seconds:g} s without activity"
@@ -187,6 +192,13 @@ class TaskWorkflow:
     def kill(self) -> None:
         """The user's kill: stop the task now (while it waits for slots too)."""
         self._kill_signaled = True
+
+    @workflow.signal(name=TaskMessages.PREEMPT)
+    def preempt(self, preemption: Preemption) -> None:
+        """The pool takes the task's slots for higher-priority work (only a pool configured with
+        `preempt_tasks` does): a task cannot checkpoint, so it stops as if killed."""
+        if workflow.patched(TASK_PREEMPTION_PATCH):
+            self._preempted_for = preemption.reason
 
     @workflow.signal(name=TaskMessages.RUNNING)
     def running(self) -> None:

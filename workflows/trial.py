@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
     from wire.pools import (
         Allocation,
         AllocationPart,
+        Preemption,
         SlotFailure,
         SlotRequest,
         SlotWaiting,
@@ -112,6 +113,10 @@ ACROSS_AGENTS_PATCH = "trial-runs-across-agents"
 # A trial of RUN_SPEC_REVISION carries it without asking (its experiment asked); one of an
 # earlier revision, started before the upgrade, asks this marker.
 RUN_SPEC_PATCH = "trial-runs-carry-a-run-spec"
+# Issue 38: the pool preempts a run for higher-priority work (signal `preempt`): the trial asks
+# its code to checkpoint and stop, gives the slots back and queues again, killing the run past
+# the pool's grace. Only a preempted trial writes the marker.
+SCHEDULER_PREEMPTION_PATCH = "trial-preempted-by-its-pool"
 
 
 def restart_backoff(restarts: int) -> timedelta:
@@ -138,6 +143,8 @@ class TrialWorkflow:
         self._resources: Resources  # from the config, set by `run`
         self._searcher: SearcherConfig
         self._spec: dict[str, Any] | None = None  # RUN_SPEC_PATCH: the runs' RunSpec, as JSON
+        self._allocation_id = ""  # the current run's
+        self._preempted_by: Preemption | None = None  # the pool wants the current run's slots
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
@@ -188,6 +195,7 @@ class TrialWorkflow:
             if allocation is None:
                 continue  # paused or stopped while waiting for slots
             self._agent_id = allocation.agent_id
+            self._allocation_id = allocation.allocation_id
             await self._record(inp, TrialState.RUNNING, run_id=self._run_id)
             run_target = self._target  # a promotion may raise the target while the run ends
             try:
@@ -197,6 +205,11 @@ class TrialWorkflow:
 
             if self._kill or (self._cancel and ended != "failed"):
                 return await self._end(inp, EndState.CANCELED)
+            if ended == "preempted" and self._preempted_by is not None and not (
+                    self._stopping_or_paused()):
+                await self._requeue_after_preemption(inp)
+                continue
+            self._preempted_by = None
             if ended == "preempted":
                 continue  # paused or stopped early: the loop decides
             if ended == "fatal":  # restarting cannot help (the agent said so)
@@ -347,9 +360,10 @@ class TrialWorkflow:
             await self._preempt(inp, True)
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
-                    lambda: handle.done() or self._kill, timeout=PREEMPTION_GRACE
+                    lambda: handle.done() or self._kill, timeout=self._preemption_grace()
                 )
             if not handle.done():
+                await self._log_killed_after_grace(inp)
                 handle.cancel()
         try:
             result = await handle
@@ -365,7 +379,9 @@ class TrialWorkflow:
         if result.exit_code == 0:
             return ("preempted" if preempted else "completed", "exit 0")
         detail = result.message or f"exit code {result.exit_code}"
-        return ("preempted" if preempted and self._stopping_or_paused() else "failed", detail)
+        return ("preempted" if preempted and (self._stopping_or_paused()
+                                              or self._preempted_by is not None)
+                else "failed", detail)
 
     async def _run_across(
         self, inp: TrialInput, resume: ResumePoint, parts: list[AllocationPart]
@@ -416,14 +432,17 @@ class TrialWorkflow:
             with contextlib.suppress(TimeoutError):
                 await workflow.wait_condition(
                     lambda: all_done() or self._kill or failed_part() is not None,
-                    timeout=PREEMPTION_GRACE)
+                    timeout=self._preemption_grace())
+            if not all_done() and failed_part() is None and not self._kill:
+                await self._log_killed_after_grace(inp)
         first = failed_part()  # the cause, before the others are cancelled
         for handle in handles:
             if not handle.done():
                 handle.cancel()
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(all_done, timeout=PARTS_STOP_WAIT)
-        if self._kill or (preempted and self._stopping_or_paused()):
+        if self._kill or (preempted and (self._stopping_or_paused()
+                                         or self._preempted_by is not None)):
             return ("preempted", "stopped on every agent")
         first = first if first is not None else failed_part()
         if first is None:
@@ -440,7 +459,30 @@ class TrialWorkflow:
         return (self._target or 0) > reached or self._stopping()
 
     def _wants_preempt(self) -> bool:
-        return self._paused or self._cancel or self._stop_early
+        return self._paused or self._cancel or self._stop_early or self._preempted_by is not None
+
+    def _preemption_grace(self) -> timedelta:
+        """How long a preempted run has to checkpoint and stop before it is killed: the
+        pool's grace when the pool preempts it, else PREEMPTION_GRACE."""
+        if self._preempted_by is not None and not self._stopping_or_paused():
+            return timedelta(seconds=self._preempted_by.grace_seconds)
+        return PREEMPTION_GRACE
+
+    async def _log_killed_after_grace(self, inp: TrialInput) -> None:
+        if self._preempted_by is not None and not self._stopping_or_paused():
+            await self._log(inp, f"[epochal] run {self._run_id} did not stop within "
+                            f"{self._preempted_by.grace_seconds:g} s of its preemption: "
+                            "killed", level="WARNING")
+
+    async def _requeue_after_preemption(self, inp: TrialInput) -> None:
+        """The run gave its slots back to higher-priority work: queue again, to resume from
+        the latest checkpoint (the next loop asks for slots with a new run id)."""
+        self._preempted_by = None
+        point = await self._db(GET_RESUME_POINT_CALL, inp.trial_id)
+        await self._log(inp, f"[epochal] run {self._run_id} gave its slots back; queued again, "
+                        "to resume from checkpoint "
+                        f"{point.latest_checkpoint or '(none: from the start)'}")
+        await self._record(inp, TrialState.QUEUED)
 
     def _stopping(self) -> bool:
         return self._cancel or self._kill or self._stop_early
@@ -551,6 +593,18 @@ class TrialWorkflow:
     def stop_early(self) -> None:
         """The searcher stops this trial: checkpoint and stop; it ends COMPLETED."""
         self._stop_early = True
+
+    @workflow.signal(name=TrialMessages.PREEMPT)
+    async def preempt(self, preemption: Preemption) -> None:
+        """The pool needs the current run's slots for higher-priority work (a request for an
+        earlier run, or one that arrives as the run ends, changes nothing)."""
+        if (preemption.allocation_id != self._allocation_id or self._preempted_by is not None
+                or self._inp is None or not workflow.patched(SCHEDULER_PREEMPTION_PATCH)):
+            return
+        self._preempted_by = preemption
+        await self._log(self._inp, f"[epochal] preempted: {preemption.reason}; the run is asked "
+                        f"to checkpoint and stop within {preemption.grace_seconds:g} s",
+                        level="WARNING")
 
     @workflow.signal(name=TrialMessages.CONTINUE_TO)
     def continue_to(self, target: int) -> None:

@@ -15,7 +15,16 @@ from temporalio.worker import Worker
 
 from agent_worker.liveness import Liveness
 from common.temporal_names import MASTER_TASK_QUEUE, agent_task_queue, resource_pool_workflow_id
-from wire.pools import AgentRegistration, Allocation, PoolInput
+from tests.waiting import eventually, within
+from wire.pools import (
+    AgentRegistration,
+    Allocation,
+    PoolInput,
+    Preemption,
+    SlotRelease,
+    SlotReply,
+    SlotRequest,
+)
 
 
 async def register(
@@ -72,23 +81,103 @@ async def fake_agent(
 
 @workflow.defn(name="GrantSink")
 class GrantSink:
-    """Stands in for a trial: waits for the pool's `slots_granted` signal and returns it."""
+    """Stands in for a trial: keeps the pool's `slots_granted` and `preempt` signals (queries
+    `allocation`, `preemption`) until the test ends it."""
 
     def __init__(self) -> None:
         self._granted: Allocation | None = None
+        self._preempted: Preemption | None = None
 
     @workflow.run
-    async def run(self) -> Allocation:
-        await workflow.wait_condition(lambda: self._granted is not None)
-        assert self._granted is not None
-        return self._granted
+    async def run(self) -> None:
+        await workflow.wait_condition(lambda: False)
 
     @workflow.signal
     def slots_granted(self, allocation: Allocation) -> None:
         self._granted = allocation
 
+    @workflow.signal
+    def preempt(self, preemption: Preemption) -> None:
+        self._preempted = preemption
 
-async def start_sink(client: Client, task_queue: str) -> WorkflowHandle[Any, Allocation]:
+    @workflow.query
+    def allocation(self) -> Allocation | None:
+        return self._granted
+
+    @workflow.query
+    def preemption(self) -> Preemption | None:
+        return self._preempted
+
+
+async def start_sink(client: Client, task_queue: str) -> WorkflowHandle[Any, None]:
     return await client.start_workflow(
         GrantSink.run, id=f"sink-{uuid.uuid4().hex[:10]}", task_queue=task_queue
     )
+
+
+class Pool:
+    """One test's pool, with helpers to ask for and give back slots."""
+
+    def __init__(self, client: Client, sink_queue: str) -> None:
+        self.client = client
+        self.name = f"test-{uuid.uuid4().hex[:8]}"
+        self.sink_queue = sink_queue
+        self.handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(
+            resource_pool_workflow_id(self.name))
+        self.sinks: dict[str, WorkflowHandle[Any, Allocation]] = {}
+        self._n = 0
+
+    def agent(self, name: str) -> str:
+        """An agent id of this test only (other tests' pools still watch theirs)."""
+        return f"{self.name}-{name}"
+
+    async def request(self, experiment_id: int, slots: int = 1, priority: int = 42,
+                      max_slots: int | None = None, key: str | None = None,
+                      **who: Any) -> SlotReply:
+        """Ask for slots; `who`: the request's user_id, workspace_id, workspace_max_slots or
+        task, which the master's activity fills in."""
+        self._n += 1
+        key = key or f"{experiment_id}.{self._n}.1"
+        if key not in self.sinks:
+            self.sinks[key] = await start_sink(self.client, self.sink_queue)
+        request = SlotRequest(allocation_id=key, workflow_id=self.sinks[key].id,
+                              experiment_id=experiment_id, trial_id=self._n, slots=slots,
+                              priority=priority, max_slots=max_slots, **who)
+        reply: SlotReply = await self.handle.execute_update(
+            "request_slots", request, id=f"{key}-{uuid.uuid4().hex[:6]}", result_type=SlotReply)
+        return reply
+
+    async def release(self, key: str) -> bool:
+        held: bool = await self.handle.execute_update(
+            "release_slots", SlotRelease(key), result_type=bool)
+        return held
+
+    async def describe(self) -> dict[str, Any]:
+        answer: dict[str, Any] = await self.handle.query("describe")
+        return answer
+
+    async def granted(self, key: str, timeout: float = 30) -> Allocation:
+        """The grant a waiting request got by signal."""
+        granted: Allocation = await within(
+            eventually(lambda: self.sinks[key].query(GrantSink.allocation), timeout,
+                       f"the pool to grant {key}"),
+            timeout + 5, f"the pool to grant {key}", explain=self.describe)
+        return granted
+
+    async def preempted(self, key: str, timeout: float = 30) -> Preemption:
+        """The preemption the holder of `key` was sent."""
+        said: Preemption = await within(
+            eventually(lambda: self.sinks[key].query(GrantSink.preemption), timeout,
+                       f"the pool to preempt {key}"),
+            timeout + 5, f"the pool to preempt {key}", explain=self.describe)
+        return said
+
+    async def was_preempted(self, key: str) -> bool:
+        return await self.sinks[key].query(GrantSink.preemption) is not None
+
+    async def is_waiting(self, key: str) -> bool:
+        return any(r["allocation_id"] == key for r in (await self.describe())["queue"])
+
+    async def agent_alive(self, agent_id: str, alive: bool) -> bool:
+        agents = {a["id"]: a for a in (await self.describe())["agents"]}
+        return agent_id in agents and agents[agent_id]["alive"] is alive

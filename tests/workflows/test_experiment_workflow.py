@@ -43,6 +43,7 @@ from common.temporal_names import (
 from tests.replay.recording import save_experiment
 from tests.waiting import eventually, within
 from tests.workflows.pool_helpers import register
+from wire.pools import PoolInput
 from wire.workflow_io import (
     ExperimentInput,
     RecordExperimentStateInput,
@@ -197,9 +198,11 @@ async def run_with_agent(
 
 
 async def start_agent(
-    client: Client, pool: asyncpg.Pool, script: Script
+    client: Client, pool: asyncpg.Pool, script: Script, *, slots: int = 8,
+    pool_input: Callable[[str], PoolInput] | None = None,
 ) -> tuple[FakeAgent, str]:
-    """A fake agent running `script`, registered with a new pool of 8 slots."""
+    """A fake agent running `script`, registered with a new pool of `slots` slots (started
+    with `pool_input(name)` when given)."""
     pool_name = f"test-{uuid.uuid4().hex[:8]}"
     agent = FakeAgent(pool, script)
     # The agent polls its own queue; the pool's scheduler places runs there (8 slots).
@@ -213,7 +216,8 @@ async def start_agent(
         max_heartbeat_throttle_interval=timedelta(seconds=1),
     )
     worker_task = asyncio.create_task(worker.run())
-    await register(client, pool_name, agent_id, 8)
+    await register(client, pool_name, agent_id, slots,
+                   pool_input=pool_input(pool_name) if pool_input else None)
     agent.worker_task = worker_task  # type: ignore[attr-defined]
     return agent, pool_name
 

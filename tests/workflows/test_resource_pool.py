@@ -8,100 +8,26 @@ them); `GrantSink` workflows stand in for trials waiting for `slots_granted`.
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
-from typing import Any
 
 import asyncpg
 import pytest
-import pytest_asyncio
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
-    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from common.temporal_names import MASTER_TASK_QUEUE, resource_pool_workflow_id
+from common.temporal_names import MASTER_TASK_QUEUE
 from tests.replay.recording import save, tag
-from tests.waiting import eventually, within
-from tests.workflows.pool_helpers import GrantSink, fake_agent, register, start_sink
+from tests.waiting import eventually
+from tests.workflows.pool_helpers import Pool, fake_agent, register
 from wire.pools import (
     AgentEnabled,
     AgentLost,
-    Allocation,
     ExperimentResources,
     PoolInput,
-    SlotRelease,
-    SlotReply,
     SlotRequest,
 )
-
-
-class Pool:
-    """One test's pool, with helpers to ask for and give back slots."""
-
-    def __init__(self, client: Client, sink_queue: str) -> None:
-        self.client = client
-        self.name = f"test-{uuid.uuid4().hex[:8]}"
-        self.sink_queue = sink_queue
-        self.handle: WorkflowHandle[Any, Any] = client.get_workflow_handle(
-            resource_pool_workflow_id(self.name))
-        self.sinks: dict[str, WorkflowHandle[Any, Allocation]] = {}
-        self._n = 0
-
-    def agent(self, name: str) -> str:
-        """An agent id of this test only (other tests' pools still watch theirs)."""
-        return f"{self.name}-{name}"
-
-    async def request(self, experiment_id: int, slots: int = 1, priority: int = 42,
-                      max_slots: int | None = None, key: str | None = None) -> SlotReply:
-        self._n += 1
-        key = key or f"{experiment_id}.{self._n}.1"
-        if key not in self.sinks:
-            self.sinks[key] = await start_sink(self.client, self.sink_queue)
-        request = SlotRequest(allocation_id=key, workflow_id=self.sinks[key].id,
-                              experiment_id=experiment_id, trial_id=self._n, slots=slots,
-                              priority=priority, max_slots=max_slots)
-        reply: SlotReply = await self.handle.execute_update(
-            "request_slots", request, id=f"{key}-{uuid.uuid4().hex[:6]}", result_type=SlotReply)
-        return reply
-
-    async def release(self, key: str) -> bool:
-        held: bool = await self.handle.execute_update(
-            "release_slots", SlotRelease(key), result_type=bool)
-        return held
-
-    async def describe(self) -> dict[str, Any]:
-        answer: dict[str, Any] = await self.handle.query("describe")
-        return answer
-
-    async def granted(self, key: str, timeout: float = 30) -> Allocation:
-        granted: Allocation = await within(
-            self.sinks[key].result(), timeout, f"the pool to grant {key}", explain=self.describe)
-        return granted
-
-    async def is_waiting(self, key: str) -> bool:
-        return any(r["allocation_id"] == key for r in (await self.describe())["queue"])
-
-    async def agent_alive(self, agent_id: str, alive: bool) -> bool:
-        agents = {a["id"]: a for a in (await self.describe())["agents"]}
-        return agent_id in agents and agents[agent_id]["alive"] is alive
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def sinks(temporal_client: Client) -> AsyncIterator[str]:
-    queue = f"sinks-{uuid.uuid4().hex[:8]}"
-    async with Worker(temporal_client, task_queue=queue, workflows=[GrantSink],
-                      workflow_runner=UnsandboxedWorkflowRunner()):
-        yield queue
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def rp(temporal_client: Client, master_worker: Worker, sinks: str) -> AsyncIterator[Pool]:
-    """A fresh pool (terminated after the test with its other workflows: conftest.py)."""
-    yield Pool(temporal_client, sinks)
 
 
 async def test_lower_priority_number_runs_first(temporal_client: Client, rp: Pool) -> None:
