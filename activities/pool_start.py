@@ -9,6 +9,8 @@ written once.
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 from temporalio.client import Client, WithStartWorkflowOperation
@@ -20,13 +22,22 @@ from common.temporal_names import (
     RESOURCE_POOL_WORKFLOW,
     resource_pool_workflow_id,
 )
-from wire.pools import PoolInput
+from providers.config import MASTER_CONFIG_ENV, load_pool_policies
+from wire.pools import PoolInput, PoolPolicy
+
+
+@functools.cache
+def _policies(path: str) -> dict[str, PoolPolicy]:
+    return load_pool_policies(path)
 
 
 def _pool_input(name: str) -> PoolInput:
-    """The pool's input, with the agent timeout this master runs with (common/agent_timeout.py)."""
+    """The pool's input, with the agent timeout this master runs with (common/agent_timeout.py)
+    and its scheduler's policy from EPOCHAL_MASTER_CONFIG (None: the defaults, and an input as
+    before policies existed)."""
     return PoolInput(name=name,
-                     liveness_timeout_seconds=liveness_timeout_seconds(agent_timeout_seconds()))
+                     liveness_timeout_seconds=liveness_timeout_seconds(agent_timeout_seconds()),
+                     policy=_policies(os.environ.get(MASTER_CONFIG_ENV, "")).get(name))
 
 
 async def start_pool(client: Client, name: str) -> None:

@@ -1,7 +1,9 @@
-"""The provisioning part of the master's config file (EPOCHAL_MASTER_CONFIG), in the shape of
-Determined's master.yaml: `resource_pools: [{pool_name, provider: {type, min_instances,
-max_instances, max_idle_agent_period, max_agent_starting_period, ...}}]`. Other keys of a
-Determined master.yaml are read past; unknown provider keys are named in a warning.
+"""The provisioning and scheduling parts of the master's config file (EPOCHAL_MASTER_CONFIG), in
+the shape of Determined's master.yaml: `resource_pools: [{pool_name, provider: {type,
+min_instances, max_instances, max_idle_agent_period, max_agent_starting_period, ...},
+scheduler: {type: priority, preemption, backfill, preempt_tasks}}]` and
+`task_container_defaults: {preemption_timeout}`. Other keys of a Determined master.yaml are read
+past; unknown provider keys are named in a warning.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from wire.pools import PoolPolicy
 from wire.provisioning import Limits
 
 log = logging.getLogger(__name__)
@@ -123,17 +126,40 @@ ProviderConfig = Annotated[ProcessProvider | DockerProvider | AwsProvider,
                            Field(discriminator="type")]
 
 
+class SchedulerConfig(BaseModel):
+    """A pool's `scheduler`: Determined's priority scheduler (preemption off by default, as
+    Determined's DefaultSchedulerConfig), with Epochal's backfilling (on) and task preemption
+    (off: interactive tasks cannot checkpoint)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["priority"] = "priority"
+    preemption: bool = False
+    backfill: bool = True
+    preempt_tasks: bool = False
+
+
+class TaskContainerDefaults(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    # Seconds a preempted run has to checkpoint and exit before it is killed (Determined's
+    # default: an hour).
+    preemption_timeout: Duration = Field(3600.0, le=7 * 86400)
+
+
 class PoolConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     pool_name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9._-]+$")
     provider: ProviderConfig | None = None
+    scheduler: SchedulerConfig | None = None
 
 
 class MasterConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     resource_pools: list[PoolConfig] = Field(default_factory=list, max_length=256)
+    task_container_defaults: TaskContainerDefaults | None = None
 
 
 class MasterConfigError(ValueError):
@@ -154,21 +180,7 @@ def load_master_config(path: str | Path | None) -> dict[str, ProviderBase]:
     if not path:
         return {}
     file = Path(path)
-    try:
-        if file.stat().st_size > MAX_CONFIG_BYTES:
-            raise MasterConfigError(f"{file}: larger than {MAX_CONFIG_BYTES} bytes")
-        data: Any = yaml.safe_load(file.read_text()) or {}
-    except OSError as err:
-        raise MasterConfigError(f"{MASTER_CONFIG_ENV}: cannot read {file}: "
-                                f"{err.strerror or err}") from None
-    except yaml.YAMLError as err:
-        raise MasterConfigError(f"{file}: not valid YAML: {err}") from None
-    if not isinstance(data, dict):
-        raise MasterConfigError(f"{file}: expected a mapping with resource_pools")
-    try:
-        config = MasterConfig.model_validate(data)
-    except ValidationError as err:
-        raise _error(file, err) from None
+    config = _read(file)
     providers: dict[str, ProviderBase] = {}
     for pool in config.resource_pools:
         if pool.pool_name in providers:
@@ -186,3 +198,41 @@ def load_master_config(path: str | Path | None) -> dict[str, ProviderBase]:
                         pool.pool_name, key)
         providers[pool.pool_name] = pool.provider
     return providers
+
+
+def load_pool_policies(path: str | Path | None) -> dict[str, PoolPolicy]:
+    """How each pool of the config file at `path` that names a `scheduler` (or, with
+    `task_container_defaults.preemption_timeout`, every pool named) schedules; {} without a
+    file, and a pool not listed schedules by PoolPolicy's defaults."""
+    if not path:
+        return {}
+    config = _read(Path(path))
+    defaults = config.task_container_defaults
+    policies: dict[str, PoolPolicy] = {}
+    for pool in config.resource_pools:
+        if pool.scheduler is None and defaults is None:
+            continue
+        scheduler = pool.scheduler or SchedulerConfig()
+        policies[pool.pool_name] = PoolPolicy(
+            preemption=scheduler.preemption, backfill=scheduler.backfill,
+            preempt_tasks=scheduler.preempt_tasks,
+            preemption_timeout_seconds=defaults.preemption_timeout if defaults else 3600.0)
+    return policies
+
+
+def _read(file: Path) -> MasterConfig:
+    try:
+        if file.stat().st_size > MAX_CONFIG_BYTES:
+            raise MasterConfigError(f"{file}: larger than {MAX_CONFIG_BYTES} bytes")
+        data: Any = yaml.safe_load(file.read_text()) or {}
+    except OSError as err:
+        raise MasterConfigError(f"{MASTER_CONFIG_ENV}: cannot read {file}: "
+                                f"{err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise MasterConfigError(f"{file}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise MasterConfigError(f"{file}: expected a mapping with resource_pools")
+    try:
+        return MasterConfig.model_validate(data)
+    except ValidationError as err:
+        raise _error(file, err) from None

@@ -13,9 +13,9 @@ from common.expconf import RetentionCounts
 from common.states import TERMINAL_STATES
 from common.temporal_names import PoolMessages
 from services import checkpoint_files, pools
-from services.errors import not_found
+from services.errors import Invalid, not_found
 from services.settings import StorageSettings
-from wire.pools import ExperimentResources
+from wire.pools import ExperimentResources, MoveJob
 
 
 async def _changed_config(pool: asyncpg.Pool, experiment_id: int, section: str,
@@ -51,6 +51,36 @@ async def change_resources(pool: asyncpg.Pool, temporal: Client, experiment_id: 
                                  max_slots=max_slots, weight=weight)
     await pools.signal_scheduler(temporal, config["resources"]["resource_pool"],
                                  PoolMessages.SET_EXPERIMENT_RESOURCES, change)
+
+
+async def move_job(pool: asyncpg.Pool, temporal: Client, experiment_id: int, *,
+                   anchor_id: int, ahead: bool, field: str) -> None:
+    """`det job update --ahead-of|--behind-of`: the experiment's job goes just ahead of (or
+    behind) another waiting job of its pool, taking that job's priority (as Determined does);
+    `field` names the request's field in errors."""
+    rows = {r["id"]: r for r in await pool.fetch(
+        "SELECT id, state, config FROM experiments WHERE id = ANY($1::int[])",
+        [experiment_id, anchor_id])}
+    if experiment_id not in rows:
+        raise not_found("experiment", experiment_id)
+    if anchor_id not in rows:
+        raise Invalid(f"{field}: no job experiment-{anchor_id}")
+    if anchor_id == experiment_id:
+        raise Invalid(f"{field}: a job cannot move relative to itself")
+    moved, anchor = rows[experiment_id], rows[anchor_id]
+    for row in (moved, anchor):
+        if row["state"] in TERMINAL_STATES:
+            raise Invalid(f"{field}: job experiment-{row['id']} has ended ({row['state']})")
+    pool_name = moved["config"]["resources"]["resource_pool"]
+    anchor_pool = anchor["config"]["resources"]["resource_pool"]
+    if pool_name != anchor_pool:
+        raise Invalid(f"{field}: job experiment-{anchor_id} is in resource pool "
+                      f"{anchor_pool!r}, experiment-{experiment_id} in {pool_name!r}")
+    priority = anchor["config"]["resources"].get("priority")
+    if priority is not None and priority != moved["config"]["resources"].get("priority"):
+        await _changed_config(pool, experiment_id, "resources", {"priority": priority})
+    await pools.signal_scheduler(temporal, pool_name, PoolMessages.MOVE_JOB,
+                                 MoveJob(experiment_id, anchor_id, ahead))
 
 
 async def change_gc_policy(pool: asyncpg.Pool, settings: StorageSettings, experiment_id: int,

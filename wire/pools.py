@@ -104,7 +104,7 @@ class Preemption:
 
     allocation_id: str
     reason: str
-    grace_seconds: float = 300.0
+    grace_seconds: float = 3600.0
 
 
 @dataclass
@@ -222,9 +222,12 @@ class PoolState:
 class PoolPolicy:
     """How a pool schedules (Determined's `resource_pools[].scheduler` of type `priority`)."""
 
-    preemption: bool = True  # a request that cannot be placed takes lower-priority work's slots
+    # A request that cannot be placed takes strictly lower-priority work's slots (off, as
+    # Determined's priority scheduler by default).
+    preemption: bool = False
     backfill: bool = True  # requests behind one that does not fit use the slots it cannot
-    preemption_timeout_seconds: float = 300.0  # then a preempted run that has not stopped is killed
+    # Then a preempted run that has not stopped is killed (Determined's default: an hour).
+    preemption_timeout_seconds: float = 3600.0
     preempt_tasks: bool = False  # interactive tasks are preempted too
 
 

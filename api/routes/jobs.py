@@ -42,30 +42,31 @@ async def list_resource_pools(
         view = await pools.describe_pool(temporal, name) or {}
         agents = [a for a in view.get("agents", []) if a.get("alive")]
         used = sum(int(a.get("slots") or 0) for a in view.get("allocations", []))
+        preemption = bool((view.get("policy") or {}).get("preemption", False))
         found.append(_resource_pool_json(
             name, default=name == settings.resource_pools[0], agents=len(agents),
-            slots=sum(len(a["slotIds"]) for a in agents), used=used))
+            slots=sum(len(a["slotIds"]) for a in agents), used=used, preemption=preemption))
     page = found[offset:offset + limit] if limit else found[offset:]
     return {"resourcePools": page,
             "pagination": views.pagination(offset, limit or len(found), len(page), len(found))}
 
 
 def _resource_pool_json(
-    name: str, *, default: bool, agents: int, slots: int, used: int
+    name: str, *, default: bool, agents: int, slots: int, used: int, preemption: bool
 ) -> dict[str, Any]:
     """Determined's v1ResourcePool; the cloud provisioning fields answer empty."""
     return {
         "name": name, "description": "", "type": "RESOURCE_POOL_TYPE_STATIC",
         "numAgents": agents, "slotsAvailable": slots, "slotsUsed": used,
         "slotType": "TYPE_CPU", "auxContainerCapacity": 0, "auxContainersRunning": 0,
-        "defaultComputePool": default, "defaultAuxPool": default, "preemptible": True,
+        "defaultComputePool": default, "defaultAuxPool": default, "preemptible": preemption,
         "minAgents": 0, "maxAgents": 0, "slotsPerAgent": None, "auxContainerCapacityPerAgent": 0,
         "schedulerType": "SCHEDULER_TYPE_PRIORITY", "schedulerFittingPolicy": "FITTING_POLICY_BEST",
         "location": "on-prem", "imageId": "", "instanceType": "", "masterUrl": "",
         "masterCertName": "", "startupScript": "", "containerStartupScript": "",
         "agentDockerNetwork": "host", "agentDockerRuntime": "", "agentDockerImage": "",
         "agentFluentImage": "", "maxIdleAgentPeriod": 0, "maxAgentStartingPeriod": 0,
-        "details": {"priorityScheduler": {"preemption": True, "defaultPriority": 42}},
+        "details": {"priorityScheduler": {"preemption": preemption, "defaultPriority": 42}},
         "accelerator": "", "resourceManagerMetadata": {}, "clusterName": "",
     }
 
@@ -134,26 +135,36 @@ class UpdateJobQueueRequest(BaseModel):
 async def update_job_queue(
     body: UpdateJobQueueRequest, request: Request, pool: Pool, temporal: Temporal
 ) -> dict[str, Any]:
-    """Determined's UpdateJobQueue (`det job update`): priority and weight of an experiment's
-    job; moving a job to another pool or ahead of another is not supported."""
+    """Determined's UpdateJobQueue (`det job update`): an experiment's job's priority and
+    weight, or its place ahead of or behind another job; moving a job to another pool is not
+    served."""
     for update in body.updates:
         experiment_id = _experiment_of(update.jobId)
-        unsupported = [f for f in ("resourcePool", "aheadOf", "behindOf") if getattr(update, f)]
-        if unsupported:
-            raise ApiError(400, "cannot move jobs between pools or around each other",
-                           [f"{f}: not supported by Epochal" for f in unsupported])
+        if update.resourcePool:
+            raise ApiError(400, "cannot move jobs between pools",
+                           ["resourcePool: moving a job to another pool is not served by "
+                            "Epochal; set resources.resource_pool when submitting"])
+        if update.aheadOf and update.behindOf:
+            raise ApiError(400, "a job goes ahead of another or behind it, not both",
+                           ["aheadOf, behindOf: give one"])
         await require_owner(request, experiment_id, "change")
         await experiment_settings.change_resources(
             pool, temporal, experiment_id, priority=update.priority, max_slots=None,
             weight=update.weight)
+        for field, anchor, ahead in (("aheadOf", update.aheadOf, True),
+                                     ("behindOf", update.behindOf, False)):
+            if anchor:
+                await experiment_settings.move_job(
+                    pool, temporal, experiment_id, anchor_id=_experiment_of(anchor, field),
+                    ahead=ahead, field=field)
     return {}
 
 
-def _experiment_of(job_id: str) -> int:
+def _experiment_of(job_id: str, field: str = "jobId") -> int:
     prefix = "experiment-"
     number = job_id.removeprefix(prefix)
-    if not job_id.startswith(prefix) or not number.isdigit():
+    if not job_id.startswith(prefix) or not number.isdigit() or len(number) > 9:
         raise ApiError(400, "bad job id", [
-            f"jobId: experiment-<id>, got {job_id!r} (an interactive task's priority is set"
-            " with `det cmd|notebook|shell|tensorboard set priority`)"])
+            f"{field}: experiment-<id>, got {job_id[:80]!r} (an interactive task's priority is"
+            " set with `det cmd|notebook|shell|tensorboard set priority`)"])
     return int(number)

@@ -27,7 +27,8 @@ async def _queue_is(pool: Pool, experiments: list[int]) -> bool:
 async def test_a_higher_priority_request_preempts_the_newest_lowest_priority_run(
     temporal_client: Client, rp: Pool
 ) -> None:
-    policy = PoolInput(name=rp.name, policy=PoolPolicy(preemption_timeout_seconds=7))
+    policy = PoolInput(name=rp.name, policy=PoolPolicy(preemption=True,
+                                                       preemption_timeout_seconds=7))
     async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2, pool_input=policy):
         assert (await rp.request(1, priority=42)).status == "granted"  # 1.1.1
         assert (await rp.request(2, priority=50)).status == "granted"  # 2.2.1
@@ -50,7 +51,8 @@ async def test_a_higher_priority_request_preempts_the_newest_lowest_priority_run
 async def test_equal_priority_tasks_and_a_pool_without_preemption_are_not_preempted(
     temporal_client: Client, rp: Pool
 ) -> None:
-    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2):
+    preempts = PoolInput(name=rp.name, policy=PoolPolicy(preemption=True))
+    async with fake_agent(temporal_client, rp.name, rp.agent("a1"), 2, pool_input=preempts):
         assert (await rp.request(1)).status == "granted"
         assert (await rp.request(0, task=True)).status == "granted"  # a notebook, say
         assert (await rp.request(2)).status == "queued"  # equal priority: it waits
@@ -60,9 +62,8 @@ async def test_equal_priority_tasks_and_a_pool_without_preemption_are_not_preemp
         assert "experiment 3" in told.reason
         assert not await rp.was_preempted("0.2.1")
 
-    other = Pool(temporal_client, rp.sink_queue)
-    off = PoolInput(name=other.name, policy=PoolPolicy(preemption=False))
-    async with fake_agent(temporal_client, other.name, other.agent("a1"), 1, pool_input=off):
+    other = Pool(temporal_client, rp.sink_queue)  # preemption off: Determined's default
+    async with fake_agent(temporal_client, other.name, other.agent("a1"), 1):
         assert (await other.request(1, priority=42)).status == "granted"
         assert (await other.request(2, priority=1)).status == "queued"
         assert (await other.describe())["preempting"] == []
@@ -71,7 +72,8 @@ async def test_equal_priority_tasks_and_a_pool_without_preemption_are_not_preemp
         await other.granted("2.2.1")
 
     tasks = Pool(temporal_client, rp.sink_queue)
-    preempts_tasks = PoolInput(name=tasks.name, policy=PoolPolicy(preempt_tasks=True))
+    preempts_tasks = PoolInput(name=tasks.name, policy=PoolPolicy(preemption=True,
+                                                                  preempt_tasks=True))
     async with fake_agent(temporal_client, tasks.name, tasks.agent("a1"), 1,
                           pool_input=preempts_tasks):
         assert (await tasks.request(0, task=True)).status == "granted"

@@ -107,7 +107,7 @@ async def _run_preemption(client: Client, pool: asyncpg.Pool, script: Any,
     agent, pool_name = await start_agent(
         client, pool, _urgent_or(script), slots=1,
         pool_input=lambda name: PoolInput(name=name, policy=PoolPolicy(
-            preemption_timeout_seconds=grace)))
+            preemption=True, preemption_timeout_seconds=grace)))
     low_id, low = await start_experiment(client, pool, _config(pool_name, 42))
     await eventually(lambda: _is(pool, low_id, "RUNNING"), 30, "the low-priority trial to run")
     high_id, high = await start_experiment(client, pool, _config(pool_name, 1))
