@@ -15,10 +15,13 @@ which trials of revision 0 (started before LOCAL_CALLS_PATCH) send themselves, a
 `release_slots`, which the master's activity sent before it sent `release`. docs/ARCHITECTURE.md,
 "Changing workflow code", says when they go.
 
-Order: lower priority number first (Determined's convention, default 42); among experiments of
-equal priority the one holding the fewest slots goes first (fair share), oldest request first;
-an experiment never holds more than its `resources.max_slots`. A request that does not fit
-blocks everything behind it (no backfilling), so a large request is never starved by small ones.
+Order: lower priority number first (Determined's convention, default 42); within a priority,
+fair share (the workspace, then the user, then the experiment holding the fewest slots), then
+the job's place in the queue; an experiment never holds more than its `resources.max_slots`, a
+workspace more than its cap. From SHARED_CLUSTER_PATCH on, a request that does not fit reserves
+agents (preempting strictly lower-priority runs where the pool's policy preempts), and requests
+behind it backfill the other agents' free slots, so a large request is never starved by small
+ones; before it (and with `backfill: false`) it blocks everything behind it.
 
 A request goes to one agent when one has the slots (best fit), else to several whole idle agents
 of one size (Determined's rule: a trial on several agents uses all the slots of each, so
