@@ -1,4 +1,5 @@
-"""`epochal slot list` and `epochal job list`: who runs where, and what waits, in order."""
+"""`epochal slot list|enable|disable` and `epochal job list`: who runs where, and what waits, in
+order; a slot taken out of service (and why) or back."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import typer
 from cli import render
 from cli.client import Client, master_url
 
-slot_app = typer.Typer(help="List the slots of the cluster's agents.", no_args_is_help=True)
+slot_app = typer.Typer(help="List, disable and enable the slots of the cluster's agents.",
+                       no_args_is_help=True)
 job_app = typer.Typer(help="Show the scheduler's job queue.", no_args_is_help=True)
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
@@ -35,16 +37,60 @@ def list_slots(ctx: typer.Context, as_json: AsJson = False) -> None:
         render.say("No slots: no agents registered.")
         return
     t = render.table("Agent", "Slot", "Type", "Device", "Enabled", "Allocation", "In use by",
-                     shrink=["Allocation", "Device", "Agent", "In use by"])
+                     shrink=["Allocation", "Device", "Agent", "In use by", "Enabled"])
     for s in slots:
         device = s.get("device") or {}
         t.add_row(
             str(s["agentId"]), str(s.get("id")),
             str(s.get("type") or "TYPE_CPU").removeprefix("TYPE_"),
-            _dash(device.get("brand")), "yes" if s.get("enabled") else "no",
+            _dash(device.get("brand")), _enabled(s),
             _dash(s.get("allocationId")), _holder(s),
         )
     render.show(t)
+
+
+def _enabled(slot: dict[str, Any]) -> str:
+    """"yes", or "no" with why an admin disabled the slot (none: its agent is disabled)."""
+    if slot.get("enabled"):
+        return "yes"
+    reason = slot.get("disabledReason")
+    return f"no: {reason}" if reason else "no"
+
+
+AgentArg = Annotated[str, typer.Argument(metavar="AGENT", show_default=False)]
+SlotArg = Annotated[str, typer.Argument(metavar="SLOT", help="Slot id.", show_default=False)]
+
+
+def _slot_path(agent_id: str, slot_id: str, verb: str) -> str:
+    return f"/agents/{quote(agent_id, safe='')}/slots/{quote(slot_id, safe='')}/{verb}"
+
+
+@slot_app.command("disable", help="Take a slot out of service (admins): what runs on it "
+                  "finishes, nothing new starts there, also after its agent restarts.")
+def disable_slot(
+    ctx: typer.Context,
+    agent_id: AgentArg,
+    slot_id: SlotArg,
+    reason: Annotated[str | None, typer.Option("--reason", "-r",
+                                               help="Why, as `slot list` shows it.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.post(_slot_path(agent_id, slot_id, "disable"),
+                             {"reason": reason} if reason else {})
+    render.done(as_json, answer, f"Disabled slot {slot_id} of agent {agent_id}")
+
+
+@slot_app.command("enable", help="Put a disabled slot back in service (admins).")
+def enable_slot(
+    ctx: typer.Context,
+    agent_id: AgentArg,
+    slot_id: SlotArg,
+    as_json: AsJson = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        answer = client.post(_slot_path(agent_id, slot_id, "enable"))
+    render.done(as_json, answer, f"Enabled slot {slot_id} of agent {agent_id}")
 
 
 def _holder(slot: dict[str, Any]) -> str:

@@ -58,6 +58,53 @@ def create_workspace(ctx: typer.Context, name: NameArg, as_json: AsJson = False)
     render.done(as_json, answer, f"Created workspace {workspace['name']} (id {workspace['id']})")
 
 
+def _max_slots(text: str) -> int | None:
+    if text.strip().lower() == "none":
+        return None
+    if not text.strip().isdigit():
+        raise typer.BadParameter(f"a number of slots (0 or more) or none, got {text!r}")
+    return int(text)
+
+
+@workspace_app.command(
+    "set-max-slots",
+    help="The most slots the workspace's experiments and tasks hold at once (`none`: no cap; "
+         "admins only).")
+def set_max_slots(
+    ctx: typer.Context, name: WorkspaceArg,
+    max_slots: Annotated[str, typer.Argument(metavar="N|none", show_default=False)],
+    as_json: AsJson = False,
+) -> None:
+    cap = _max_slots(max_slots)
+    with Client(master_url(ctx)) as client:
+        workspace_id = workspace_by_name(client, name)["id"]
+        answer = client.request("PATCH", f"/workspaces/{workspace_id}", json={"maxSlots": cap})
+    render.done(as_json, answer, f"Workspace {name}: " + (
+        "no slot cap" if cap is None else f"at most {cap} slot{'s' if cap != 1 else ''} at once"))
+
+
+@workspace_app.command(
+    "set-default-pools",
+    help="Where the workspace's submissions that name no resource pool go (an empty name: "
+         "the cluster's default).")
+def set_default_pools(
+    ctx: typer.Context, name: WorkspaceArg,
+    compute: Annotated[str | None, typer.Option(
+        "--compute", help="Pool of experiments and tasks with slots.")] = None,
+    aux: Annotated[str | None, typer.Option(
+        "--aux", help="Pool of tasks with 0 slots.")] = None,
+    as_json: AsJson = False,
+) -> None:
+    with Client(master_url(ctx)) as client:
+        workspace_id = workspace_by_name(client, name)["id"]
+        answer = client.request("PATCH", f"/workspaces/{workspace_id}", json={
+            "defaultComputeResourcePool": compute, "defaultAuxResourcePool": aux})
+    shown = answer.get("workspace") or {}
+    render.done(as_json, answer, f"Workspace {name}: compute pool"
+                f" {shown.get('defaultComputePool') or 'default'}, aux pool"
+                f" {shown.get('defaultAuxPool') or 'default'}")
+
+
 # -- projects --------------------------------------------------------------------------------
 
 @project_app.command("list", help="List the projects of a workspace (of every one without it).")

@@ -1,6 +1,8 @@
 """The resource pools' schedulers (`ResourcePoolWorkflow`) as the API asks and tells them: what a
 pool holds and queues (its `describe` query), whether a request could ever fit (`check_request`),
-the job queue Determined's clients show, and the signals the API sends a pool."""
+the job queue Determined's clients show, and the signals the API sends a pool: among them a
+slot disabled or enabled (`det slot disable|enable`), which the database keeps
+(`disabled_slots`) and the pool is told again whenever the agent registers a new boot."""
 
 from __future__ import annotations
 
@@ -16,12 +18,13 @@ from temporalio.service import RPCError
 from activities.pool_start import signal_pool
 from common.states import TaskState
 from common.temporal_names import PoolMessages, resource_pool_workflow_id
-from services.errors import Unavailable
-from wire.pools import SlotRequest
+from services.errors import NotFound, Unavailable
+from wire.pools import SlotEnabled, SlotRequest
 from workflows.resource_pool import placement
 
-__all__ = ["describe_pool", "job_id", "job_queue", "never_fits", "pool_names", "pool_views",
-           "signal_pool", "signal_scheduler", "waits_for"]
+__all__ = ["describe_pool", "disabled_slots", "job_id", "job_queue", "never_fits", "pool_names",
+           "pool_views", "resend_disabled_slots", "set_slot_enabled", "signal_pool",
+           "signal_scheduler", "slot_ids", "waits_for"]
 
 
 async def describe_pool(temporal: Client, pool_name: str) -> dict[str, Any] | None:
@@ -63,6 +66,76 @@ async def signal_scheduler(temporal: Client, pool_name: str, signal: str, messag
         await signal_pool(temporal, pool_name, signal, message)
     except RPCError as err:
         raise Unavailable(f"cannot reach the scheduler: {err.message}") from err
+
+
+def slot_ids(slots: list[dict[str, Any]]) -> list[int]:
+    """The numbers a pool knows an agent's slots by, in the order it registered them: each
+    slot's id as a number ("0" -> 0), else its place in the list."""
+    ids = []
+    for i, s in enumerate(slots):
+        try:
+            ids.append(int(s.get("id", i)))
+        except (TypeError, ValueError):
+            ids.append(i)
+    return ids
+
+
+def _slot_number(slots: list[dict[str, Any]], slot_id: str) -> int | None:
+    for s, number in zip(slots, slot_ids(slots), strict=True):
+        if str(s.get("id")) == slot_id:
+            return number
+    return None
+
+
+async def disabled_slots(pool: asyncpg.Pool, agent_id: str | None = None
+                         ) -> dict[tuple[str, str], str]:
+    """The slots disabled (of every agent, or the one named), by (agent id, slot id): the
+    reason given."""
+    rows = await pool.fetch(
+        "SELECT agent_id, slot_id, reason FROM disabled_slots"
+        " WHERE $1::text IS NULL OR agent_id = $1", agent_id)
+    return {(r["agent_id"], r["slot_id"]): r["reason"] for r in rows}
+
+
+async def set_slot_enabled(pool: asyncpg.Pool, temporal: Client, agent_id: str, slot_id: str,
+                           enabled: bool, reason: str, by: str | None) -> None:
+    """Enable or disable one slot of an agent (`det slot enable|disable`): kept in the
+    database, as the agent's own enabled flag is, and told to its pool (signal
+    `set_slot_enabled`): a disabled slot finishes what runs on it and is given no new work."""
+    agent = await pool.fetchrow("SELECT resource_pool, slots FROM agents WHERE id = $1",
+                                agent_id)
+    if agent is None:
+        raise NotFound(f"agent {agent_id} not found", [f"agentId: no agent has id {agent_id!r}"])
+    number = _slot_number(agent["slots"], slot_id)
+    if number is None:
+        have = ", ".join(str(s.get("id")) for s in agent["slots"]) or "none"
+        raise NotFound(f"slot {slot_id} not found on agent {agent_id}", [
+            f"slotId: agent {agent_id!r} has no slot {slot_id!r} (its slots: {have})"])
+    if enabled:
+        await pool.execute("DELETE FROM disabled_slots WHERE agent_id = $1 AND slot_id = $2",
+                           agent_id, slot_id)
+    else:
+        await pool.execute(
+            "INSERT INTO disabled_slots (agent_id, slot_id, reason, disabled_by)"
+            " VALUES ($1, $2, $3, $4) ON CONFLICT (agent_id, slot_id) DO UPDATE SET"
+            " reason = EXCLUDED.reason, disabled_by = EXCLUDED.disabled_by, disabled_at = now()",
+            agent_id, slot_id, reason, by)
+    await signal_scheduler(temporal, agent["resource_pool"], PoolMessages.SET_SLOT_ENABLED,
+                           SlotEnabled(agent_id=agent_id, slot_id=number, enabled=enabled,
+                                       reason="" if enabled else reason))
+
+
+async def resend_disabled_slots(pool: asyncpg.Pool, temporal: Client, pool_name: str,
+                                agent_id: str, slots: list[dict[str, Any]]) -> None:
+    """Tell the pool, after an agent's new boot registered, which of its slots are disabled
+    (a slot the agent no longer has stays disabled in the database, unsent)."""
+    disabled = await disabled_slots(pool, agent_id)
+    for (_, slot_id), reason in sorted(disabled.items()):
+        number = _slot_number(slots, slot_id)
+        if number is not None:
+            await signal_scheduler(temporal, pool_name, PoolMessages.SET_SLOT_ENABLED,
+                                   SlotEnabled(agent_id=agent_id, slot_id=number,
+                                               enabled=False, reason=reason))
 
 
 async def pool_names(pool: asyncpg.Pool, configured: tuple[str, ...]) -> list[str]:
@@ -186,9 +259,7 @@ def waits_for(pool_name: str, view: dict[str, Any]) -> list[str]:
     for agents), and the first that does not fit, which holds up everything behind it."""
     agents = [a for a in view.get("agents", []) if a.get("alive") and a.get("enabled")]
     size = {a["id"]: len(a["slotIds"]) for a in agents}
-    free = {a["id"]: len(a["slotIds"]) - sum(len(x.get("slotIds") or [])
-                                             for x in a.get("allocations") or [])
-            for a in agents}
+    free = {a["id"]: len(_free_slots(a)) for a in agents}
     used: Counter[int] = Counter()
     for a in view.get("allocations", []):
         used[a["experiment_id"]] += a["slots"]
@@ -221,6 +292,14 @@ def waits_for(pool_name: str, view: dict[str, Any]) -> list[str]:
                            f"{spread}{aside}")
             blocker = _job_key(r)
     return reasons
+
+
+def _free_slots(agent: dict[str, Any]) -> set[int]:
+    """An agent's slots (its `describe` entry) that hold nothing and are not disabled (the
+    pool's `disabledSlots`: slot ids, or a mapping of them to reasons)."""
+    held = {int(i) for x in agent.get("allocations") or [] for i in x.get("slotIds") or []}
+    disabled = {int(i) for i in agent.get("disabledSlots") or ()}
+    return {int(i) for i in agent["slotIds"]} - held - disabled
 
 
 def _count(n: int, noun: str) -> str:

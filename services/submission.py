@@ -43,10 +43,11 @@ from common.temporal_names import (
     PoolMessages,
     experiment_workflow_id,
 )
-from services import pools
+from services import pool_bindings, pools
 from services.errors import Conflict, Invalid, Unavailable
 from services.settings import StorageSettings
 from services.templates import merge_under, template_config
+from services.workspaces import resolve_project
 from wire.pools import ExperimentResources, ReopenTrial
 from wire.workflow_io import ExperimentInput
 
@@ -146,16 +147,33 @@ def config_mapping(text: str) -> dict[str, Any]:
 
 
 async def check_submission(pool: asyncpg.Pool, temporal: Client, settings: StorageSettings,
-                           text: str, template: str | None) -> CheckedConfig:
-    """The config of a new experiment, with the named template merged under it, checked; its
-    pool must be able to hold one of its trials."""
+                           text: str, template: str | None, project_id: int | None
+                           ) -> tuple[CheckedConfig, int]:
+    """The config of a new experiment, with the named template merged under it, checked, and
+    the project it goes to (`resolve_project`). Its pool is the one it names, else its
+    workspace's default (`pool_bindings.resolve_pool`), and must be available to its workspace
+    and able to hold one of its trials."""
     if template:
         text = await _with_template(pool, text, template)
     checked = await checked_config(text, settings)
+    project_id = await resolve_project(pool, project_id, checked.data)
+    await place_in_pool(pool, checked, await pool_bindings.workspace_of_project(pool, project_id))
     too_big = await pools.never_fits(temporal, checked.data["resources"])
     if too_big is not None:
         raise Invalid("invalid experiment config", [f"resources.slots_per_trial: {too_big}"])
-    return checked
+    return checked, project_id
+
+
+async def place_in_pool(conn: asyncpg.Pool | asyncpg.Connection, checked: CheckedConfig,
+                        workspace_id: int) -> None:
+    """Set the config's pool: the one it names, else the workspace's default pool (the aux
+    pool for 0 slots per trial); refused when the pool is bound to other workspaces only."""
+    resources = checked.model.resources
+    named = resources.resource_pool if "resource_pool" in resources.model_fields_set else None
+    chosen = await pool_bindings.resolve_pool(conn, workspace_id, named,
+                                              resources.slots_per_trial)
+    resources.resource_pool = chosen
+    checked.data["resources"]["resource_pool"] = chosen
 
 
 async def _with_template(pool: asyncpg.Pool, text: str, template: str) -> str:
@@ -272,6 +290,10 @@ async def continue_experiment(
             f"searcher.name: is {row['config']['searcher']['name']!r},"
             f" got {searcher.get('name')!r}"])
     config = (await checked_config(yaml.safe_dump(merged, sort_keys=False), settings)).data
+    workspace_id = await pool.fetchval(
+        "SELECT p.workspace_id FROM experiments e JOIN projects p ON p.id = e.project_id"
+        " WHERE e.id = $1", experiment_id)
+    await pool_bindings.check_pool_usable(pool, workspace_id, config["resources"]["resource_pool"])
     (trial_id,) = row["trial_ids"]
     seed: int | None = await pool.fetchval(
         "SELECT seed FROM experiments WHERE id = $1", experiment_id)

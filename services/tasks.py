@@ -23,6 +23,7 @@ from common.expconf import ConfigError, TaskConfig, TaskResourcesConfig, validat
 from common.search_attributes import task_attributes
 from common.states import TaskState
 from common.temporal_names import MASTER_TASK_QUEUE, TASK_WORKFLOW, TaskMessages, task_workflow_id
+from services import pool_bindings
 from services.errors import Invalid, Unavailable
 from wire.workflow_io import RecordTaskStateInput, TaskInput
 
@@ -59,6 +60,18 @@ def normalized_task_config(data: Any, task_type: str, what: str,
     if outside:
         raise Invalid(f"invalid {what} config", outside)
     return config.model_dump(mode="json")
+
+
+async def place_task(conn: asyncpg.Pool | asyncpg.Connection, config: dict[str, Any],
+                     given: Any, workspace_id: int) -> None:
+    """Set the normalized task config's pool: the one the config as given (`given`, before
+    defaults) names, else the workspace's default pool (its aux pool for a task of 0 slots);
+    refused when the pool is bound to other workspaces only."""
+    resources = given.get("resources") if isinstance(given, dict) else None
+    named = resources.get("resource_pool") if isinstance(resources, dict) else None
+    config["resources"]["resource_pool"] = await pool_bindings.resolve_pool(
+        conn, workspace_id, named if isinstance(named, str) and named else None,
+        config["resources"]["slots"])
 
 
 def shell_keys() -> tuple[str, str]:

@@ -74,16 +74,31 @@ async def fetch_workspace_id(conn: Conn, name: str) -> int | None:
     return None if found is None else int(found)
 
 
-async def insert_workspace(conn: Conn, name: str, owner: str | None) -> int | None:
+async def insert_workspace(conn: Conn, name: str, owner: str | None,
+                           compute_pool: str | None = None,
+                           aux_pool: str | None = None) -> int | None:
     """The new workspace's id; None when the name is taken."""
     workspace_id = await conn.fetchval(
-        "INSERT INTO workspaces (name, owner) VALUES ($1, $2)"
-        " ON CONFLICT (name) DO NOTHING RETURNING id", name, owner)
+        "INSERT INTO workspaces (name, owner, default_compute_pool, default_aux_pool)"
+        " VALUES ($1, $2, $3, $4) ON CONFLICT (name) DO NOTHING RETURNING id",
+        name, owner, compute_pool, aux_pool)
     return None if workspace_id is None else int(workspace_id)
 
 
-async def rename_workspace(conn: Conn, workspace_id: int, name: str) -> None:
-    await conn.execute("UPDATE workspaces SET name = $2 WHERE id = $1", workspace_id, name)
+async def update_workspace(conn: Conn, workspace_id: int, *, name: str | None,
+                           compute_pool: str | None, aux_pool: str | None,
+                           max_slots: int | None, set_max_slots: bool) -> None:
+    """Set the fields given: None keeps a name or default pool ("" clears a pool); the slot
+    cap is set (None: no cap) only with `set_max_slots`."""
+    await conn.execute(
+        "UPDATE workspaces SET name = coalesce($2, name),"
+        " default_compute_pool = CASE WHEN $3::text IS NULL THEN default_compute_pool"
+        "   ELSE nullif($3, '') END,"
+        " default_aux_pool = CASE WHEN $4::text IS NULL THEN default_aux_pool"
+        "   ELSE nullif($4, '') END,"
+        " max_slots = CASE WHEN $6 THEN $5::int ELSE max_slots END"
+        " WHERE id = $1",
+        workspace_id, name, compute_pool, aux_pool, max_slots, set_max_slots)
 
 
 async def count_models_in_workspace(conn: Conn, workspace_id: int) -> int:

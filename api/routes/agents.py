@@ -16,11 +16,11 @@ from temporalio.client import Client
 
 from api.auth import CurrentPrincipal, require_admin
 from api.deps import AppSettings, Pool, Temporal
-from api.errors import not_found
+from api.errors import ApiError, not_found
 from api.queries import agents as queries
 from api.queries import tasks as task_queries
 from api.schemas import Empty, answers
-from api.schemas.agents import AgentAnswer, AgentList, AgentRegistered, SlotList
+from api.schemas.agents import AgentAnswer, AgentList, AgentRegistered, SlotChanged, SlotList
 from api.schemas.jobs import JobQueue
 from api.schemas.tasks import TaskList
 from api.views import rfc3339
@@ -70,16 +70,6 @@ class RegisterAgentRequest(BaseModel):
     addresses: list[IPvAnyAddress] = Field(default_factory=list, max_length=MAX_ADDRESSES)
 
 
-def _slot_ids(slots: list[dict[str, Any]]) -> list[int]:
-    ids = []
-    for i, s in enumerate(slots):
-        try:
-            ids.append(int(s.get("id", i)))
-        except (TypeError, ValueError):
-            ids.append(i)
-    return ids
-
-
 @router.put("/api/v1/agents/{agent_id}", **answers(AgentRegistered))
 async def register_agent(
     agent_id: str, body: RegisterAgentRequest, pool: Pool, temporal: Temporal
@@ -94,12 +84,15 @@ async def register_agent(
             PoolMessages.REGISTER_AGENT,
             AgentRegistration(
                 agent_id=agent_id,
-                slot_ids=_slot_ids(slots),
+                slot_ids=pools.slot_ids(slots),
                 boot_id=body.bootId,
                 enabled=True if row is None else bool(row["enabled"]),
                 address=body.address,
             ),
         )
+        # The slots an admin disabled stay so across the agent's restarts (a new boot
+        # registers as a fresh agent in the pool).
+        await pools.resend_disabled_slots(pool, temporal, body.resourcePool, agent_id, slots)
     await queries.upsert_agent(pool, agent_id, body.resourcePool, slots, body.version,
                                body.bootId, [p.model_dump() for p in body.runPorts],
                                [str(a) for a in body.addresses])
@@ -122,8 +115,9 @@ def _holder(allocation_id: str, experiment_id: int, trial_id: int,
             "taskName": row["description"]}
 
 
-def _agent_json(row: Any, scheduler: dict[str, Any] | None,
-                tasks: dict[str, Any]) -> dict[str, Any]:
+def _agent_json(row: Any, scheduler: dict[str, Any] | None, tasks: dict[str, Any],
+                disabled: dict[tuple[str, str], str]) -> dict[str, Any]:
+    """Determined's v1Agent; `disabled`: the disabled slots' reasons by (agent, slot)."""
     used: dict[str, dict[str, Any]] = {}
     for alloc in (scheduler or {}).get("allocations", []):
         for sid in alloc.get("slotIds", []):
@@ -137,11 +131,16 @@ def _agent_json(row: Any, scheduler: dict[str, Any] | None,
         container = _container(alloc, device) if alloc else None
         if container is not None:
             containers.setdefault(container["id"], container)
+        reason = disabled.get((row["id"], str(s["id"])))
+        enabled = row["enabled"] and reason is None
         slots[s["id"]] = {
             **s,
             "device": device,
-            "enabled": row["enabled"],
-            "draining": not row["enabled"] and container is not None,
+            "enabled": enabled,
+            "draining": not enabled and container is not None,
+            # Epochal's: why an admin disabled the slot (`det slot disable`); Determined's
+            # v1Slot has no field for it.
+            "disabledReason": reason,
             "container": container,
             "allocationId": alloc["allocationId"] if alloc else None,
             # A trial's; an interactive task's allocation names experiment and trial 0.
@@ -206,11 +205,12 @@ async def _agents(pool: Any, temporal: Client, agent_id: str | None = None) -> l
     rows = await queries.fetch_agents(pool, AGENT_ALIVE_SECONDS, agent_id)
     views = await pools.pool_views(temporal, {r["resource_pool"] for r in rows})
     tasks = {task_allocation_id(t["id"]): t for t in await task_queries.fetch_active_tasks(pool)}
+    disabled = await pools.disabled_slots(pool, agent_id)
     out = []
     for r in rows:
         agents = (views.get(r["resource_pool"]) or {}).get("agents", [])
         scheduler = next((a for a in agents if a["id"] == r["id"]), None)
-        out.append(_agent_json(r, scheduler, tasks))
+        out.append(_agent_json(r, scheduler, tasks, disabled))
     return out
 
 
@@ -311,6 +311,52 @@ async def disable_agent(
     require_admin(principal, "disable agents")
     await _set_enabled(agent_id, False, pool, temporal)
     return {}
+
+
+class DisableSlotRequest(BaseModel):
+    """Determined's v1DisableSlotRequest (`det slot disable` sends it empty), and Epochal's
+    `reason`, shown by `epochal slot list`. A disabled slot always drains: what runs on it
+    finishes, nothing new starts there."""
+
+    agentId: str | None = None
+    slotId: str | None = None
+    drain: bool | None = None
+    reason: str | None = Field(default=None, max_length=500)
+
+
+async def _slot_changed(agent_id: str, slot_id: str, enabled: bool, reason: str,
+                        principal: Any, pool: Any, temporal: Client) -> dict[str, Any]:
+    await pools.set_slot_enabled(pool, temporal, agent_id, slot_id, enabled, reason,
+                                 principal.username)
+    [agent] = await _agents(pool, temporal, agent_id)
+    slot = next(s for s in agent["slots"].values() if str(s["id"]) == slot_id)
+    return {"slot": slot}
+
+
+@router.post("/api/v1/agents/{agent_id}/slots/{slot_id}/enable", **answers(SlotChanged))
+async def enable_slot(
+    agent_id: str, slot_id: str, principal: CurrentPrincipal, pool: Pool, temporal: Temporal
+) -> dict[str, Any]:
+    """Determined's EnableSlot (`det slot enable AGENT SLOT`)."""
+    require_admin(principal, "enable slots")
+    return await _slot_changed(agent_id, slot_id, True, "", principal, pool, temporal)
+
+
+@router.post("/api/v1/agents/{agent_id}/slots/{slot_id}/disable", **answers(SlotChanged))
+async def disable_slot(
+    agent_id: str, slot_id: str, principal: CurrentPrincipal, pool: Pool, temporal: Temporal,
+    body: DisableSlotRequest | None = None,
+) -> dict[str, Any]:
+    """Determined's DisableSlot (`det slot disable AGENT SLOT`): the slot drains."""
+    require_admin(principal, "disable slots")
+    body = body or DisableSlotRequest()
+    for field, value, path in (("agentId", body.agentId, agent_id),
+                               ("slotId", body.slotId, slot_id)):
+        if value not in (None, "", path):
+            raise ApiError(400, f"{field} does not match the path",
+                           [f"{field}: is {value!r}, but the path names {path!r}"])
+    reason = (body.reason or "").strip() or f"disabled by {principal.username or 'an admin'}"
+    return await _slot_changed(agent_id, slot_id, False, reason, principal, pool, temporal)
 
 
 @router.get("/api/v1/job-queues", **answers(JobQueue))

@@ -78,10 +78,9 @@ async def create_experiment(
     owner = auth.require_user(auth.current(request), "create experiments").username
     if body.unmanaged:
         return await _create_unmanaged(body, pool, settings, owner or "", None)
-    checked = await submission.check_submission(pool, temporal, settings, body.config,
-                                                body.template)
+    checked, project_id = await submission.check_submission(
+        pool, temporal, settings, body.config, body.template, body.projectId)
     config = checked.data
-    project_id = await resolve_project(pool, body.projectId, config)
     # Determined fields kept but not acted on (common/expconf/); the CLIs print them.
     # `warnings` holds Determined's LaunchWarning values only (`det` refuses anything else).
     warnings = config_warnings(checked.model)

@@ -233,6 +233,7 @@ async def _launch(kind: Kind, body: LaunchRequest, request: Request, pool: Pool,
     config = await asyncio.to_thread(tasks.normalized_task_config, data, kind.task_type,
                                      kind.key, settings.allowed_storage_roots())
     workspace_id = await _workspace_id(pool, body.workspaceId)
+    await tasks.place_task(pool, config, data, workspace_id)
     if kind.task_type == "TENSORBOARD":
         await _check_sources(pool, body)
     resources = config["resources"]

@@ -1,8 +1,11 @@
 """Workspaces and projects: Determined's folders for experiments (`det workspace|project ...`).
 
 Workspace 1 and project 1 ("Uncategorized") always exist (migration 0007); experiments go there
-unless the create request or the config names another project. Epochal keeps no per-workspace
-settings (agent user, pools, storage): Determined's fields for them answer empty.
+unless the create request or the config names another project. Of Determined's per-workspace
+settings Epochal keeps the default pools (`defaultComputePool`, `defaultAuxPool`: where a
+submission that names no pool goes, services/pool_bindings.py) and adds its own slot cap
+(`maxSlots`, admins only, which the scheduler reads); the agent user and checkpoint storage
+answer empty.
 """
 
 from __future__ import annotations
@@ -15,8 +18,8 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, Field
 
 from api import auth, views
-from api.deps import Pool
-from api.errors import ApiError, not_found
+from api.deps import AppSettings, Pool
+from api.errors import INT32, ApiError, not_found
 from api.queries import workspaces as queries
 from api.schemas import Empty, answers
 from api.schemas.workspaces import (
@@ -27,7 +30,9 @@ from api.schemas.workspaces import (
     WorkspaceCreated,
     WorkspaceList,
     WorkspaceMembers,
+    WorkspacePools,
 )
+from services import pool_bindings
 
 router = APIRouter(prefix="/api/v1", tags=["workspaces"])
 
@@ -43,7 +48,9 @@ def workspace_json(row: asyncpg.Record) -> dict[str, Any]:
         "numProjects": row["num_projects"], "numExperiments": row["num_experiments"],
         "pinned": False, "state": "WORKSPACE_STATE_UNSPECIFIED", "errorMessage": "",
         "agentUserGroup": None, "checkpointStorageConfig": None,
-        "defaultComputePool": "", "defaultAuxPool": "",
+        "defaultComputePool": row["default_compute_pool"] or "",
+        "defaultAuxPool": row["default_aux_pool"] or "",
+        "maxSlots": row["max_slots"],  # Epochal's: the most slots its work holds at once
     }
 
 
@@ -115,17 +122,29 @@ async def get_workspace(workspace_id: int, pool: Pool) -> dict[str, Any]:
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id))}
 
 
+POOL_NAME_MAX = 255
+
+
 class WorkspaceCreate(BaseModel):
     name: str = Field(max_length=NAME_MAX * 4)
+    defaultComputePool: str | None = Field(None, max_length=POOL_NAME_MAX)
+    defaultAuxPool: str | None = Field(None, max_length=POOL_NAME_MAX)
 
 
 @router.post("/workspaces", **answers(WorkspaceCreated))
-async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool) -> dict[str, Any]:
-    """Determined's PostWorkspace; its per-workspace settings (agent user, pools, checkpoint
-    storage, namespaces) are not kept."""
+async def create_workspace(body: WorkspaceCreate, request: Request, pool: Pool,
+                           settings: AppSettings) -> dict[str, Any]:
+    """Determined's PostWorkspace, with its default pools (which must exist; as on Determined,
+    binding them to the new workspace is another call); its other settings (agent user,
+    checkpoint storage, namespaces) are not kept."""
     owner = auth.current(request).username
     name = _check_name("workspace", body.name)
-    workspace_id = await queries.insert_workspace(pool, name, owner)
+    for field, value in (("defaultComputePool", body.defaultComputePool),
+                         ("defaultAuxPool", body.defaultAuxPool)):
+        await pool_bindings.check_default_pool(pool, settings.resource_pools, None, value or "",
+                                               field)
+    workspace_id = await queries.insert_workspace(
+        pool, name, owner, body.defaultComputePool or None, body.defaultAuxPool or None)
     if workspace_id is None:
         raise ApiError(409, f"workspace {name!r} already exists")
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id)),
@@ -240,22 +259,62 @@ def _mutable(kind: str, row: asyncpg.Record) -> None:
 
 
 class WorkspacePatch(BaseModel):
+    """Determined's v1PatchWorkspace: `det workspace edit` sends the default pools as
+    `defaultComputeResourcePool`/`defaultAuxResourcePool` (null: unchanged, "": none), older
+    clients as `defaultComputePool`/`defaultAuxPool`; `maxSlots` is Epochal's (null: no cap)."""
+
     name: str | None = Field(None, max_length=NAME_MAX * 4)
+    defaultComputeResourcePool: str | None = Field(None, max_length=POOL_NAME_MAX)
+    defaultAuxResourcePool: str | None = Field(None, max_length=POOL_NAME_MAX)
+    defaultComputePool: str | None = Field(None, max_length=POOL_NAME_MAX)
+    defaultAuxPool: str | None = Field(None, max_length=POOL_NAME_MAX)
+    maxSlots: int | None = Field(None, ge=0, le=INT32.stop - 1)
 
 
 @router.patch("/workspaces/{workspace_id}", **answers(WorkspaceAnswer))
 async def patch_workspace(
-    workspace_id: int, body: WorkspacePatch, request: Request, pool: Pool
+    workspace_id: int, body: WorkspacePatch, request: Request, pool: Pool,
+    settings: AppSettings,
 ) -> dict[str, Any]:
-    """Rename a workspace (`det workspace edit`); its other Determined settings are not kept."""
-    _mutable("workspace", await fetch_workspace(pool, workspace_id))
-    if body.name is not None:
-        name = _check_name("workspace", body.name)
-        try:
-            await queries.rename_workspace(pool, workspace_id, name)
-        except asyncpg.UniqueViolationError as err:
-            raise ApiError(409, f"workspace {name!r} already exists") from err
+    """`det workspace edit`: its name and default pools (its owner or an admin; a default pool
+    must exist and be available to the workspace), and Epochal's slot cap (admins only)."""
+    principal = auth.current(request)
+    workspace = await fetch_workspace(pool, workspace_id)
+    compute = (body.defaultComputeResourcePool if body.defaultComputeResourcePool is not None
+               else body.defaultComputePool)
+    aux = body.defaultAuxResourcePool if body.defaultAuxResourcePool is not None else (
+        body.defaultAuxPool)
+    cap_given = "maxSlots" in body.model_fields_set
+    if body.name is not None or compute is not None or aux is not None:
+        _mutable("workspace", workspace)
+    if cap_given:
+        auth.require_admin(principal, "set a workspace's maxSlots")
+    for field, value in (("defaultComputeResourcePool", compute),
+                         ("defaultAuxResourcePool", aux)):
+        if value is not None:
+            await pool_bindings.check_default_pool(pool, settings.resource_pools, workspace_id,
+                                                   value, field)
+    name = _check_name("workspace", body.name) if body.name is not None else None
+    try:
+        await queries.update_workspace(pool, workspace_id, name=name, compute_pool=compute,
+                                       aux_pool=aux, max_slots=body.maxSlots,
+                                       set_max_slots=cap_given)
+    except asyncpg.UniqueViolationError as err:
+        raise ApiError(409, f"workspace {name!r} already exists") from err
     return {"workspace": workspace_json(await fetch_workspace(pool, workspace_id))}
+
+
+@router.get("/workspaces/{workspace_id}/available-resource-pools", **answers(WorkspacePools))
+async def list_workspace_pools(
+    workspace_id: int, pool: Pool, settings: AppSettings,
+    limit: int = Query(0, ge=0), offset: int = Query(0, ge=0),
+) -> dict[str, Any]:
+    """Determined's ListRPsBoundToWorkspace (`det workspace list-pools`): the pools bound to
+    the workspace and those bound to none."""
+    await fetch_workspace(pool, workspace_id)  # 404 if there is none
+    names = await pool_bindings.available_pools(pool, settings.resource_pools, workspace_id)
+    page, pagination = _page(names, offset, limit)
+    return {"resourcePools": page, "pagination": pagination}
 
 
 class ProjectPatch(BaseModel):

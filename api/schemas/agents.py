@@ -40,6 +40,7 @@ class AgentSlot(Answer):
     taskId: str | None  # what holds it: a trial (`<experiment>.<trial>`) or a task
     taskType: str | None  # TASK_TYPE_TRIAL, TASK_TYPE_NOTEBOOK, ...
     taskName: str | None  # as `det slot list` shows it: "Trial 5 (Experiment 3)", a description
+    disabledReason: str | None = None  # Epochal's: why an admin disabled it (`det slot disable`)
 
 
 class DeviceStats(Answer):
@@ -93,6 +94,12 @@ class SlotList(Answer):
     """Determined's v1GetSlotsResponse."""
 
     slots: list[AgentSlot]
+
+
+class SlotChanged(Answer):
+    """Determined's v1EnableSlotResponse and v1DisableSlotResponse."""
+
+    slot: AgentSlot
 
 
 class PeerRunPort(Answer):

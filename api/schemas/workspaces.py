@@ -25,6 +25,7 @@ class Workspace(Answer):
     checkpointStorageConfig: dict[str, Any] | None
     defaultComputePool: str
     defaultAuxPool: str
+    maxSlots: int | None = None  # Epochal's: the most slots the workspace's work holds at once
 
 
 class Project(Answer):
@@ -94,3 +95,10 @@ class WorkspaceMembers(Answer):
     assignments: list[dict[str, Any]]
     groups: list[dict[str, Any]]
     usersAssignedDirectly: list[dict[str, Any]]
+
+
+class WorkspacePools(Answer):
+    """Determined's v1ListRPsBoundToWorkspaceResponse: the pools a workspace may use."""
+
+    resourcePools: list[str]
+    pagination: Pagination

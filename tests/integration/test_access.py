@@ -182,7 +182,9 @@ async def _world(api: httpx.AsyncClient, live_master: LiveMaster, pool_name: str
         "checkpoint_uuid": checkpoint, "task_id": task_id, "workspace_id": str(workspace["id"]),
         "project_id": str(project["id"]), "name": template, "model_name": model, "version": "1",
         "alias": "production", "user_id": str(a_id), "username": a_name,
-        "agent_id": f"phantom-{uuid.uuid4().hex[:6]}",
+        "agent_id": f"phantom-{uuid.uuid4().hex[:6]}", "slot_id": "0",
+        # `default` is never bound: an admin's empty PUT/DELETE of its bindings changes nothing.
+        "pool_name": "default",
         "action": "decode", "token_id": str(token.json()["tokenId"]),
         "external_experiment_id": f"access-{uuid.uuid4().hex[:8]}",
     }
