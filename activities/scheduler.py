@@ -50,12 +50,12 @@ OWNER_TTL_SECONDS = 30.0  # then read again: an experiment may move to another w
 
 # Who a request is for, and the cap of their workspace (workspaces.max_slots).
 _TRIAL_OWNER = """
-SELECT u.id AS owner_id, p.workspace_id, NULL::int AS max_slots
+SELECT u.id AS owner_id, p.workspace_id, w.max_slots
 FROM experiments e JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
 LEFT JOIN users u ON u.username = e.owner
 WHERE e.id = $1"""
 _TASK_OWNER = """
-SELECT t.owner_id, t.workspace_id, NULL::int AS max_slots
+SELECT t.owner_id, t.workspace_id, w.max_slots
 FROM tasks t JOIN workspaces w ON w.id = t.workspace_id
 WHERE t.id = $1"""
 

@@ -326,6 +326,15 @@ async def test_a_disabled_slot_is_stored_shown_and_told_to_its_pool_again_at_eac
     assert again.status_code == 200
     await eventually(lambda: _count(told, 4), timeout=30, what="the re-sent signal")
     assert [(s.slot_id, s.enabled) for s in (await told())[2:]] == [(2, True), (1, False)]
+
+    async def pool_disabled() -> dict[str, str] | None:
+        handle = live_master.temporal.get_workflow_handle(resource_pool_workflow_id(pool_name))
+        agents = {a["id"]: a for a in (await handle.query(PoolMessages.DESCRIBE))["agents"]}
+        found: dict[str, str] | None = agents.get(agent_id, {}).get("disabledSlots")
+        return found if found == {"1": "fan failing"} else None
+
+    # The scheduler holds it too: it places no new work on slot 1.
+    await eventually(pool_disabled, timeout=30, what="the pool's disabledSlots")
     slots = {s["id"]: s for s in (await api.get(path)).json()["slots"]}
     assert [slots[i]["enabled"] for i in ("0", "1", "2")] == [True, False, True]
 

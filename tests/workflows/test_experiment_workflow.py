@@ -81,14 +81,15 @@ def make_config(pool_name: str, **searcher: Any) -> dict[str, Any]:
 async def start_experiment(
     client: Client, pool: asyncpg.Pool, config: dict[str, Any],
     task_queue: str = MASTER_TASK_QUEUE, *, owner: str | None = None,
-    max_history_events: int = 0,
+    max_history_events: int = 0, project_id: int = 1,
 ) -> tuple[int, WorkflowHandle[Any, str]]:
     """With `owner`, started as the API starts it: with Epochal's search attributes and memo."""
     experiment_id = await pool.fetchval(
-        "INSERT INTO experiments (name, config, original_config, seed)"
-        " VALUES ($1, $2, '', 7) RETURNING id",
+        "INSERT INTO experiments (name, config, original_config, seed, project_id)"
+        " VALUES ($1, $2, '', 7, $3) RETURNING id",
         config["name"],
         config,
+        project_id,
     )
     handle = await client.start_workflow(
         "ExperimentWorkflow",

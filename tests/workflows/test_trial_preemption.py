@@ -158,3 +158,39 @@ async def test_a_run_that_ignores_its_preemption_is_killed_after_the_pools_grace
     logs = await _logs(pool, low_id)
     assert "did not stop within 2 s of its preemption: killed" in logs
     assert [r.run_id for r in agent.runs if r.experiment_id == low_id] == [1, 2]
+
+
+async def test_a_workspace_cap_read_from_the_database_holds_its_trials_back(
+    temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
+) -> None:
+    """The master's `request_slots` activity tells the pool whose request it is: a workspace
+    capped at 1 slot runs one of its trials at a time while another workspace's run beside."""
+    name = f"capped-{uuid.uuid4().hex[:8]}"
+    workspace = await pool.fetchval(
+        "INSERT INTO workspaces (name, max_slots) VALUES ($1, 1) RETURNING id", name)
+    project = await pool.fetchval(
+        "INSERT INTO projects (workspace_id, name, key) VALUES ($1, 'p', $2) RETURNING id",
+        workspace, name[-8:].upper())
+    agent, pool_name = await start_agent(temporal_client, pool, _urgent_or(ignore_preemption),
+                                         slots=3)
+    try:
+        capped = []
+        for _ in range(2):
+            capped.append(await start_experiment(temporal_client, pool, _config(pool_name, 42),
+                                                 project_id=project))
+        free_id, free = await start_experiment(temporal_client, pool, _config(pool_name, 42))
+        await eventually(lambda: _is(pool, free_id, "RUNNING"), 30, "the uncapped trial to run")
+
+        async def one_capped_runs() -> bool:
+            states = [await _state(pool, e) for e, _ in capped]
+            return sorted(map(str, states)) == ["QUEUED", "RUNNING"]
+
+        await eventually(one_capped_runs, 30, "one capped trial running, one queued")
+        queue = (await temporal_client.get_workflow_handle(
+            f"resource-pool-{pool_name}").query("describe"))["queue"]
+        assert [(r["workspace_id"], r["workspace_max_slots"]) for r in queue] == [(workspace, 1)]
+        assert queue[0]["user_id"] is not None  # the experiment's owner, by id
+    finally:
+        for _, handle in [*capped, (free_id, free)]:
+            await handle.signal("kill")
+        await stop_agent(agent)
