@@ -1,5 +1,5 @@
-"""`epochal slot list|enable|disable` and `epochal job list`: who runs where, and what waits, in
-order; a slot taken out of service (and why) or back."""
+"""`epochal slot list|enable|disable` and `epochal job list|update`: who runs where, and what
+waits, in order; a slot taken out of service (and why) or back; a waiting job moved."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from cli.client import Client, master_url
 
 slot_app = typer.Typer(help="List, disable and enable the slots of the cluster's agents.",
                        no_args_is_help=True)
-job_app = typer.Typer(help="Show the scheduler's job queue.", no_args_is_help=True)
+job_app = typer.Typer(help="Show and reorder the scheduler's job queue.", no_args_is_help=True)
 
 AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")]
 
@@ -142,3 +142,37 @@ def list_jobs(
             _dash(j.get("waiting")),
         )
     render.show(t)
+
+
+JobArg = Annotated[str, typer.Argument(metavar="JOB", help="A job id: experiment-<id>.",
+                                       show_default=False)]
+
+
+@job_app.command("update", help="Move a waiting experiment's job ahead of or behind another "
+                 "waiting job of its pool (it takes that job's priority), or change its "
+                 "priority or weight.")
+def update_job(
+    ctx: typer.Context,
+    job_id: JobArg,
+    ahead_of: Annotated[str | None, typer.Option("--ahead-of", metavar="JOB",
+                                                 help="Serve it just before this job.")] = None,
+    behind_of: Annotated[str | None, typer.Option("--behind-of", metavar="JOB",
+                                                  help="Serve it just after this job.")] = None,
+    priority: Annotated[int | None, typer.Option("--priority", min=1, max=99)] = None,
+    weight: Annotated[float | None, typer.Option("--weight", min=0.0)] = None,
+    as_json: AsJson = False,
+) -> None:
+    if ahead_of and behind_of:
+        raise typer.BadParameter("give --ahead-of or --behind-of, not both",
+                                 param_hint="--behind-of")
+    if not any((ahead_of, behind_of, priority is not None, weight is not None)):
+        raise typer.BadParameter("nothing to change: give --ahead-of, --behind-of, --priority "
+                                 "or --weight", param_hint="JOB")
+    update = {key: value for key, value in (
+        ("jobId", job_id), ("aheadOf", ahead_of), ("behindOf", behind_of),
+        ("priority", priority), ("weight", weight)) if value is not None}
+    with Client(master_url(ctx)) as client:
+        answer = client.post("/job-queues", {"updates": [update]})
+    where = (f" ahead of {ahead_of}" if ahead_of else f" behind {behind_of}" if behind_of
+             else "")
+    render.done(as_json, answer, f"Updated {job_id}{where}")

@@ -1,5 +1,6 @@
-"""`epochal slot disable|enable` and the reason `slot list` shows, `epochal workspace
-set-max-slots` and `set-default-pools`: what each sends the master (a fake one) and prints."""
+"""`epochal slot disable|enable` and the reason `slot list` shows, `epochal job update`,
+`epochal workspace set-max-slots` and `set-default-pools`: what each sends the master (a fake
+one) and prints."""
 
 from __future__ import annotations
 
@@ -68,3 +69,19 @@ def test_workspace_set_max_slots_and_default_pools(fake: FakeMaster) -> None:
         "Workspace vision: compute pool gpu, aux pool default\n")
     assert fake.body("PATCH", "/workspaces/5") == {"defaultComputeResourcePool": "gpu",
                                                    "defaultAuxResourcePool": None}
+
+
+def test_job_update_moves_a_job_ahead_of_or_behind_another(fake: FakeMaster) -> None:
+    fake.on("POST", "/job-queues", {})
+    assert run("job", "update", "experiment-4", "--ahead-of", "experiment-2") == (
+        "Updated experiment-4 ahead of experiment-2\n")
+    assert fake.body("POST", "/job-queues") == {
+        "updates": [{"jobId": "experiment-4", "aheadOf": "experiment-2"}]}
+    assert run("job", "update", "experiment-4", "--behind-of", "experiment-3",
+               "--priority", "10") == "Updated experiment-4 behind experiment-3\n"
+    assert fake.body("POST", "/job-queues") == {"updates": [
+        {"jobId": "experiment-4", "behindOf": "experiment-3", "priority": 10}]}
+    both = run("job", "update", "experiment-4", "--ahead-of", "experiment-2", "--behind-of",
+               "experiment-3", code=2)
+    assert "not both" in both
+    assert "nothing to change" in run("job", "update", "experiment-4", code=2)
