@@ -35,6 +35,7 @@ from api.routes import (
     models,
     ntsc,
     proxy,
+    resources,
     streams,
     tasks,
     templates,
@@ -49,7 +50,7 @@ from api.settings import Settings
 # The routers behind `authorize`, each route with its rule in api/access.py.
 API_MODULES = (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
                determined, streams, workspaces, templates, jobs, models, importance, ntsc,
-               temporal_codec, gc_preview, unmanaged)
+               temporal_codec, gc_preview, unmanaged, resources)
 
 
 @contextlib.asynccontextmanager
