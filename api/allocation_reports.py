@@ -26,8 +26,9 @@ MAX_WINDOW_DAYS = 366
 MAX_DAILY_PERIODS = 366
 MAX_MONTHLY_PERIODS = 120
 MAX_RAW_ALLOCATIONS = 100_000
-# Determined's years: a timestamp past these is a typo, not a report anyone wants.
-YEARS = range(1970, 10000)
+# A timestamp or date outside these years is a typo, not a report anyone wants (and the period
+# after the last must exist).
+YEARS = range(1970, 9999)
 
 
 class Period(enum.StrEnum):
@@ -121,9 +122,12 @@ def _parse_date(param: Named, period: Period) -> date:
         raise _invalid(param.name, f"a date as {form} for {period.name.lower()} periods,"
                        f" got {text[:64]!r}")
     try:
-        return date.fromisoformat(text if daily else f"{text}-01")
+        day = date.fromisoformat(text if daily else f"{text}-01")
     except ValueError:
         raise _invalid(param.name, f"not a date: {text!r}") from None
+    if day.year not in YEARS:
+        raise _invalid(param.name, f"a year from {YEARS.start} to {YEARS.stop - 1}, got {text!r}")
+    return day
 
 
 def _add_months(day: date, months: int) -> date:

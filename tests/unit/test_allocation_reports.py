@@ -90,6 +90,9 @@ def test_aggregated_windows_count_days_or_months_within_bounds() -> None:
     assert refused(window, "2024-02-30", "2024-03-01").startswith("start_date: not a date")
     assert refused(window, "2024-03", "2024-03-01").startswith("start_date: a date as YYYY-MM-DD")
     assert refused(window, "2024-03-01", "2024-03-01", MONTHLY).startswith("start_date: ")
+    assert refused(window, "9999-12-31", "9999-12-31").startswith("start_date: a year from")
+    assert refused(window, "1969-12", "1970-01", MONTHLY).startswith("start_date: a year from")
+    assert len(window("9998-12", "9998-12", MONTHLY).starts()) == 1
     assert refused(window, "2024-03-02", "2024-03-01").startswith(
         "end_date: must not be before start_date")
 
