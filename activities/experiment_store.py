@@ -14,6 +14,7 @@ from typing import Any
 import asyncpg
 from temporalio import activity
 
+from activities.allocation_history import record_trial_allocation
 from activities.checkpoint_gc import (
     completed_checkpoints,
     delete_marked_files,
@@ -23,7 +24,7 @@ from activities.checkpoint_gc import (
     policy_of,
 )
 from common.checkpoint_storage import CheckpointFiles, StorageError
-from common.states import CheckpointState
+from common.states import CheckpointState, TrialState
 from common.temporal_names import (
     CHECK_SEARCHER_METRIC,
     CREATE_TRIAL,
@@ -165,8 +166,18 @@ class ExperimentStore:
     @activity.defn(name=RECORD_TRIAL_STATE)
     async def record_trial_state(self, inp: RecordTrialStateInput) -> None:
         """The trial's state; at its end, the session its runs' code had (DET_USER_TOKEN) is
-        revoked with it."""
-        await self._pool.execute(
+        revoked with it. With it, the allocation history: RUNNING with a run id starts that
+        run's allocation, any other state ends the trial's open one
+        (activities/allocation_history.py)."""
+        async with self._pool.acquire() as conn, conn.transaction():
+            await self._record_trial_state(conn, inp)
+            running = inp.state == TrialState.RUNNING and inp.run_id is not None
+            await record_trial_allocation(conn, inp.trial_id,
+                                          inp.run_id if running else None, inp.agent_id)
+
+    @staticmethod
+    async def _record_trial_state(conn: asyncpg.Connection, inp: RecordTrialStateInput) -> None:
+        await conn.execute(
             "WITH ended AS (DELETE FROM user_sessions WHERE $5 AND token_hash ="
             " (SELECT session_hash FROM trials WHERE id = $1))"
             " UPDATE trials SET state = $2,"

@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 from temporalio import activity
 
+from activities.allocation_history import end_task_allocation, start_task_allocation
 from common.states import TaskState
 from common.temporal_names import RECORD_TASK_STATE, TASK_IDLE_SECONDS
 from wire.workflow_io import RecordTaskStateInput
@@ -25,7 +26,8 @@ class TaskStore:
     @activity.defn(name=RECORD_TASK_STATE)
     async def record_task_state(self, inp: RecordTaskStateInput) -> None:
         """A terminated task stays so (a late STARTING does not revive it); at the end its
-        service is no longer reachable and the session its code held is revoked."""
+        service is no longer reachable and the session its code held is revoked. STARTING
+        starts its allocation's record, TERMINATED ends it (activities/allocation_history.py)."""
         async with self._pool.acquire() as conn, conn.transaction():
             if inp.state != TaskState.TERMINATED:
                 await conn.execute(
@@ -35,6 +37,8 @@ class TaskStore:
                     " WHERE id = $1 AND state <> $5 AND NOT ($2 = $4 AND state = $6)",
                     inp.task_id, inp.state, inp.agent_id, TaskState.STARTING,
                     TaskState.TERMINATED, TaskState.RUNNING)
+                if inp.state == TaskState.STARTING:  # the slots are granted
+                    await start_task_allocation(conn, inp.task_id, inp.agent_id)
                 return
             session: bytes | None = await conn.fetchval(
                 "SELECT session_hash FROM tasks WHERE id = $1 FOR UPDATE", inp.task_id)
@@ -46,6 +50,7 @@ class TaskStore:
                 inp.task_id, inp.exit_status, inp.agent_id)
             if session is not None:
                 await conn.execute("DELETE FROM user_sessions WHERE token_hash = $1", session)
+            await end_task_allocation(conn, inp.task_id)
 
     @activity.defn(name=TASK_IDLE_SECONDS)
     async def task_idle_seconds(self, task_id: str) -> float:

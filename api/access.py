@@ -24,7 +24,9 @@ from api.queries import owners, users
 
 PREFIX = "/api/v1"
 # The routes outside PREFIX (Determined serves `preview_gc` there).
-UNVERSIONED = ("/health", "/info", "/experiments/{experiment_id}/preview_gc", "/task-logs")
+UNVERSIONED = ("/health", "/info", "/experiments/{experiment_id}/preview_gc", "/task-logs",
+               "/resources/allocation/raw", "/resources/allocation/aggregated",
+               "/resources/allocation/allocations-csv")
 
 
 class Rule(enum.Enum):
@@ -143,7 +145,13 @@ RULES: dict[tuple[str, str], Rule] = {
               "PUT /resource-pools/{pool_name}/workspace-bindings",
               "POST /temporal-codec/decode",
               "POST /temporal-codec/encode", "GET /master/config", "GET /master/logs",
-              "PUT /master/cluster_message", "DELETE /master/cluster_message"),
+              "PUT /master/cluster_message", "DELETE /master/cluster_message",
+              # Who used what (Determined's CanGetUsageDetails): the allocation history, as
+              # CSV here and as JSON under PREFIX (below).
+              "GET /resources/allocation/raw", "GET /resources/allocation/aggregated",
+              "GET /resources/allocation/allocations-csv"),
+    **{("GET", PREFIX + path): Rule.ADMIN
+       for path in ("/resources/allocation/raw", "/resources/allocation/aggregated")},
     **_routes(Rule.AGENT, "PUT /agents/{agent_id}"),
     **_routes(Rule.RUNS, "GET /tasks/{task_id}/launch", "GET /tasks/{task_id}/context",
               "POST /tasks/{task_id}/ready"),

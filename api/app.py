@@ -36,6 +36,7 @@ from api.routes import (
     ntsc,
     proxy,
     resource_pools,
+    resources,
     streams,
     tasks,
     templates,
@@ -50,7 +51,7 @@ from api.settings import Settings
 # The routers behind `authorize`, each route with its rule in api/access.py.
 API_MODULES = (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
                determined, streams, workspaces, templates, jobs, models, importance, ntsc,
-               temporal_codec, gc_preview, unmanaged, resource_pools)
+               temporal_codec, gc_preview, unmanaged, resource_pools, resources)
 
 
 @contextlib.asynccontextmanager

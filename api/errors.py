@@ -74,8 +74,6 @@ UNSERVED_FEATURES = {
     "groups": "user groups are not served by Epochal (RBAC)",
     "oauth": "OAuth clients are not served by Epochal",
     "config-policies": "config policies are not served by Epochal",
-    "resources": "historical resource allocation reports are not served by Epochal",
-    "allocation": "allocation reports are not served by Epochal",
     "namespace-bindings": "Kubernetes namespace bindings are not served by Epochal",
     "runs": "runs (the flat-runs view) are not served by Epochal",
     "searches": "searches (the flat-runs view) are not served by Epochal",
@@ -86,7 +84,8 @@ UNSERVED_FEATURES = {
 }
 
 
-# Determined's REST API, and its few routes outside /api/v1 (`det resources raw|aggregated`;
+# Determined's REST API, and its few routes outside /api/v1 (`det resources raw|aggregated|
+# allocations` ask /resources/allocation/..., served by api/routes/resources.py;
 # `det experiment set gc-policy` asks `experiments/{id}/preview_gc`).
 DETERMINED_PREFIXES = ("/api/v1/", "/resources/")
 

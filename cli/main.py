@@ -1,6 +1,7 @@
-"""The `epochal` command's client half: experiments, trials, checkpoints, agents, users, models
-and tasks, through a master's REST API. The installed `epochal` adds the commands that run a
-cluster (`cluster`, `master run`: deploy/console.py), which only deploy may compose.
+"""The `epochal` command's client half: experiments, trials, checkpoints, agents, users, models,
+tasks and the cluster's usage, through a master's REST API. The installed `epochal` adds the
+commands that run a cluster (`cluster`, `master run`: deploy/console.py), which only deploy may
+compose.
 
 Every expected failure is a `cli.client.CliError`, turned into `error: ...` on stderr and its exit
 code by `_Root.invoke`, the one error handler. Heavy modules (temporalio, deploy, the config
@@ -23,6 +24,7 @@ from cli import (
     model,
     ntsc,
     render,
+    resources,
     scheduling,
     trial,
     user,
@@ -91,6 +93,7 @@ app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(agent.app, name="agent")
 app.add_typer(scheduling.slot_app, name="slot")
 app.add_typer(scheduling.job_app, name="job")
+app.add_typer(resources.app, name="resources")
 app.add_typer(image.app, name="image")
 app.add_typer(user.app, name="user")
 app.add_typer(workspace.workspace_app, name="workspace")

@@ -1,6 +1,8 @@
 // The cluster: agents and their slots (GET /api/v1/agents) and the job queue in the scheduler's
 // order (GET /api/v1/job-queues: experiments and interactive tasks, each task linked to its row
-// on the Tasks page, and what a waiting job waits for), refreshed every two seconds.
+// on the Tasks page, and what a waiting job waits for), refreshed every two seconds. For admins
+// (who alone may read the allocation history), slot-hours per user and per workspace for each of
+// the last 7 UTC days (GET /api/v1/resources/allocation/aggregated), refreshed every minute.
 
 import { api, every, startPage } from "/static/api.js";
 import { el, fmtTime, message, replace, shortState, table } from "/static/dom.js";
@@ -10,6 +12,8 @@ const status = el("div", { class: "status" });
 const agentBox = el("section", { id: "agents", class: "panel" });
 const slotBox = el("section", { id: "slots", class: "panel" });
 const queueBox = el("section", { id: "queue", class: "panel" });
+const usageBox = el("section", { id: "usage", class: "panel" });
+const USAGE_DAYS = 7;
 
 function yesNo(value, yes, no) {
   return el("span", { class: value ? "ok" : "bad" }, value ? yes : no);
@@ -81,6 +85,53 @@ function renderQueue(jobs) {
     : message("Nothing is queued or running."));
 }
 
+function utcDay(offsetDays) {
+  return new Date(Date.now() + offsetDays * 86400000).toISOString().slice(0, 10);
+}
+
+function slotHours(seconds) {
+  return seconds ? (seconds / 3600).toFixed(2) : "0";
+}
+
+// One row per key (a user, a workspace) of `field`, a column per day and the week's total, the
+// biggest users first.
+function usageTable(entries, field, label) {
+  const totals = {};
+  for (const entry of entries) {
+    for (const [key, seconds] of Object.entries(entry[field] || {})) {
+      totals[key] = (totals[key] || 0) + seconds;
+    }
+  }
+  const keys = Object.keys(totals).sort((a, b) => totals[b] - totals[a] || a.localeCompare(b));
+  const columns = [
+    { label, cell: (key) => key || "(none)" },
+    ...entries.map((entry) => ({ label: entry.periodStart.slice(5), class: "num",
+      cell: (key) => slotHours((entry[field] || {})[key]) })),
+    { label: "Total", class: "num total", cell: (key) => slotHours(totals[key]) },
+  ];
+  return keys.length
+    ? table(columns, keys, (key) => ({ class: "usage-row", "data-key": key }))
+    : message("No slots were used.");
+}
+
+function renderUsage({ resourceEntries }) {
+  const total = resourceEntries.reduce((sum, entry) => sum + entry.seconds, 0);
+  replace(usageBox,
+    el("h2", {}, `Usage, last ${USAGE_DAYS} days (slot-hours, UTC days): ${slotHours(total)}`),
+    el("h3", {}, "By user"), el("div", { id: "usage-users" },
+      usageTable(resourceEntries, "byUsername", "User")),
+    el("h3", {}, "By workspace"), el("div", { id: "usage-workspaces" },
+      usageTable(resourceEntries, "byWorkspace", "Workspace")));
+}
+
+async function refreshUsage() {
+  const params = new URLSearchParams({
+    startDate: utcDay(1 - USAGE_DAYS), endDate: utcDay(0),
+    period: "RESOURCE_ALLOCATION_AGGREGATION_PERIOD_DAILY",
+  });
+  renderUsage(await api(`/api/v1/resources/allocation/aggregated?${params}`));
+}
+
 async function refresh() {
   const [{ agents }, { jobs }] = await Promise.all([api("/api/v1/agents"), api("/api/v1/job-queues")]);
   renderAgents(agents);
@@ -88,4 +139,12 @@ async function refresh() {
 }
 
 replace(main, el("h1", {}, "Cluster"), status, agentBox, slotBox, queueBox);
-startPage().then((user) => user && every(2, refresh, status));
+startPage().then((user) => {
+  if (!user) return;
+  every(2, refresh, status);
+  if (user.admin) {
+    const usageStatus = el("div", { class: "status" });
+    main.append(usageBox, usageStatus);
+    every(60, refreshUsage, usageStatus);
+  }
+});

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import re
 import tarfile
+import uuid
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,7 +32,9 @@ from tests.browser.conftest import (
     in_thread,
     log_in,
     on_database,
+    opened,
     screenshot,
+    signed_in,
 )
 from tests.e2e.cluster import SLOW_MODEL, Cluster
 
@@ -822,3 +826,46 @@ def test_a_401_answered_while_logging_out_does_not_send_the_user_back(
     expect(page).to_have_url(re.compile(r"/login$"))
     page.wait_for_load_state()
     expect(page).to_have_url(re.compile(r"/login$"))
+
+
+def test_cluster_page_shows_admins_the_weeks_slot_hours_by_user_and_workspace(
+    admin: BrowserContext, chromium: Browser, cluster: Cluster,
+) -> None:
+    """Two hours on 2 slots and one on 1, of a user and workspace of their own: the admin's
+    cluster page adds them up per user and per workspace; an ordinary user has no such table."""
+    mark = uuid.uuid4().hex[:6]
+    user, workspace = f"usage-{mark}", f"ws-usage-{mark}"
+
+    async def seed(conn: asyncpg.Connection) -> None:
+        await conn.executemany(
+            "INSERT INTO allocation_history (allocation_id, task_id, task_type, username,"
+            " workspace_name, resource_pool, slots, start_time, end_time) VALUES"
+            " ($1, $1, 'COMMAND', $2, $3, 'default', $4, now() - $5::interval,"
+            " now() - interval '10 minutes')",
+            [(f"{mark}-a.1", user, workspace, 2, timedelta(minutes=130)),
+             (f"{mark}-b.1", user, workspace, 1, timedelta(minutes=70))])
+
+    on_database(cluster.env["EPOCHAL_DB_URL"], seed)
+    page, errors = opened(admin, "/cluster")
+    row = page.locator(f"#usage-users tr.usage-row[data-key='{user}']")
+    expect(row.locator("td.total")).to_have_text("5.00")  # 2 h x 2 slots + 1 h x 1
+    expect(row.locator("td")).to_have_count(9)  # the user, 7 days and the total
+    ws_row = page.locator(f"#usage-workspaces tr.usage-row[data-key='{workspace}']")
+    expect(ws_row.locator("td.total")).to_have_text("5.00")
+    expect(page.locator("#usage h2")).to_contain_text("last 7 days")
+    screenshot(page, "cluster-usage")
+    assert errors == []
+    page.close()
+
+    name = f"viewer-{mark}"
+    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
+                      json={"user": {"username": name}, "password": "a-long-password"})
+    assert made.status_code == 200, made.text
+    ordinary = signed_in(chromium, cluster, username=name, password="a-long-password")
+    try:
+        page, errors = opened(ordinary, "/cluster")
+        expect(page.locator("tr.agent-row")).to_have_count(1)
+        expect(page.locator("#usage")).to_have_count(0)
+        assert errors == []
+    finally:
+        ordinary.close()
