@@ -160,7 +160,7 @@ class PoolMessages:
     AGENT_LOST = "agent_lost"
     SET_AGENT_ENABLED = "set_agent_enabled"  # from the API and the provisioner
     SET_SLOT_ENABLED = "set_slot_enabled"  # from the API (`det slot enable|disable`)
-    MOVE_JOB = "move_job"  # from the API (`det job update --ahead-of|--behind-of`)
+    MOVE_JOB = "move_job"  # from the API (UpdateJobQueue's aheadOf|behindOf)
     SET_EXPERIMENT_RESOURCES = "set_experiment_resources"
     REOPEN_TRIAL = "reopen_trial"
     REQUEST_SLOTS = "request_slots"  # update, from the activity of that name: slots for a run

@@ -55,9 +55,9 @@ async def change_resources(pool: asyncpg.Pool, temporal: Client, experiment_id: 
 
 async def move_job(pool: asyncpg.Pool, temporal: Client, experiment_id: int, *,
                    anchor_id: int, ahead: bool, field: str) -> None:
-    """`det job update --ahead-of|--behind-of`: the experiment's job goes just ahead of (or
-    behind) another waiting job of its pool, taking that job's priority (as Determined does);
-    `field` names the request's field in errors."""
+    """UpdateJobQueue's `aheadOf`/`behindOf` (Determined's web UI, `epochal job update`): the
+    experiment's job goes just ahead of (or behind) another waiting job of its pool, taking that
+    job's priority (as Determined does); `field` names the request's field in errors."""
     rows = {r["id"]: r for r in await pool.fetch(
         "SELECT id, state, config FROM experiments WHERE id = ANY($1::int[])",
         [experiment_id, anchor_id])}
@@ -76,6 +76,11 @@ async def move_job(pool: asyncpg.Pool, temporal: Client, experiment_id: int, *,
     if pool_name != anchor_pool:
         raise Invalid(f"{field}: job experiment-{anchor_id} is in resource pool "
                       f"{anchor_pool!r}, experiment-{experiment_id} in {pool_name!r}")
+    view = await pools.describe_pool(temporal, pool_name) or {}
+    if anchor_id not in {r["experiment_id"] for r in view.get("queue", [])}:
+        raise Invalid(f"{field}: job experiment-{anchor_id} is not waiting (it holds the slots "
+                      "it asked for): there is no place in the queue to move ahead of or "
+                      "behind")
     priority = anchor["config"]["resources"].get("priority")
     if priority is not None and priority != moved["config"]["resources"].get("priority"):
         await _changed_config(pool, experiment_id, "resources", {"priority": priority})

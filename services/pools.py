@@ -185,12 +185,17 @@ def _jobs_of(pool_name: str, view: dict[str, Any], task_types: dict[str, str],
     and queued (None for a task: it has no trials), and what a waiting job waits for.
 
     The scheduler's order: the jobs it serves (holding slots) first, then those that wait; each
-    by priority, then when it was submitted (`submitted`, by job id; else its first request to
-    the pool), so an earlier job of a priority is listed before a later one."""
+    by priority, then (a waiting job) its place in the pool's queue where it has one (where
+    UpdateJobQueue's aheadOf/behindOf moved it, else its oldest waiting request's arrival), then
+    when it was submitted (`submitted`, by job id; else its first request to the pool), so an
+    earlier job of a priority is listed before a later one."""
     by_job: dict[str, dict[str, Any]] = {}
     first_asked: dict[str, datetime] = {}
     overrides = {o["experiment_id"]: o["priority"] for o in view.get("experimentResources", [])
                  if o.get("priority") is not None}
+    # Where the pool serves a waiting job among its priority (ResourcePoolWorkflow._position).
+    moved = {int(k): float(v) for k, v in (view.get("queuePositions") or {}).items()}
+    arrived: dict[str, float] = {}
 
     def job(entry: dict[str, Any]) -> dict[str, Any]:
         experiment_id, key = entry["experiment_id"], _job_key(entry)
@@ -219,6 +224,8 @@ def _jobs_of(pool_name: str, view: dict[str, Any], task_types: dict[str, str],
     queued: set[str] = set()
     for r, reason in zip(view.get("queue", []), waits_for(pool_name, view), strict=True):
         j = job(r)
+        if r.get("seq") is not None:
+            arrived[j["jobId"]] = min(arrived.get(j["jobId"], float("inf")), float(r["seq"]))
         if j["jobId"] not in queued:  # its first request in the queue: the job's priority now
             queued.add(j["jobId"])
             j["priority"] = overrides.get(r["experiment_id"], r["priority"])
@@ -230,7 +237,10 @@ def _jobs_of(pool_name: str, view: dict[str, Any], task_types: dict[str, str],
     for key, j in by_job.items():
         when = submitted.get(key) or first_asked.get(key)
         j["submissionTime"] = when.isoformat() if when is not None else None
-        j["_order"] = (not j["holding"], j["priority"], when or never,
+        place = None if j["holding"] else moved.get(
+            int(j["entityId"]) if j["type"] == "TYPE_EXPERIMENT" else -1, arrived.get(key))
+        j["_order"] = (not j["holding"], j["priority"],
+                       place if place is not None else float("inf"), when or never,
                        j["type"] != "TYPE_EXPERIMENT", int(j["entityId"] or 0)
                        if j["entityId"].isdigit() else 0, j["entityId"])
     ordered = sorted(by_job.values(), key=lambda j: j["_order"])

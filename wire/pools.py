@@ -87,9 +87,9 @@ class SlotEnabled:
 
 @dataclass
 class MoveJob:
-    """Signal `move_job` (`det job update --ahead-of|--behind-of`): experiment `experiment_id`'s
-    waiting requests go just ahead of (or behind) those of `anchor_experiment_id`, taking its
-    priority."""
+    """Signal `move_job` (UpdateJobQueue's aheadOf|behindOf: `epochal job update`, Determined's
+    web UI): experiment `experiment_id`'s waiting requests go just ahead of (or behind) those of
+    `anchor_experiment_id`, taking its priority."""
 
     experiment_id: int
     anchor_experiment_id: int

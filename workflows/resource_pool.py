@@ -746,8 +746,8 @@ class ResourcePoolWorkflow:
 
     @workflow.signal(name=PoolMessages.MOVE_JOB)
     def move_job(self, move: MoveJob) -> None:
-        """`det job update --ahead-of|--behind-of`: the job takes its anchor's priority and the
-        place just ahead of (or behind) it among the jobs of that priority."""
+        """UpdateJobQueue's aheadOf|behindOf (`epochal job update`): the job takes its anchor's
+        priority and the place just ahead of (or behind) it among the jobs of that priority."""
         if not workflow.patched(SHARED_CLUSTER_PATCH) or move.experiment_id == (
                 move.anchor_experiment_id):
             return
