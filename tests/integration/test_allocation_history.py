@@ -22,6 +22,7 @@ import pytest_asyncio
 from activities.experiment_store import ExperimentStore
 from activities.task_store import TaskStore
 from api.auth import open_session
+from common.expconf import validate_experiment_config
 from common.states import TaskState, TrialState
 from common.temporal_names import allocation_id
 from tests.master_fixtures import LiveMaster
@@ -53,11 +54,17 @@ async def _workspace(pool: asyncpg.Pool, owner: str) -> tuple[int, int, str]:
 
 async def _trial(pool: asyncpg.Pool, owner: str, project_id: int, *, slots: int = 2,
                  resource_pool: str = "gpus") -> tuple[int, int]:
-    config = {"name": "usage", "resources": {"slots_per_trial": slots,
-                                             "resource_pool": resource_pool}}
+    # A whole stored config, as the API stores one: other tests of the session list every
+    # experiment, and this one is finished so that none waits for it.
+    config = validate_experiment_config({
+        "name": "usage", "entrypoint": "python3 train.py",
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "resources": {"slots_per_trial": slots, "resource_pool": resource_pool},
+    }).model_dump(mode="json")
     experiment_id: int = await pool.fetchval(
         "INSERT INTO experiments (name, config, original_config, seed, owner, project_id,"
-        " labels) VALUES ('usage', $1, '', 1, $2, $3, '{vision,big}') RETURNING id",
+        " labels, state) VALUES ('usage', $1, '', 1, $2, $3, '{vision,big}', 'COMPLETED')"
+        " RETURNING id",
         config, owner, project_id)
     trial_id: int = await pool.fetchval(
         "INSERT INTO trials (experiment_id, request_id, hparams, seed)"
