@@ -17,7 +17,8 @@ reads:
 
 torch (CPU) comes from the `torch` extra (make test installs it).
 
-    .venv/bin/python bench/distributed.py [--ranks 1,2,4] [--batches 300] [--runs 3] [--smoke]
+    .venv/bin/python bench/distributed.py [--ranks 1,2,4] [--batches 300] [--runs 3] \
+        [--warm-ups 1] [--smoke]
 
 Prints each run, then the medians; the last line is the one-line summary.
 """
@@ -186,7 +187,7 @@ async def wait_for_agents(api: httpx.AsyncClient, count: int) -> None:
 
 
 async def run_bench(info: local_cluster.ClusterInfo, rank_counts: list[int], batches: int,
-                    runs: int) -> dict[int, tuple[float, ...]]:
+                    runs: int, warm_ups: int = 1) -> dict[int, tuple[float, ...]]:
     files = package(EXAMPLE)
     temporal = await Client.connect(info.temporal_address,
                                     data_converter=payload_codec.data_converter(info.cluster_token))
@@ -194,7 +195,8 @@ async def run_bench(info: local_cluster.ClusterInfo, rank_counts: list[int], bat
     medians: dict[int, tuple[float, ...]] = {}
     async with httpx.AsyncClient(base_url=info.api_url, timeout=60, headers=headers) as api:
         await wait_for_agents(api, 2)
-        await measure(api, temporal, files, 1, 10, "warm-up")
+        for i in range(1, warm_ups + 1):
+            await measure(api, temporal, files, 1, 10, f"warm-up-{i}")
         for ranks in rank_counts:
             results = []
             for i in range(1, runs + 1):
@@ -212,7 +214,10 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2,4", help="rank counts (default: %(default)s)")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
-    add_smoke_option(parser, ranks="4", batches=20, runs=1)
+    parser.add_argument("--warm-ups", type=int, default=1,
+                        help="untimed 1-rank runs of 10 batches before the timed ones")
+    # 10 batches: the first training report (an all-reduce of the loss) comes at batch 10.
+    add_smoke_option(parser, ranks="4", batches=10, runs=1, warm_ups=0)
     args = parse_args(parser)
     rank_counts = [int(r) for r in args.ranks.split(",") if r.strip()]
     if any(r not in (1, 2, 4) for r in rank_counts):
@@ -220,7 +225,8 @@ def main() -> None:
     with bench_cluster(agent_slots=2) as (settings, info):
         second = start_second_agent(info, settings.state_dir)
         try:
-            medians = asyncio.run(run_bench(info, rank_counts, args.batches, args.runs))
+            medians = asyncio.run(run_bench(info, rank_counts, args.batches, args.runs,
+                                           args.warm_ups))
         finally:
             second.terminate()
             second.wait(30)
