@@ -183,7 +183,7 @@ def main() -> None:
                    help="`experiment describe` is timed as the best of this many")
     p.add_argument("--poll", type=float, default=1.0,
                    help="seconds between looks at whether the search has ended")
-    # 2 trials on 1 slot: the second waits for the first's slot.
+    # 2 trials on 1 slot: the searcher starts the second once the first has ended.
     add_smoke_option(p, trials=2, slots=1, requests=1, read_warm_ups=0, describes=1, poll=0.1)
     args = parse_args(p)
 
