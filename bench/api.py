@@ -22,8 +22,9 @@ Reads, each as R sequential requests over one keep-alive connection (after a war
 
 Ingestion, one writer each, same rows: S steps of 5 metrics, B steps per request (default 20,000
 and 200, MLflow's largest log_batch: 1,000 values); both servers run throughout and the two
-alternate in rounds (default 4 of S/4 steps, after an untimed round each, plus 1,000 steps
-before each side's first round), so that the shared machine's changing load falls on both alike:
+alternate in rounds (default 4 of S/4 steps, after an untimed round each, plus 1,000 steps,
+--warm-up-steps, before each side's first round), so that the shared machine's changing load
+falls on both alike:
   - Epochal: harness.core, the code trials run (its background sender posts batches of up to 200
     reports to POST /api/v1/trials/{id}/metrics/batch with a trial token); timed from the first
     report to the moment the context has closed, i.e. everything delivered and committed.
@@ -42,7 +43,8 @@ OTEL_TRACES_SAMPLER=always_on in this bench's environment every report is traced
 The last line is the one-line summary.
 
     .venv/bin/python bench/api.py [--experiments 10] [--trials 100] [--points 1000] \
-        [--requests 300] [--steps 20000] [--rounds 4] [--batch 100] \
+        [--requests 300] [--read-warm-ups N] [--steps 20000] [--rounds 4] [--batch 100] \
+        [--warm-up-steps 1000] \
         [--mlflow-backend postgres|sqlite] [--skip-mlflow] [--skip-tracing] [--smoke]
 """
 
@@ -283,11 +285,12 @@ def harness_ingest(master: str, cluster_token: str, trial_id: int, experiment_id
     return time.perf_counter() - began
 
 
-def mlflow_ingest(bin_dir: Path, url: str, steps: int, batch: int, warm_up: bool) -> float:
+def mlflow_ingest(bin_dir: Path, url: str, steps: int, batch: int, warm_up: bool,
+                  warm_up_steps: int = WARM_UP_STEPS) -> float:
     """Seconds for MlflowClient.log_batch to store `steps` steps of the 5 metrics."""
     done = subprocess.run(
         [str(bin_dir / "python"), "-c", MLFLOW_CLIENT, url, str(steps), str(batch),
-         str(WARM_UP_STEPS if warm_up else 0), ",".join(METRICS)],
+         str(warm_up_steps if warm_up else 0), ",".join(METRICS)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=3600)
     if done.returncode != 0:
         raise SystemExit(f"the MLflow client failed:\n{done.stderr[-3000:]}")
@@ -324,9 +327,10 @@ def run(args: argparse.Namespace) -> None:
                                    json={"username": "admin", "password": ADMIN_PASSWORD})
                 login.raise_for_status()
                 headers = {"Authorization": f"Bearer {login.json()['token']}"}
-                reads = measure_reads(master, headers, seeded, args.requests)
+                reads = measure_reads(master, headers, seeded, args.requests,
+                                      args.read_warm_ups)
                 epochal = EpochalIngest(master, cluster_token, headers, db_url,
-                                        seeded["experiments"][0])
+                                        seeded["experiments"][0], args.warm_up_steps)
                 cost = "" if args.skip_tracing else "; tracing " + tracing_cost(
                     args, epochal, env, root)
                 if mlflow_bin is None:
@@ -338,7 +342,8 @@ def run(args: argparse.Namespace) -> None:
                 with mlflow_server(args.mlflow_backend, root, pg, mlflow_bin) as mlflow_url:
                     epochal_seconds, mlflow_seconds = ingest_in_rounds(
                         args, epochal, lambda steps, first: mlflow_ingest(
-                            mlflow_bin, mlflow_url, steps, args.batch, first))
+                            mlflow_bin, mlflow_url, steps, args.batch, first,
+                            args.warm_up_steps))
     epochal_rate = args.steps / epochal_seconds
     mlflow_rate = args.steps / mlflow_seconds
     values = len(METRICS)
@@ -378,7 +383,8 @@ def tracing_cost(args: argparse.Namespace, main: EpochalIngest, env: dict[str, s
                     url=f"{url}/api/v1/master", log_file=root / f"{name}-master.log",
                     env=master_env))
                 ingest[name] = EpochalIngest(url, main.cluster_token, main.headers,
-                                             main.db_url, main.experiment_id)
+                                             main.db_url, main.experiment_id,
+                                             main.warm_up_steps)
             per_round = args.steps // args.rounds
             totals = {"plain": 0.0, "traced": 0.0}
             # One trial run's trace for all the rounds, as one long run reports.
@@ -430,15 +436,16 @@ class EpochalIngest:
     """Ingestion into fresh trials of one experiment, checked against what the API then shows."""
 
     def __init__(self, master: str, cluster_token: str, headers: dict[str, str], db_url: str,
-                 experiment_id: int) -> None:
+                 experiment_id: int, warm_up_steps: int = WARM_UP_STEPS) -> None:
         self.master, self.cluster_token, self.headers = master, cluster_token, headers
         self.db_url, self.experiment_id = db_url, experiment_id
+        self.warm_up_steps = warm_up_steps
 
     def measure(self, steps: int, warm_up: bool = True) -> float:
         if warm_up:
             trial_id = asyncio.run(new_trials(self.db_url, self.experiment_id, 1))[0]
             harness_ingest(self.master, self.cluster_token, trial_id, self.experiment_id,
-                           WARM_UP_STEPS)
+                           self.warm_up_steps)
         trial_id = asyncio.run(new_trials(self.db_url, self.experiment_id, 1))[0]
         seconds = harness_ingest(self.master, self.cluster_token, trial_id, self.experiment_id,
                                  steps)
@@ -470,7 +477,7 @@ def ingest_in_rounds(args: argparse.Namespace, epochal: EpochalIngest,
 
 
 def measure_reads(master: str, headers: dict[str, str], seeded: dict[str, list[int]],
-                  requests: int) -> dict[str, tuple[float, float]]:
+                  requests: int, warm_ups: int | None = None) -> dict[str, tuple[float, float]]:
     rng = random.Random(7)
     experiments, trials = seeded["experiments"], seeded["trials"]
     per_experiment = len(trials) // len(experiments)
@@ -495,7 +502,8 @@ def measure_reads(master: str, headers: dict[str, str], seeded: dict[str, list[i
             {"group": "training", "startBatches": 250, "endBatches": 750}),
     }
     with httpx.Client(base_url=master, headers=headers, timeout=60) as api:
-        return {name: time_reads(api, name, path, requests) for name, path in cases.items()}
+        return {name: time_reads(api, name, path, requests, warm_ups)
+                for name, path in cases.items()}
 
 
 @contextmanager
@@ -532,8 +540,15 @@ def main() -> None:
                         help="measure Epochal only (no comparison; for quick iterations)")
     parser.add_argument("--skip-tracing", action="store_true",
                         help="do not measure the cost of tracing (a second, traced master)")
-    add_smoke_option(parser, experiments=2, trials=5, points=50, requests=20, steps=400,
-                     rounds=1, skip_mlflow=True)
+    parser.add_argument("--warm-up-steps", type=int, default=WARM_UP_STEPS,
+                        help="steps ingested untimed before each side's first round")
+    parser.add_argument("--read-warm-ups", type=int, default=None,
+                        help="untimed requests per read first (default: a tenth of --requests, "
+                             "10 at least)")
+    # 3 experiments: one COMPLETED beside the two ACTIVE; 250 points: a validation report (every
+    # 100) and metrics in the full-resolution read's 250..750.
+    add_smoke_option(parser, experiments=3, trials=1, points=250, requests=1, read_warm_ups=0,
+                     steps=10, rounds=1, warm_up_steps=1, skip_mlflow=True)
     run(parse_args(parser))
 
 

@@ -11,7 +11,7 @@ Beside them, in this process and on the same bytes and server, the floor: one `m
 local disk (`shutil.copytree`).
 
     .venv/bin/python bench/checkpoints.py [--files 256] [--many-mb 512] [--large-mb 512]
-        [--runs 3] [--smoke]
+        [--runs 3] [--poll 0.5] [--smoke]
 
 Prints each run, then the medians; the last line is the one-line summary (MiB/s, and the
 harness's share of the floor).
@@ -41,6 +41,7 @@ from bench.common.cluster import bench_cluster  # noqa: E402
 from bench.common.login import admin_headers  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
+from common.checkpoint_storage import PART_SIZE  # noqa: E402
 from common.processes import free_port_block  # noqa: E402
 from deploy import local_cluster  # noqa: E402
 from deploy.s3_server import PORT_BLOCK  # noqa: E402
@@ -89,7 +90,7 @@ def config(files: int, many_mb: int, large_mb: int, run: str) -> str:
 
 
 def trial_figures(api: httpx.Client, model: list[dict[str, object]], files: int, many_mb: int,
-                  large_mb: int, run: str) -> tuple[float, float, int]:
+                  large_mb: int, run: str, poll: float = 0.5) -> tuple[float, float, int]:
     """(upload s, download s, bytes) the trial measured."""
     answer = api.post("/api/v1/experiments", json={
         "config": config(files, many_mb, large_mb, run), "modelDefinition": model})
@@ -100,7 +101,7 @@ def trial_figures(api: httpx.Client, model: list[dict[str, object]], files: int,
             "state"]) not in TERMINAL:
         if time.monotonic() > deadline:
             raise SystemExit(f"experiment {experiment_id} did not end in 900 s")
-        time.sleep(0.5)
+        time.sleep(poll)
     trial = api.get(f"/api/v1/experiments/{experiment_id}/trials").json()["trials"][0]
     lines = [yaml.safe_load(line)["result"]["log"] for line in
              api.get(f"/api/v1/trials/{trial['id']}/logs").text.splitlines() if line.strip()]
@@ -146,7 +147,11 @@ def main() -> None:
     parser.add_argument("--many-mb", type=int, default=512, help="MiB over those files")
     parser.add_argument("--large-mb", type=int, default=512, help="MiB of the one large file")
     parser.add_argument("--runs", type=int, default=3)
-    add_smoke_option(parser, files=8, many_mb=2, large_mb=40, runs=1)
+    parser.add_argument("--poll", type=float, default=0.5,
+                        help="seconds between looks at whether the trial has ended")
+    # The large file just over one part, so that it still goes up as a multipart upload.
+    add_smoke_option(parser, files=2, many_mb=1, large_mb=PART_SIZE // MIB + 1, runs=1,
+                     poll=0.1)
     args = parse_args(parser)
     if args.files < 1 or args.many_mb < 1 or args.large_mb < 1:
         parser.error("--files, --many-mb and --large-mb must be at least 1")
@@ -164,7 +169,7 @@ def main() -> None:
                           headers=admin_headers(info.api_url, info.admin_password)) as api:
             for run in range(1, args.runs + 1):
                 up, down, stored = trial_figures(api, model, args.files, args.many_mb,
-                                                 args.large_mb, str(run))
+                                                 args.large_mb, str(run), args.poll)
                 put, get, copy = floor_figures(client, local_cluster.S3_BUCKET, Path(data),
                                                str(run))
                 mib, floor_mib = stored / MIB, size / MIB

@@ -10,10 +10,11 @@ digits data, the first 10 batches, and the harness's metric batching.
 
 Starts a local cluster (own PostgreSQL and Temporal in a temporary state dir, free ports, one
 slot), then for each runtime restarts the local agent with it and submits the digits example as a
-one-trial experiment several times (after one warm-up run). The Docker runtime needs an engine
-and the task image (`epochal image build`; a local image, nothing is pulled).
+one-trial experiment of --batches 20 several times (after one warm-up run, --warm-ups). The
+Docker runtime needs an engine and the task image (`epochal image build`; a local image, nothing
+is pulled).
 
-    .venv/bin/python bench/container_start.py [--runs 5] \
+    .venv/bin/python bench/container_start.py [--runs 5] [--warm-ups 1] [--batches 20] \
         [--runtimes docker,process,process-root] [--smoke]
 
 Prints each run, then the medians; the last line is the one-line summary.
@@ -49,10 +50,10 @@ DIGITS = REPO / "examples" / "digits"
 POLL = 0.02
 
 
-def one_trial_config(run: str) -> str:
+def one_trial_config(run: str, batches: int) -> str:
     config = yaml.safe_load((DIGITS / "single.yaml").read_text())
     config["name"] = f"container-start-{run}"
-    config["searcher"]["max_length"] = {"batches": 20}
+    config["searcher"]["max_length"] = {"batches": batches}
     return yaml.safe_dump(config)
 
 
@@ -61,9 +62,9 @@ def _time(text: str) -> datetime:
 
 
 async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str, object]],
-                  run: str) -> float:
+                  run: str, batches: int) -> float:
     """Seconds from the run_trial activity's start to the first training metric stored."""
-    body = {"config": one_trial_config(run), "modelDefinition": files}
+    body = {"config": one_trial_config(run, batches), "modelDefinition": files}
     response = await api.post("/api/v1/experiments", json=body)
     response.raise_for_status()
     experiment_id = response.json()["experiment"]["id"]
@@ -119,7 +120,8 @@ def restart_agent(settings: local_cluster.ClusterSettings, runtime: str) -> None
 
 
 async def run_bench(settings: local_cluster.ClusterSettings, info: local_cluster.ClusterInfo,
-                    runtimes: list[str], runs: int) -> dict[str, float]:
+                    runtimes: list[str], runs: int, warm_ups: int,
+                    batches: int) -> dict[str, float]:
     files = package(DIGITS)
     temporal = await Client.connect(info.temporal_address)
     medians = {}
@@ -127,10 +129,11 @@ async def run_bench(settings: local_cluster.ClusterSettings, info: local_cluster
     async with httpx.AsyncClient(base_url=info.api_url, timeout=60, headers=headers) as api:
         for runtime in runtimes:
             await asyncio.to_thread(restart_agent, settings, runtime)
-            await measure(api, temporal, files, f"{runtime}-warm-up")
+            for i in range(1, warm_ups + 1):
+                await measure(api, temporal, files, f"{runtime}-warm-up-{i}", batches)
             spans = []
             for i in range(1, runs + 1):
-                span = await measure(api, temporal, files, f"{runtime}-{i}")
+                span = await measure(api, temporal, files, f"{runtime}-{i}", batches)
                 spans.append(span)
                 print(f"{runtime} run {i}: allocated -> first training metric {span:.2f} s",
                       flush=True)
@@ -146,7 +149,11 @@ def main() -> None:
     parser.add_argument("--runtimes", default="docker,process",
                         help="comma-separated runtimes to measure, of "
                              f"{', '.join(RUNTIMES)} (default: %(default)s)")
-    add_smoke_option(parser, runs=1)
+    parser.add_argument("--warm-ups", type=int, default=1,
+                        help="untimed runs per runtime before its timed ones")
+    parser.add_argument("--batches", type=int, default=20,
+                        help="each trial's length (the first training metric comes at 10)")
+    add_smoke_option(parser, runs=1, warm_ups=0, batches=10)
     args = parse_args(parser)
     runtimes = [r.strip() for r in args.runtimes.split(",") if r.strip()]
     unknown = [r for r in runtimes if r not in RUNTIMES]
@@ -162,7 +169,8 @@ def main() -> None:
             raise SystemExit(f"the task image {tag} is not built; run `epochal image build`")
     with bench_cluster(agent_slots=1, agent_runtime=RUNTIMES[runtimes[0]][0]) as (settings,
                                                                                   info):
-        medians = asyncio.run(run_bench(settings, info, runtimes, args.runs))
+        medians = asyncio.run(run_bench(settings, info, runtimes, args.runs,
+                                         args.warm_ups, args.batches))
     summary = ", ".join(f"{r} {m:.2f} s" for r, m in medians.items())
     print(f"trial allocated -> first training metric (median of {args.runs}, local image, "
           f"digits, 1 slot): {summary}")

@@ -1,9 +1,9 @@
 """Distributed trials: start-up and DDP throughput of the torch digits example at 1, 2, 4 ranks.
 
 Starts a local cluster (own PostgreSQL and Temporal in a temporary state dir, free ports) whose
-agent has 2 slots, plus a second agent of 2 slots, so 4 ranks span both agents. For each rank
-count it submits examples/torch_digits (Epochal's torchrun launcher, `slots_per_trial: N`) and
-reads:
+agent has 2 slots (--agent-slots), plus a second agent of as many, so 4 ranks span both agents.
+For each rank count it submits examples/torch_digits (Epochal's torchrun launcher,
+`slots_per_trial: N`) and reads:
 
 - start-up: from "all slots granted" (in the trial workflow's history: the `slots_granted`
   signal as the Temporal server stamped it, or the `request_slots` answer's completion time)
@@ -17,7 +17,8 @@ reads:
 
 torch (CPU) comes from the `torch` extra (make test installs it).
 
-    .venv/bin/python bench/distributed.py [--ranks 1,2,4] [--batches 300] [--runs 3] [--smoke]
+    .venv/bin/python bench/distributed.py [--ranks 1,2,4] [--batches 300] [--runs 3] \
+        [--warm-ups 1] [--agent-slots 2] [--smoke]
 
 Prints each run, then the medians; the last line is the one-line summary.
 """
@@ -118,7 +119,8 @@ async def parts_started(temporal: Client, experiment_id: int, trial_id: int,
 
 
 async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str, Any]],
-                  ranks: int, batches: int, run: str) -> tuple[float, float, float, float]:
+                  ranks: int, batches: int, run: str,
+                  agent_slots: int = 2) -> tuple[float, float, float, float]:
     """(parts started s, start-up s, batches/s, samples/s) of one run at `ranks`."""
     body = {"config": config(ranks, batches, run), "modelDefinition": files}
     response = await api.post("/api/v1/experiments", json=body)
@@ -133,7 +135,7 @@ async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str
             trial_id = trials["trials"][0]["id"] if trials["trials"] else None
         if trial_id is not None and started is None:
             started = await parts_started(temporal, experiment_id, trial_id,
-                                          parts=1 if ranks <= 2 else 2)
+                                          parts=1 if ranks <= agent_slots else 2)
             if started is None:
                 await asyncio.sleep(POLL)
                 continue
@@ -164,12 +166,13 @@ async def measure(api: httpx.AsyncClient, temporal: Client, files: list[dict[str
     return platform, startup, float(found[0].group(2)), float(found[0].group(3))
 
 
-def start_second_agent(info: local_cluster.ClusterInfo, state: Path) -> subprocess.Popen[bytes]:
+def start_second_agent(info: local_cluster.ClusterInfo, state: Path,
+                       slots: int = 2) -> subprocess.Popen[bytes]:
     env = {**os.environ, "EPOCHAL_CLUSTER_TOKEN": info.cluster_token}
     log = open(state / "agent-2.log", "ab")  # noqa: SIM115 (the child keeps it)
     return subprocess.Popen(
         [sys.executable, *AGENT_PROGRAM, *AgentArgs(
-            master=info.api_url, temporal=info.temporal_address, pool="default", slots=2,
+            master=info.api_url, temporal=info.temporal_address, pool="default", slots=slots,
             work_dir=str(state / "agent-2"), agent_id="agent-2",
             hide_from_trials=[str(state)]).argv()],
         env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -186,7 +189,8 @@ async def wait_for_agents(api: httpx.AsyncClient, count: int) -> None:
 
 
 async def run_bench(info: local_cluster.ClusterInfo, rank_counts: list[int], batches: int,
-                    runs: int) -> dict[int, tuple[float, ...]]:
+                    runs: int, warm_ups: int = 1,
+                    agent_slots: int = 2) -> dict[int, tuple[float, ...]]:
     files = package(EXAMPLE)
     temporal = await Client.connect(info.temporal_address,
                                     data_converter=payload_codec.data_converter(info.cluster_token))
@@ -194,11 +198,13 @@ async def run_bench(info: local_cluster.ClusterInfo, rank_counts: list[int], bat
     medians: dict[int, tuple[float, ...]] = {}
     async with httpx.AsyncClient(base_url=info.api_url, timeout=60, headers=headers) as api:
         await wait_for_agents(api, 2)
-        await measure(api, temporal, files, 1, 10, "warm-up")
+        for i in range(1, warm_ups + 1):
+            await measure(api, temporal, files, 1, 10, f"warm-up-{i}", agent_slots)
         for ranks in rank_counts:
             results = []
             for i in range(1, runs + 1):
-                result = await measure(api, temporal, files, ranks, batches, f"{ranks}-{i}")
+                result = await measure(api, temporal, files, ranks, batches, f"{ranks}-{i}",
+                                       agent_slots)
                 results.append(result)
                 print(f"{ranks} ranks, run {i}: parts started {result[0]:.2f} s, every rank "
                       f"in its first batch {result[1]:.2f} s, {result[2]:.1f} batches/s, "
@@ -212,15 +218,26 @@ def main() -> None:
     parser.add_argument("--ranks", default="1,2,4", help="rank counts (default: %(default)s)")
     parser.add_argument("--batches", type=int, default=300)
     parser.add_argument("--runs", type=int, default=3)
-    add_smoke_option(parser, ranks="4", batches=20, runs=1)
+    parser.add_argument("--warm-ups", type=int, default=1,
+                        help="untimed 1-rank runs of 10 batches before the timed ones")
+    parser.add_argument("--agent-slots", type=int, default=2,
+                        help="slots of each of the two agents (ranks up to twice this)")
+    # 2 ranks on two agents of 1 slot: ranks on both agents, as 4 ranks on 2 x 2 slots; 10
+    # batches: the first training report (an all-reduce of the loss) comes at batch 10.
+    add_smoke_option(parser, ranks="2", agent_slots=1, batches=10, runs=1, warm_ups=0)
     args = parse_args(parser)
     rank_counts = [int(r) for r in args.ranks.split(",") if r.strip()]
-    if any(r not in (1, 2, 4) for r in rank_counts):
-        parser.error("--ranks: 1, 2 or 4 (two agents of 2 slots)")
-    with bench_cluster(agent_slots=2) as (settings, info):
-        second = start_second_agent(info, settings.state_dir)
+    if args.agent_slots < 1:
+        parser.error("--agent-slots: at least 1")
+    allowed = sorted({1, args.agent_slots, 2 * args.agent_slots})
+    if any(r not in allowed for r in rank_counts):
+        parser.error(f"--ranks: {', '.join(map(str, allowed))} (two agents of "
+                     f"{args.agent_slots} slots)")
+    with bench_cluster(agent_slots=args.agent_slots) as (settings, info):
+        second = start_second_agent(info, settings.state_dir, args.agent_slots)
         try:
-            medians = asyncio.run(run_bench(info, rank_counts, args.batches, args.runs))
+            medians = asyncio.run(run_bench(info, rank_counts, args.batches, args.runs,
+                                           args.warm_ups, args.agent_slots))
         finally:
             second.terminate()
             second.wait(30)
@@ -228,7 +245,7 @@ def main() -> None:
                         f"{m[3]:.0f} samples/s" for r, m in medians.items())
     print(f"slots granted -> every part started / every rank in its first batch, DDP "
           f"throughput (median of {args.runs}, torch digits, {args.batches} batches, 2 agents "
-          f"x 2 CPU slots): {summary}")
+          f"x {args.agent_slots} CPU slots): {summary}")
 
 
 if __name__ == "__main__":

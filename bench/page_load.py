@@ -2,7 +2,7 @@
 
 Starts a local cluster in a temporary state dir on free ports, writes a finished search of
 --trials trials into its database (as the browser tests do), logs in with headless Chromium and
-loads each page once to warm the browser's cache (plotly.js), then --loads times:
+loads each page once (--warm-ups) to warm the browser's cache (plotly.js), then --loads times:
   - experiments list: until its table has the search's row;
   - experiment page:  until the trials table and the first learning-curve chart are drawn;
   - trial page:       until its first learning-curve chart is drawn.
@@ -10,7 +10,7 @@ Times are the page's own clock (ms since the navigation began), read when the th
 (the charts record when they were first drawn; tables are polled each animation frame).
 Prints the median per page; the last line is the one-line summary.
 
-    .venv/bin/python bench/page_load.py [--loads 5] [--trials 40] [--smoke]
+    .venv/bin/python bench/page_load.py [--loads 5] [--warm-ups 1] [--trials 40] [--smoke]
 """
 
 from __future__ import annotations
@@ -54,7 +54,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loads", type=int, default=5)
     parser.add_argument("--trials", type=int, default=40)
-    add_smoke_option(parser, loads=1, trials=4)
+    parser.add_argument("--warm-ups", type=int, default=1,
+                        help="untimed loads of each page before its timed ones")
+    add_smoke_option(parser, loads=1, warm_ups=0, trials=1)
     args = parse_args(parser)
     with bench_cluster(agent_slots=1) as (_, info):
         experiment_id, trial_ids = seed_search(info.db_url, args.trials)
@@ -77,7 +79,8 @@ def main() -> None:
             expect(page.locator("#whoami")).to_have_text("admin", timeout=30_000)
             figures: dict[str, list[float]] = {}
             for name, (url, waits) in pages.items():
-                timed(page, url, waits)  # warm: plotly.js and the page's modules cached
+                for _ in range(args.warm_ups):  # warm: plotly.js and the page's modules cached
+                    timed(page, url, waits)
                 for _ in range(args.loads):
                     for what, took in timed(page, url, waits).items():
                         figures.setdefault(f"{name}: {what}", []).append(took)

@@ -14,11 +14,12 @@ next trials wait in the pool's queue) and waits for it to complete. Measured:
   - the largest workflow history (events) among the experiment's, the trials' and the pool's;
   - reads of the finished experiment, p50/p99 of `--requests` each: its detail, a page of 100
     trials (by id and by best validation, at random offsets), and `epochal experiment describe`
-    (the CLI in a subprocess: wall time, best of 3).
+    (the CLI in a subprocess: wall time, best of --describes 3).
 The last line is the one-line summary.
 
     .venv/bin/python bench/scale.py [--trials 10000] [--slots 8] [--concurrent 16]
-        [--trial-seconds 0] [--smoke]
+        [--trial-seconds 0] [--requests 200] [--read-warm-ups N] [--describes 3] [--poll 1]
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -129,8 +130,8 @@ async def largest_history(address: str) -> int:
     return largest
 
 
-def measure_reads(api: httpx.Client, experiment_id: int, trials: int,
-                  requests: int) -> dict[str, float]:
+def measure_reads(api: httpx.Client, experiment_id: int, trials: int, requests: int,
+                  warm_ups: int | None = None) -> dict[str, float]:
     """p99 (ms) of each read a user makes of the experiment."""
     rng = random.Random(7)
 
@@ -145,14 +146,17 @@ def measure_reads(api: httpx.Client, experiment_id: int, trials: int,
             f"/api/v1/experiments/{experiment_id}/trials",
             {"limit": 100, "offset": offset(), "sortBy": "SORT_BY_BEST_VALIDATION_METRIC"}),
     }
-    return {name: time_reads(api, name, path, requests)[1] for name, path in cases.items()}
+    return {name: time_reads(api, name, path, requests, warm_ups)[1]
+            for name, path in cases.items()}
 
 
-def time_describe(api_url: str, token: str, experiment_id: int) -> tuple[float, int]:
-    """Best of 3 wall times (s) of `epochal experiment describe`, and its output's lines."""
+def time_describe(api_url: str, token: str, experiment_id: int,
+                  tries: int = 3) -> tuple[float, int]:
+    """Best of `tries` wall times (s) of `epochal experiment describe`, and its output's
+    lines."""
     env = {**os.environ, "EPOCHAL_MASTER": api_url, "EPOCHAL_TOKEN": token}
     best, lines = float("inf"), 0
-    for _ in range(3):
+    for _ in range(tries):
         began = time.perf_counter()
         done = subprocess.run(
             [sys.executable, "-m", "cli.main", "experiment", "describe", str(experiment_id)],
@@ -172,7 +176,15 @@ def main() -> None:
                    help="the search's max_concurrent_trials (default: --slots)")
     p.add_argument("--timeout", type=float, default=6 * 3600)
     p.add_argument("--requests", type=int, default=200, help="requests per read")
-    add_smoke_option(p, trials=12, slots=2, requests=10)
+    p.add_argument("--read-warm-ups", type=int, default=None,
+                   help="untimed requests per read first (default: a tenth of --requests, 10 "
+                        "at least)")
+    p.add_argument("--describes", type=int, default=3,
+                   help="`experiment describe` is timed as the best of this many")
+    p.add_argument("--poll", type=float, default=1.0,
+                   help="seconds between looks at whether the search has ended")
+    # 2 trials on 1 slot: the searcher starts the second once the first has ended.
+    add_smoke_option(p, trials=2, slots=1, requests=1, read_warm_ups=0, describes=1, poll=0.1)
     args = parse_args(p)
 
     with tempfile.TemporaryDirectory(prefix="epochal-scale-model-") as model, \
@@ -200,7 +212,7 @@ def main() -> None:
                 last_note = time.perf_counter()
                 print(f"  {last_note - started:.0f} s: {experiment.get('numTrials', '?')} "
                       "trials so far", flush=True)
-            time.sleep(1.0)
+            time.sleep(args.poll)
         wall = time.perf_counter() - started
         parts = platform_processes(settings)  # PostgreSQL's backends changed meanwhile
         after, trials_cpu = cpu_seconds(parts), trial_cpu_seconds(parts) - trials_before
@@ -209,9 +221,11 @@ def main() -> None:
         spent = cpu_by_part(before, after)
         cpu = sum(spent.values())
         history = asyncio.run(largest_history(info.temporal_address))
-        reads = measure_reads(api, experiment_id, args.trials, args.requests)
+        reads = measure_reads(api, experiment_id, args.trials, args.requests,
+                              args.read_warm_ups)
         describe_seconds, describe_lines = time_describe(
-            info.api_url, headers["Authorization"].removeprefix("Bearer "), experiment_id)
+            info.api_url, headers["Authorization"].removeprefix("Bearer "), experiment_id,
+            args.describes)
 
     n = args.trials
     rate = n / wall

@@ -17,7 +17,8 @@ Measured:
 The last line is the one-line summary.
 
     .venv/bin/python bench/scheduling.py [--agents 50] [--slots 2] [--trials 1000] \
-        [--run-seconds 0.2] [--processes 4] [--arrival-rate 10] [--temporal HOST:PORT] [--smoke]
+        [--run-seconds 0.2] [--processes 4] [--arrival-rate 10] [--poll 0.5] \
+        [--temporal HOST:PORT] [--smoke]
 """
 
 from __future__ import annotations
@@ -234,7 +235,7 @@ async def bench(args: argparse.Namespace, address: str) -> str:
                         break
                 except Exception:
                     pass
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(args.poll)
             print(f"{args.agents} agents x {args.slots} slots = {total_slots} slots, "
                   f"{len(procs)} agent processes; trials run {args.run_seconds} s")
             free_n = min(args.trials, total_slots)
@@ -276,8 +277,11 @@ def main() -> None:
     p.add_argument("--processes", type=int, default=4)
     p.add_argument("--arrival-rate", type=float, default=10.0,
                    help="trials per second in the steady free-slots phase")
+    p.add_argument("--poll", type=float, default=0.5,
+                   help="seconds between looks at the pool until every agent is registered")
     p.add_argument("--temporal", default=None, help="a running Temporal (default: start one)")
-    add_smoke_option(p, agents=4, trials=40, run_seconds=0.05, processes=1, arrival_rate=20.0)
+    add_smoke_option(p, agents=2, slots=1, trials=4, run_seconds=0.01, processes=1,
+                     arrival_rate=50.0, poll=0.05)
     args = parse_args(p)
     quiet()
     if args.temporal:

@@ -24,7 +24,8 @@ Measured, per seed:
 Goals: the cluster's compute within 10% of the decided compute; adaptive ASHA's compute at most
 Hyperband's at a regret no worse.
 
-    .venv/bin/python bench/search_cluster.py [--seeds 3] [--trials 64] [--slots 4] [--smoke]
+    .venv/bin/python bench/search_cluster.py [--seeds 3] [--trials 64] [--slots 4] [--poll 1] \
+        [--smoke]
 
 The last line is the one-line summary.
 """
@@ -119,7 +120,7 @@ def rung_lengths(config: dict[str, Any]) -> list[int]:
 
 
 def run_search(api: httpx.Client, model: Path, config: dict[str, Any],
-               timeout: float) -> list[dict[str, Any]]:
+               timeout: float, poll: float = 1.0) -> list[dict[str, Any]]:
     answer = api.post("/api/v1/experiments", json={
         "config": yaml.safe_dump(config), "modelDefinition": package(model)})
     answer.raise_for_status()
@@ -129,7 +130,7 @@ def run_search(api: httpx.Client, model: Path, config: dict[str, Any],
         state = api.get(f"/api/v1/experiments/{experiment_id}").json()["experiment"]["state"]
         if state in ("STATE_COMPLETED", "STATE_ERROR", "STATE_CANCELED"):
             break
-        time.sleep(1.0)
+        time.sleep(poll)
     else:
         raise SystemExit(f"experiment {experiment_id} did not end within {timeout:.0f} s")
     if state != "STATE_COMPLETED":
@@ -176,7 +177,9 @@ def main() -> None:
     p.add_argument("--step-seconds", type=float, default=0.02)
     p.add_argument("--every", type=int, default=4, help="steps between validations")
     p.add_argument("--timeout", type=float, default=1800)
-    add_smoke_option(p, seeds=1, trials=8, slots=2, step_seconds=0.005)
+    p.add_argument("--poll", type=float, default=1.0,
+                   help="seconds between looks at whether the search has ended")
+    add_smoke_option(p, seeds=1, trials=4, slots=2, step_seconds=0.001, poll=0.1)
     args = parse_args(p)
 
     rows = []
@@ -192,7 +195,7 @@ def main() -> None:
             config = search_config(args.searcher, args.trials, args.slots, seed,
                                    args.step_seconds, args.every)
             began = time.perf_counter()
-            trials = run_search(api, model, config, args.timeout)
+            trials = run_search(api, model, config, args.timeout, args.poll)
             wall = time.perf_counter() - began
             cluster = measure(trials, config)
             decided = curves_bench.simulate(

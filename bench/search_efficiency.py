@@ -438,7 +438,7 @@ def main() -> None:
     )
     parser.add_argument("--sampler-seeds", type=int, default=5,
                         help="seeds for the model-based (Optuna TPE) searchers, slower to run")
-    add_smoke_option(parser, seeds=2, max_trials=16, decision_trials=200, sampler_seeds=1)
+    add_smoke_option(parser, seeds=1, max_trials=16, decision_trials=200, sampler_seeds=1)
     args = parse_args(parser)
     pace = equal_pace if args.equal_speed else varied_pace
     optuna.logging.set_verbosity(optuna.logging.WARNING)

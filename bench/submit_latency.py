@@ -2,12 +2,14 @@
 
 Starts a local cluster (process runtime) in a temporary state dir on free ports, or uses a running
 master given with --master, then submits the digits example as a one-trial experiment several
-times. For each run it measures, from the moment the create request is sent:
+times (after one untimed run, --warm-ups). For each run it measures, from the moment the create
+request is sent:
   - first metric: until the API shows the trial's first training metric (polled every 10 ms);
   - completion:   until the API shows the experiment COMPLETED.
 Prints each run, then the medians; the last line is the one-line summary.
 
-    .venv/bin/python bench/submit_latency.py [--runs 5] [--batches 100] [--master URL] [--smoke]
+    .venv/bin/python bench/submit_latency.py [--runs 5] [--batches 100] [--warm-ups 1]
+        [--master URL] [--smoke]
 """
 
 from __future__ import annotations
@@ -66,11 +68,13 @@ def measure(
         time.sleep(POLL)
 
 
-def run(master: str, headers: dict[str, str], runs: int, batches: int) -> None:
+def run(master: str, headers: dict[str, str], runs: int, batches: int,
+        warm_ups: int = 1) -> None:
     files = package(DIGITS)
     firsts, completions = [], []
     with httpx.Client(base_url=master, timeout=60, headers=headers) as api:
-        measure(api, files, batches, 0)  # warm-up: caches, connections, imports on disk
+        for i in range(warm_ups):  # warm-up: caches, connections, imports on disk
+            measure(api, files, batches, -i)
         for i in range(1, runs + 1):
             first, done = measure(api, files, batches, i)
             firsts.append(first)
@@ -88,14 +92,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--batches", type=int, default=100)
     parser.add_argument("--master", help="use this running master instead of a new cluster")
-    add_smoke_option(parser, runs=1, batches=10)
+    parser.add_argument("--warm-ups", type=int, default=1,
+                        help="untimed runs before the timed ones")
+    # 10 batches: the digits example's first training report comes at batch 10.
+    add_smoke_option(parser, runs=1, batches=10, warm_ups=0)
     args = parse_args(parser)
     if args.master:
-        run(args.master, cli_headers(args.master), args.runs, args.batches)
+        run(args.master, cli_headers(args.master), args.runs, args.batches, args.warm_ups)
         return
     with bench_cluster(agent_slots=1) as (_, info):
         run(info.api_url, admin_headers(info.api_url, info.admin_password), args.runs,
-            args.batches)
+            args.batches, args.warm_ups)
 
 
 if __name__ == "__main__":

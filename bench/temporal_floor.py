@@ -116,7 +116,7 @@ def main() -> None:
     p.add_argument("--concurrent", type=int, default=8)
     p.add_argument("--signals", type=int, default=1,
                    help="signals each workflow sends at its end (at least its close)")
-    add_smoke_option(p, workflows=10, concurrent=2, signals=1)
+    add_smoke_option(p, workflows=2, concurrent=2, signals=1)
     args = parse_args(p)
     if args.signals < 1:
         p.error("--signals: at least 1 (a trial's close is told; the bench waits for those)")

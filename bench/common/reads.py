@@ -17,10 +17,12 @@ def percentile(samples: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-def time_reads(api: httpx.Client, name: str, path: ReadPath, requests: int) -> tuple[float, float]:
-    """(p50, p99) in ms of `requests` GETs of `path()` (called anew for each request); prints
-    one line with the answers' largest size."""
-    for _ in range(max(10, requests // 10)):  # warm-up
+def time_reads(api: httpx.Client, name: str, path: ReadPath, requests: int,
+               warm_ups: int | None = None) -> tuple[float, float]:
+    """(p50, p99) in ms of `requests` GETs of `path()` (called anew for each request), after
+    `warm_ups` untimed ones (default: a tenth of `requests`, 10 at least); prints one line with
+    the answers' largest size."""
+    for _ in range(max(10, requests // 10) if warm_ups is None else warm_ups):
         url, params = path()
         api.get(url, params=params).raise_for_status()
     spans = []
