@@ -37,6 +37,7 @@ from tests.browser.conftest import (
     signed_in,
 )
 from tests.e2e.cluster import SLOW_MODEL, Cluster
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -66,20 +67,6 @@ def chart_points(page: Page, selector: str, at_least: int = 2) -> int:
     return int(page.locator(selector).get_attribute("data-points") or 0)
 
 
-def test_wrong_password_is_refused_on_the_login_page(chromium: Browser, cluster: Cluster) -> None:
-    ctx = chromium.new_context(base_url=cluster.url)
-    try:
-        page = ctx.new_page()
-        page.goto("/")
-        expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
-        log_in(page, "not-the-password")
-        expect(page.locator("#login-error")).to_contain_text("invalid username or password")
-        expect(page).to_have_url(re.compile(r"/login"))
-        screenshot(page, "login")
-    finally:
-        ctx.close()
-
-
 def test_experiment_list_shows_and_filters(
     logged_in: BrowserContext, experiment_id: int
 ) -> None:
@@ -103,6 +90,91 @@ def test_experiment_list_shows_and_filters(
     row.locator("a", has_text="browser-grid").click()
     expect(page).to_have_url(re.compile(rf"/experiments/{experiment_id}$"))
     page.close()
+
+
+# These two pause and resume the fixture's experiment, so they come early (after the list,
+# which shows it ACTIVE too): it runs for about 30 s after the fixture returns, and under load
+# the page tests that once came before them outlasted it.
+def test_pause_and_activate_buttons_change_the_state(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    def checkpointed() -> bool:  # so each resumes from a checkpoint (the trial page shows it)
+        trials = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"]
+        return all(t.get("latestCheckpointUuid") for t in trials)
+
+    wait_for(checkpointed, timeout=60, what="every trial's first checkpoint")
+    page = logged_in.new_page()
+    page.goto(f"/experiments/{experiment_id}")
+    state = page.locator("#experiment-header h1 .state")
+    expect(state).to_have_text("ACTIVE")
+
+    page.click("button[data-action='pause']")
+    expect(state).to_have_text("PAUSED", timeout=TIMEOUT_MS)
+    expect(page.locator("button[data-action='activate']")).to_be_enabled()
+    expect(page.locator("button[data-action='pause']")).to_be_disabled()
+    exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
+    assert exp["state"] == "STATE_PAUSED"
+    # The paused trials checkpoint and stop; the stream shows it.
+    expect(page.locator("tr.trial-row[data-state='PAUSED']")).to_have_count(
+        len(LEARNING_RATES), timeout=60_000
+    )
+    screenshot(page, "experiment-paused")
+
+    page.click("button[data-action='activate']")
+    expect(state).to_have_text("ACTIVE")
+    exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
+    assert exp["state"] == "STATE_ACTIVE"
+    page.click("#tab-trials")
+    expect(page.locator("tr.trial-row[data-state='RUNNING']").first).to_be_visible(
+        timeout=60_000
+    )
+    page.close()
+
+
+def test_trial_page_shows_curves_live_logs_and_checkpoints(
+    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
+) -> None:
+    trials = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"]
+    trial = trials[0]
+    page = logged_in.new_page()
+    page.goto(f"/trials/{trial['id']}")
+    expect(page.locator("#trial-header h1")).to_contain_text(f"Trial {trial['id']}")
+    expect(page.locator("#trial-hparams tr[data-name='lr'] td.hp-value")).to_have_text(
+        str(trial["hparams"]["lr"]))
+
+    chart_points(page, "#curves .line-chart", at_least=5)
+    expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
+    expect(page.locator("tr.checkpoint-row").first).to_be_visible()
+    # A checkpoint's files download as a tar through the master (shared_fs here, S3 alike).
+    with page.expect_download() as download:
+        page.locator("tr.checkpoint-row a.download").first.click()
+    with tarfile.open(download.value.path()) as archive:
+        assert {"state.json", "metadata.json"} <= set(archive.getnames())
+
+    logs = page.locator("#logs")
+    expect(logs).to_contain_text("checkpoint at step")
+    expect(logs).to_contain_text("resumed from checkpoint")  # the run after activate
+    # New lines arrive while the page stays open (the trial is still training).
+    lines_now = int(logs.get_attribute("data-lines") or 0)
+    page.wait_for_function(
+        "([n]) => Number(document.querySelector('#logs').dataset.lines) > n", arg=[lines_now]
+    )
+    screenshot(page, "trial")
+    page.close()
+
+
+def test_wrong_password_is_refused_on_the_login_page(chromium: Browser, cluster: Cluster) -> None:
+    ctx = chromium.new_context(base_url=cluster.url)
+    try:
+        page = ctx.new_page()
+        page.goto("/")
+        expect(page).to_have_url(re.compile(r"/login\?next=%2F$"))
+        log_in(page, "not-the-password")
+        expect(page.locator("#login-error")).to_contain_text("invalid username or password")
+        expect(page).to_have_url(re.compile(r"/login"))
+        screenshot(page, "login")
+    finally:
+        ctx.close()
 
 
 def test_experiment_page_draws_curves_trials_and_scatter(
@@ -217,69 +289,6 @@ def test_an_unmanaged_experiment_is_marked_and_cannot_be_paused_from_the_page(
     expect(page.locator("button[data-action='kill']")).to_be_enabled()
     expect(page.locator("#experiment-header a.workflow-link")).to_have_count(0)
     screenshot(page, "experiment-unmanaged")
-    page.close()
-
-
-def test_pause_and_activate_buttons_change_the_state(
-    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
-) -> None:
-    page = logged_in.new_page()
-    page.goto(f"/experiments/{experiment_id}")
-    state = page.locator("#experiment-header h1 .state")
-    expect(state).to_have_text("ACTIVE")
-
-    page.click("button[data-action='pause']")
-    expect(state).to_have_text("PAUSED", timeout=TIMEOUT_MS)
-    expect(page.locator("button[data-action='activate']")).to_be_enabled()
-    expect(page.locator("button[data-action='pause']")).to_be_disabled()
-    exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
-    assert exp["state"] == "STATE_PAUSED"
-    # The paused trials checkpoint and stop; the stream shows it.
-    expect(page.locator("tr.trial-row[data-state='PAUSED']")).to_have_count(
-        len(LEARNING_RATES), timeout=60_000
-    )
-    screenshot(page, "experiment-paused")
-
-    page.click("button[data-action='activate']")
-    expect(state).to_have_text("ACTIVE")
-    exp = api_get(cluster, f"/api/v1/experiments/{experiment_id}")["experiment"]
-    assert exp["state"] == "STATE_ACTIVE"
-    page.click("#tab-trials")
-    expect(page.locator("tr.trial-row[data-state='RUNNING']").first).to_be_visible(
-        timeout=60_000
-    )
-    page.close()
-
-
-def test_trial_page_shows_curves_live_logs_and_checkpoints(
-    logged_in: BrowserContext, cluster: Cluster, experiment_id: int
-) -> None:
-    trials = api_get(cluster, f"/api/v1/experiments/{experiment_id}/trials")["trials"]
-    trial = trials[0]
-    page = logged_in.new_page()
-    page.goto(f"/trials/{trial['id']}")
-    expect(page.locator("#trial-header h1")).to_contain_text(f"Trial {trial['id']}")
-    expect(page.locator("#trial-hparams tr[data-name='lr'] td.hp-value")).to_have_text(
-        str(trial["hparams"]["lr"]))
-
-    chart_points(page, "#curves .line-chart", at_least=5)
-    expect(page.locator("#curves")).to_have_attribute("data-metric", "loss")
-    expect(page.locator("tr.checkpoint-row").first).to_be_visible()
-    # A checkpoint's files download as a tar through the master (shared_fs here, S3 alike).
-    with page.expect_download() as download:
-        page.locator("tr.checkpoint-row a.download").first.click()
-    with tarfile.open(download.value.path()) as archive:
-        assert {"state.json", "metadata.json"} <= set(archive.getnames())
-
-    logs = page.locator("#logs")
-    expect(logs).to_contain_text("checkpoint at step")
-    expect(logs).to_contain_text("resumed from checkpoint")  # the run after activate
-    # New lines arrive while the page stays open (the trial is still training).
-    lines_now = int(logs.get_attribute("data-lines") or 0)
-    page.wait_for_function(
-        "([n]) => Number(document.querySelector('#logs').dataset.lines) > n", arg=[lines_now]
-    )
-    screenshot(page, "trial")
     page.close()
 
 
