@@ -205,8 +205,7 @@ class TrialWorkflow:
 
             if self._kill or (self._cancel and ended != "failed"):
                 return await self._end(inp, EndState.CANCELED)
-            if ended == "preempted" and self._preempted_by is not None and not (
-                    self._stopping_or_paused()):
+            if ended == "preempted" and self._pool_preempted():
                 await self._requeue_after_preemption(inp)
                 continue
             self._preempted_by = None
@@ -380,7 +379,7 @@ class TrialWorkflow:
             return ("preempted" if preempted else "completed", "exit 0")
         detail = result.message or f"exit code {result.exit_code}"
         return ("preempted" if preempted and (self._stopping_or_paused()
-                                              or self._preempted_by is not None)
+                                              or self._pool_preempted())
                 else "failed", detail)
 
     async def _run_across(
@@ -442,7 +441,7 @@ class TrialWorkflow:
         with contextlib.suppress(TimeoutError):
             await workflow.wait_condition(all_done, timeout=PARTS_STOP_WAIT)
         if self._kill or (preempted and (self._stopping_or_paused()
-                                         or self._preempted_by is not None)):
+                                         or self._pool_preempted())):
             return ("preempted", "stopped on every agent")
         first = first if first is not None else failed_part()
         if first is None:
@@ -461,15 +460,19 @@ class TrialWorkflow:
     def _wants_preempt(self) -> bool:
         return self._paused or self._cancel or self._stop_early or self._preempted_by is not None
 
+    def _pool_preempted(self) -> bool:
+        """The pool, not the user or the searcher, wants the run to stop."""
+        return self._preempted_by is not None and not self._stopping_or_paused()
+
     def _preemption_grace(self) -> timedelta:
         """How long a preempted run has to checkpoint and stop before it is killed: the
         pool's grace when the pool preempts it, else PREEMPTION_GRACE."""
-        if self._preempted_by is not None and not self._stopping_or_paused():
+        if self._preempted_by is not None and self._pool_preempted():
             return timedelta(seconds=self._preempted_by.grace_seconds)
         return PREEMPTION_GRACE
 
     async def _log_killed_after_grace(self, inp: TrialInput) -> None:
-        if self._preempted_by is not None and not self._stopping_or_paused():
+        if self._preempted_by is not None and self._pool_preempted():
             await self._log(inp, f"[epochal] run {self._run_id} did not stop within "
                             f"{self._preempted_by.grace_seconds:g} s of its preemption: "
                             "killed", level="WARNING")

@@ -158,19 +158,19 @@ class Pool:
 
     async def granted(self, key: str, timeout: float = 30) -> Allocation:
         """The grant a waiting request got by signal."""
-        granted: Allocation = await within(
-            eventually(lambda: self.sinks[key].query(GrantSink.allocation), timeout,
-                       f"the pool to grant {key}"),
-            timeout + 5, f"the pool to grant {key}", explain=self.describe)
+        granted: Allocation = await self._told(key, GrantSink.allocation, "grant", timeout)
         return granted
 
     async def preempted(self, key: str, timeout: float = 30) -> Preemption:
         """The preemption the holder of `key` was sent."""
-        said: Preemption = await within(
-            eventually(lambda: self.sinks[key].query(GrantSink.preemption), timeout,
-                       f"the pool to preempt {key}"),
-            timeout + 5, f"the pool to preempt {key}", explain=self.describe)
+        said: Preemption = await self._told(key, GrantSink.preemption, "preempt", timeout)
         return said
+
+    async def _told(self, key: str, query: Any, verb: str, timeout: float) -> Any:
+        """What the sink holding `key` answers to `query`, once it is not None."""
+        return await within(
+            eventually(lambda: self.sinks[key].query(query), timeout, f"the pool to {verb} {key}"),
+            timeout + 5, f"the pool to {verb} {key}", explain=self.describe)
 
     async def was_preempted(self, key: str) -> bool:
         return await self.sinks[key].query(GrantSink.preemption) is not None
