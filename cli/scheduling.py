@@ -149,8 +149,8 @@ JobArg = Annotated[str, typer.Argument(metavar="JOB", help="A job id: experiment
 
 
 @job_app.command("update", help="Move a waiting experiment's job ahead of or behind another "
-                 "waiting job of its pool (it takes that job's priority), or change its "
-                 "priority or weight.")
+                 "waiting job of its pool (it takes that job's priority), move it to another "
+                 "pool, or change its priority or weight.")
 def update_job(
     ctx: typer.Context,
     job_id: JobArg,
@@ -160,19 +160,24 @@ def update_job(
                                                   help="Serve it just after this job.")] = None,
     priority: Annotated[int | None, typer.Option("--priority", min=1, max=99)] = None,
     weight: Annotated[float | None, typer.Option("--weight", min=0.0)] = None,
+    resource_pool: Annotated[str | None, typer.Option(
+        "--resource-pool", metavar="POOL",
+        help="Ask this pool for its slots from now on (a running trial keeps its slots until "
+             "its run ends).")] = None,
     as_json: AsJson = False,
 ) -> None:
     if ahead_of and behind_of:
         raise typer.BadParameter("give --ahead-of or --behind-of, not both",
                                  param_hint="--behind-of")
-    if not any((ahead_of, behind_of, priority is not None, weight is not None)):
-        raise typer.BadParameter("nothing to change: give --ahead-of, --behind-of, --priority "
-                                 "or --weight", param_hint="JOB")
+    if not any((ahead_of, behind_of, resource_pool, priority is not None, weight is not None)):
+        raise typer.BadParameter("nothing to change: give --ahead-of, --behind-of, "
+                                 "--resource-pool, --priority or --weight", param_hint="JOB")
     update = {key: value for key, value in (
         ("jobId", job_id), ("aheadOf", ahead_of), ("behindOf", behind_of),
-        ("priority", priority), ("weight", weight)) if value is not None}
+        ("resourcePool", resource_pool), ("priority", priority), ("weight", weight))
+        if value is not None}
     with Client(master_url(ctx)) as client:
         answer = client.post("/job-queues", {"updates": [update]})
     where = (f" ahead of {ahead_of}" if ahead_of else f" behind {behind_of}" if behind_of
-             else "")
+             else "") + (f" into resource pool {resource_pool}" if resource_pool else "")
     render.done(as_json, answer, f"Updated {job_id}{where}")

@@ -122,6 +122,7 @@ class ExperimentMessages:
     ACTIVATE = "activate"
     CANCEL = "cancel"
     KILL = "kill"
+    MOVE_TO_POOL = "move_to_pool"  # from the API (`det job update --resource-pool`): to trials
     DESCRIBE = "describe"  # query
 
 
@@ -138,6 +139,7 @@ class TrialMessages:
     CANCEL = "cancel"
     KILL = "kill"
     PREEMPT = "preempt"  # from its pool: checkpoint, give the slots back, queue again
+    MOVE_TO_POOL = ExperimentMessages.MOVE_TO_POOL  # from its experiment: ask another pool
     DESCRIBE = "describe"  # query
 
 

@@ -1,6 +1,6 @@
 """What an experiment's owner changes once it is submitted (`det experiment set priority|
 max-slots|weight|gc-policy`, `det job update`): kept in its stored config and acted on now, by
-its pool's scheduler or by checkpoint GC."""
+its pool's scheduler, its workflow or checkpoint GC."""
 
 from __future__ import annotations
 
@@ -8,14 +8,15 @@ from typing import Any
 
 import asyncpg
 from temporalio.client import Client
+from temporalio.service import RPCError, RPCStatusCode
 
 from common.expconf import RetentionCounts
 from common.states import TERMINAL_STATES
-from common.temporal_names import PoolMessages
-from services import checkpoint_files, pools
-from services.errors import Invalid, not_found
+from common.temporal_names import ExperimentMessages, PoolMessages, experiment_workflow_id
+from services import checkpoint_files, pool_bindings, pools
+from services.errors import Invalid, Unavailable, not_found
 from services.settings import StorageSettings
-from wire.pools import ExperimentResources, MoveJob
+from wire.pools import ExperimentResources, MoveJob, PoolMove
 
 
 async def _changed_config(pool: asyncpg.Pool, experiment_id: int, section: str,
@@ -86,6 +87,46 @@ async def move_job(pool: asyncpg.Pool, temporal: Client, experiment_id: int, *,
         await _changed_config(pool, experiment_id, "resources", {"priority": priority})
     await pools.signal_scheduler(temporal, pool_name, PoolMessages.MOVE_JOB,
                                  MoveJob(experiment_id, anchor_id, ahead))
+
+
+async def move_to_pool(pool: asyncpg.Pool, temporal: Client, configured: tuple[str, ...],
+                       experiment_id: int, pool_name: str, field: str = "resourcePool") -> None:
+    """UpdateJobQueue's `resourcePool` (`det job update --resource-pool`): the experiment's
+    trials ask `pool_name` for slots from now on (a waiting request moves at once; a running
+    trial keeps its slots until its run ends). The pool must exist, be available to the
+    experiment's workspace and be able to hold one of its trials; `field` names it in errors."""
+    row = await pool.fetchrow(
+        "SELECT e.state, e.config, e.unmanaged, p.workspace_id FROM experiments e"
+        " JOIN projects p ON p.id = e.project_id WHERE e.id = $1", experiment_id)
+    if row is None:
+        raise not_found("experiment", experiment_id)
+    if row["state"] in TERMINAL_STATES:
+        raise _not_movable(f"{field}: job experiment-{experiment_id} has ended "
+                           f"({row['state']})")
+    if row["unmanaged"]:
+        raise _not_movable(f"{field}: experiment {experiment_id} is unmanaged: its code runs "
+                           "outside the cluster and asks no pool for slots")
+    resources = row["config"]["resources"]
+    if resources["resource_pool"] == pool_name:
+        return
+    if pool_name not in await pools.pool_names(pool, configured):
+        raise _not_movable(f"{field}: no resource pool is named {pool_name[:80]!r}")
+    await pool_bindings.check_pool_usable(pool, row["workspace_id"], pool_name, field)
+    too_big = await pools.never_fits(temporal, {**resources, "resource_pool": pool_name})
+    if too_big is not None:
+        raise _not_movable(f"{field}: {too_big}")
+    await _changed_config(pool, experiment_id, "resources", {"resource_pool": pool_name})
+    handle = temporal.get_workflow_handle(experiment_workflow_id(experiment_id))
+    try:
+        await handle.signal(ExperimentMessages.MOVE_TO_POOL, PoolMove(pool_name))
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:  # it ended in between: nothing to move
+            return
+        raise Unavailable(f"cannot reach the experiment's workflow: {err.message}") from err
+
+
+def _not_movable(detail: str) -> Invalid:
+    return Invalid("cannot move the job to that resource pool", [detail])
 
 
 async def change_gc_policy(pool: asyncpg.Pool, settings: StorageSettings, experiment_id: int,

@@ -97,6 +97,15 @@ class MoveJob:
 
 
 @dataclass
+class PoolMove:
+    """Signal `move_to_pool` to an experiment and on to its trials (UpdateJobQueue's
+    resourcePool: `det job update --resource-pool`): its requests go to pool `pool` from now
+    on; one waiting in the old pool is withdrawn and made there."""
+
+    pool: str
+
+
+@dataclass
 class Preemption:
     """Signal `preempt` to a trial (or task): the pool needs its slots for higher-priority work.
     The trial asks its code to checkpoint and stop, gives the slots back and queues again; past

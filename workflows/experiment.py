@@ -41,6 +41,7 @@ with workflow.unsafe.imports_passed_through():
         TrialMessages,
         trial_workflow_id,
     )
+    from wire.pools import PoolMove
     from wire.workflow_io import (
         LOCAL_CALLS_REVISION,
         TEMPORAL_STATUS_REVISION,
@@ -111,6 +112,10 @@ CHILD_TRIALS_PATCH = "experiment-trials-are-children"
 # Issue 36: trials it starts are of RUN_SPEC_REVISION (their runs carry a RunSpec), decided once
 # per run here rather than by a marker in every trial's history.
 RUN_SPEC_TRIALS_PATCH = "experiment-trials-carry-run-specs"
+# Issue 38: the experiment moves to another resource pool (`move_to_pool`, from `det job update
+# --resource-pool`): trials it starts from then on, and the config continue-as-new carries, name
+# the new pool, and its running trials are told. Only a moved experiment writes the marker.
+POOL_MOVE_PATCH = "experiment-moves-to-another-pool"
 
 
 @workflow.defn(name=EXPERIMENT_WORKFLOW)
@@ -136,6 +141,7 @@ class ExperimentWorkflow:
         self._finishing = False
         self._messages = asyncio.Lock()  # serialises the user's messages' side effects
         self._takes_cancel_requests = False  # EXTERNAL_CANCEL_PATCH
+        self._moved_to: str | None = None  # POOL_MOVE_PATCH: the pool it was moved to
 
     @staticmethod
     def _carried(inp: ExperimentInput) -> ExperimentCarry:
@@ -203,7 +209,7 @@ class ExperimentWorkflow:
                 workflow.continue_as_new(
                     ExperimentInput(
                         experiment_id=inp.experiment_id,
-                        config=inp.config,
+                        config=self._config(inp),
                         seed=inp.seed,
                         carried=self._carry(search).to_json(),
                         max_history_events=inp.max_history_events,
@@ -232,6 +238,14 @@ class ExperimentWorkflow:
             raise ApplicationError(f"experiment {inp.experiment_id} was {self._stop_reason()}",
                                    type="ExperimentCanceled", non_retryable=True)
         return final
+
+    def _config(self, inp: ExperimentInput) -> dict[str, Any]:
+        """The experiment's config as its trials get it: the input's, in the pool it was moved
+        to, if any."""
+        if self._moved_to is None:
+            return inp.config
+        return {**inp.config,
+                "resources": {**inp.config.get("resources", {}), "resource_pool": self._moved_to}}
 
     def _stop_reason(self) -> str:
         return "killed" if self._stop == TrialMessages.KILL else "canceled"
@@ -410,7 +424,7 @@ class ExperimentWorkflow:
             trial_id=trial_id,
             request_id=request_id,
             hparams=create["hparams"],
-            config=inp.config,
+            config=self._config(inp),
             trial_seed=seed,
             start_paused=start_paused,
             target=create["target"],
@@ -443,6 +457,8 @@ class ExperimentWorkflow:
         elif self._paused != start_paused:
             await self._signal_trial(
                 trial_id, TrialMessages.PAUSE if self._paused else TrialMessages.ACTIVATE)
+        if self._moved_to is not None and trial.config != self._config(inp):
+            await self._signal_trial(trial_id, TrialMessages.MOVE_TO_POOL, PoolMove(self._moved_to))
 
     async def _start_child(self, trial: TrialInput, workflow_id: str) -> None:
         """Start the trial's workflow as this experiment's child. ABANDON: the trial outlives
@@ -563,6 +579,16 @@ class ExperimentWorkflow:
             return
         self._stop = TrialMessages.KILL
         await self._announce(ExperimentState.STOPPING_KILLED, TrialMessages.KILL)
+
+    @workflow.signal(name=ExperimentMessages.MOVE_TO_POOL)
+    async def move_to_pool(self, move: PoolMove) -> None:
+        """Its trials' requests go to another pool from now on (the API checked the pool)."""
+        if self._stop is not None or not workflow.patched(POOL_MOVE_PATCH):
+            return
+        self._moved_to = move.pool
+        async with self._messages:
+            for trial_id in list(self._running):
+                await self._signal_trial(trial_id, TrialMessages.MOVE_TO_POOL, move)
 
     @workflow.query(name=ExperimentMessages.DESCRIBE)
     def describe(self) -> dict[str, object]:

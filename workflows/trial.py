@@ -28,6 +28,7 @@ randomness here (activities do those), and the replay tests over recorded histor
 from __future__ import annotations
 
 import contextlib
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -53,6 +54,7 @@ with workflow.unsafe.imports_passed_through():
     from wire.pools import (
         Allocation,
         AllocationPart,
+        PoolMove,
         Preemption,
         SlotFailure,
         SlotRequest,
@@ -117,6 +119,10 @@ RUN_SPEC_PATCH = "trial-runs-carry-a-run-spec"
 # its code to checkpoint and stop, gives the slots back and queues again, killing the run past
 # the pool's grace. Only a preempted trial writes the marker.
 SCHEDULER_PREEMPTION_PATCH = "trial-preempted-by-its-pool"
+# Issue 38: its experiment moves to another pool (signal `move_to_pool`): a request waiting in
+# the old pool is withdrawn and made in the new one; a run holding slots keeps them, and the
+# trial's next run asks the new pool. Only a moved trial writes the marker.
+POOL_MOVE_PATCH = "trial-moves-to-another-pool"
 
 
 def restart_backoff(restarts: int) -> timedelta:
@@ -145,6 +151,7 @@ class TrialWorkflow:
         self._spec: dict[str, Any] | None = None  # RUN_SPEC_PATCH: the runs' RunSpec, as JSON
         self._allocation_id = ""  # the current run's
         self._preempted_by: Preemption | None = None  # the pool wants the current run's slots
+        self._moved_to: str | None = None  # POOL_MOVE_PATCH: the pool the next request goes to
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
@@ -185,6 +192,8 @@ class TrialWorkflow:
                 await workflow.wait_condition(lambda: not self._paused or self._stopping())
                 continue
 
+            if self._moving():
+                await self._move_to_pool(inp)
             resume = await self._db(GET_RESUME_POINT_CALL, inp.trial_id)
             self._run_id += 1
             try:
@@ -193,7 +202,7 @@ class TrialWorkflow:
                 return await self._end(
                     inp, EndState.ERROR, error=f"cannot schedule the trial: {err.message}")
             if allocation is None:
-                continue  # paused or stopped while waiting for slots
+                continue  # paused, stopped or moved to another pool while waiting for slots
             self._agent_id = allocation.agent_id
             self._allocation_id = allocation.allocation_id
             await self._record(inp, TrialState.RUNNING, run_id=self._run_id)
@@ -297,7 +306,8 @@ class TrialWorkflow:
             priority=resources.priority,
             max_slots=resources.max_slots,
         )
-        allocation = await self._allocator.acquire(resources, request, self._stopping_or_paused)
+        allocation = await self._allocator.acquire(
+            resources, request, lambda: self._stopping_or_paused() or self._moving())
         if allocation is not None and self._stopping_or_paused():
             await self._allocator.release(resources, allocation.allocation_id)
             return None
@@ -490,6 +500,18 @@ class TrialWorkflow:
     def _stopping(self) -> bool:
         return self._cancel or self._kill or self._stop_early
 
+    def _moving(self) -> bool:
+        """Its experiment moved it to another pool, which it has not asked yet."""
+        return self._moved_to is not None and self._moved_to != self._resources.pool
+
+    async def _move_to_pool(self, inp: TrialInput) -> None:
+        """Ask the pool the experiment moved to from this run on (the old pool has no request
+        of this trial left: the last one was released or withdrawn)."""
+        assert self._moved_to is not None
+        old, self._resources = self._resources.pool, replace(self._resources, pool=self._moved_to)
+        await self._log(inp, f"[epochal] moved from resource pool {old!r} to "
+                        f"{self._moved_to!r}: the trial's slots are asked of {self._moved_to!r}")
+
     def _stopping_or_paused(self) -> bool:
         return self._stopping() or self._paused
 
@@ -609,6 +631,13 @@ class TrialWorkflow:
                         f"to checkpoint and stop within {preemption.grace_seconds:g} s",
                         level="WARNING")
 
+    @workflow.signal(name=TrialMessages.MOVE_TO_POOL)
+    def move_to_pool(self, move: PoolMove) -> None:
+        """The experiment moved to another pool (`det job update --resource-pool`): a waiting
+        request moves now, a running run's slots are kept until it ends."""
+        if workflow.patched(POOL_MOVE_PATCH):
+            self._moved_to = move.pool
+
     @workflow.signal(name=TrialMessages.CONTINUE_TO)
     def continue_to(self, target: int) -> None:
         """The searcher promotes this trial: train on (from the checkpoint) to `target`."""
@@ -655,6 +684,8 @@ class TrialWorkflow:
             "paused": self._paused,
             "target": self._target,
             "stopped_early": self._stop_early,
+            # where its next request goes (a running run's slots may be another pool's)
+            "resource_pool": self._moved_to or (self._resources.pool if self._inp else None),
         }
 
 

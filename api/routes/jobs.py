@@ -4,7 +4,8 @@ the interactive tasks behind the jobs.
 
 The queue itself is computed once, in services/pools.py (`GET /job-queues` answers it as it
 is); this module gives it Determined's v2 shape (`GET /job-queues-v2`) and lets `det job update`
-change an experiment's priority (`POST /job-queues`) the way `det experiment set priority` does.
+change an experiment's job (`POST /job-queues`): its priority or weight, its place in the queue,
+its pool.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from api import views
 from api.auth import require_owner
@@ -122,28 +123,25 @@ class QueueControl(BaseModel):
     jobId: str
     priority: int | None = None
     weight: float | None = None
-    resourcePool: str | None = None
+    resourcePool: str | None = Field(None, max_length=200)
     aheadOf: str | None = None
     behindOf: str | None = None
 
 
 class UpdateJobQueueRequest(BaseModel):
-    updates: list[QueueControl]
+    updates: list[QueueControl] = Field(max_length=100)
 
 
 @router.post("/job-queues", **answers(Empty))
 async def update_job_queue(
-    body: UpdateJobQueueRequest, request: Request, pool: Pool, temporal: Temporal
+    body: UpdateJobQueueRequest, request: Request, pool: Pool, temporal: Temporal,
+    settings: AppSettings,
 ) -> dict[str, Any]:
     """Determined's UpdateJobQueue (`det job update`): an experiment's job's priority and
-    weight, or its place ahead of or behind another job; moving a job to another pool is not
-    served."""
+    weight, its pool, or its place ahead of or behind another job (of the pool it is in
+    then)."""
     for update in body.updates:
         experiment_id = _experiment_of(update.jobId)
-        if update.resourcePool:
-            raise ApiError(400, "cannot move jobs between pools",
-                           ["resourcePool: moving a job to another pool is not served by "
-                            "Epochal; set resources.resource_pool when submitting"])
         if update.aheadOf and update.behindOf:
             raise ApiError(400, "a job goes ahead of another or behind it, not both",
                            ["aheadOf, behindOf: give one"])
@@ -151,6 +149,9 @@ async def update_job_queue(
         await experiment_settings.change_resources(
             pool, temporal, experiment_id, priority=update.priority, max_slots=None,
             weight=update.weight)
+        if update.resourcePool:
+            await experiment_settings.move_to_pool(
+                pool, temporal, settings.resource_pools, experiment_id, update.resourcePool)
         for field, anchor, ahead in (("aheadOf", update.aheadOf, True),
                                      ("behindOf", update.behindOf, False)):
             if anchor:

@@ -148,6 +148,37 @@ def test_a_workspaces_default_pool_takes_experiments_that_name_none(
     det.run("experiment", "kill", str(experiment_id), check=False)  # it runs, and may be over
 
 
+def test_det_job_update_moves_a_waiting_experiment_to_a_pool_that_runs_it(
+    det: Det, user: Det, cluster: Cluster, model: Path, tmp_path: Path,
+) -> None:
+    """`det job update --resource-pool`: an experiment waiting in `gpu` (no agent serves it)
+    moves to `default`, runs and completes there, its trial's logs saying so; a pool that does
+    not exist is refused naming resourcePool, and only the job's owner (or an admin) moves it."""
+    experiment_id = create(user, model, config_file(tmp_path, workspace(user), POOL))
+    job = f"experiment-{experiment_id}"
+
+    def waiting_in(pool_name: str) -> list[str]:
+        return [j["jobId"] for j in cluster.get("/job-queues", resourcePool=pool_name)["jobs"]
+                if j["summary"]["state"] == "STATE_QUEUED"]
+
+    wait_for(lambda: job in waiting_in(POOL), timeout=60, what=f"{job} to wait in {POOL}")
+    refused(user.run("job", "update", job, "--resource-pool", "no-such-pool", check=False),
+            "resourcePool", "no-such-pool")
+    admins = create(det, model, config_file(tmp_path, workspace(det), POOL))
+    refused(user.run("job", "update", f"experiment-{admins}", "--resource-pool", "default",
+                     check=False), "Forbidden", "may not change")
+    det.run("experiment", "kill", str(admins))
+
+    user.run("job", "update", job, "--resource-pool", "default")
+    assert cluster.experiment(experiment_id)["resourcePool"] == "default"
+    wait_for(lambda: cluster.experiment(experiment_id)["state"] == "STATE_COMPLETED",
+             timeout=90, what=f"experiment {experiment_id} to complete in the default pool")
+    assert job not in waiting_in(POOL)
+    [trial] = cluster.trials(experiment_id)
+    logs = user.run("trial", "logs", str(trial["id"])).stdout
+    assert f"moved from resource pool '{POOL}' to 'default'" in logs, logs
+
+
 def _slots(det: Det) -> dict[str, dict[str, object]]:
     listed = json.loads(det.run("slot", "list", "--json").stdout)
     return {str(s["slot_id"]): s for s in listed if s["agent_id"] == AGENT_ID}

@@ -365,3 +365,75 @@ async def test_another_user_cannot_change_a_template_workspace_or_project_and_re
         assert (await b.post(f"/api/v1/workspaces/{workspace_id}/archive")).status_code == 403
         assert (await b.delete(f"/api/v1/workspaces/{workspace_id}")).status_code == 403
         assert (await a.delete(f"/api/v1/projects/{project_id}")).status_code == 200
+
+
+async def test_job_update_moves_a_waiting_experiment_to_another_pool(
+    api: httpx.AsyncClient,
+) -> None:
+    """UpdateJobQueue's `resourcePool`: the experiment's waiting request leaves the old pool's
+    queue for the new one's, and its stored config names the new pool; a pool that does not
+    exist, one bound to other workspaces only and an ended job are refused, naming
+    resourcePool."""
+    full, other = unique("move-full"), unique("move-to")
+    await serve_pool(api, full, slots=2)
+    await serve_pool(api, other, slots=2)
+    searcher = {"name": "single", "metric": "loss", "max_length": {"batches": 5}}
+    ids = []
+    for _ in range(2):
+        answer = await create_experiment(
+            api, config_yaml(full, searcher=searcher, hyperparameters={"lr": 0.1},
+                             resources={"resource_pool": full, "slots_per_trial": 2}))
+        assert answer.status_code == 200, answer.text
+        ids.append(answer.json()["experiment"]["id"])
+    holder, moved = ids
+
+    async def queued_in(pool_name: str) -> list[int]:
+        jobs = (await api.get("/api/v1/job-queues", params={"resourcePool": pool_name})).json()
+        return [int(j["entityId"]) for j in jobs["jobs"]
+                if j["summary"]["state"] == "STATE_QUEUED"]
+
+    async def eventually_queued(pool_name: str, expected: list[int]) -> None:
+        for _ in range(200):
+            if await queued_in(pool_name) == expected:
+                return
+            await asyncio.sleep(0.05)
+        assert await queued_in(pool_name) == expected, f"waiting in {pool_name}"
+
+    async def update(experiment_id: int, pool_name: str) -> httpx.Response:
+        return await api.post("/api/v1/job-queues", json={
+            "updates": [{"jobId": f"experiment-{experiment_id}", "resourcePool": pool_name}]})
+
+    def refused_naming(answer: httpx.Response, *words: str) -> None:
+        assert answer.status_code == 400, answer.text
+        assert any(d.startswith("resourcePool:") and all(w in d for w in words)
+                   for d in answer.json()["details"]), answer.json()
+
+    await eventually_queued(full, [moved])
+    refused_naming(await update(moved, "no-such-pool"), "no resource pool", "no-such-pool")
+    workspace = (await api.post("/api/v1/workspaces", json={"name": unique("ws")})).json()
+    bindings = f"/api/v1/resource-pools/{other}/workspace-bindings"
+    bound = await api.post(bindings, json={"workspaceIds": [workspace["workspace"]["id"]]})
+    assert bound.status_code == 200, bound.text
+    refused_naming(await update(moved, other), other, workspace["workspace"]["name"])
+    unbound = await api.request("DELETE", bindings,
+                                json={"workspaceIds": [workspace["workspace"]["id"]]})
+    assert unbound.status_code == 200, unbound.text
+    config = (await api.get(f"/api/v1/experiments/{moved}")).json()["experiment"]["config"]
+    assert config["resources"]["resource_pool"] == full  # nothing refused changed it
+
+    moved_answer = await update(moved, other)
+    assert moved_answer.status_code == 200, moved_answer.text
+    config = (await api.get(f"/api/v1/experiments/{moved}")).json()["experiment"]["config"]
+    assert config["resources"]["resource_pool"] == other
+    await eventually_queued(full, [])
+    jobs = (await api.get("/api/v1/job-queues", params={"resourcePool": other})).json()["jobs"]
+    assert [j["entityId"] for j in jobs] == [str(moved)]  # granted there (a phantom agent)
+
+    await api.post(f"/api/v1/experiments/{holder}/kill")
+    for _ in range(200):
+        if (await api.get(f"/api/v1/experiments/{holder}")).json()["experiment"][
+                "state"] == "STATE_CANCELED":
+            break
+        await asyncio.sleep(0.05)
+    refused_naming(await update(holder, other), "has ended")
+    await api.post(f"/api/v1/experiments/{moved}/kill")

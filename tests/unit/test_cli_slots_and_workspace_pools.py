@@ -71,7 +71,9 @@ def test_workspace_set_max_slots_and_default_pools(fake: FakeMaster) -> None:
                                                    "defaultAuxResourcePool": None}
 
 
-def test_job_update_moves_a_job_ahead_of_or_behind_another(fake: FakeMaster) -> None:
+def test_job_update_moves_a_job_ahead_of_or_behind_another_or_to_another_pool(
+    fake: FakeMaster,
+) -> None:
     fake.on("POST", "/job-queues", {})
     assert run("job", "update", "experiment-4", "--ahead-of", "experiment-2") == (
         "Updated experiment-4 ahead of experiment-2\n")
@@ -85,3 +87,7 @@ def test_job_update_moves_a_job_ahead_of_or_behind_another(fake: FakeMaster) -> 
                "experiment-3", code=2)
     assert "not both" in both
     assert "nothing to change" in run("job", "update", "experiment-4", code=2)
+    assert run("job", "update", "experiment-4", "--resource-pool", "gpu") == (
+        "Updated experiment-4 into resource pool gpu\n")
+    assert fake.body("POST", "/job-queues") == {
+        "updates": [{"jobId": "experiment-4", "resourcePool": "gpu"}]}
