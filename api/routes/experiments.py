@@ -44,6 +44,7 @@ from services import (
     experiment_settings,
     log_retention,
     models,
+    pool_bindings,
     submission,
 )
 from services.workspaces import resolve_project
@@ -419,13 +420,18 @@ class MoveExperimentRequest(BaseModel):
 async def move_experiment(
     experiment_id: int, body: MoveExperimentRequest, request: Request, pool: Pool
 ) -> dict[str, Any]:
-    """`det experiment move ID WORKSPACE PROJECT`: the experiment changes project."""
+    """`det experiment move ID WORKSPACE PROJECT`: the experiment changes project; one still
+    running must be able to keep using its pool in the new workspace."""
     if body.experimentId not in (None, experiment_id):
         raise ApiError(400, "experimentId does not match", [
             f"experimentId: is {body.experimentId}, but the path names {experiment_id}"])
-    await _experiment_row(pool, experiment_id)
+    row = await _experiment_row(pool, experiment_id)
     project_id = await resolve_project(pool, body.destinationProjectId, {},
                                        "destinationProjectId")
+    if row["state"] not in TERMINAL_STATES and not row["unmanaged"]:
+        await pool_bindings.check_pool_usable(
+            pool, await pool_bindings.workspace_of_project(pool, project_id),
+            row["config"]["resources"]["resource_pool"], "destinationProjectId")
     await experiment_queries.move_experiment(pool, experiment_id, project_id)
     return {}
 

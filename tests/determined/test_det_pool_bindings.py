@@ -102,6 +102,9 @@ def test_bindings_refuse_other_workspaces_experiments_and_only_admins_bind(
     assert mine in said
     experiment_id = create(user, model, config_file(tmp_path, mine, POOL))
     assert cluster.experiment(experiment_id)["resourcePool"] == POOL
+    # Nor does it move, while it runs, to a workspace that may not use its pool.
+    refused(user.run("experiment", "move", str(experiment_id), theirs, "main", check=False),
+            "destinationProjectId", POOL, theirs)
     det.run("experiment", "kill", str(experiment_id))
 
     pools = user.run("workspace", "list-pools", theirs).stdout
