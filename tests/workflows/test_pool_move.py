@@ -40,23 +40,26 @@ async def _queued_experiments(client: Client, pool_name: str) -> list[int]:
     return [r["experiment_id"] for r in view["queue"]]
 
 
+def _held_until(release: asyncio.Event) -> Any:
+    """A run that trains until `release` is set, then reports and succeeds."""
+    async def run(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
+        await asyncio.wait_for(release.wait(), 60)
+        await report_validation(db, inp, 10)
+        return RunTrialResult(exit_code=0, agent_id="old")
+    return run
+
+
+async def _succeed(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
+    await report_validation(db, inp, 10)
+    return RunTrialResult(exit_code=0, agent_id="new")
+
+
 async def test_a_waiting_trial_moves_to_the_new_pool_and_runs_there(
     temporal_client: Client, pool: asyncpg.Pool, master_worker: Worker
 ) -> None:
     release = asyncio.Event()
-
-    async def hold_until_released(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
-        while not release.is_set():
-            await asyncio.sleep(0.1)
-        await report_validation(db, inp, 10)
-        return RunTrialResult(exit_code=0, agent_id="old")
-
-    async def succeed(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
-        await report_validation(db, inp, 10)
-        return RunTrialResult(exit_code=0, agent_id="new")
-
-    old_agent, old_pool = await start_agent(temporal_client, pool, hold_until_released, slots=1)
-    new_agent, new_pool = await start_agent(temporal_client, pool, succeed, slots=1)
+    old_agent, old_pool = await start_agent(temporal_client, pool, _held_until(release), slots=1)
+    new_agent, new_pool = await start_agent(temporal_client, pool, _succeed, slots=1)
     try:
         holder_id, holder = await start_experiment(temporal_client, pool, _config(old_pool, 42))
         await eventually(lambda: _is(pool, holder_id, "RUNNING"), 30, "the holder to run")
@@ -97,12 +100,8 @@ async def test_a_running_trial_keeps_its_slots_and_its_next_run_asks_the_new_poo
         await eventually(told, 60, "the running trial to be told of the move")
         return RunTrialResult(exit_code=1, agent_id="old", message="crashed after the move")
 
-    async def succeed(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
-        await report_validation(db, inp, 10)
-        return RunTrialResult(exit_code=0, agent_id="new")
-
     old_agent, old_pool = await start_agent(temporal_client, pool, fail_once_moved, slots=1)
-    new_agent, new_pool = await start_agent(temporal_client, pool, succeed, slots=1)
+    new_agent, new_pool = await start_agent(temporal_client, pool, _succeed, slots=1)
     try:
         experiment_id, handle = await start_experiment(temporal_client, pool,
                                                        _config(old_pool, 42))
@@ -126,18 +125,8 @@ async def test_trials_started_after_a_move_ask_the_new_pool_across_continue_as_n
     trial and the two the experiment starts later (after continuing as new) run in the new
     pool; the first stays where its slot is."""
     release = asyncio.Event()
-
-    async def hold_until_released(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
-        await asyncio.wait_for(release.wait(), 60)
-        await report_validation(db, inp, 10)
-        return RunTrialResult(exit_code=0, agent_id="old")
-
-    async def succeed(inp: RunTrialInput, db: asyncpg.Pool) -> RunTrialResult:
-        await report_validation(db, inp, 10)
-        return RunTrialResult(exit_code=0, agent_id="new")
-
-    old_agent, old_pool = await start_agent(temporal_client, pool, hold_until_released, slots=1)
-    new_agent, new_pool = await start_agent(temporal_client, pool, succeed, slots=1)
+    old_agent, old_pool = await start_agent(temporal_client, pool, _held_until(release), slots=1)
+    new_agent, new_pool = await start_agent(temporal_client, pool, _succeed, slots=1)
     try:
         experiment_id, handle = await start_experiment(
             temporal_client, pool, make_config(old_pool), max_history_events=40)
