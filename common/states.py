@@ -1,4 +1,4 @@
-"""Every state an experiment, trial, task, checkpoint or allocation is in, as stored and shown
+"""Every state an experiment, trial, task, checkpoint, job or allocation is in, as stored and shown
 (Determined's names, without `STATE_`): one home each, so a state is never spelled as a string.
 
 They are `StrEnum`s: a member is its name as a string (`ExperimentState.ACTIVE == "ACTIVE"`), so
@@ -50,6 +50,14 @@ class TaskState(StrEnum):
 class CheckpointState(StrEnum):
     COMPLETED = "COMPLETED"
     DELETED = "DELETED"
+
+
+class JobState(StrEnum):
+    """A job of the job queue (an experiment's or an interactive task's), as Determined's
+    jobv1State names it."""
+
+    SCHEDULED = "SCHEDULED"  # holding slots
+    QUEUED = "QUEUED"  # waiting for them
 
 
 class AllocationState(StrEnum):

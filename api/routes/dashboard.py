@@ -29,6 +29,7 @@ from common.states import (
     TERMINAL_STATES,
     CheckpointState,
     ExperimentState,
+    JobState,
     TaskState,
     TrialState,
 )
@@ -36,7 +37,8 @@ from common.states import (
 # Every state the pages' scripts compare with, by kind, and the terminal ones.
 PAGE_STATES = json.dumps({
     "experiment": list(ExperimentState), "trial": list(TrialState), "task": list(TaskState),
-    "checkpoint": list(CheckpointState), "terminal": sorted(TERMINAL_STATES),
+    "checkpoint": list(CheckpointState), "job": list(JobState),
+    "terminal": sorted(TERMINAL_STATES),
 })
 
 router = APIRouter(tags=["dashboard"], include_in_schema=False)

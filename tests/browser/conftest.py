@@ -1,9 +1,9 @@
 """Real headless Chromium (Debian's, via Playwright) against a real local cluster.
 
-One cluster (master + one agent with two slots) and one running experiment serve the whole
-module; each test opens pages in one logged-in browser context. Chromium is Debian's
-/usr/bin/chromium, never a browser Playwright downloads; without it the tests skip, except in
-CI (CI=true), where they fail.
+One cluster (master + one agent with two slots in pool `default`, and a second pool without
+agents) and one running experiment serve the whole module; each test opens pages in one
+logged-in browser context. Chromium is Debian's /usr/bin/chromium, never a browser Playwright
+downloads; without it the tests skip, except in CI (CI=true), where they fail.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ T = TypeVar("T")
 
 SCREENSHOTS = REPO / "test-artifacts" / "screenshots"
 ADMIN = "admin"
+# A pool without agents, for the cluster page's move of a job to another pool.
+SPARE_POOL = "spare"
 # Long enough (about 30 s a trial) to pause and activate it while it runs.
 STEPS = 150
 LEARNING_RATES = [0.03, 0.2]
@@ -68,9 +70,11 @@ def cluster(chromium_ready: None, postgres_url: str, temporal_address: str,
             temporal_ui_url: str | None) -> Iterator[Cluster]:
     """The dashboard links workflows to the session's Temporal UI (given as an external
     Temporal's would be)."""
-    ui = {"EPOCHAL_TEMPORAL_UI_URL": temporal_ui_url} if temporal_ui_url else {}
+    env = {"EPOCHAL_RESOURCE_POOLS": f"default,{SPARE_POOL}"}
+    if temporal_ui_url:
+        env["EPOCHAL_TEMPORAL_UI_URL"] = temporal_ui_url
     with shared_servers_cluster(postgres_url, temporal_address, "browser", "--slots", "2",
-                                env_extra=ui) as c:
+                                env_extra=env) as c:
         yield c
 
 

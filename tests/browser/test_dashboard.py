@@ -1,7 +1,7 @@
 """The dashboard in headless Chromium against a live cluster running a real two-trial grid:
 log in, list, learning curves, trials table, hyperparameter scatter, pause and activate, a
-trial's live logs and checkpoints, the cluster page, the experiment followed live to its end,
-and the model registry's pages.
+trial's live logs and checkpoints, the cluster page and its job queue's moves, the experiment
+followed live to its end, and the model registry's pages.
 
 Tests run in file order on one experiment (pause/activate before it completes). A screenshot
 of every page goes to test-artifacts/screenshots/.
@@ -9,23 +9,26 @@ of every page goes to test-artifacts/screenshots/.
 
 from __future__ import annotations
 
+import base64
 import re
 import tarfile
 import uuid
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
 import httpx
 import pytest
+import yaml
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 from temporalio.client import Client
 
 from tests.browser.conftest import (
     ADMIN,
     LEARNING_RATES,
+    SPARE_POOL,
     STEPS,
     TIMEOUT_MS,
     api_get,
@@ -878,3 +881,178 @@ def test_cluster_page_shows_admins_the_weeks_slot_hours_by_user_and_workspace(
         assert errors == []
     finally:
         ordinary.close()
+
+
+# -- The job queue's moves. These come last: while one runs the agent's slots are disabled. ---
+
+TERMINAL = {"STATE_COMPLETED", "STATE_CANCELED", "STATE_ERROR", "STATE_DELETED"}
+
+
+def submit_waiting(cluster: Cluster, name: str) -> int:
+    """An experiment of the admin's, one trial on one slot (its code never runs here)."""
+    config = yaml.safe_dump({
+        "name": name, "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+        "resources": {"slots_per_trial": 1}})
+    code = base64.b64encode(b"raise SystemExit('never run: the slots are disabled')\n").decode()
+    answer = httpx.post(f"{cluster.url}/api/v1/experiments", headers=cluster.headers, timeout=30,
+                        json={"config": config,
+                              "modelDefinition": [{"path": "train.py", "content": code}]})
+    assert answer.status_code == 200, answer.text
+    return int(answer.json()["experiment"]["id"])
+
+
+def queue_jobs(cluster: Cluster, job_ids: list[str]) -> list[tuple[str, str]]:
+    """The jobs among `job_ids` that wait, in the order the API lists them, with their pools."""
+    return [(j["jobId"], j["resourcePool"]) for j in api_get(cluster, "/api/v1/job-queues")["jobs"]
+            if j["jobId"] in job_ids and j["summary"]["state"] == "STATE_QUEUED"]
+
+
+def queue_order(cluster: Cluster, job_ids: list[str]) -> list[str]:
+    return [job for job, _ in queue_jobs(cluster, job_ids)]
+
+
+def page_shows_order(page: Page, job_ids: list[str]) -> None:
+    """Wait until the cluster page lists these jobs in this order (others may be between)."""
+    page.wait_for_function(
+        """(ids) => JSON.stringify([...document.querySelectorAll('#queue tr.job-row')]
+            .map((row) => row.dataset.jobId).filter((id) => ids.includes(id)))
+            === JSON.stringify(ids)""", arg=job_ids)
+
+
+@pytest.fixture
+def waiting_jobs(cluster: Cluster) -> Iterator[list[str]]:
+    """Two jobs of the admin's waiting in pool default, in the order submitted: the agent's slots
+    are disabled (nothing new starts on them) until both have ended."""
+    [agent] = api_get(cluster, "/api/v1/agents")["agents"]
+    slots = [str(s["id"]) for s in agent["slots"].values()]
+    base = f"{cluster.url}/api/v1/agents/{agent['id']}/slots"
+    for slot in slots:
+        answer = httpx.post(f"{base}/{slot}/disable", headers=cluster.headers, timeout=30,
+                            json={"reason": "the queue tests' jobs wait"})
+        assert answer.status_code == 200, answer.text
+    made: list[int] = []
+    try:
+        for name in ("queued-first", "queued-second"):
+            made.append(submit_waiting(cluster, name))
+        jobs = [f"experiment-{e}" for e in made]
+        wait_for(lambda: queue_order(cluster, jobs) == jobs, 30, "both jobs to wait, in order")
+        yield jobs
+    finally:
+        try:
+            for experiment_id in made:
+                httpx.post(f"{cluster.url}/api/v1/experiments/{experiment_id}/kill",
+                           headers=cluster.headers, timeout=30)
+            wait_for(lambda: all(api_get(cluster, f"/api/v1/experiments/{e}")["experiment"][
+                "state"] in TERMINAL for e in made), 30, "the queued jobs to end")
+        finally:  # the module's later tests need the slots, whatever happened here
+            for slot in slots:
+                httpx.post(f"{base}/{slot}/enable", headers=cluster.headers, timeout=30)
+
+
+def test_cluster_page_moves_a_queued_job_up_and_down(
+    admin: BrowserContext, cluster: Cluster, waiting_jobs: list[str]
+) -> None:
+    """The second job goes up, ahead of the first (aheadOf), then down again, behind it
+    (behindOf): the API's queue and the page's follow each move."""
+    first, second = waiting_jobs
+    page, errors = opened(admin, "/cluster")
+    page_shows_order(page, [first, second])
+    row = {job: page.locator(f"#queue tr.job-row[data-job-id='{job}']") for job in waiting_jobs}
+    expect(row[first].locator("button.move-up")).to_be_disabled()  # the first of the pool
+    expect(row[second].locator("button.move-down")).to_be_disabled()  # the last
+    up = row[second].get_by_role("button", name=f"move {second} up, ahead of {first}")
+
+    up.click()
+    expect(page.locator("#queue-status")).to_have_text(
+        f"{second} up, ahead of {first}: moved")
+    wait_for(lambda: queue_order(cluster, waiting_jobs) == [second, first], 10,
+             "the API to list the second job first")
+    page_shows_order(page, [second, first])
+    screenshot(page, "cluster-queue-moved")
+
+    row[second].get_by_role("button", name=f"move {second} down, behind {first}").click()
+    expect(page.locator("#queue-status")).to_have_text(f"{second} down, behind {first}: moved")
+    wait_for(lambda: queue_order(cluster, waiting_jobs) == [first, second], 10,
+             "the API to list the first job first again")
+    page_shows_order(page, [first, second])
+    assert errors == []
+    page.close()
+
+
+def test_cluster_page_says_why_a_move_is_refused(
+    chromium: Browser, cluster: Cluster, waiting_jobs: list[str]
+) -> None:
+    """Another user may not move the admin's job (403); a move past a job that has ended since
+    the page last read the queue is refused (400, naming aheadOf). The page says the master's
+    reason, then reads the queue again."""
+    first, second = waiting_jobs
+    name = f"mover-{uuid.uuid4().hex[:6]}"
+    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
+                      json={"user": {"username": name}, "password": "a-long-password"})
+    assert made.status_code == 200, made.text
+    ordinary = signed_in(chromium, cluster, username=name, password="a-long-password")
+    try:
+        page, errors = opened(ordinary, "/cluster")
+        page_shows_order(page, [first, second])
+        page.locator(f"#queue tr.job-row[data-job-id='{first}'] button.move-down").click()
+        expect(page.locator("#queue-status .error")).to_contain_text(
+            f"{first} down, behind {second}: refused: user {name} may not change experiment "
+            f"{first.removeprefix('experiment-')}, which belongs to {ADMIN}")
+        assert queue_order(cluster, waiting_jobs) == [first, second]
+        assert errors == []
+    finally:
+        ordinary.close()
+
+    # The page's clock stands still, so its two-second poll never runs: it shows the queue as
+    # read once at load, as a page does in the moment before its next read.
+    own = signed_in(chromium, cluster)
+    try:
+        own.clock.install()
+        own.clock.pause_at(datetime.now() + timedelta(seconds=1))
+        page, errors = opened(own, "/cluster")
+        page_shows_order(page, [first, second])
+        killed = httpx.post(
+            f"{cluster.url}/api/v1/experiments/{first.removeprefix('experiment-')}/kill",
+            headers=cluster.headers, timeout=30)
+        assert killed.status_code == 200, killed.text
+        wait_for(lambda: first not in queue_order(cluster, waiting_jobs) and api_get(
+            cluster, f"/api/v1/experiments/{first.removeprefix('experiment-')}")[
+                "experiment"]["state"] in TERMINAL, 30, "the first job to end")
+        page.get_by_role("button", name=f"move {second} up, ahead of {first}").click()
+        expect(page.locator("#queue-status .error")).to_contain_text(
+            f"{second} up, ahead of {first}: refused: aheadOf: job {first} has ended")
+        expect(page.locator(f"#queue tr.job-row[data-job-id='{first}']")).to_have_count(0)
+        screenshot(page, "cluster-queue-refused")
+        assert errors == []
+    finally:
+        own.close()
+
+
+def test_cluster_page_moves_a_queued_job_to_another_pool(
+    admin: BrowserContext, cluster: Cluster, waiting_jobs: list[str]
+) -> None:
+    """The master's contract: the job moves (the API then lists it in the other pool, and the
+    page does too) or the move is refused with a reason naming resourcePool, which the page
+    shows (what the master answers while it does not serve moves between pools)."""
+    first, _ = waiting_jobs
+    page, errors = opened(admin, "/cluster")
+    row = page.locator(f"#queue tr.job-row[data-job-id='{first}']")
+    move = row.get_by_role("button", name=f"move {first} to the chosen pool")
+    expect(move).to_be_disabled()  # its own pool is chosen
+    row.get_by_role("combobox", name=f"resource pool to move {first} to").select_option(
+        SPARE_POOL)
+    move.click()
+    status = page.locator("#queue-status")
+    expect(status).to_contain_text(re.compile(rf"{first} to pool {SPARE_POOL}: (moved|refused)"))
+    if "refused" in status.inner_text():
+        expect(status.locator(".error")).to_contain_text("resourcePool: ")
+        assert (first, "default") in queue_jobs(cluster, waiting_jobs)
+        expect(row).to_have_attribute("data-pool", "default")
+        expect(row.locator("select.move-pool")).to_have_value("default")
+    else:
+        wait_for(lambda: (first, SPARE_POOL) in queue_jobs(cluster, waiting_jobs), 10,
+                 f"the API to list {first} in pool {SPARE_POOL}")
+        expect(row).to_have_attribute("data-pool", SPARE_POOL)
+    assert errors == []
+    page.close()
