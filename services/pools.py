@@ -16,7 +16,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from activities.pool_start import signal_pool
-from common.states import TaskState
+from common.states import JobState, TaskState
 from common.temporal_names import PoolMessages, resource_pool_workflow_id
 from services.errors import NotFound, Unavailable
 from wire.pools import SlotEnabled, SlotRequest
@@ -245,7 +245,7 @@ def _jobs_of(pool_name: str, view: dict[str, Any], task_types: dict[str, str],
                        if j["entityId"].isdigit() else 0, j["entityId"])
     ordered = sorted(by_job.values(), key=lambda j: j["_order"])
     for ahead, j in enumerate(ordered):
-        state = "STATE_SCHEDULED" if j.pop("holding") else "STATE_QUEUED"
+        state = f"STATE_{JobState.SCHEDULED if j.pop('holding') else JobState.QUEUED}"
         j["summary"] = {"state": state, "jobsAhead": ahead}
         del j["_order"]
     return ordered
