@@ -37,7 +37,7 @@ SELECT $4, $5, 'TRIAL', e.id, t.id, $2,
        u.id, e.owner, w.id, w.name, e.labels,
        coalesce(e.config -> 'resources' ->> 'resource_pool', 'default'),
        coalesce((e.config -> 'resources' ->> 'slots_per_trial')::int, 1),
-       CASE WHEN $3::text IS NULL THEN '{}'::text[] ELSE ARRAY[$3::text] END, now()
+       $3::text[], now()
 FROM trials t JOIN experiments e ON e.id = t.experiment_id
 LEFT JOIN projects p ON p.id = e.project_id LEFT JOIN workspaces w ON w.id = p.workspace_id
 LEFT JOIN users u ON u.username = e.owner
@@ -62,9 +62,10 @@ ON CONFLICT (allocation_id) WHERE end_time IS NULL DO NOTHING
 
 
 async def record_trial_allocation(conn: asyncpg.Connection, trial_id: int,
-                                  run_id: int | None, agent_id: str | None) -> None:
-    """A trial's state was recorded: with a run id (RUNNING) its run's allocation starts and
-    any other open one of the trial ends; without, every open one ends."""
+                                  run_id: int | None, agent_ids: list[str]) -> None:
+    """A trial's state was recorded: with a run id (RUNNING) its run's allocation starts on
+    `agent_ids` (the chief first) and any other open one of the trial ends; without, every open
+    one ends."""
     if run_id is None:
         await conn.execute(_CLOSE_TRIAL, trial_id, None)
         return
@@ -74,7 +75,7 @@ async def record_trial_allocation(conn: asyncpg.Connection, trial_id: int,
         return
     own = allocation_id(experiment_id, trial_id, run_id)
     await conn.execute(_CLOSE_TRIAL, trial_id, own)
-    await conn.execute(_START_RUN, trial_id, run_id, agent_id, own,
+    await conn.execute(_START_RUN, trial_id, run_id, agent_ids, own,
                        task_id(experiment_id, trial_id))
 
 

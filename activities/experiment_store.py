@@ -173,7 +173,9 @@ class ExperimentStore:
             await self._record_trial_state(conn, inp)
             running = inp.state == TrialState.RUNNING and inp.run_id is not None
             await record_trial_allocation(conn, inp.trial_id,
-                                          inp.run_id if running else None, inp.agent_id)
+                                          inp.run_id if running else None,
+                                          inp.agent_ids or ([inp.agent_id] if inp.agent_id
+                                                            else []))
 
     @staticmethod
     async def _record_trial_state(conn: asyncpg.Connection, inp: RecordTrialStateInput) -> None:

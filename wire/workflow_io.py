@@ -233,6 +233,8 @@ class RecordTrialStateInput:
     ended: bool = False
     agent_id: str | None = None
     search_status: str | None = None  # replaces the trial's search status when given
+    # A run on several agents: every agent, the chief first (for the allocation history).
+    agent_ids: list[str] | None = None
 
 
 @dataclass

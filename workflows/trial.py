@@ -123,6 +123,9 @@ SCHEDULER_PREEMPTION_PATCH = "trial-preempted-by-its-pool"
 # the old pool is withdrawn and made in the new one; a run holding slots keeps them, and the
 # trial's next run asks the new pool. Only a moved trial writes the marker.
 POOL_MOVE_PATCH = "trial-moves-to-another-pool"
+# Issue 38: a run on several agents records all of them as it starts (the allocation history's
+# agents; before, only the chief). Only such a run writes the marker.
+RUN_AGENTS_PATCH = "trial-records-every-agent-of-a-run"
 
 
 def restart_backoff(restarts: int) -> timedelta:
@@ -152,6 +155,7 @@ class TrialWorkflow:
         self._allocation_id = ""  # the current run's
         self._preempted_by: Preemption | None = None  # the pool wants the current run's slots
         self._moved_to: str | None = None  # POOL_MOVE_PATCH: the pool the next request goes to
+        self._agent_ids: list[str] = []  # the current run's agents, the chief first
 
     @workflow.run
     async def run(self, inp: TrialInput) -> TrialOutcome:
@@ -204,6 +208,7 @@ class TrialWorkflow:
             if allocation is None:
                 continue  # paused, stopped or moved to another pool while waiting for slots
             self._agent_id = allocation.agent_id
+            self._agent_ids = [part.agent_id for part in allocation_parts(allocation)]
             self._allocation_id = allocation.allocation_id
             await self._record(inp, TrialState.RUNNING, run_id=self._run_id)
             run_target = self._target  # a promotion may raise the target while the run ends
@@ -566,6 +571,9 @@ class TrialWorkflow:
                 ended=ended,
                 agent_id=self._agent_id,
                 search_status=search_status,
+                agent_ids=(self._agent_ids if state == TrialState.RUNNING and run_id is not None
+                           and len(self._agent_ids) > 1 and workflow.patched(RUN_AGENTS_PATCH)
+                           else None),
             ),
         )
         self._shown.show(state)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,14 @@ def test_four_ranks_on_two_agents_train_to_the_same_weights(
     # Both agents' slots are free again.
     agents = cluster.json("agent", "list")["agents"]
     assert all(not slot["container"] for a in agents for slot in a["slots"].values())
+    # The allocation history holds the run on both agents (its chief's first).
+    now = datetime.now(UTC)
+    entries = cluster.get("/resources/allocation/raw",
+                          timestampAfter=(now - timedelta(days=1)).isoformat(),
+                          timestampBefore=(now + timedelta(days=1)).isoformat())[
+        "resourceEntries"]
+    [run] = [e for e in entries if e["trialId"] == t["id"]]
+    assert (sorted(run["agentIds"]), run["slots"]) == (["agent-2", "local-agent"], 4), run
 
 
 def test_a_killed_agent_stops_every_rank_and_the_trial_resumes_from_its_checkpoint(
