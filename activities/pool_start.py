@@ -22,12 +22,12 @@ from common.temporal_names import (
     RESOURCE_POOL_WORKFLOW,
     resource_pool_workflow_id,
 )
-from providers.config import MASTER_CONFIG_ENV, load_pool_policies
-from wire.pools import PoolInput, PoolPolicy
+from providers.config import MASTER_CONFIG_ENV, PoolPolicies, load_pool_policies
+from wire.pools import PoolInput
 
 
 @functools.cache
-def _policies(path: str) -> dict[str, PoolPolicy]:
+def _policies(path: str) -> PoolPolicies:
     return load_pool_policies(path)
 
 
@@ -37,7 +37,7 @@ def _pool_input(name: str) -> PoolInput:
     before policies existed)."""
     return PoolInput(name=name,
                      liveness_timeout_seconds=liveness_timeout_seconds(agent_timeout_seconds()),
-                     policy=_policies(os.environ.get(MASTER_CONFIG_ENV, "")).get(name))
+                     policy=_policies(os.environ.get(MASTER_CONFIG_ENV, "")).of(name))
 
 
 async def start_pool(client: Client, name: str) -> None:

@@ -1,15 +1,16 @@
 """The provisioning and scheduling parts of the master's config file (EPOCHAL_MASTER_CONFIG), in
 the shape of Determined's master.yaml: `resource_pools: [{pool_name, provider: {type,
 min_instances, max_instances, max_idle_agent_period, max_agent_starting_period, ...},
-scheduler: {type: priority, preemption, backfill, preempt_tasks}}]` and
-`task_container_defaults: {preemption_timeout}`. Other keys of a Determined master.yaml are read
-past; unknown provider keys are named in a warning.
+scheduler: {type, preemption, backfill, preempt_tasks}}]`, the cluster's default scheduler
+`resource_manager: {scheduler: ...}` and `task_container_defaults: {preemption_timeout}`. Other
+keys of a Determined master.yaml are read past; unknown provider keys are named in a warning.
 """
 
 from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -127,16 +128,21 @@ ProviderConfig = Annotated[ProcessProvider | DockerProvider | AwsProvider,
 
 
 class SchedulerConfig(BaseModel):
-    """A pool's `scheduler`: Determined's priority scheduler (preemption off by default, as
-    Determined's DefaultSchedulerConfig), with Epochal's backfilling (on) and task preemption
-    (off: interactive tasks cannot checkpoint)."""
+    """A pool's (or the resource manager's) `scheduler`, as Determined reads it: type `priority`
+    preempts only with `preemption: true` (off by default: Determined's DefaultSchedulerConfig),
+    `fair_share` always preempts and `round_robin` never does (Determined's GetPreemption);
+    every type orders by priority, then fair share (docs/ARCHITECTURE.md, "Order"). Epochal's
+    own: backfilling (on) and task preemption (off: interactive tasks cannot checkpoint)."""
 
     model_config = ConfigDict(extra="ignore")
 
-    type: Literal["priority"] = "priority"
+    type: Literal["priority", "fair_share", "round_robin"] = "priority"
     preemption: bool = False
     backfill: bool = True
     preempt_tasks: bool = False
+
+    def preempts(self) -> bool:
+        return {"fair_share": True, "round_robin": False}.get(self.type, self.preemption)
 
 
 class TaskContainerDefaults(BaseModel):
@@ -155,9 +161,16 @@ class PoolConfig(BaseModel):
     scheduler: SchedulerConfig | None = None
 
 
+class ResourceManagerConfig(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    scheduler: SchedulerConfig | None = None  # every pool's that names none
+
+
 class MasterConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
+    resource_manager: ResourceManagerConfig | None = None
     resource_pools: list[PoolConfig] = Field(default_factory=list, max_length=256)
     task_container_defaults: TaskContainerDefaults | None = None
 
@@ -200,24 +213,41 @@ def load_master_config(path: str | Path | None) -> dict[str, ProviderBase]:
     return providers
 
 
-def load_pool_policies(path: str | Path | None) -> dict[str, PoolPolicy]:
-    """How each pool of the config file at `path` that names a `scheduler` (or, with
-    `task_container_defaults.preemption_timeout`, every pool named) schedules; {} without a
-    file, and a pool not listed schedules by PoolPolicy's defaults."""
+@dataclass(frozen=True)
+class PoolPolicies:
+    """How each pool schedules, from the config file: a pool's own `scheduler`, else the
+    resource manager's; None where the file says nothing (PoolPolicy's defaults, and a pool
+    input as before policies existed)."""
+
+    pools: dict[str, PoolPolicy] = field(default_factory=dict)
+    default: PoolPolicy | None = None  # any other pool's
+
+    def of(self, pool_name: str) -> PoolPolicy | None:
+        return self.pools.get(pool_name, self.default)
+
+
+def load_pool_policies(path: str | Path | None) -> PoolPolicies:
+    """The pools' policies of the config file at `path` (none without a file): each pool's
+    `scheduler`, else `resource_manager.scheduler`, with `task_container_defaults`'s
+    `preemption_timeout`."""
     if not path:
-        return {}
+        return PoolPolicies()
     config = _read(Path(path))
     defaults = config.task_container_defaults
-    policies: dict[str, PoolPolicy] = {}
-    for pool in config.resource_pools:
-        if pool.scheduler is None and defaults is None:
-            continue
-        scheduler = pool.scheduler or SchedulerConfig()
-        policies[pool.pool_name] = PoolPolicy(
-            preemption=scheduler.preemption, backfill=scheduler.backfill,
-            preempt_tasks=scheduler.preempt_tasks,
-            preemption_timeout_seconds=defaults.preemption_timeout if defaults else 3600.0)
-    return policies
+    timeout = defaults.preemption_timeout if defaults else 3600.0
+
+    def policy(scheduler: SchedulerConfig | None) -> PoolPolicy | None:
+        if scheduler is None and defaults is None:
+            return None
+        scheduler = scheduler or SchedulerConfig()
+        return PoolPolicy(preemption=scheduler.preempts(), backfill=scheduler.backfill,
+                          preempt_tasks=scheduler.preempt_tasks,
+                          preemption_timeout_seconds=timeout)
+
+    cluster = config.resource_manager.scheduler if config.resource_manager else None
+    pools = {pool.pool_name: found for pool in config.resource_pools
+             if (found := policy(pool.scheduler or cluster)) is not None}
+    return PoolPolicies(pools=pools, default=policy(cluster))
 
 
 def _read(file: Path) -> MasterConfig:
