@@ -19,16 +19,21 @@ Measured per policy:
   - the urgent (priority 1) jobs' wait from arrival to start, p50 and max;
   - work lost to preemption: slot-seconds spent checkpointing and restarting;
   - the makespan and the mean wait of every job.
-The last line is the one-line summary.
+The last line is the one-line summary. `--explain FILE` also says why slots sat idle while jobs
+waited: it records every scheduling pass of the pools (free slots per agent, the agents each
+waiting request reserved, the requests left waiting), splits the idle slot-seconds by cause
+(printed) and writes each idle interval, with the requests that waited, to FILE.
 
     .venv/bin/python bench/scheduler_policy.py [--agents 4] [--slots 4] [--jobs 80] \
-        [--span 60] [--seed 7] [--checkpoint-seconds 0.5] [--restart-seconds 0.5] [--smoke]
+        [--span 60] [--seed 7] [--checkpoint-seconds 0.5] [--restart-seconds 0.5] [--smoke] \
+        [--explain FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import logging
 import random
 import statistics
@@ -36,9 +41,11 @@ import sys
 import tempfile
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -246,6 +253,130 @@ def busy_while_waiting(times: list[JobTimes], slots: int, step: float = 0.05) ->
 
 
 @dataclass
+class Pass:
+    """A pool's state after one scheduling pass (`--explain`)."""
+
+    at: float  # epoch seconds
+    free: dict[str, int]  # free slots per agent that takes work
+    waiting: list[tuple[str, int, int]]  # (allocation id, slots, priority) left waiting
+    reserved: dict[str, str]  # agent -> the request keeping it ("+" if it preempts for it)
+    backfill: bool
+
+
+PASSES: dict[str, list[Pass]] = {}  # pool name -> its passes, in order
+
+
+def explain_pools() -> None:
+    """Record every scheduling pass of the pools this process runs (the bench runs the real
+    workflow unsandboxed, in this process): measurement only, never on replay."""
+    schedule, reserve = ResourcePoolWorkflow._schedule, ResourcePoolWorkflow._reserve
+
+    def reserving(self: Any, request: SlotRequest, avail: dict[str, list[int]],
+                  coming_free: dict[str, int], *rest: Any) -> Any:
+        answer = reserve(self, request, avail, coming_free, *rest)
+        kept, chosen = answer[0], answer[1]
+        preempts = bool(chosen) or any(coming_free.get(a, 0) for a in kept)
+        for agent_id in kept:
+            self._explained[agent_id] = request.allocation_id + ("+" if preempts else "")
+        return answer
+
+    def scheduling(self: Any) -> None:
+        self._explained = {}
+        schedule(self)
+        if workflow.unsafe.is_replaying():
+            return
+        PASSES.setdefault(self._name, []).append(Pass(
+            time.time(), {a: len(ids) for a, ids in self._free_slots().items()},
+            [(r.allocation_id, r.slots, r.priority) for r in self._pending.values()],
+            dict(self._explained), self._policy.backfill))
+
+    ResourcePoolWorkflow._reserve = reserving  # type: ignore[method-assign]
+    ResourcePoolWorkflow._schedule = scheduling  # type: ignore[method-assign]
+
+
+CAUSES = {
+    "latency": "scheduling latency (the pool counts them held: granted, not started yet; or "
+               "ended, release not processed yet)",
+    "head": "kept for the reserved head (its agents drain)",
+    "preempt": "kept for a request whose victims checkpoint",
+    "blocked": "blocked behind the head (no backfilling)",
+    "fragmented": "fragmented (a waiting request fits them in sum, on no one agent)",
+    "few": "too few (every waiting request needs more than are free)",
+    "unheard": "nothing waiting at the pool (the request is not there yet)",
+    "fits": "fit a waiting request, not placed",
+}
+
+
+def explain(times: list[JobTimes], passes: list[Pass], slots: int, path: Path | None,
+            name: str, step: float = 0.05) -> None:
+    """Split the idle slot-seconds while jobs waited (busy_while_waiting's samples) by cause,
+    from the pool's passes; print the split, and write each idle interval to `path`."""
+    first = min(t.arrival for t in times)
+    last = max(t.ended for t in times)
+    ats = [p.at for p in passes]
+    idle: dict[str, float] = dict.fromkeys(CAUSES, 0.0)
+    capacity = 0.0
+    intervals: dict[int, tuple[float, float, Counter[str]]] = {}
+    now = first
+    while now < last:
+        held = sum(t.slots for t in times for a, b in t.runs if a <= now < b)
+        waits = any(t.arrival <= now and not any(a <= now < b for a, b in t.runs)
+                    and now < t.ended for t in times)
+        i = bisect.bisect_right(ats, now) - 1
+        if waits and i >= 0:
+            capacity += slots * step
+            p = passes[i]
+            here: Counter[str] = Counter()
+            here["latency"] = max(0, slots - held - sum(p.free.values()))
+            loose = {a: n for a, n in p.free.items() if a not in p.reserved}
+            for agent_id, n in p.free.items():
+                if agent_id in p.reserved:
+                    here["preempt" if p.reserved[agent_id].endswith("+") else "head"] += n
+            spare = sum(loose.values())
+            if spare:
+                asks = [s for _, s, _ in p.waiting]
+                if not asks:
+                    cause = "unheard"
+                elif not p.backfill:
+                    cause = "blocked"
+                elif any(s <= max(loose.values()) for s in asks):
+                    cause = "fits"
+                elif any(s <= spare for s in asks):
+                    cause = "fragmented"
+                else:
+                    cause = "few"
+                here[cause] += spare
+            for cause, n in here.items():
+                idle[cause] += n * step
+            if sum(here.values()):
+                begun, _, total = intervals.get(i, (now, now, Counter()))
+                intervals[i] = (begun, now + step, total + Counter(
+                    {c: n * step for c, n in here.items()}))
+        now += step
+    if not capacity:
+        return
+    shares = ", ".join(f"{key} {100 * seconds / capacity:.1f}%" for key, seconds in
+                       sorted(idle.items(), key=lambda kv: -kv[1]) if seconds)
+    print(f"  idle while jobs wait ({name}; % of slot-s while waiting): {shares}", flush=True)
+    if path is None:
+        return
+    with path.open("a") as out:
+        out.write(f"# {name}: {sum(idle.values()):.1f} idle slot-s of {capacity:.1f} while "
+                  f"jobs waited\n")
+        for key, seconds in idle.items():
+            out.write(f"#   {seconds:7.1f} slot-s {key}: {CAUSES[key]}\n")
+        for i, (begun, ended, total) in sorted(intervals.items()):
+            p = passes[i]
+            causes = " ".join(f"{c}={s:.2f}" for c, s in total.most_common())
+            free = " ".join(f"{a.rsplit('-', 1)[-1]}:{n}" for a, n in sorted(p.free.items()))
+            kept = " ".join(f"{a.rsplit('-', 1)[-1]}<-{r}" for a, r in sorted(
+                p.reserved.items()))
+            asks = " ".join(f"{k}x{s}@{pr}" for k, s, pr in p.waiting)
+            out.write(f"{begun - first:7.2f}-{ended - first:7.2f} s idle {causes} | free "
+                      f"{free} | kept {kept or '-'} | waiting {asks or '-'}\n")
+
+
+@dataclass
 class Figures:
     name: str
     utilisation: float
@@ -301,6 +432,8 @@ async def play(client: Client, name: str, policy: PoolPolicy, jobs: list[Job],
                       sum(t.lost for t in times), last - first, statistics.mean(waits),
                       sum(t.preemptions for t in times), held,
                       busy_while_waiting(times, args.agents * args.slots))
+    if args.explain is not None:
+        explain(times, PASSES.pop(pool, []), args.agents * args.slots, args.explain, name)
     print(f"{name:<17} utilisation {100 * figures.utilisation:5.1f}% (while jobs wait "
           f"{100 * figures.while_waiting:5.1f}%)  urgent wait p50 "
           f"{figures.urgent_p50:6.2f} s max {figures.urgent_max:6.2f} s  lost to preemption "
@@ -349,11 +482,16 @@ def main() -> None:
     p.add_argument("--restart-seconds", type=float, default=0.5)
     p.add_argument("--work-scale", type=float, default=1.0,
                    help="each job's work times this (the offered load)")
+    p.add_argument("--explain", type=Path, default=None, metavar="FILE",
+                   help="say why slots sat idle while jobs waited; each interval to FILE")
     p.add_argument("--temporal", default=None, help="a running Temporal (default: start one)")
     add_smoke_option(p, agents=1, slots=4, jobs=10, span=2.0, checkpoint_seconds=0.1,
                      restart_seconds=0.1, work_scale=3.0)
     args = parse_args(p)
     logging.getLogger("temporalio").setLevel(logging.CRITICAL)
+    if args.explain is not None:
+        args.explain.write_text("")
+        explain_pools()
     if args.temporal:
         print(asyncio.run(bench(args, args.temporal)))
         return

@@ -225,6 +225,7 @@ class PoolState:
     told_waiting: list[str] = field(default_factory=list)  # requests told they wait for agents
     preempting: list[str] = field(default_factory=list)  # allocations told to give slots back
     queue_positions: dict[int, float] = field(default_factory=dict)  # experiment -> moved place
+    head_agents: list[str] = field(default_factory=list)  # agents the head request keeps
 
 
 @dataclass

@@ -23,6 +23,18 @@ agents (preempting strictly lower-priority runs where the pool's policy preempts
 behind it backfill the other agents' free slots, so a large request is never starved by small
 ones; before it (and with `backfill: false`) it blocks everything behind it.
 
+The reservation rule (STEADY_RESERVATION_PATCH on): the head, the first request in that order
+that cannot be placed and preempts nothing, keeps agents that can hold it: the ones it (or the
+head before it) kept in the last pass, unless one of them took work since, else those with the
+most free slots. Nothing behind the head is placed on its agents, so no backfilled job delays
+it: it waits only for the work its agents held when it kept them (or less, where room appears
+first), and for requests ahead of it in the order (higher priority, or a fairer share), which
+may take their slots first. Before the patch each pass kept the agents with the most free slots
+anew, so when another agent freed more the reservation moved there, the agent it left was
+backfilled, and a large request waited for one agent's work after another while the slots
+kept for it sat idle (bench/scheduler_policy.py --explain: 8% of the slot-seconds while jobs
+waited).
+
 A request goes to one agent when one has the slots (best fit), else to several whole idle agents
 of one size (Determined's rule: a trial on several agents uses all the slots of each, so
 `slots_per_trial` must be a multiple of that size). It is granted all at once or not at all, in
@@ -92,6 +104,8 @@ MULTI_AGENT_PATCH = "pool-multi-agent"  # requests may span whole agents; too bi
 # and users, workspace slot caps, disabled slots and moved jobs (docs/ARCHITECTURE.md,
 # "Scheduling").
 SHARED_CLUSTER_PATCH = "pool-shared-cluster"
+# The head request keeps the agents it reserved across passes (the module's reservation rule).
+STEADY_RESERVATION_PATCH = "pool-steady-reservation"
 TOO_BIG = "SlotRequestTooBig"
 
 
@@ -157,6 +171,10 @@ class ResourcePoolWorkflow:
         # SHARED_CLUSTER_PATCH, decided by the first scheduling pass of each run (queries, which
         # may not ask `patched`, read it)
         self._shared = False
+        # STEADY_RESERVATION_PATCH, decided with it: the head keeps the agents it kept in the
+        # last pass (`_head_agents`) while they can still hold it
+        self._steady = False
+        self._head_agents: list[str] = list(state.head_agents)
 
     # -- main loop -------------------------------------------------------------------------
 
@@ -203,6 +221,7 @@ class ResourcePoolWorkflow:
             told_waiting=sorted(self._told_waiting & set(self._pending)),
             preempting=sorted(self._preempting & set(self._allocations)),
             queue_positions=dict(self._queue_positions),
+            head_agents=list(self._head_agents),
         )
 
     # -- scheduling ------------------------------------------------------------------------
@@ -312,8 +331,10 @@ class ResourcePoolWorkflow:
         strictly lower-priority work it preempts (when the pool preempts), else, for the first
         such request only, the agents it fits best once their work ends; requests behind it are
         placed on the other agents' free slots (backfilling, when the pool backfills; else it
-        blocks them all, the old rule). Without `free`, the queue order as if every request were
-        granted (for `describe`)."""
+        blocks them all, the old rule). From STEADY_RESERVATION_PATCH on the head keeps the same
+        agents pass after pass (the module's reservation rule) and the pass records them in
+        `_head_agents`. Without `free`, the queue order as if every request were granted (for
+        `describe`)."""
         policy = self._policy
         by_experiment, by_user, by_workspace = self._shares()
         spans_agents = free is not None and workflow.patched(MULTI_AGENT_PATCH)
@@ -324,6 +345,10 @@ class ResourcePoolWorkflow:
         coming_free = self._coming_free()
         reserved: set[str] = set()
         head_reserved = False
+        sticky: set[str] = set()  # the head's agents of the last pass that took no work since
+        if avail is not None and self._steady:
+            sticky = set(self._head_agents)
+            self._head_agents = []
         levels: dict[int, dict[int, deque[SlotRequest]]] = {}
         for r in sorted(self._pending.values(), key=lambda r: r.seq):
             levels.setdefault(r.priority, {}).setdefault(r.experiment_id, deque()).append(r)
@@ -356,9 +381,11 @@ class ResourcePoolWorkflow:
                                                and self._waits_for_agents(request, sizes)):
                         kept, chosen, is_head = self._reserve(request, avail, coming_free,
                                                               reserved, spans_agents,
-                                                              head_reserved)
+                                                              head_reserved, sticky)
                         victims.extend((a, request) for a in chosen)
                         head_reserved = head_reserved or is_head
+                        if is_head and self._steady:
+                            self._head_agents = kept
                         for agent_id in kept:
                             reserved.add(agent_id)
                             avail[agent_id] = []  # nothing behind it takes these slots
@@ -373,6 +400,7 @@ class ResourcePoolWorkflow:
                     else:
                         for agent_id in agents:
                             avail[agent_id] = []
+                    sticky.difference_update(agents)  # fresh work: no head's to wait for
                 out.append((request, agents))
                 by_experiment[exp] += request.slots
                 by_user[request.user_id] += request.slots
@@ -413,15 +441,18 @@ class ResourcePoolWorkflow:
 
     def _reserve(self, request: SlotRequest, avail: dict[str, list[int]],
                  coming_free: dict[str, int], reserved: set[str], spans_agents: bool,
-                 head_reserved: bool) -> tuple[list[str], list[Allocation], bool]:
+                 head_reserved: bool, sticky: set[str]
+                 ) -> tuple[list[str], list[Allocation], bool]:
         """For a request that cannot be placed now: the agents it keeps for itself, the
         lower-priority allocations to preempt for it, and whether it is the head's reservation
         (none preempted or on their way out). Preemption picks the agents that lose the fewest
         slots, taking the lowest-priority, then the newest, work first; slots already on their
-        way back count as free. Without preemption only the first such request reserves: the
-        agents with the most free slots that can hold it, so backfilled requests never starve
-        it."""
-        groups = self._agent_groups(request.slots, avail, reserved, spans_agents)
+        way back count as free. Without preemption only the first such request (the head)
+        reserves: the agents with the most free slots that can hold it, so backfilled requests
+        never starve it; from STEADY_RESERVATION_PATCH on, first the agents of `sticky` (those
+        the head kept in the last pass and that took no work since), so it does not lose the
+        slots its agents drained for it."""
+        groups = self._agent_groups(request.slots, avail, reserved, spans_agents, sticky)
         on_agent: dict[str, list[Allocation]] = {}
         for a in self._allocations.values():
             for part in allocation_parts(a):
@@ -450,14 +481,16 @@ class ResourcePoolWorkflow:
             return best[2], best[3], False
         if head_reserved or not groups:
             return [], [], False
-        agents = min(groups, key=lambda g: (-sum(len(avail[a]) for a in g), g))
+        agents = min(groups, key=lambda g: (not set(g) <= sticky,
+                                            -sum(len(avail[a]) for a in g), g))
         return agents, [], True
 
     def _agent_groups(self, slots: int, avail: dict[str, list[int]], reserved: set[str],
-                      spans_agents: bool) -> list[list[str]]:
+                      spans_agents: bool, sticky: set[str]) -> list[list[str]]:
         """Where `slots` could go once work ends, among the agents not reserved in this pass:
         each agent with that many usable slots, else (spanning agents) whole agents of one
-        size, the biggest size that divides `slots`, those with the most free slots first."""
+        size, the biggest size that divides `slots`, those in `sticky` (kept for the head) and
+        then those with the most free slots first."""
         usable = {agent_id: len([s for s in self._agents[agent_id].slot_ids
                                  if s not in self._agents[agent_id].disabled_slots])
                   for agent_id in sorted(avail) if agent_id not in reserved}
@@ -470,7 +503,8 @@ class ResourcePoolWorkflow:
                 by_size.setdefault(n, []).append(agent_id)
         for size in sorted(by_size, reverse=True):
             if len(by_size[size]) * size >= slots:
-                agents = sorted(by_size[size], key=lambda a: (-len(avail[a]), a))
+                agents = sorted(by_size[size], key=lambda a: (
+                    a not in sticky, -len(avail[a]), a))
                 return [sorted(agents[: slots // size])]
         return []
 
@@ -516,6 +550,7 @@ class ResourcePoolWorkflow:
 
     def _schedule(self) -> None:
         self._shared = workflow.patched(SHARED_CLUSTER_PATCH)
+        self._steady = self._shared and workflow.patched(STEADY_RESERVATION_PATCH)
         free = self._free_slots()
         victims: list[tuple[Allocation, SlotRequest]] = []
         if self._pending and free:

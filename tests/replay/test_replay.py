@@ -47,6 +47,9 @@ def test_histories_are_recorded() -> None:
         "completed-task", "failed-task", "killed-task", "cancel-request-task")} <= recorded
     # Recorded by issue 36's code: each run carries its RunSpec (patch marker and all).
     assert {"run-spec-experiment-issue36", "run-spec-trial-issue36"} <= recorded
+    # Recorded once the pool's head request kept its agents across passes
+    # (STEADY_RESERVATION_PATCH): a backfill beside a head whose agents drain.
+    assert "pool-backfill-steady-reservation" in recorded
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])

@@ -117,6 +117,33 @@ async def test_small_requests_backfill_beside_a_waiting_large_one_which_still_st
         assert (await old.request(3)).status == "queued"
 
 
+async def test_the_head_keeps_the_agent_it_drains_while_another_frees_more_slots(
+    temporal_client: Client, rp: Pool
+) -> None:
+    async with (fake_agent(temporal_client, rp.name, rp.agent("a1"), 4),
+                fake_agent(temporal_client, rp.name, rp.agent("a2"), 4)):
+        for _ in range(8):
+            assert (await rp.request(1)).status == "granted"
+        held = {a["id"]: [x["allocationId"] for x in a["allocations"]]
+                for a in (await rp.describe())["agents"]}
+        first, other = rp.agent("a1"), rp.agent("a2")
+        await rp.release(held[first][0])
+        assert (await rp.request(2, slots=4)).status == "queued"  # keeps a1: the most free
+        await rp.release(held[other][0])
+        await rp.release(held[other][1])
+        # a2 now has more free slots than a1, but a1 has drained for longer: the head keeps it,
+        # and a 1-slot request behind it backfills a2 (before, the reservation moved to a2 and
+        # the backfill took a1's free slot, so the head waited for a1 and a2 in turn).
+        small = await rp.request(3)
+        assert small.status == "granted" and small.allocation is not None
+        assert small.allocation.agent_id == other
+        for key in held[first][1:]:
+            await rp.release(key)
+        got = await rp.granted("2.9.1")
+        assert got.agent_id == first and len(got.slot_ids) == 4
+    save("pool-backfill", await rp.handle.fetch_history())
+
+
 async def test_fair_share_goes_to_the_workspace_then_the_user_holding_fewer_slots(
     temporal_client: Client, rp: Pool
 ) -> None:
