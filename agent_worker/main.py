@@ -51,7 +51,7 @@ from agent_worker.slots import Slot, SlotPool, discover_slots
 from agent_worker.task_env import HarnessPath, TaskEnvError, TaskEnvironment, task_env_from_environ
 from agent_worker.task_runs import TaskActivities
 from agent_worker.trial_firewall import TrialFirewall, listeners
-from agent_worker.trial_runs import SYSTEM_METRICS_INTERVAL, AgentActivities
+from agent_worker.trial_runs import LOG_CLOSE_TIMEOUT, SYSTEM_METRICS_INTERVAL, AgentActivities
 from common import payload_codec, tracing
 from common.temporal_connection import TemporalConnectionError, TemporalSecurity, connect
 from common.temporal_names import DEFAULT_NAMESPACE, DEFAULT_RESOURCE_POOL, agent_task_queue
@@ -61,13 +61,16 @@ logger = logging.getLogger("agent_worker")
 T = TypeVar("T")
 
 HEARTBEAT_THROTTLE_SECONDS = 2.0
-# Registered but no liveness activity for this long: the pool lost us; register again.
+# Registered but no liveness activity for this long: the pool lost us; register again
+# (`--rejoin-after`).
 UNWATCHED_SECONDS = 60.0
 # How soon a port a run listens on (beyond those it was given) is closed to other users' runs.
 LISTENER_SCAN_SECONDS = 0.5
 RUNTIMES = ("process", "docker", "auto")
 CLUSTER_TOKEN_ENV = "EPOCHAL_CLUSTER_TOKEN"
 SHARE_ENV = "EPOCHAL_SHARE_WITH_TRIALS"  # --share-with-trials, os.pathsep-separated
+LOG_CLOSE_TIMEOUT_ENV = "EPOCHAL_LOG_CLOSE_TIMEOUT_SECONDS"  # --log-close-timeout
+REJOIN_ENV = "EPOCHAL_AGENT_REJOIN_SECONDS"  # --rejoin-after
 
 
 @dataclass
@@ -106,6 +109,12 @@ class AgentConfig:
     address: str = ""
     # Seconds between system-metric samples of a run that asks for them (`profiling`).
     system_metrics_interval: float = SYSTEM_METRICS_INTERVAL
+    # Seconds a cancelled or shut-down run's last lines are still sent for; a run that ends on
+    # its own waits for its output to be delivered however long the master is away.
+    log_close_timeout: float = LOG_CLOSE_TIMEOUT
+    # Seconds registered without a liveness activity (the pool lost this agent: its link was
+    # cut, say) before it registers again as a new boot and takes trials again.
+    rejoin_after: float = UNWATCHED_SECONDS
 
 
 def parser() -> argparse.ArgumentParser:
@@ -129,6 +138,19 @@ def parser() -> argparse.ArgumentParser:
                    metavar="SECONDS",
                    help="how often the system metrics of a trial whose config says "
                         "`profiling: {enabled: true}` are sampled (default: %(default)s)")
+    p.add_argument("--log-close-timeout", type=float, metavar="SECONDS",
+                   default=os.environ.get(LOG_CLOSE_TIMEOUT_ENV, str(LOG_CLOSE_TIMEOUT)),
+                   help="how long the last output of a run that is cancelled, or that the "
+                        "agent's shutdown stops, is still sent to an absent master before it "
+                        "is given up; a run that ends on its own waits for its output however "
+                        f"long (default: ${LOG_CLOSE_TIMEOUT_ENV}, else {LOG_CLOSE_TIMEOUT:g})")
+    p.add_argument("--rejoin-after", type=float, metavar="SECONDS",
+                   default=os.environ.get(REJOIN_ENV, str(UNWATCHED_SECONDS)),
+                   help="how long this agent, registered but no longer watched by its pool (which "
+                        "lost it: its network was cut, say), waits before it registers again "
+                        "and takes trials; keep it well above the pool's liveness timeout (half "
+                        f"the master's agent timeout) (default: ${REJOIN_ENV}, else "
+                        f"{UNWATCHED_SECONDS:g})")
     p.add_argument("--work-dir", type=Path, default=Path("~/.epochal/agent"),
                    help="where trials run and model definitions are cached "
                         "(default: %(default)s)")
@@ -182,6 +204,10 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
     if args.system_metrics_interval <= 0:
         p.error(f"--system-metrics-interval must be more than 0, got "
                 f"{args.system_metrics_interval}")
+    if args.log_close_timeout <= 0:
+        p.error(f"--log-close-timeout must be more than 0, got {args.log_close_timeout}")
+    if args.rejoin_after <= 0:
+        p.error(f"--rejoin-after must be more than 0, got {args.rejoin_after}")
     if args.slots is not None and args.slots < 1:
         p.error(f"--slots must be at least 1, got {args.slots}")
     agent_id = args.agent_id or socket.gethostname()
@@ -229,6 +255,8 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[AgentConfig, str]:
         closed_to_trials=tuple(args.close_to_trials),
         address=args.advertise_address.strip(),
         system_metrics_interval=args.system_metrics_interval,
+        log_close_timeout=args.log_close_timeout,
+        rejoin_after=args.rejoin_after,
     )
     return config, args.log_level
 
@@ -318,7 +346,7 @@ class Agent:
         self.runtime = runtime or make_runtime(config, self.slots)
         self._client = client
         self.liveness = Liveness(config.agent_id)
-        self.unwatched_seconds = UNWATCHED_SECONDS
+        self.unwatched_seconds = config.rejoin_after
         self._stop = asyncio.Event()
         self.activities: AgentActivities | None = None
         self.ready = asyncio.Event()  # set once polling
@@ -385,7 +413,7 @@ class Agent:
                     cluster_id=cluster_id, cluster_token=cfg.cluster_token,
                     address=registration.address,
                     system_metrics_interval=cfg.system_metrics_interval,
-                    firewall=run_ports)
+                    log_close_timeout=cfg.log_close_timeout, firewall=run_ports)
                 return await self._serve(client, self.activities)
             finally:
                 for task in (heartbeat, watcher):

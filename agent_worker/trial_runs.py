@@ -66,6 +66,8 @@ from wire.workflow_io import RENDEZVOUS_PORTS, Rendezvous, RunTrialInput, RunTri
 
 # A run's output waiting on disk for an absent master (agent_worker/logs.py), at most.
 LOG_SPOOL_BYTES = 512 << 20
+# How long a cancelled or shut-down run's last lines are still sent for (`--log-close-timeout`).
+LOG_CLOSE_TIMEOUT = 30.0
 MAX_PORTS = 16  # what one reserve_ports call may ask for
 OWNER_ATTEMPTS = 3  # GET /me again after a dropped connection
 # How often a run with `profiling: {enabled: true}` is sampled (agent_worker/system_metrics.py).
@@ -91,7 +93,7 @@ class AgentActivities:
         cluster_id: str | None = None,
         cluster_token: str | None = None,
         log_flush_interval: float = 0.5,
-        log_close_timeout: float = 30.0,
+        log_close_timeout: float = LOG_CLOSE_TIMEOUT,
         log_spool_bytes: int = LOG_SPOOL_BYTES,
         address: str = "127.0.0.1",
         system_metrics_interval: float = SYSTEM_METRICS_INTERVAL,

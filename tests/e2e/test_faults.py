@@ -30,10 +30,15 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.slow
 
 
+# The agents give up a cancelled run's last lines after 5 s instead of 30 (--log-close-timeout),
+# so a master away longer than that shows that a run's end waits for its output however long.
+LOG_CLOSE_TIMEOUT = {"EPOCHAL_LOG_CLOSE_TIMEOUT_SECONDS": "5"}
+
+
 @pytest.fixture(scope="module")
 def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
     with shared_servers_cluster(postgres_url, temporal_address, "faults", "--slots", "1",
-                                env_extra=FAST_AGENT_TIMEOUT) as c:
+                                env_extra={**FAST_AGENT_TIMEOUT, **LOG_CLOSE_TIMEOUT}) as c:
         yield c
 
 
@@ -99,8 +104,7 @@ def test_a_trial_resumes_on_another_agent_when_its_agent_is_killed(
         experiment_id = create(cluster, slow_config(tmp_path, "agent-kill"))
         wait_for(lambda: (t := trials(cluster, experiment_id)) and t[0]["latestCheckpointUuid"]
                  and t[0]["agentId"] == "agent-2", timeout=90, what="a checkpoint on agent-2")
-        cluster.run("agent", "enable", "local-agent")
-        second_agent.kill()
+        second_agent.kill()  # at once: the agent timeout runs while local-agent is enabled
     finally:
         cluster.run("agent", "enable", "local-agent")
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
@@ -208,9 +212,11 @@ with harness.core.init() as core:
 def test_a_master_away_when_a_run_ends_loses_no_log_line(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    """The master is stopped while a trial prints its last lines and exits, and stays away for
-    40 s (longer than the agent once waited for a run's output): when it is back, every line is
-    there and the run ended without a restart; the run was not over before its output was."""
+    """The master is stopped while a trial prints its last lines and exits, and stays away
+    longer than the agent's log close timeout (what it once waited for a run's output) and its
+    agent timeout (the run waiting for its output heartbeats meanwhile): when it is back, every
+    line is there and the run ended without a restart; the run was not over before its output
+    was."""
     model = tmp_path / "away"
     model.mkdir()
     (model / "train.py").write_text(AWAY_SCRIPT)
@@ -231,7 +237,10 @@ def test_a_master_away_when_a_run_ends_loses_no_log_line(
     assert pid is not None
     psutil.Process(pid).kill()
     psutil.Process(pid).wait(10)
-    time.sleep(40)
+    # Away while the run ends (its last 4 s), then for longer than either timeout: the agent
+    # must outlast the master's absence.
+    timeouts = (*FAST_AGENT_TIMEOUT.values(), *LOG_CLOSE_TIMEOUT.values())
+    time.sleep(4 + max(float(seconds) for seconds in timeouts) + 4)
     cluster.run("cluster", "up")
     assert wait_done(cluster, experiment_id) == "STATE_COMPLETED"
     trial = trials(cluster, experiment_id)[0]

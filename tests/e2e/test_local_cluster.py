@@ -232,10 +232,27 @@ def test_a_trial_that_raises_says_which_exception_and_ships_its_traceback_as_err
                and line["level"] == "LOG_LEVEL_ERROR" for line in logs), logs
 
 
-def test_adaptive_asha_stops_trials_early_and_trains_the_best_to_the_end(cluster: Cluster) -> None:
+# examples/digits/adaptive.yaml's search at a fifth of its length: its rungs at 250, 1000 and
+# 4000 batches, each a validation (every 250 batches), so a fifth of the validations a trial
+# waits on.
+SHORT_ASHA_BATCHES = 4000
+
+
+def short_adaptive_config(tmp_path: Path) -> Path:
+    config = yaml.safe_load((DIGITS / "adaptive.yaml").read_text())
+    config["searcher"]["max_length"] = {"batches": SHORT_ASHA_BATCHES}
+    path = tmp_path / "adaptive.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_adaptive_asha_stops_trials_early_and_trains_the_best_to_the_end(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    full = SHORT_ASHA_BATCHES
     result = cluster.run(
-        "experiment", "create", "examples/digits/adaptive.yaml", "examples/digits", "--follow",
-        timeout=300,
+        "experiment", "create", str(short_adaptive_config(tmp_path)), "examples/digits",
+        "--follow", timeout=300,
     )
     experiment_id = created_id(result.stdout)
     described = cluster.json("experiment", "describe", str(experiment_id))
@@ -244,10 +261,10 @@ def test_adaptive_asha_stops_trials_early_and_trains_the_best_to_the_end(cluster
     assert {t["state"] for t in trials} == {"STATE_COMPLETED"}
     stopped = [t for t in trials if (t["searcherStatus"] or "").startswith("stopped early")]
     assert stopped, "adaptive ASHA stopped no trial early"
-    assert all(t["totalBatchesProcessed"] < 20000 for t in stopped)
+    assert all(t["totalBatchesProcessed"] < full for t in stopped)
     best = next(t for t in trials if t["id"] == described["experiment"]["bestTrialId"])
-    assert best["totalBatchesProcessed"] == 20000  # the best was promoted to the full length
-    assert sum(t["totalBatchesProcessed"] for t in trials) < 16 * 20000 / 2
+    assert best["totalBatchesProcessed"] == full  # the best was promoted to the full length
+    assert sum(t["totalBatchesProcessed"] for t in trials) < 16 * full / 2
     shown = cluster.run("experiment", "describe", str(experiment_id)).stdout
     assert "stopped early at rung 0" in shown
 

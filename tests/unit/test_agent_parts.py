@@ -235,6 +235,25 @@ def test_arguments(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         parse_args(["--slots", "0"])
 
 
+def test_the_waits_a_test_cluster_lowers_default_as_before_and_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("EPOCHAL_LOG_CLOSE_TIMEOUT_SECONDS", "EPOCHAL_AGENT_REJOIN_SECONDS"):
+        monkeypatch.delenv(name, raising=False)
+    config, _ = parse_args(["--work-dir", str(tmp_path)])
+    assert (config.log_close_timeout, config.rejoin_after) == (30.0, 60.0)
+    monkeypatch.setenv("EPOCHAL_LOG_CLOSE_TIMEOUT_SECONDS", "5")
+    monkeypatch.setenv("EPOCHAL_AGENT_REJOIN_SECONDS", "15")
+    config, _ = parse_args(["--work-dir", str(tmp_path)])
+    assert (config.log_close_timeout, config.rejoin_after) == (5.0, 15.0)
+    config, _ = parse_args(["--work-dir", str(tmp_path), "--log-close-timeout", "2",
+                            "--rejoin-after", "20"])
+    assert (config.log_close_timeout, config.rejoin_after) == (2.0, 20.0)
+    for bad in (["--log-close-timeout", "0"], ["--rejoin-after", "-1"]):
+        with pytest.raises(SystemExit):
+            parse_args(["--work-dir", str(tmp_path), *bad])
+
+
 def test_user_environment_is_what_the_config_model_stored() -> None:
     """Every form a user may write reaches the agent as the model stored it: one mapping."""
     def env(value: object) -> dict[str, str]:
