@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -159,6 +160,18 @@ def log_in(page: Page, password: str) -> None:
     page.fill("#username", ADMIN)
     page.fill("#password", password)
     page.click("#login-button")
+
+
+USER_PASSWORD = "a-long-password"  # every ordinary user's that `new_user` makes
+
+
+def new_user(cluster: Cluster, prefix: str) -> str:
+    """An ordinary user, `<prefix>-<6 hex digits>` with USER_PASSWORD, made by the admin."""
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
+                      json={"user": {"username": name}, "password": USER_PASSWORD})
+    assert made.status_code == 200, made.text
+    return name
 
 
 def signed_in(chromium: Browser, cluster: Cluster, *, username: str = ADMIN,

@@ -31,9 +31,11 @@ from tests.browser.conftest import (
     SPARE_POOL,
     STEPS,
     TIMEOUT_MS,
+    USER_PASSWORD,
     api_get,
     in_thread,
     log_in,
+    new_user,
     on_database,
     opened,
     screenshot,
@@ -869,11 +871,8 @@ def test_cluster_page_shows_admins_the_weeks_slot_hours_by_user_and_workspace(
     assert errors == []
     page.close()
 
-    name = f"viewer-{mark}"
-    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
-                      json={"user": {"username": name}, "password": "a-long-password"})
-    assert made.status_code == 200, made.text
-    ordinary = signed_in(chromium, cluster, username=name, password="a-long-password")
+    name = new_user(cluster, "viewer")
+    ordinary = signed_in(chromium, cluster, username=name, password=USER_PASSWORD)
     try:
         page, errors = opened(ordinary, "/cluster")
         expect(page.locator("tr.agent-row")).to_have_count(1)
@@ -987,11 +986,8 @@ def test_cluster_page_says_why_a_move_is_refused(
     the page last read the queue is refused (400, naming aheadOf). The page says the master's
     reason, then reads the queue again."""
     first, second = waiting_jobs
-    name = f"mover-{uuid.uuid4().hex[:6]}"
-    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
-                      json={"user": {"username": name}, "password": "a-long-password"})
-    assert made.status_code == 200, made.text
-    ordinary = signed_in(chromium, cluster, username=name, password="a-long-password")
+    name = new_user(cluster, "mover")
+    ordinary = signed_in(chromium, cluster, username=name, password=USER_PASSWORD)
     try:
         page, errors = opened(ordinary, "/cluster")
         page_shows_order(page, [first, second])

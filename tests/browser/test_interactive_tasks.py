@@ -19,7 +19,15 @@ import pytest
 import yaml
 from playwright.sync_api import BrowserContext, Page, expect
 
-from tests.browser.conftest import ADMIN, TIMEOUT_MS, api_get, log_in, screenshot
+from tests.browser.conftest import (
+    ADMIN,
+    TIMEOUT_MS,
+    USER_PASSWORD,
+    api_get,
+    log_in,
+    new_user,
+    screenshot,
+)
 from tests.determined.test_det_cli import Det
 from tests.e2e.cluster import DIGITS, Cluster, created_id
 from tests.waiting import wait_for
@@ -102,12 +110,8 @@ def test_each_users_command_has_a_tmp_of_its_own(det: Det, cluster: Cluster) -> 
     marker = f"left-by-admin-{uuid.uuid4().hex[:8]}"
     wrote = det.run("cmd", "run", f"echo private > /tmp/{marker} && ls /tmp")
     assert marker in wrote.stdout, wrote.stdout
-    name = f"tmp-{uuid.uuid4().hex[:6]}"
-    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
-                      json={"user": {"username": name}, "password": "a-long-password"})
-    assert made.status_code == 200, made.text
-    other = Det(det.binary, cluster.url,
-                {**det.env, "DET_USER": name, "DET_PASS": "a-long-password"})
+    name = new_user(cluster, "tmp")
+    other = Det(det.binary, cluster.url, {**det.env, "DET_USER": name, "DET_PASS": USER_PASSWORD})
     listed = other.run("cmd", "run", "ls -a /tmp; echo listed")
     assert "listed" in listed.stdout and marker not in listed.stdout, listed.stdout
     assert not Path("/tmp", marker).exists()

@@ -17,7 +17,15 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, expect
 
-from tests.browser.conftest import api_get, on_database, opened, screenshot, signed_in
+from tests.browser.conftest import (
+    USER_PASSWORD,
+    api_get,
+    new_user,
+    on_database,
+    opened,
+    screenshot,
+    signed_in,
+)
 from tests.e2e.cluster import Cluster
 
 pytestmark = pytest.mark.slow
@@ -79,11 +87,8 @@ def seed_experiment(cluster: Cluster) -> tuple[int, list[int], list[str]]:
 @pytest.fixture(scope="module")
 def someone_else(chromium: Browser, cluster: Cluster) -> Iterator[BrowserContext]:
     """A second, ordinary user's browser."""
-    name = f"viewer-{uuid.uuid4().hex[:6]}"
-    made = httpx.post(f"{cluster.url}/api/v1/users", headers=cluster.headers, timeout=30,
-                      json={"user": {"username": name}, "password": "a-long-password"})
-    assert made.status_code == 200, made.text
-    ctx = signed_in(chromium, cluster, username=name, password="a-long-password", width=1400)
+    name = new_user(cluster, "viewer")
+    ctx = signed_in(chromium, cluster, username=name, password=USER_PASSWORD, width=1400)
     yield ctx
     ctx.close()
 
