@@ -457,7 +457,8 @@ class ExperimentWorkflow:
         elif self._paused != start_paused:
             await self._signal_trial(
                 trial_id, TrialMessages.PAUSE if self._paused else TrialMessages.ACTIVATE)
-        if self._moved_to is not None and trial.config != self._config(inp):
+        # Moved while the trial started: its input names the old pool.
+        if self._moved_to and trial.config["resources"]["resource_pool"] != self._moved_to:
             await self._signal_trial(trial_id, TrialMessages.MOVE_TO_POOL, PoolMove(self._moved_to))
 
     async def _start_child(self, trial: TrialInput, workflow_id: str) -> None:
