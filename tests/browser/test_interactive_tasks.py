@@ -38,12 +38,13 @@ UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+def det(cluster: Cluster, det_venv: Path, det_cli: Path,
+        tmp_path_factory: pytest.TempPathFactory) -> Det:
     home = tmp_path_factory.mktemp("det-tasks-home")
     env = {"PATH": f"{det_venv}:{os.environ.get('PATH', '')}", "HOME": str(home),
            "DET_MASTER": cluster.url, "DET_USER": ADMIN,
            "DET_PASS": cluster.secrets["admin_password"], "PYTHONWARNINGS": "ignore"}
-    return Det(det_venv / "det", cluster.url, env)
+    return Det(det_cli, cluster.url, env)
 
 
 def sign_in(page: Page, cluster: Cluster) -> None:

@@ -21,9 +21,13 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.cli_zygote import zygote
 
 DETERMINED_VERSION = "0.38.1"
 # What Determined users' training code needs besides `determined` (PyTorchTrial writes
@@ -78,6 +82,15 @@ def _run(cmd: list[str]) -> None:
 def det_venv() -> Path:
     """bin directory of the venv (its `python` imports determined, its `det` is the CLI)."""
     return ensure_det_venv()
+
+
+@pytest.fixture(scope="session")
+def det_cli(det_venv: Path) -> Iterator[Path]:
+    """The `det` command the tests run: Determined's CLI from `det_venv`, imported once per
+    session and forked per call (tests/cli_zygote.py), as the venv's `det` script runs it."""
+    with tempfile.TemporaryDirectory(prefix="det-cli-") as directory, zygote(
+            det_venv / "python", "det", "determined.cli.cli:main(argv)", Path(directory)) as det:
+        yield det
 
 
 if __name__ == "__main__":

@@ -231,7 +231,7 @@ if __name__ == "__main__":
 
 
 def test_det_creates_a_config_without_max_length_that_completes_without_validations(
-    cluster: Cluster, det_venv: Path, tmp_path: Path
+    cluster: Cluster, det_cli: Path, tmp_path: Path
 ) -> None:
     model_dir = tmp_path / "model"
     model_dir.mkdir()
@@ -246,7 +246,7 @@ def test_det_creates_a_config_without_max_length_that_completes_without_validati
            "DET_USER": "admin", "DET_PASS": cluster.secrets["admin_password"],
            "PYTHONWARNINGS": "ignore"}
     created = subprocess.run(
-        [str(det_venv / "det"), "-m", cluster.url, "experiment", "create", str(config),
+        [str(det_cli), "-m", cluster.url, "experiment", "create", str(config),
          str(model_dir)], env=env, capture_output=True, text=True, timeout=180,
         stdin=subprocess.DEVNULL)
     assert created.returncode == 0, created.stdout + created.stderr

@@ -120,30 +120,30 @@ def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterato
         yield c
 
 
-def _det(cluster: Cluster, det_venv: Path, home: Path, **login: str) -> Det:
+def _det(cluster: Cluster, det_cli: Path, home: Path, **login: str) -> Det:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "DET_MASTER": cluster.url,
            "PYTHONWARNINGS": "ignore", **login}
-    return Det(det_venv / "det", cluster.url, env)
+    return Det(det_cli, cluster.url, env)
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+def det(cluster: Cluster, det_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
     """The admin."""
-    return _det(cluster, det_venv, tmp_path_factory.mktemp("det-admin"), DET_USER="admin",
+    return _det(cluster, det_cli, tmp_path_factory.mktemp("det-admin"), DET_USER="admin",
                 DET_PASS=cluster.secrets["admin_password"])
 
 
-def _new_user(det: Det, cluster: Cluster, det_venv: Path, home: Path) -> tuple[str, Det]:
+def _new_user(det: Det, cluster: Cluster, det_cli: Path, home: Path) -> tuple[str, Det]:
     name = f"user-{uuid.uuid4().hex[:8]}"
     det.run("user", "create", name, "--password", PASSWORD)
-    return name, _det(cluster, det_venv, home, DET_USER=name, DET_PASS=PASSWORD)
+    return name, _det(cluster, det_cli, home, DET_USER=name, DET_PASS=PASSWORD)
 
 
 @pytest.fixture(scope="module")
-def user(det: Det, cluster: Cluster, det_venv: Path,
+def user(det: Det, cluster: Cluster, det_cli: Path,
          tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Det]:
     """An ordinary user (not an admin), and `det` logged in as them."""
-    return _new_user(det, cluster, det_venv, tmp_path_factory.mktemp("det-user"))
+    return _new_user(det, cluster, det_cli, tmp_path_factory.mktemp("det-user"))
 
 
 def _db(cluster: Cluster, query: str, *args: object) -> list[asyncpg.Record]:
@@ -273,7 +273,7 @@ def _listed(det: Det, *args: str) -> dict[str, list[str]]:
 
 
 def test_tokens_are_their_users_and_act_as_them_until_revoked(
-    det: Det, user: tuple[str, Det], cluster: Cluster, det_venv: Path, tmp_path: Path,
+    det: Det, user: tuple[str, Det], cluster: Cluster, det_cli: Path, tmp_path: Path,
 ) -> None:
     name, as_user = user
     admins_id, admins_token = _created(det.run("token", "create", "-d", "the admin's"))
@@ -308,7 +308,7 @@ def test_tokens_are_their_users_and_act_as_them_until_revoked(
     assert '"description": "ci runner"' in edited
 
     # `det token login`: the CLI then acts as the token's user, with no password.
-    by_token = _det(cluster, det_venv, tmp_path)
+    by_token = _det(cluster, det_cli, tmp_path)
     assert by_token.run("token", "login", mine).stdout.strip() == f"Authenticated as {name}."
     assert by_token.run("user", "whoami").stdout.strip() == (
         f"You are logged in as user '{name}'")
@@ -353,9 +353,9 @@ def test_workspace_members_are_its_creator(det: Det, user: tuple[str, Det]) -> N
 # -- det user rename -----------------------------------------------------------------------------
 
 def test_rename_moves_everything_the_user_owns_and_keeps_their_session(
-    det: Det, user: tuple[str, Det], cluster: Cluster, det_venv: Path, tmp_path: Path,
+    det: Det, user: tuple[str, Det], cluster: Cluster, det_cli: Path, tmp_path: Path,
 ) -> None:
-    old, renamee = _new_user(det, cluster, det_venv, tmp_path)
+    old, renamee = _new_user(det, cluster, det_cli, tmp_path)
     workspace = f"ws-{uuid.uuid4().hex[:6]}"
     renamee.run("workspace", "create", workspace)
     renamee.run("project", "create", workspace, "proj")

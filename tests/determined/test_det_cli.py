@@ -22,6 +22,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.determined.det_venv import ensure_det_venv
 from tests.e2e.cluster import DIGITS, SLOW_MODEL, Cluster, shared_servers_cluster
 from tests.waiting import wait_for
 
@@ -94,7 +95,7 @@ def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+def det(cluster: Cluster, det_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
     home = tmp_path_factory.mktemp("det-home")  # ~/.determined and its token store
     env = {
         "PATH": os.environ.get("PATH", ""),
@@ -104,7 +105,7 @@ def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFacto
         "DET_PASS": cluster.secrets["admin_password"],
         "PYTHONWARNINGS": "ignore",
     }
-    return Det(det_venv / "det", cluster.url, env)
+    return Det(det_cli, cluster.url, env)
 
 
 @pytest.fixture(scope="module")
@@ -354,7 +355,7 @@ def test_user_list_and_a_trials_checkpoints(det: Det, finished: Finished, tmp_pa
     # The trial's checkpoints as Determined's SDK pages through them (`det trial download
     # --best/--latest` lists them so, then downloads the last downloadable one it pops).
     listed = subprocess.run(
-        [str(det.binary.with_name("python")), "-c", LIST_TRIAL_CHECKPOINTS,
+        [str(ensure_det_venv() / "python"), "-c", LIST_TRIAL_CHECKPOINTS,
          str(finished.trial_id)],
         env=det.env, capture_output=True, text=True, timeout=120, check=True,
     ).stdout.splitlines()

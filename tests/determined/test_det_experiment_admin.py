@@ -67,25 +67,25 @@ def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterato
         yield c
 
 
-def _det(cluster: Cluster, det_venv: Path, home: Path, user: str, password: str) -> Det:
+def _det(cluster: Cluster, det_cli: Path, home: Path, user: str, password: str) -> Det:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "DET_MASTER": cluster.url,
            "DET_USER": user, "DET_PASS": password, "PYTHONWARNINGS": "ignore"}
-    return Det(det_venv / "det", cluster.url, env)
+    return Det(det_cli, cluster.url, env)
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
-    return _det(cluster, det_venv, tmp_path_factory.mktemp("admin-home"), "admin",
+def det(cluster: Cluster, det_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+    return _det(cluster, det_cli, tmp_path_factory.mktemp("admin-home"), "admin",
                 cluster.secrets["admin_password"])
 
 
 @pytest.fixture(scope="module")
-def other(det: Det, cluster: Cluster, det_venv: Path,
+def other(det: Det, cluster: Cluster, det_cli: Path,
           tmp_path_factory: pytest.TempPathFactory) -> Det:
     """A second, ordinary user, made by the admin with `det user create`."""
     name = f"other-{uuid.uuid4().hex[:6]}"
     det.run("user", "create", name, "--password", "A-long-passw0rd")
-    return _det(cluster, det_venv, tmp_path_factory.mktemp("other-home"), name,
+    return _det(cluster, det_cli, tmp_path_factory.mktemp("other-home"), name,
                 "A-long-passw0rd")
 
 

@@ -28,11 +28,11 @@ TASK_ID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]
 
 
 @pytest.fixture
-def det(live_master: LiveMaster, det_venv: Path, tmp_path: Path) -> Det:
+def det(live_master: LiveMaster, det_cli: Path, tmp_path: Path) -> Det:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(tmp_path),
            "DET_MASTER": live_master.url, "DET_USER": "admin", "DET_PASS": ADMIN_PASSWORD,
            "PYTHONWARNINGS": "ignore"}
-    return Det(det_venv / "det", live_master.url, env)
+    return Det(det_cli, live_master.url, env)
 
 
 async def run(det: Det, *args: str) -> subprocess.CompletedProcess[str]:

@@ -35,17 +35,17 @@ def cluster(postgres_url: str, temporal_address: str) -> Iterator[Cluster]:
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+def det(cluster: Cluster, det_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
     """The admin."""
-    return _det(cluster, det_venv, tmp_path_factory.mktemp("det-pools-admin"), DET_USER="admin",
+    return _det(cluster, det_cli, tmp_path_factory.mktemp("det-pools-admin"), DET_USER="admin",
                 DET_PASS=cluster.secrets["admin_password"])
 
 
 @pytest.fixture(scope="module")
-def user(det: Det, cluster: Cluster, det_venv: Path,
+def user(det: Det, cluster: Cluster, det_cli: Path,
          tmp_path_factory: pytest.TempPathFactory) -> Det:
     """An ordinary user, who owns the workspaces."""
-    return _new_user(det, cluster, det_venv, tmp_path_factory.mktemp("det-pools-user"))[1]
+    return _new_user(det, cluster, det_cli, tmp_path_factory.mktemp("det-pools-user"))[1]
 
 
 @pytest.fixture(scope="module")

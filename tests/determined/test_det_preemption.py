@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.determined.det_venv import ensure_det_venv
 from tests.determined.test_det_cli import Det, table_rows
 from tests.e2e.cluster import Cluster, shared_servers_cluster
 from tests.waiting import wait_for
@@ -53,12 +54,12 @@ def cluster(postgres_url: str, temporal_address: str, det_venv: Path,
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+def det(cluster: Cluster, det_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
     home = tmp_path_factory.mktemp("det-preemption-home")
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "DET_MASTER": cluster.url,
            "DET_USER": "admin", "DET_PASS": cluster.secrets["admin_password"],
            "PYTHONWARNINGS": "ignore"}
-    return Det(det_venv / "det", cluster.url, env)
+    return Det(det_cli, cluster.url, env)
 
 
 def config(tmp_path: Path, name: str, *, steps: int, sleep: float, priority: int,
@@ -171,7 +172,7 @@ print("moved")
 
 def move(det: Det, job_id: str, field: str, anchor: str) -> subprocess.CompletedProcess[str]:
     """UpdateJobQueue with `field` (aheadOf or behindOf) through Determined's client."""
-    return subprocess.run([str(det.binary.parent / "python"), "-c", MOVE_SCRIPT, job_id, field,
+    return subprocess.run([str(ensure_det_venv() / "python"), "-c", MOVE_SCRIPT, job_id, field,
                            anchor], env=det.env, capture_output=True, text=True, timeout=120,
                           stdin=subprocess.DEVNULL)
 

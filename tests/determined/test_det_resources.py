@@ -40,15 +40,15 @@ def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterato
         yield c
 
 
-def _det(cluster: Cluster, det_venv: Path, home: Path, user: str, password: str) -> Det:
+def _det(cluster: Cluster, det_cli: Path, home: Path, user: str, password: str) -> Det:
     env = {"PATH": os.environ.get("PATH", ""), "HOME": str(home), "DET_MASTER": cluster.url,
            "PYTHONWARNINGS": "ignore", "DET_USER": user, "DET_PASS": password}
-    return Det(det_venv / "det", cluster.url, env)
+    return Det(det_cli, cluster.url, env)
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
-    return _det(cluster, det_venv, tmp_path_factory.mktemp("det-admin"), "admin",
+def det(cluster: Cluster, det_cli: Path, tmp_path_factory: pytest.TempPathFactory) -> Det:
+    return _det(cluster, det_cli, tmp_path_factory.mktemp("det-admin"), "admin",
                 cluster.secrets["admin_password"])
 
 
@@ -219,11 +219,11 @@ def test_det_resources_raw_lists_each_allocation(
 
 
 def test_an_ordinary_user_and_bad_dates_are_refused(
-    det: Det, cluster: Cluster, det_venv: Path, tmp_path: Path,
+    det: Det, cluster: Cluster, det_cli: Path, tmp_path: Path,
 ) -> None:
     name = f"user-{uuid.uuid4().hex[:8]}"
     det.run("user", "create", name, "--password", PASSWORD)
-    user = _det(cluster, det_venv, tmp_path, name, PASSWORD)
+    user = _det(cluster, det_cli, tmp_path, name, PASSWORD)
     today = datetime.now(UTC).date().isoformat()
     refused(user.run("resources", "aggregated", today, today, "--json", check=False), "admins")
     refused(user.run("resources", "aggregated", today, today, check=False), "admins")

@@ -38,9 +38,9 @@ def cluster(postgres_url: str, temporal_address: str, det_venv: Path) -> Iterato
 
 
 @pytest.fixture(scope="module")
-def det(cluster: Cluster, det_venv: Path) -> list[str]:
+def det(cluster: Cluster, det_cli: Path) -> list[str]:
     """The real `det` client's command line (`run_det` logs it in as admin)."""
-    return [str(det_venv / "det"), "-m", cluster.url]
+    return [str(det_cli), "-m", cluster.url]
 
 
 def run_det(cluster: Cluster, det: list[str], home: Path, *args: str) -> str:

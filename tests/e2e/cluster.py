@@ -8,6 +8,9 @@ or, for agents on other "hosts" (tests/e2e/hosts.py), its own Temporal on an add
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import functools
 import json
 import os
 import re
@@ -28,6 +31,7 @@ import yaml
 
 from common.processes import free_port
 from common.states import TERMINAL_STATES
+from tests.cli_zygote import zygote
 from tests.conftest import E2E_NAMESPACE, fresh_database
 from tests.e2e.hosts import Host
 from tests.e2e.namespace import fresh_ids, start_clean
@@ -38,6 +42,28 @@ DIGITS = REPO / "examples" / "digits"
 # A slow trial of the test suite's own (one step per `sleep` seconds; see its docstring).
 SLOW_MODEL = REPO / "tests" / "e2e" / "slow_model"
 EPOCHAL = [sys.executable, "-m", "deploy.console"]
+# The commands that start or stop a cluster's processes run in a fresh interpreter, as users run
+# them; every client command in the zygote (tests/cli_zygote.py), which imports the CLI once.
+_STARTS_PROCESSES = (("cluster",), ("master",), ("agent", "run"))
+_CLIENT_MODULES = ("httpx", "pydantic", "yaml", "common.expconf", "typer.rich_utils",
+                   *(f"cli.{p.stem}" for p in (REPO / "cli").glob("*.py") if p.stem != "__init__"))
+
+
+@functools.cache
+def _client_launcher() -> Path:
+    """The launcher of this process's `epochal` zygote, started on first use, stopped at exit."""
+    stack = contextlib.ExitStack()
+    atexit.register(stack.close)
+    directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="epochal-cli-")))
+    return stack.enter_context(zygote(Path(sys.executable), "epochal", "deploy.console:app",
+                                      directory, *_CLIENT_MODULES))
+
+
+def epochal_command(*args: str) -> list[str]:
+    """The command line that runs `epochal ARGS` (see _STARTS_PROCESSES)."""
+    if any(args[:len(command)] == command for command in _STARTS_PROCESSES):
+        return [*EPOCHAL, *args]
+    return [str(_client_launcher()), *args]
 
 
 @dataclass
@@ -57,7 +83,7 @@ class Cluster:
         env_extra: dict[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
-            [*EPOCHAL, *args],
+            epochal_command(*args),
             env={**self.env, **(env_extra or {})},
             cwd=REPO,
             capture_output=True,

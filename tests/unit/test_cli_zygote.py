@@ -1,0 +1,74 @@
+"""The zygote the suite runs `det` and `epochal` through (tests/cli_zygote.py) gives each call
+what a fresh process would have: its arguments, environment, working directory and streams, its
+exit status, and an end when its caller is killed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.cli_zygote import zygote
+
+ENTRY = '''
+import json, os, sys, time
+
+def main():
+    if sys.argv[1:] == ["sleep"]:
+        print(os.getpid(), flush=True)
+        time.sleep(60)
+    if sys.argv[1:] == ["raise"]:
+        raise RuntimeError("boom")
+    print(json.dumps({"argv": sys.argv, "cwd": os.getcwd(), "var": os.environ.get("ZYGOTE_VAR"),
+                      "stdin": sys.stdin.read()}))
+    print("to stderr", file=sys.stderr)
+    sys.exit(int(os.environ.get("ZYGOTE_EXIT", "0")))
+'''
+
+
+@pytest.fixture
+def launcher(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    (tmp_path / "zygote_entry.py").write_text(ENTRY)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the zygote's, not the calls'
+    with zygote(Path(sys.executable), "tool", "zygote_entry:main", tmp_path) as path:
+        yield path
+
+
+def test_a_call_gets_its_arguments_environment_directory_and_streams(
+    launcher: Path, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    done = subprocess.run([str(launcher), "a", "b c"], input="from stdin", text=True,
+                          capture_output=True, cwd=work, timeout=30,
+                          env={"ZYGOTE_VAR": "x", "ZYGOTE_EXIT": "3"})
+    assert done.returncode == 3, done
+    assert done.stderr == "to stderr\n"
+    assert done.stdout.strip() == (
+        '{"argv": ["tool", "a", "b c"], "cwd": "' + str(work) + '", "var": "x", '
+        '"stdin": "from stdin"}')
+
+
+def test_an_uncaught_exception_prints_its_traceback_and_exits_1(launcher: Path) -> None:
+    done = subprocess.run([str(launcher), "raise"], capture_output=True, text=True, timeout=30,
+                          stdin=subprocess.DEVNULL)
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and "RuntimeError: boom" in done.stderr
+
+
+def test_a_killed_caller_takes_its_command_with_it(launcher: Path) -> None:
+    caller = subprocess.Popen([str(launcher), "sleep"], stdout=subprocess.PIPE, text=True,
+                              stdin=subprocess.DEVNULL)
+    assert caller.stdout is not None
+    command = psutil.Process(int(caller.stdout.readline()))
+    caller.kill()
+    caller.wait()
+    deadline = time.monotonic() + 10
+    while command.is_running() and command.status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the command outlived its killed caller"
+        time.sleep(0.05)
