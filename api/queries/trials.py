@@ -112,6 +112,12 @@ def _filter_sql(filters: list[TrialFilter], params: list[Any]) -> str:
 
 
 
+async def fetch_existing_trial_ids(conn: Conn, trial_ids: list[int]) -> set[int]:
+    """Which of the ids are trials (a stream's 404 comes before its first line)."""
+    rows = await conn.fetch("SELECT id FROM trials WHERE id = ANY($1::int[])", trial_ids)
+    return {r["id"] for r in rows}
+
+
 async def fetch_trial_page(
     conn: Conn,
     experiment_id: int,
