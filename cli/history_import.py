@@ -217,14 +217,16 @@ class Target:
         return list(self.client.post(f"{self.base}/{kind}", {"items": items},
                                      timeout=UPLOAD_TIMEOUT)["results"])
 
-    def metrics(self, trial_id: str, group: str, reports: list[JSON]) -> int:
-        answer = self.client.post(f"{self.base}/trials/{trial_id}/metrics",
-                                  {"group": group, "reports": reports}, timeout=UPLOAD_TIMEOUT)
-        return int(answer.get("written") or 0)
+    def metrics(self, trial_id: str, group: str, reports: list[JSON]) -> JSON:
+        """`{"written": n, "warnings": [...]}` for a batch of a trial's reports of `group`."""
+        return dict(self.client.post(f"{self.base}/trials/{trial_id}/metrics",
+                                     {"group": group, "reports": reports},
+                                     timeout=UPLOAD_TIMEOUT))
 
-    def logs(self, trial_id: str, restart: bool, logs: list[JSON]) -> None:
-        self.client.post(f"{self.base}/trials/{trial_id}/logs",
-                         {"restart": restart, "logs": logs}, timeout=UPLOAD_TIMEOUT)
+    def logs(self, trial_id: str, restart: bool, logs: list[JSON]) -> int:
+        answer = self.client.post(f"{self.base}/trials/{trial_id}/logs",
+                                  {"restart": restart, "logs": logs}, timeout=UPLOAD_TIMEOUT)
+        return int(answer.get("written") or 0)
 
     def mark(self, kind: str, ids: list[str], states: list[str]) -> None:
         if ids:
@@ -354,8 +356,8 @@ class Importer:
     # Experiments, each with its trials, metrics, checkpoints and logs.
 
     def experiments(self) -> None:
-        done = self.target.done("experiments")
-        self.done_trials = self.target.done("trials")
+        done = self.target.done("experiment")
+        self.done_trials = self.target.done("trial")
         self.done_logs = self.target.done("trial-logs") if self.options.logs else {}
         total = self.source.total("/experiments", "experiments")
         for stage in ("experiments", "trials", "metrics", "checkpoints",
@@ -455,7 +457,10 @@ class Importer:
         trial_id = int(trial["id"])
         for group in self.source.metric_groups(trial):
             for reports in batches(self.source.metrics(trial_id, group), ROW_BATCH):
-                written = self.target.metrics(str(trial_id), group, reports)
+                answer = self.target.metrics(str(trial_id), group, reports)
+                written = int(answer.get("written") or 0)
+                for warning in answer.get("warnings") or []:
+                    self.tally.warn(f"trial {trial_id}'s {group} metrics", str(warning))
                 self.tally.count("metrics", created=written, existing=len(reports) - written)
                 self.bars.advance("metrics", len(reports))
         for page in self.source.checkpoints(trial_id):
@@ -466,9 +471,9 @@ class Importer:
         trial_id = str(trial["id"])
         restart = True
         for lines in batches(self.source.logs(int(trial_id)), ROW_BATCH):
-            self.target.logs(trial_id, restart, lines)
+            written = self.target.logs(trial_id, restart, lines)
             restart = False
-            self.tally.count("logs", created=len(lines))
+            self.tally.count("logs", created=written, existing=len(lines) - written)
             self.bars.advance("logs", len(lines))
         if restart:  # no line: what an earlier, interrupted run sent is cleared all the same
             self.target.logs(trial_id, True, [])
