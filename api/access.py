@@ -150,7 +150,12 @@ RULES: dict[tuple[str, str], Rule] = {
               # Who used what (Determined's CanGetUsageDetails): the allocation history, as
               # CSV here and as JSON under PREFIX (below).
               "GET /resources/allocation/raw", "GET /resources/allocation/aggregated",
-              "GET /resources/allocation/allocations-csv"),
+              "GET /resources/allocation/allocations-csv",
+              # Importing a Determined cluster's history (api/routes/imports.py).
+              "POST /imports", "GET /imports/{source_id}/objects", "POST /imports/{source_id}/done",
+              "POST /imports/{source_id}/{kind}",
+              "POST /imports/{source_id}/trials/{external_trial_id}/metrics",
+              "POST /imports/{source_id}/trials/{external_trial_id}/logs"),
     **{("GET", PREFIX + path): Rule.ADMIN
        for path in ("/resources/allocation/raw", "/resources/allocation/aggregated")},
     **_routes(Rule.AGENT, "PUT /agents/{agent_id}"),

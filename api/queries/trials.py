@@ -14,6 +14,7 @@ from common.states import CheckpointState
 
 _TRIAL_SELECT = f"""
 SELECT t.*, e.config -> 'searcher' AS searcher,
+       e.import_source_id IS NOT NULL AS imported,  -- no workflow ran it here
        lv.metric_group AS lv_metric_group, lv.steps_completed AS lv_steps_completed,
        lv.trial_run_id AS lv_trial_run_id, lv.report_time AS lv_report_time,
        lv.metrics AS lv_metrics,
