@@ -31,20 +31,20 @@ from typing import Annotated, Any
 import typer
 
 from cli import render
-from cli.client import JSON, UPLOAD_TIMEOUT, ApiError, Client, CliError
+from cli.client import JSON, UPLOAD_TIMEOUT, ApiError, Client, CliError, naming
 from cli.determined_source import TERMINAL, DeterminedSource, dumps_size
 
-# The target's limits (the contract): items per POST, reports or log lines per POST, body size.
-MAX_ITEMS = 500
-MAX_REPORTS = 20_000
+# The most objects the target lists per page.
 MAX_DONE_PAGE = 10_000
-# What one POST carries here: below the limits, so a batch of large items stays a few MiB.
+# What one POST carries: below the target's limits (500 items, 20,000 reports or log lines,
+# 64 MiB), so that a batch of large items stays a few MiB.
 ITEM_BATCH = 200
 ROW_BATCH = 5_000
 BODY_BYTES = 16 * 1024 * 1024
 
 STAGES = ("users", "workspaces", "projects", "templates", "experiments", "trials", "metrics",
           "checkpoints", "logs", "models", "model-versions")
+TARGET = "the Epochal master"
 DELETING = frozenset({"STATE_DELETING", "STATE_DELETE_FAILED", "STATE_DELETED"})
 
 
@@ -189,13 +189,22 @@ class Target:
         self.source_id = source_id
         self.base = f"/imports/{source_id}"
 
+    def _get(self, path: str, params: dict[str, Any]) -> JSON:
+        with naming(self.client.master_url, TARGET):
+            return dict(self.client.get(path, params))
+
+    def _post(self, path: str, body: JSON) -> JSON:
+        with naming(self.client.master_url, TARGET):
+            return dict(self.client.post(path, body, timeout=UPLOAD_TIMEOUT))
+
     @classmethod
     def register(cls, client: Client, source_url: str, master: JSON) -> Target:
-        answer = client.post("/imports", {
-            "kind": "determined", "url": source_url,
-            "clusterId": str(master.get("clusterId") or ""),
-            "clusterName": str(master.get("clusterName") or ""),
-            "version": str(master.get("version") or "")})
+        with naming(client.master_url, TARGET):
+            answer = client.post("/imports", {
+                "kind": "determined", "url": source_url,
+                "clusterId": str(master.get("clusterId") or ""),
+                "clusterName": str(master.get("clusterName") or ""),
+                "version": str(master.get("version") or "")})
         return cls(client, int(answer["sourceId"]))
 
     def done(self, kind: str) -> dict[str, str | None]:
@@ -203,8 +212,8 @@ class Target:
         found: dict[str, str | None] = {}
         offset = 0
         while True:
-            answer = self.client.get(f"{self.base}/objects",
-                                     {"kind": kind, "offset": offset, "limit": MAX_DONE_PAGE})
+            answer = self._get(f"{self.base}/objects",
+                               {"kind": kind, "offset": offset, "limit": MAX_DONE_PAGE})
             objects = answer.get("objects") or []
             for obj in objects:
                 if obj.get("done"):
@@ -214,24 +223,22 @@ class Target:
                 return found
 
     def post(self, kind: str, items: list[JSON]) -> list[JSON]:
-        return list(self.client.post(f"{self.base}/{kind}", {"items": items},
-                                     timeout=UPLOAD_TIMEOUT)["results"])
+        return list(self._post(f"{self.base}/{kind}", {"items": items})["results"])
 
     def metrics(self, trial_id: str, group: str, reports: list[JSON]) -> JSON:
         """`{"written": n, "warnings": [...]}` for a batch of a trial's reports of `group`."""
-        return dict(self.client.post(f"{self.base}/trials/{trial_id}/metrics",
-                                     {"group": group, "reports": reports},
-                                     timeout=UPLOAD_TIMEOUT))
+        return self._post(f"{self.base}/trials/{trial_id}/metrics",
+                          {"group": group, "reports": reports})
 
     def logs(self, trial_id: str, restart: bool, logs: list[JSON]) -> int:
-        answer = self.client.post(f"{self.base}/trials/{trial_id}/logs",
-                                  {"restart": restart, "logs": logs}, timeout=UPLOAD_TIMEOUT)
+        answer = self._post(f"{self.base}/trials/{trial_id}/logs",
+                            {"restart": restart, "logs": logs})
         return int(answer.get("written") or 0)
 
     def mark(self, kind: str, ids: list[str], states: list[str]) -> None:
         if ids:
-            self.client.post(f"{self.base}/done",
-                             {"kind": kind, "externalIds": ids, "sourceStates": states})
+            self._post(f"{self.base}/done",
+                       {"kind": kind, "externalIds": ids, "sourceStates": states})
 
 
 def external_id(item: JSON, kind: str) -> str:
@@ -360,19 +367,21 @@ class Importer:
         self.done_trials = self.target.done("trial")
         self.done_logs = self.target.done("trial-logs") if self.options.logs else {}
         total = self.source.total("/experiments", "experiments")
-        for stage in ("experiments", "trials", "metrics", "checkpoints",
-                      *(["logs"] if self.options.logs else [])):
+        stages = ("experiments", "trials", "metrics", "checkpoints",
+                  *(["logs"] if self.options.logs else []))
+        for stage in stages:
             self.bars.start(stage, total if stage == "experiments" else None)
         window = threading.BoundedSemaphore(self.options.parallel * 2)
         failures: list[BaseException] = []
 
         def ended(future: Future[None]) -> None:
             window.release()
-            error = future.exception()
+            error = None if future.cancelled() else future.exception()
             if error is not None:
                 failures.append(error)
 
-        with ThreadPoolExecutor(self.options.parallel, thread_name_prefix="import") as pool:
+        pool = ThreadPoolExecutor(self.options.parallel, thread_name_prefix="import")
+        try:
             for page in self.source.experiments():
                 for summary in page:
                     if failures:
@@ -385,10 +394,12 @@ class Importer:
                     pool.submit(job, summary).add_done_callback(ended)
                 if failures:
                     break
+        finally:
+            # On a failure (or an interrupt) the queued experiments are dropped, not started.
+            pool.shutdown(wait=True, cancel_futures=bool(failures) or sys.exc_info()[0] is not None)
         if failures:
             raise failures[0]
-        self.bars.finish("experiments", "trials", "metrics", "checkpoints",
-                         *(["logs"] if self.options.logs else []))
+        self.bars.finish(*stages)
 
     def _plan(self, summary: JSON, done: dict[str, str | None]
               ) -> Callable[[JSON], None] | None:
