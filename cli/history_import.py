@@ -181,6 +181,48 @@ def batches(items: Iterable[Any], count: int, size: int = BODY_BYTES) -> Iterato
         yield batch
 
 
+def prefetched(items: Iterator[Any], depth: int = 1) -> Iterator[Any]:
+    """`items`, read ahead by a thread of their own (at most `depth` waiting): the next batch
+    streams from the source while the last one is written to the target. An error of the
+    reader comes out where its item would have."""
+    import queue
+
+    waiting: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def read() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        waiting.put((True, item), timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            waiting.put((True, end))
+        except BaseException as error:  # handed over to the consumer, raised there
+            waiting.put((False, error))
+
+    reader = threading.Thread(target=read, name="import-prefetch", daemon=True)
+    reader.start()
+    try:
+        while True:
+            ok, item = waiting.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        with contextlib.suppress(queue.Empty):
+            waiting.get_nowait()  # unblock a reader waiting to put
+        reader.join(5)
+
+
 class Target:
     """The Epochal master's import routes, for one registered source."""
 
@@ -467,7 +509,7 @@ class Importer:
         """A trial's metrics of every group and its checkpoints, then the trial marked done."""
         trial_id = int(trial["id"])
         for group in self.source.metric_groups(trial):
-            for reports in batches(self.source.metrics(trial_id, group), ROW_BATCH):
+            for reports in prefetched(batches(self.source.metrics(trial_id, group), ROW_BATCH)):
                 answer = self.target.metrics(str(trial_id), group, reports)
                 written = int(answer.get("written") or 0)
                 for warning in answer.get("warnings") or []:
@@ -481,7 +523,7 @@ class Importer:
     def _logs(self, trial: JSON) -> None:
         trial_id = str(trial["id"])
         restart = True
-        for lines in batches(self.source.logs(int(trial_id)), ROW_BATCH):
+        for lines in prefetched(batches(self.source.logs(int(trial_id)), ROW_BATCH)):
             written = self.target.logs(trial_id, restart, lines)
             restart = False
             self.tally.count("logs", created=written, existing=len(lines) - written)

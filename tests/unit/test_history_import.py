@@ -4,12 +4,15 @@ progress lines CI gets without a terminal, and the command's refusals of bad opt
 from __future__ import annotations
 
 import io
+import itertools
 import json
+from collections.abc import Iterator
 
 import pytest
 from typer.testing import CliRunner
 
-from cli.history_import import Bars, batches
+from cli.client import CliError
+from cli.history_import import Bars, batches, prefetched
 from cli.main import app
 
 
@@ -23,6 +26,23 @@ def test_batches_hold_at_most_count_items_and_about_size_bytes() -> None:
     assert {len(b) for b in by_size[:-1]} == {3}
     huge = [{"pad": "y" * 1000}]
     assert list(batches(huge, 10, size=10)) == [huge]  # an item above the size goes alone
+
+
+def test_prefetched_keeps_the_order_and_hands_over_the_readers_error() -> None:
+    assert list(prefetched(iter(range(100)), depth=2)) == list(range(100))
+
+    def failing() -> Iterator[int]:
+        yield 1
+        raise CliError("the source failed")
+
+    got = []
+    with pytest.raises(CliError, match="the source failed"):
+        for item in prefetched(failing()):
+            got.append(item)
+    assert got == [1]
+    endless = prefetched(itertools.count())
+    assert [next(endless) for _ in range(3)] == [0, 1, 2]
+    endless.close()  # a consumer that stops early does not hang on the reader
 
 
 def test_without_a_terminal_each_stage_says_a_line() -> None:
