@@ -160,6 +160,15 @@ async def _experiment_of(conn: asyncpg.Connection, source_id: int, external_id: 
     return found
 
 
+async def _progress(conn: asyncpg.Connection, experiment_id: int, batches: int) -> float:
+    """How far a trial that did not complete got towards its searcher's length in batches (its
+    experiment's progress counts it; Determined's trial answers carry none): 0 when unknown."""
+    length = await conn.fetchval(
+        "SELECT config -> 'searcher' -> 'max_length' ->> 'batches' FROM experiments"
+        " WHERE id = $1", experiment_id)
+    return min(1.0, batches / int(length)) if length and length.isdigit() and int(length) else 0.0
+
+
 async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
                        where: str) -> Result:
     """Its searcher metric value is the source's until its validations are imported, which
@@ -172,6 +181,8 @@ async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
     experiment_id = await _experiment_of(conn, source_id, trial.experimentId,
                                          f"{where}.experimentId")
     state = _state(trial.state)
+    progress = 1.0 if state == TrialState.COMPLETED else await _progress(
+        conn, experiment_id, trial.totalBatchesProcessed)
     if state not in TERMINAL_STATES:
         result.warnings.append(f"trial {trial.id} is {trial.state} in an ended experiment: "
                                "imported as CANCELED")
@@ -183,7 +194,7 @@ async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
         " coalesce($10::timestamptz, $9::timestamptz), $11, $12)"
         " ON CONFLICT (experiment_id, request_id) DO NOTHING RETURNING id",
         experiment_id, trial.id, trial.hparams, state, trial.restarts, trial.restarts + 1,
-        trial.totalBatchesProcessed, 1.0 if state == TrialState.COMPLETED else 0.0,
+        trial.totalBatchesProcessed, progress,
         trial.startTime, trial.endTime, trial.searcherMetricValue, trial.logRetentionDays)
     if new_id is None:  # mapped before and its mapping lost: the row is still here
         new_id = await conn.fetchval(

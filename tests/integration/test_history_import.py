@@ -446,6 +446,12 @@ async def test_what_cannot_be_imported_is_skipped_with_the_reason(
     download = await api.get(f"/api/v1/checkpoints/{checkpoint['uuid']}/download")
     assert download.status_code == 409 and "outside" in download.json()["message"]
     assert trial["created"]
+    [stuck] = await post_items(api, source.id, "trials", [{
+        **source.trials[0], "id": 531, "experimentId": 53, "state": "STATE_RUNNING",
+        "totalBatchesProcessed": 50}])
+    assert "imported as CANCELED" in stuck["warnings"][0]
+    shown = (await api.get(f"/api/v1/trials/{stuck['localId']}")).json()["trial"]
+    assert (shown["state"], shown["progress"]) == ("STATE_CANCELED", 0.5)  # of 100 batches
     # Deleted as any finished experiment; files outside the roots are never touched.
     deleted = await api.delete(f"/api/v1/experiments/{outside['localId']}")
     assert deleted.status_code == 200, deleted.text
