@@ -128,8 +128,9 @@ async def import_experiment(conn: asyncpg.Connection, source_id: int, item: m.Ex
         return result
     config = checked.data
     result.warnings.extend(await asyncio.to_thread(storage_warnings, config, settings))
-    parent = (None if exp.forkedFrom is None else
-              await local_int(conn, source_id, "experiment", exp.forkedFrom))
+    forked_from = exp.forkedFrom or exp.parentId
+    parent = (None if forked_from is None else
+              await local_int(conn, source_id, "experiment", forked_from))
     seed = (config.get("reproducibility") or {}).get("experiment_seed") or 0
     new_id = await conn.fetchval(
         "INSERT INTO experiments (name, description, labels, config, original_config, state,"

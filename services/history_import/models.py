@@ -140,6 +140,7 @@ class Experiment(Item):
     startTime: datetime
     endTime: datetime | None = None
     forkedFrom: int | None = None
+    parentId: int | None = None  # the contract's other name for it
     unmanaged: bool = False
     originalConfig: Annotated[str, StringConstraints(max_length=4 * MAX_JSON_BYTES)] | None = None
 

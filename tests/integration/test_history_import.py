@@ -283,6 +283,9 @@ async def test_an_imported_history_reads_back_through_epochal_routes(
     [data] = [s["data"] for s in series["trials"][0]["metrics"]]
     assert [(p["batches"], p["values"]) for p in data] == [(50, {"loss": 0.9}),
                                                            (100, {"loss": 0.5})]
+    workloads = await api.get(f"/api/v1/trials/{trial_102}/workloads")
+    assert workloads.status_code == 200, workloads.text
+    assert len(workloads.json()["workloads"]) == 5  # 2 trainings, 2 validations, 1 checkpoint
     summary = (await api.get(f"/api/v1/trials/{trial_102}")).json()["trial"]["summaryMetrics"]
     assert summary["validation_metrics"]["validation_loss"]["min"] == 0.25
 
@@ -334,6 +337,12 @@ async def test_an_imported_history_reads_back_through_epochal_routes(
     marked = (await api.get(f"/api/v1/imports/{source.id}/objects",
                             params={"kind": "experiment"})).json()["objects"]
     assert (marked[0]["done"], marked[0]["sourceState"]) == (True, "STATE_COMPLETED")
+
+    [fork] = await post_items(api, source.id, "experiments", [
+        source.experiment_item(id=42, forkedFrom=41, state="STATE_CANCELED", archived=True)])
+    forked = (await api.get(f"/api/v1/experiments/{fork['localId']}")).json()["experiment"]
+    assert (forked["forkedFrom"], forked["state"], forked["archived"]) == (
+        experiment_id, "STATE_CANCELED", True)
 
     await finished_experiment_behaviour(api, experiment_id, trial_101)
 
