@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import io
+import json
 import os
 import tarfile
 from typing import Any
@@ -98,8 +99,20 @@ def storage_warnings(config: dict[str, Any], settings: StorageSettings) -> list[
     return []
 
 
+async def _storage_warnings(config: dict[str, Any], settings: StorageSettings,
+                           checked: dict[str, list[str]]) -> list[str]:
+    """`storage_warnings`, once per storage (and credentials) in a page of experiments."""
+    key = json.dumps([config.get("checkpoint_storage"),
+                      (config.get("environment") or {}).get("environment_variables")],
+                     sort_keys=True)
+    if key not in checked:
+        checked[key] = await asyncio.to_thread(storage_warnings, config, settings)
+    return checked[key]
+
+
 async def import_experiment(conn: asyncpg.Connection, source_id: int, item: m.ExperimentItem,
-                            where: str, settings: StorageSettings) -> Result:
+                            where: str, settings: StorageSettings,
+                            storages: dict[str, list[str]]) -> Result:
     exp = item.experiment
     result = Result(str(exp.id))
     found = await local_int(conn, source_id, "experiment", exp.id)
@@ -127,7 +140,7 @@ async def import_experiment(conn: asyncpg.Connection, source_id: int, item: m.Ex
         result.skipped = "; ".join([err.message, *err.details])
         return result
     config = checked.data
-    result.warnings.extend(await asyncio.to_thread(storage_warnings, config, settings))
+    result.warnings.extend(await _storage_warnings(config, settings, storages))
     forked_from = exp.forkedFrom or exp.parentId
     parent = (None if forked_from is None else
               await local_int(conn, source_id, "experiment", forked_from))

@@ -427,7 +427,7 @@ async def test_what_cannot_be_imported_is_skipped_with_the_reason(
     assert "already exists" in existing["warnings"][0]
     await post_items(api, source.id, "workspaces", [source.workspace])
     await post_items(api, source.id, "projects", [source.project])
-    running, orphan, refused, outside = await post_items(api, source.id, "experiments", [
+    running, orphan, refused, outside, s3 = await post_items(api, source.id, "experiments", [
         source.experiment_item(id=50, state="STATE_ACTIVE"),
         source.experiment_item(id=51, username="nobody-here"),
         {**source.experiment_item(id=52, username="admin"),
@@ -435,12 +435,17 @@ async def test_what_cannot_be_imported_is_skipped_with_the_reason(
         {**source.experiment_item(id=53, username="admin"),
          "config": {**CONFIG, "checkpoint_storage": {"type": "shared_fs",
                                                      "host_path": "/opt/det-checkpoints"}}},
+        {**source.experiment_item(id=54, username="admin"),
+         "config": {**CONFIG, "checkpoint_storage": {"type": "s3", "bucket": "det-ckpts",
+                                                     "save_trial_best": 1}}},
     ])
     assert "STATE_ACTIVE" in running["skipped"] and running["localId"] is None
     assert "'nobody-here' was not imported" in orphan["skipped"]
     assert refused["skipped"].startswith("invalid experiment config") and (
         "searcher" in refused["skipped"])
     assert outside["created"] and "/opt/det-checkpoints is outside" in outside["warnings"][0]
+    assert s3["created"] and "det-ckpts" in s3["warnings"][0] and (
+        "credentials" in s3["warnings"][0])
     template = {"name": f"tpl-{source.uid}", "config": {"description": "a"}, "workspaceId": 1}
     assert (await post_items(api, source.id, "templates", [template]))[0]["created"]
     [clash] = await post_items(api, source.id, "templates", [{**template, "config": {}}])
