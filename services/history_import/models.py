@@ -245,7 +245,7 @@ class MetricsReport(Item):
 class TrialLog(Item):
     """v1TrialLogsResponse, one `result` of Determined's trial logs stream."""
 
-    id: int | None = None
+    id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | int | None = None
     trialId: int | None = None
     timestamp: datetime | None = None
     message: Text | None = None

@@ -187,7 +187,7 @@ async def import_all(api: httpx.AsyncClient, source: Source, *, restart_logs: bo
                                      json={"group": group, "reports": reports})
             assert written.status_code == 200, written.text
             out.setdefault(f"metrics-{trial}", []).append(written.json())
-    logs = [{"id": 1000 + i, "trialId": trial_101, "timestamp": f"2024-11-01T10:0{i}:00Z",
+    logs = [{"id": str(1000 + i), "trialId": trial_101, "timestamp": f"2024-11-01T10:0{i}:00Z",
              "message": f"line {i}\n", "log": f"line {i}\n", "level": "LOG_LEVEL_INFO",
              "agentId": "det-agent-1", "containerId": "c0ffee", "rankId": 0, "source": "",
              "stdtype": "stdout"} for i in range(3)]
