@@ -660,6 +660,10 @@ def determined(
             target = Target.register(client, source_url, master)
             with Bars() as bars:
                 tally = Importer(source, target, options, bars).run()
+    except (KeyError, TypeError, ValueError) as err:  # an answer of an unexpected shape
+        raise CliError(f"the import stopped on an answer it did not expect ({type(err).__name__}: "
+                       f"{err}); what was imported stays, and a later run goes on from there"
+                       ) from None
     finally:
         source.close()
     if as_json:
