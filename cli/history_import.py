@@ -283,12 +283,6 @@ class Target:
                        {"kind": kind, "externalIds": ids, "sourceStates": states})
 
 
-def external_id(item: JSON, kind: str) -> str:
-    if kind == "checkpoints":
-        return str(item.get("uuid"))
-    return str(item.get("id"))
-
-
 def started(experiment: JSON) -> datetime | None:
     text = experiment.get("startTime")
     if not isinstance(text, str):
@@ -316,6 +310,10 @@ class Importer:
         self.bars = bars
         self.tally = Tally()
         self.skipped_experiments: set[int] = set()
+        # What the target holds done (external id -> source state), read once at the start.
+        self.done_trials: dict[str, str | None] = {}
+        self.done_logs: dict[str, str | None] = {}
+        # The experiments of this run being sent: a fork waits until its parent is in.
         self._posted: dict[int, threading.Event] = {}
 
     # Objects sent as they are listed.
