@@ -64,6 +64,7 @@ class MasterUnreachable(CliError):
             f"cannot reach the master at {url}: {reason} (is the cluster up? `epochal cluster up`)"
         )
         self.url = url
+        self.reason = reason
 
 
 class ConnectionLost(CliError):
@@ -77,6 +78,24 @@ class ApiError(CliError):
     def __init__(self, status: int, message: str, details: list[str] | None = None):
         super().__init__(message, details)
         self.status = status
+
+
+@contextlib.contextmanager
+def naming(url: str, who: str) -> Iterator[None]:
+    """The block's errors said as `who`'s (`{who} at {url}: ...`) unless they name `url`: which
+    of two masters failed, when a command talks to both."""
+    try:
+        yield
+    except MasterUnreachable as err:
+        raise CliError(f"cannot reach {who} at {url}: {err.reason}") from None
+    except ApiError as err:
+        if url in err.message:
+            raise
+        raise ApiError(err.status, f"{who} at {url}: {err.message}", err.details) from None
+    except CliError as err:
+        if url in err.message:
+            raise
+        raise CliError(f"{who} at {url}: {err.message}", err.details, err.exit_code) from None
 
 
 def resolve_master(option: str | None) -> str:
@@ -148,7 +167,10 @@ def _error_from_response(response: httpx.Response) -> ApiError:
 class Client:
     """A small wrapper over `httpx.Client` speaking the contract's REST API under /api/v1."""
 
-    def __init__(self, master_url: str, timeout: float = TIMEOUT, *, anonymous: bool = False):
+    def __init__(self, master_url: str, timeout: float = TIMEOUT, *, anonymous: bool = False,
+                 token: str | None = None):
+        """`token`: this one instead of the login the CLI keeps for `master_url` (another
+        cluster's, as `epochal import determined` reads its source)."""
         import httpx  # here, not at the top: `epochal --help` need not load it
 
         from cli import credentials
@@ -156,7 +178,8 @@ class Client:
         self.master_url = master_url
         transport = transport_factory() if transport_factory is not None else None
         headers = {"Accept": "application/json"}
-        token = None if anonymous else credentials.token_for(master_url)
+        if token is None and not anonymous:
+            token = credentials.token_for(master_url)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
