@@ -80,7 +80,8 @@ RULES: dict[tuple[str, str], Rule] = {
         "GET /experiments/{experiment_id}/hyperparameter-importance",
         "GET /experiments/{experiment_id}/searcher/best_searcher_validation_metric",
         "GET /experiments/{experiment_id}/preview_gc",
-        "GET /trials/time-series", "GET /trials/{trial_id}", "GET /trials/{trial_id}/metrics",
+        "GET /trials/time-series", "GET /trials/metrics/trial_metrics", "GET /trials/{trial_id}",
+        "GET /trials/{trial_id}/metrics",
         "GET /trials/{trial_id}/checkpoints", "GET /trials/{trial_id}/workloads",
         "GET /trials/{trial_id}/logs", "GET /trials/{trial_id}/logs/stream",
         "GET /allocations/{allocation_id}/signals/preemption",
@@ -149,7 +150,12 @@ RULES: dict[tuple[str, str], Rule] = {
               # Who used what (Determined's CanGetUsageDetails): the allocation history, as
               # CSV here and as JSON under PREFIX (below).
               "GET /resources/allocation/raw", "GET /resources/allocation/aggregated",
-              "GET /resources/allocation/allocations-csv"),
+              "GET /resources/allocation/allocations-csv",
+              # Importing a Determined cluster's history (api/routes/imports.py).
+              "POST /imports", "GET /imports/{source_id}/objects", "POST /imports/{source_id}/done",
+              "POST /imports/{source_id}/{kind}",
+              "POST /imports/{source_id}/trials/{external_trial_id}/metrics",
+              "POST /imports/{source_id}/trials/{external_trial_id}/logs"),
     **{("GET", PREFIX + path): Rule.ADMIN
        for path in ("/resources/allocation/raw", "/resources/allocation/aggregated")},
     **_routes(Rule.AGENT, "PUT /agents/{agent_id}"),

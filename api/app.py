@@ -30,6 +30,7 @@ from api.routes import (
     experiments,
     gc_preview,
     importance,
+    imports,
     jobs,
     metrics,
     models,
@@ -51,7 +52,8 @@ from api.settings import Settings
 # The routers behind `authorize`, each route with its rule in api/access.py.
 API_MODULES = (users, agents, experiments, metrics, trials, checkpoints, tasks, cluster,
                determined, streams, workspaces, templates, jobs, models, importance, ntsc,
-               temporal_codec, gc_preview, unmanaged, resource_pools, resources)
+               temporal_codec, gc_preview, unmanaged, resource_pools, resources,
+               imports)
 
 
 @contextlib.asynccontextmanager

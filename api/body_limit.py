@@ -19,6 +19,10 @@ DEFAULT_LIMIT = 16 * MiB
 # 96 MiB of files grow by a third in base64, plus the JSON around them.
 EXPERIMENT_CREATE_LIMIT = 136 * MiB
 PROXY_LIMIT = 1024 * MiB
+# A history import's page (api/routes/imports.py): 500 objects, 20,000 metric reports or log
+# lines; a page of experiments carries their model definitions, up to a submission's each.
+IMPORT_LIMIT = 64 * MiB
+IMPORT_PREFIX = "/api/v1/imports/"
 # The routes that take files: experiments, and Determined's interactive tasks (with --context).
 WITH_FILES = frozenset(f"/api/v1/{kind}" for kind in (
     "experiments", "commands", "notebooks", "shells", "tensorboards"))
@@ -27,6 +31,9 @@ WITH_FILES = frozenset(f"/api/v1/{kind}" for kind in (
 def limit_for(method: str, path: str) -> int:
     if method == "POST" and path.rstrip("/") in WITH_FILES:
         return EXPERIMENT_CREATE_LIMIT
+    if method == "POST" and path.startswith(IMPORT_PREFIX):
+        return (EXPERIMENT_CREATE_LIMIT if path.rstrip("/").endswith("/experiments")
+                else IMPORT_LIMIT)
     if path.startswith("/proxy/"):
         return PROXY_LIMIT
     return DEFAULT_LIMIT

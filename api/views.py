@@ -105,8 +105,10 @@ def trial_json(row: asyncpg.Record) -> JSON:
         "earlyExitReason": row["early_exit_reason"],
         "rung": row["rung"],
         "searcherStatus": row["search_status"],
-        # Epochal's: the trial's workflow in Temporal (the dashboard links it in Temporal's UI).
-        "workflowId": trial_workflow_id(row["experiment_id"], row["id"]),
+        # Epochal's: the trial's workflow in Temporal (the dashboard links it in Temporal's UI);
+        # an imported trial had none here.
+        "workflowId": (None if row.get("imported")
+                       else trial_workflow_id(row["experiment_id"], row["id"])),
     }
 
 
@@ -242,8 +244,20 @@ def experiment_json(row: asyncpg.Record) -> JSON:
         "parentArchived": False,
         # A script outside the cluster runs it (Determined's core_v2): no workflow does.
         "unmanaged": row["unmanaged"],
-        "workflowId": None if row["unmanaged"] else experiment_workflow_id(row["id"]),
+        # Epochal's: imported from another cluster's history; no workflow ran it here either.
+        "importedFrom": imported_from(row),
+        "workflowId": (None if row["unmanaged"] or row["import_url"] is not None
+                       else experiment_workflow_id(row["id"])),
     }
+
+
+def imported_from(row: asyncpg.Record) -> JSON | None:
+    """Where an imported experiment came from: the source cluster's kind and address, and
+    the experiment's id there (None for one made here)."""
+    if row["import_url"] is None:
+        return None
+    return {"kind": row["import_kind"], "url": row["import_url"],
+            "experimentId": row["import_external_id"]}
 
 
 def unsaved_experiment_json(config: JSON, original_config: str, owner: str) -> JSON:

@@ -148,7 +148,10 @@ def _error_from_response(response: httpx.Response) -> ApiError:
 class Client:
     """A small wrapper over `httpx.Client` speaking the contract's REST API under /api/v1."""
 
-    def __init__(self, master_url: str, timeout: float = TIMEOUT, *, anonymous: bool = False):
+    def __init__(self, master_url: str, timeout: float = TIMEOUT, *, anonymous: bool = False,
+                 token: str | None = None):
+        """`token`: this one instead of the login the CLI keeps for `master_url` (another
+        cluster's, as `epochal import determined` reads its source)."""
         import httpx  # here, not at the top: `epochal --help` need not load it
 
         from cli import credentials
@@ -156,7 +159,8 @@ class Client:
         self.master_url = master_url
         transport = transport_factory() if transport_factory is not None else None
         headers = {"Accept": "application/json"}
-        token = None if anonymous else credentials.token_for(master_url)
+        if token is None and not anonymous:
+            token = credentials.token_for(master_url)
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(

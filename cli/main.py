@@ -20,6 +20,7 @@ from cli import (
     agent,
     checkpoint,
     experiment,
+    history_import,
     image,
     model,
     ntsc,
@@ -100,6 +101,7 @@ app.add_typer(workspace.workspace_app, name="workspace")
 app.add_typer(workspace.project_app, name="project")
 app.add_typer(workspace.template_app, name="template")
 app.add_typer(model.app, name="model")
+app.add_typer(history_import.app, name="import")
 ntsc.register(app)  # cmd, notebook, shell, tensorboard
 
 if __name__ == "__main__":  # pragma: no cover

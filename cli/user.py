@@ -18,22 +18,22 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print the server's JSON.")
 PASSWORD_ENV = "EPOCHAL_PASSWORD"
 
 
-def _ask_password(prompt: str, *, confirm: bool = False) -> str:
-    """The password from $EPOCHAL_PASSWORD (scripts), else asked without echo; without a
-    terminal, the first line of stdin (`... | epochal user login NAME`)."""
-    env = os.environ.get(PASSWORD_ENV)
+def ask_password(prompt: str, *, confirm: bool = False, env_name: str = PASSWORD_ENV) -> str:
+    """The password from $EPOCHAL_PASSWORD (scripts; `env_name`), else asked without echo;
+    without a terminal, the first line of stdin (`... | epochal user login NAME`)."""
+    env = os.environ.get(env_name)
     if env:
         return env
     if not sys.stdin.isatty():  # getpass would warn that it cannot hide the input
         line = sys.stdin.readline().rstrip("\r\n")
         if not line:
             raise CliError(f"no password given: no terminal to ask on and nothing on stdin "
-                           f"(pipe it in, or set ${PASSWORD_ENV})")
+                           f"(pipe it in, or set ${env_name})")
         return line
     try:
         return str(typer.prompt(prompt, hide_input=True, confirmation_prompt=confirm))
     except typer.Abort:
-        raise CliError(f"no password given (type it, or set ${PASSWORD_ENV})") from None
+        raise CliError(f"no password given (type it, or set ${env_name})") from None
 
 
 def log_in(url: str, username: str, password: str) -> str:
@@ -55,7 +55,7 @@ def login(
                                           "(not the token).")] = False,
 ) -> None:
     url = master_url(ctx)
-    log_in(url, username, _ask_password(f"Password for {username}"))
+    log_in(url, username, ask_password(f"Password for {username}"))
     render.done(as_json, {"master": url, "username": username},
                 f"Logged in to {url} as {username}.")
 
@@ -111,7 +111,7 @@ def create(
     admin: Annotated[bool, typer.Option("--admin", help="Make the user an admin.")] = False,
     as_json: AsJson = False,
 ) -> None:
-    password = _ask_password(f"Password for {username}", confirm=True)
+    password = ask_password(f"Password for {username}", confirm=True)
     with Client(master_url(ctx)) as client:
         answer = client.post(
             "/users",
@@ -136,7 +136,7 @@ def change_password(
         target = me if username in (None, me["username"]) else client.get(
             f"/users/{username}/by-username"
         )["user"]
-        password = _ask_password(f"New password for {target['username']}", confirm=True)
+        password = ask_password(f"New password for {target['username']}", confirm=True)
         client.request(
             "PATCH", f"/users/{target['id']}", json={"password": password, "isHashed": False}
         )

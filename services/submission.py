@@ -82,13 +82,14 @@ def _unmanaged_config(data: dict[str, Any]) -> dict[str, Any]:
 def normalized_config(text: str, default_storage: dict[str, Any],
                       storage_roots: Sequence[str] | None = None,
                       cluster_storage: dict[str, Any] | None = None,
-                      unmanaged: bool = False) -> CheckedConfig:
+                      unmanaged: bool = False, check_storage: bool = True) -> CheckedConfig:
     """Validate the YAML and fill in the master's default checkpoint storage; with
     `storage_roots`, shared_fs storage and the host side of `bind_mounts` must lie under one of
     them (a task container runs as the agent's user: a mount of its home or the cluster's state
     would hand the trial their secrets). S3 storage needs credentials the master may use to
     restore and delete its checkpoints. An unmanaged experiment's config (Determined's core_v2)
-    has no entrypoint."""
+    has no entrypoint. Without `check_storage`, the storage the master cannot use is left to
+    the caller (an imported experiment's is a warning: services/history_import/)."""
     try:
         data = load_config_yaml(text)
         if unmanaged and isinstance(data, dict):
@@ -112,7 +113,8 @@ def normalized_config(text: str, default_storage: dict[str, Any],
             f"keeps checkpoints in ({', '.join(storage_roots)}); an admin can allow more with "
             "EPOCHAL_STORAGE_ROOTS"])
     try:
-        CheckpointFiles.of(dumped, cluster_storage)
+        if check_storage:
+            CheckpointFiles.of(dumped, cluster_storage)
     except StorageError as err:
         raise Invalid("invalid experiment config", [str(err)]) from None
     for i, mount in enumerate(dumped.get("bind_mounts") or []):

@@ -22,6 +22,8 @@ SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.sta
        e.start_time, e.end_time, e.project_id, e.parent_id, p.name AS project_name,
        p.workspace_id, w.name AS workspace_name, tr.num_trials, ts.trial_states,
        best.searcher_metric_value AS best_validation,
+       -- Imported from another cluster (services/history_import/): where from.
+       src.kind AS import_kind, src.url AS import_url, e.import_external_id,
        -- The trials' progress against the searcher's plan: it only grows, and keeps its value
        -- when the experiment is canceled (a COMPLETED trial counts whole).
        CASE WHEN e.state = '{experiment_completed}' THEN 1.0
@@ -30,6 +32,7 @@ SELECT e.id, e.name, e.description, e.labels, e.config, e.original_config, e.sta
        {detail}
 FROM experiments e
 JOIN projects p ON p.id = e.project_id JOIN workspaces w ON w.id = p.workspace_id
+LEFT JOIN import_sources src ON src.id = e.import_source_id
 CROSS JOIN LATERAL (
     SELECT count(*)::int AS num_trials,
            coalesce(sum(CASE WHEN t.state = '{trial_completed}' THEN 1

@@ -130,3 +130,19 @@ async def fetch_series(
             _SERIES_SQL, trial_ids, group, start, end, names, max_points, focus
         )
     )
+
+
+async def fetch_report_page(
+    conn: Conn, trial_id: int, group: str, after_steps: int, limit: int
+) -> list[asyncpg.Record]:
+    """One page of a trial's reports of `group` after step `after_steps`, by step: the keyset
+    that streams a long series without holding it (Determined's GetMetrics)."""
+    return list(await conn.fetch(
+        "SELECT id, trial_id, trial_run_id, metric_group, steps_completed, metrics, report_time"
+        " FROM metrics WHERE trial_id = $1 AND metric_group = $2 AND steps_completed > $3"
+        " ORDER BY steps_completed LIMIT $4",
+        trial_id,
+        group,
+        after_steps,
+        limit,
+    ))

@@ -14,6 +14,7 @@ from common.states import CheckpointState
 
 _TRIAL_SELECT = f"""
 SELECT t.*, e.config -> 'searcher' AS searcher,
+       e.import_source_id IS NOT NULL AS imported,  -- no workflow ran it here
        lv.metric_group AS lv_metric_group, lv.steps_completed AS lv_steps_completed,
        lv.trial_run_id AS lv_trial_run_id, lv.report_time AS lv_report_time,
        lv.metrics AS lv_metrics,
@@ -110,6 +111,12 @@ def _filter_sql(filters: list[TrialFilter], params: list[Any]) -> str:
             clauses.append(f"{TRIAL_FILTER_COLUMNS[f.field]}::float8 {f.op} ${len(params)}::float8")
     return "".join(f" AND {c}" for c in clauses)
 
+
+
+async def fetch_existing_trial_ids(conn: Conn, trial_ids: list[int]) -> set[int]:
+    """Which of the ids are trials (a stream's 404 comes before its first line)."""
+    rows = await conn.fetch("SELECT id FROM trials WHERE id = ANY($1::int[])", trial_ids)
+    return {r["id"] for r in rows}
 
 
 async def fetch_trial_page(

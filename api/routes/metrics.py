@@ -1,7 +1,9 @@
 """Reading metrics: one trial's reports, and downsampled series of several trials side by side.
 
 `GET /trials/time-series` is Determined's CompareTrials (what its web UI draws learning curves
-from); `GET /trials/{id}/metrics` is Epochal's own list of reports with the same filters.
+from); `GET /trials/{id}/metrics` is Epochal's own list of reports with the same filters;
+`GET /trials/metrics/trial_metrics` is Determined's GetMetrics (`Trial.iter_metrics`, and what
+`epochal import determined` reads a trial's reports by): every report, streamed in pages.
 
 Downsampling happens in PostgreSQL (api/queries/metrics.py), one series (trial, group) at a
 time, so a long series is never loaded whole into the master. A series of n points (after the
@@ -20,7 +22,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import json
+from collections.abc import AsyncIterator
+
 from fastapi import APIRouter, Path, Query
+from fastapi.responses import StreamingResponse
 from pydantic import Field
 
 from api import views
@@ -37,6 +43,8 @@ DEFAULT_MAX_DATAPOINTS = 200
 MAX_DATAPOINTS = 100_000
 MAX_TRIALS_PER_QUERY = 1_000
 MAX_METRIC_NAMES = 100
+# Reports per line of GetMetrics' stream (Determined's page size too).
+STREAM_PAGE = 1000
 
 # Determined's MetricType and the group each stands for.
 METRIC_TYPE_GROUPS = {
@@ -159,3 +167,48 @@ async def get_trial_metrics(
         max_points=maxDatapoints,
     )
     return {"metrics": [views.metric_report(r) for r in rows]}
+
+
+def _report_struct(group: str, values: dict[str, Any]) -> dict[str, Any]:
+    """A report's `metrics` as Determined's GetMetrics sends it: `validation_metrics` for the
+    validation group, `avg_metrics` for every other (Epochal keeps no batch metrics)."""
+    return {"validation_metrics" if group == "validation" else "avg_metrics": values}
+
+
+async def _metric_pages(pool: Pool, trial_ids: list[int], group: str) -> AsyncIterator[bytes]:
+    """`{"result": {"metrics": [MetricsReport...]}}` lines, a page of each trial's reports
+    at a time (keyset by step), trial by trial in id order."""
+    for trial_id in trial_ids:
+        after = -1
+        while True:
+            rows = await metric_queries.fetch_report_page(pool, trial_id, group, after,
+                                                          STREAM_PAGE)
+            if rows:
+                reports = [{
+                    "trialId": r["trial_id"], "endTime": views.rfc3339(r["report_time"]),
+                    "metrics": _report_struct(group, r["metrics"]),
+                    "totalBatches": r["steps_completed"], "trialRunId": r["trial_run_id"],
+                    "archived": False, "id": r["id"], "group": r["metric_group"],
+                } for r in rows]
+                yield (json.dumps({"result": {"metrics": reports}}) + "\n").encode()
+                after = rows[-1]["steps_completed"]
+            if len(rows) < STREAM_PAGE:
+                break
+
+
+@router.get("/trials/metrics/trial_metrics", response_class=StreamingResponse)
+async def stream_trial_metrics(
+    pool: Pool,
+    trialIds: Annotated[
+        list[Annotated[int, Field(ge=0, le=INT32_MAX)]],
+        Query(min_length=1, max_length=MAX_TRIALS_PER_QUERY),
+    ],
+    group: Annotated[str, Query(min_length=1, max_length=255)],
+) -> StreamingResponse:
+    """Determined's GetMetrics: every report of `group` of the trials, as NDJSON, never the
+    whole series in memory; 404 (before any line) for a trial that does not exist."""
+    ids = sorted(set(trialIds))
+    missing = sorted(set(ids) - await trial_queries.fetch_existing_trial_ids(pool, ids))
+    if missing:
+        raise not_found("trial", missing[0])
+    return StreamingResponse(_metric_pages(pool, ids, group), media_type="application/x-ndjson")

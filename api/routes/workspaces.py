@@ -61,7 +61,7 @@ def project_json(row: asyncpg.Record) -> dict[str, Any]:
         "description": row["description"], "workspaceId": row["workspace_id"],
         "workspaceName": row["workspace_name"], "archived": row["archived"],
         "immutable": row["immutable"], "username": row["owner"], "userId": row["user_id"],
-        "notes": [], "numExperiments": row["num_experiments"],
+        "notes": row["notes"], "numExperiments": row["num_experiments"],
         "numActiveExperiments": row["num_active"], "numRuns": 0,
         "lastExperimentStartedAt": views.rfc3339(row["last_started"]),
         "state": "WORKSPACE_STATE_UNSPECIFIED", "errorMessage": "",

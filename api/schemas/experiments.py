@@ -36,6 +36,15 @@ class Experiment(Answer):
     jobId: str
     projectId: int
     workflowId: str | None = None  # its workflow in Temporal (Epochal's)
+    importedFrom: ImportedFrom | None = None  # Epochal's: the cluster it was imported from
+
+
+class ImportedFrom(Answer):
+    """Where an imported experiment came from (services/history_import/)."""
+
+    kind: str
+    url: str
+    experimentId: str
 
 
 class UnsavedExperiment(Answer):

@@ -131,6 +131,21 @@ replace(header, headline,
   el("div", { class: "actions" }, progressSlot, Object.values(actionButtons), actionStatus),
   labelBox);
 
+// An experiment imported from another cluster's history (`epochal import determined`): where from,
+// the source's page of it linked when its address is a web address.
+function importedFrom(exp) {
+  const source = exp.importedFrom;
+  if (!source) return "";
+  const kind = source.kind === "determined" ? "Determined" : source.kind;
+  const web = /^https?:\/\//.test(source.url);
+  const page = `${source.url.replace(/\/+$/, "")}/det/experiments/${encodeURIComponent(source.experimentId)}`;
+  return el("p", { class: "imported" }, `Imported from ${kind} at `,
+    web ? el("a", { href: source.url, target: "_blank", rel: "noopener" }, source.url) : source.url,
+    ", experiment ",
+    web ? el("a", { href: page, target: "_blank", rel: "noopener" }, source.experimentId)
+      : source.experimentId);
+}
+
 function renderHeader(exp) {
   const state = shortState(exp.state);
   document.title = `Experiment ${exp.id} · Epochal`;
@@ -145,7 +160,8 @@ function renderHeader(exp) {
         ` (${fmtNumber(exp.bestValidation)})`) : "no validation yet",
       ` · owner ${exp.username} · started ${fmtTime(exp.startTime)}`,
       exp.endTime ? ` · ended ${fmtTime(exp.endTime)}` : "",
-      workflowLink(exp.workflowId, " · ")));
+      workflowLink(exp.workflowId, " · ")),
+    importedFrom(exp));
   replace(progressSlot, progressBar(exp.progress));
   for (const [name, applies] of Object.entries(ACTIONS)) {
     actionButtons[name].disabled = inFlight.has(name) || !applies(state, exp.archived, exp.unmanaged);

@@ -218,6 +218,87 @@ async def test_determined_client_reads_time_series(
     assert len(answer["batches"]) <= 10
 
 
+def stream_lines(text: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+async def test_get_metrics_streams_every_report_in_pages(
+    api: httpx.AsyncClient, live_master: LiveMaster
+) -> None:
+    """Determined's GetMetrics: lines of at most 1000 reports, trial by trial, in step order,
+    each a MetricsReport with the struct Determined's client reads (`avg_metrics`,
+    `validation_metrics`)."""
+    first, second = await make_trial(live_master), await make_trial(live_master)
+    await report(api, first, "training", {s: curve(s) for s in range(1, 2501)})
+    await report(api, first, "validation", {s: {"loss": 0.5} for s in (50, 100)})
+    await report(api, second, "training", {s: curve(s) for s in (7, 3)})
+    answer = await api.get("/api/v1/trials/metrics/trial_metrics",
+                           params={"trialIds": [second, first], "group": "training"})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"] == "application/x-ndjson"
+    pages = [line["result"]["metrics"] for line in stream_lines(answer.text)]
+    assert [len(p) for p in pages] == [1000, 1000, 500, 2]
+    reports = [r for page in pages for r in page]
+    assert [r["totalBatches"] for r in reports] == [*range(1, 2501), 3, 7]
+    assert [r["trialId"] for r in reports[2499:]] == [first, second, second]
+    head = reports[0]
+    assert set(head) == {"trialId", "endTime", "metrics", "totalBatches", "trialRunId",
+                         "archived", "id", "group"}
+    assert head["metrics"] == {"avg_metrics": curve(1)}
+    assert (head["group"], head["trialRunId"], head["archived"]) == ("training", 1, False)
+    validation = await api.get("/api/v1/trials/metrics/trial_metrics",
+                               params={"trialIds": first, "group": "validation"})
+    [[v50, v100]] = [line["result"]["metrics"] for line in stream_lines(validation.text)]
+    assert v50["metrics"] == {"validation_metrics": {"loss": 0.5}}
+    assert (v50["totalBatches"], v100["totalBatches"]) == (50, 100)
+    none = await api.get("/api/v1/trials/metrics/trial_metrics",
+                         params={"trialIds": second, "group": "validation"})
+    assert none.status_code == 200 and none.text == ""
+
+    unknown = await api.get("/api/v1/trials/metrics/trial_metrics",
+                            params={"trialIds": [first, 99999997], "group": "training"})
+    assert unknown.status_code == 404 and "99999997" in unknown.json()["message"]
+    for params, field in (({"group": "training"}, "trialIds"), ({"trialIds": first}, "group"),
+                          ({"trialIds": 2**40, "group": "training"}, "trialIds"),
+                          ({"trialIds": first, "group": ""}, "group")):
+        refused = await api.get("/api/v1/trials/metrics/trial_metrics", params=params)
+        assert refused.status_code == 400, (params, refused.text)
+        assert any(d.startswith((f"{field}:", f"{field}.")) for d in refused.json()["details"])
+
+
+# Runs in Determined's own venv: its SDK's Trial.iter_metrics reads GetMetrics' stream.
+DET_ITER_METRICS = """
+import json, sys
+from determined.common import api
+from determined.common.experimental import trial
+master, token, trial_id = sys.argv[1], sys.argv[2], int(sys.argv[3])
+session = api.Session(master, "admin", token, None)
+found = {group: [(m.steps_completed, m.metrics, m.trial_run_id, m.end_time.isoformat())
+                 for m in trial.Trial(trial_id, session).iter_metrics(group)]
+         for group in ("training", "validation")}
+print(json.dumps(found))
+"""
+
+
+async def test_determined_sdk_iterates_a_trials_metrics(
+    api: httpx.AsyncClient, live_master: LiveMaster, det_venv: Path
+) -> None:
+    trial_id = await make_trial(live_master)
+    await report(api, trial_id, "training", {s: curve(s) for s in range(1, 1201)})
+    await report(api, trial_id, "validation", {1200: {"loss": 0.25}})
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [str(det_venv / "python"), "-c", DET_ITER_METRICS, live_master.url,
+         live_master.admin_token, str(trial_id)],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [m[0] for m in found["training"]] == list(range(1, 1201))
+    assert found["training"][9][1:3] == [curve(10), 1]
+    assert [m[:3] for m in found["validation"]] == [[1200, {"loss": 0.25}, 1]]
+
+
 async def test_unknown_trials_and_bad_parameters(
     api: httpx.AsyncClient, live_master: LiveMaster
 ) -> None:

@@ -172,11 +172,11 @@ def test_a_401_without_a_login_says_to_log_in(monkeypatch: pytest.MonkeyPatch,
 
 def test_a_password_comes_from_stdin_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     """`echo pw | epochal user login NAME`: no getpass warning, no prompt."""
-    from cli.user import _ask_password
+    from cli.user import ask_password
 
     monkeypatch.delenv("EPOCHAL_PASSWORD", raising=False)
     monkeypatch.setattr("sys.stdin", io.StringIO("s3cret-pass\n"))
-    assert _ask_password("Password for alice") == "s3cret-pass"
+    assert ask_password("Password for alice") == "s3cret-pass"
     monkeypatch.setattr("sys.stdin", io.StringIO(""))
     with pytest.raises(cli.client.CliError, match="no terminal to ask on and nothing on stdin"):
-        _ask_password("Password for alice")
+        ask_password("Password for alice")
