@@ -54,6 +54,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import json
 import os
 import random
 import secrets
@@ -605,40 +606,57 @@ def expect(ok: bool, what: str) -> None:
 class ImportRun:
     seconds: float
     peak_rss: int  # bytes
-    output: str
+    summary: dict[str, Any]  # the importer's --json summary
+    progress: str  # what it wrote on stderr (its progress lines)
 
 
 def run_import(source: Master, target: Master, root: Path, args: argparse.Namespace,
                label: str) -> ImportRun:
-    """`epochal -m TARGET import determined --master SOURCE` in a subprocess, as admin of both;
-    its wall time and peak RSS (wait4's ru_maxrss: the process and its waited children)."""
+    """`epochal -m TARGET import determined --master SOURCE --json` in a subprocess, as admin
+    of both; its wall time and peak RSS (wait4's ru_maxrss: the process's own high-water mark,
+    and its children's had it any)."""
     cmd = [sys.executable, "-m", "deploy.console", "-m", target.url, "import", "determined",
-           "--master", source.url]
+           "--master", source.url, "--json"]
     if args.logs:
         cmd.append("--logs")
+    if args.parallel:
+        cmd += ["--parallel", str(args.parallel)]
     env = {**os.environ, "PYTHONPATH": str(REPO),
            # the target, as every epochal command is told who it is
            "EPOCHAL_TOKEN": target.headers["Authorization"].removeprefix("Bearer "),
            "EPOCHAL_AUTH_FILE": str(root / f"auth-{label}.json"),
            # the source, as `det` is told
            "DET_USER": "admin", "DET_PASS": ADMIN_PASSWORD}
-    log_file = root / f"import-{label}.log"
-    with open(log_file, "wb") as log:
+    out_file, err_file = root / f"import-{label}.json", root / f"import-{label}.log"
+    with open(out_file, "wb") as out, open(err_file, "wb") as err:
         began = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=err,
                                 stdin=subprocess.DEVNULL)
         _, status, usage = os.wait4(proc.pid, 0)
         seconds = time.perf_counter() - began
     proc.returncode = os.waitstatus_to_exitcode(status)
-    output = log_file.read_text(errors="replace")
+    output, progress = out_file.read_text(errors="replace"), err_file.read_text(errors="replace")
     if proc.returncode != 0:
-        raise SystemExit(f"`{' '.join(cmd[2:])}` ({label}) failed with "
-                         f"{proc.returncode} after {seconds:.1f} s:\n{output[-6000:]}")
-    return ImportRun(seconds, usage.ru_maxrss * 1024, output)
+        raise SystemExit(f"`epochal {' '.join(cmd[3:])}` ({label}) failed with "
+                         f"{proc.returncode} after {seconds:.1f} s:\n{output[-3000:]}\n"
+                         f"{progress[-3000:]}\nthe target master's log ends:\n"
+                         f"{target.log_file.read_text(errors='replace')[-5000:]}")
+    return ImportRun(seconds, usage.ru_maxrss * 1024, json.loads(output), progress)
 
 
-def tail(text: str, lines: int) -> str:
-    return "\n".join("    " + line for line in text.rstrip().splitlines()[-lines:])
+def show_summary(run: ImportRun, lines: int = 6) -> None:
+    """The importer's summary: per kind what it created, found there, skipped and the target
+    refused; then the first of its skipped objects and warnings."""
+    for kind, n in run.summary["kinds"].items():
+        if any(n.values()):
+            print(f"    {kind:<15} created {n['created']:>9,}  already there "
+                  f"{n['alreadyThere']:>9,}  skipped {n['skipped']:>4}  refused "
+                  f"{n['failed']:>4}")
+    for title in ("skipped", "warnings"):
+        items = run.summary[title]
+        if items:
+            print(f"    {title} ({len(items)}): " + "; ".join(items[:lines])
+                  + ("; ..." if len(items) > lines else ""))
 
 
 def mib(n: int) -> str:
@@ -685,8 +703,8 @@ def measure(args: argparse.Namespace, root: Path, source: Master, target: Master
     first = run_import(source, target, root, args, "first")
     after_rss, peak_master = rss(target.pid)
     print(f"import ({'with' if args.logs else 'without'} logs): {first.seconds:.1f} s, "
-          f"importer peak RSS {mib(first.peak_rss)}; its last lines:", flush=True)
-    print(tail(first.output, 15), flush=True)
+          f"importer peak RSS {mib(first.peak_rss)}; its summary:", flush=True)
+    show_summary(first)
     held = asyncio.run(target_counts(target.db_url))
     expected = {"experiments": history.experiments, "trials": history.trials,
                 "metrics": history.metrics, "checkpoints": history.checkpoints,
@@ -710,8 +728,8 @@ def measure(args: argparse.Namespace, root: Path, source: Master, target: Master
         if again != held:
             raise SystemExit(f"the second run changed the target: {held} -> {again}")
         print(f"rerun over the same history: {second.seconds:.1f} s, nothing added, peak RSS "
-              f"{mib(second.peak_rss)}; its last lines:", flush=True)
-        print(tail(second.output, 8), flush=True)
+              f"{mib(second.peak_rss)}; its summary:", flush=True)
+        show_summary(second, lines=2)
         rerun = f"; rerun {second.seconds:.1f} s (nothing added)"
     print(f"import of {history.experiments:,} experiments, {history.metrics:,} metric rows: "
           f"{first.seconds:.1f} s = {rows_per_s:,.0f} rows/s, {experiments_per_s:.1f} "
@@ -734,6 +752,9 @@ def main() -> None:
     parser.add_argument("--workspaces", type=int, default=3)
     parser.add_argument("--log-lines", type=int, default=20, help="log lines per trial")
     parser.add_argument("--logs", action="store_true", help="import the trials' logs too")
+    parser.add_argument("--parallel", type=int, default=None,
+                        help="the importer's --parallel (experiments copied at once; default: "
+                             "the importer's)")
     parser.add_argument("--rerun", action="store_true",
                         help="time a second run over the same history (adds nothing)")
     parser.add_argument("--source-only", action="store_true",
