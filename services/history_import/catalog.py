@@ -31,7 +31,7 @@ async def import_user(conn: asyncpg.Connection, source_id: int, user: m.User,
         return result
     new_id = await conn.fetchval(
         "INSERT INTO users (username, display_name, password_hash, admin, active, modified_at)"
-        " VALUES ($1, $2, NULL, $3, $4, coalesce($5, now()))"
+        " VALUES ($1, $2, NULL, $3, $4, coalesce($5::timestamptz, now()))"
         " ON CONFLICT (username) DO NOTHING RETURNING id",
         user.username, user.displayName or None, user.admin, user.active, user.modifiedAt)
     if new_id is None:
@@ -155,7 +155,8 @@ async def import_model(conn: asyncpg.Connection, source_id: int, model: m.Model,
             found = await conn.fetchval(
                 "INSERT INTO models (name, description, notes, metadata, labels, owner,"
                 " workspace_id, archived, created_at, updated_at) VALUES ($1, $2, $3, $4, $5,"
-                " $6, $7, $8, coalesce($9, now()), coalesce($10, $9, now())) RETURNING id",
+                " $6, $7, $8, coalesce($9::timestamptz, now()),"
+                " coalesce($10::timestamptz, $9::timestamptz, now())) RETURNING id",
                 model.name, model.description or "", model.notes or "", model.metadata,
                 sorted(set(model.labels)), owner, workspace_id, model.archived,
                 model.creationTime, model.lastUpdatedTime)
@@ -186,7 +187,8 @@ async def import_model_version(conn: asyncpg.Connection, source_id: int,
         found = await conn.fetchval(
             "INSERT INTO model_versions (model_id, version, checkpoint_uuid, name, comment,"
             " notes, metadata, labels, owner, created_at, updated_at) VALUES ($1, $2, $3, $4,"
-            " $5, $6, $7, $8, $9, coalesce($10, now()), coalesce($11, $10, now()))"
+            " $5, $6, $7, $8, $9, coalesce($10::timestamptz, now()),"
+            " coalesce($11::timestamptz, $10::timestamptz, now()))"
             " ON CONFLICT (model_id, version) DO NOTHING RETURNING id",
             model_id, version.version, version.checkpoint.uuid, version.name or "",
             version.comment or "", version.notes or "", version.metadata,

@@ -135,7 +135,8 @@ async def import_experiment(conn: asyncpg.Connection, source_id: int, item: m.Ex
         "INSERT INTO experiments (name, description, labels, config, original_config, state,"
         " owner, seed, archived, start_time, end_time, project_id, parent_id, notes,"
         " planned_trials, unmanaged, import_source_id, import_external_id)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, coalesce($11, $10), $12, $13, $14,"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10::timestamptz,"
+        " coalesce($11::timestamptz, $10::timestamptz), $12, $13, $14,"
         " $15, $16, $17, $18) RETURNING id",
         exp.name, exp.description or None, sorted(set(exp.labels)), config,
         exp.originalConfig or text, state, exp.username, seed, exp.archived, exp.startTime,
@@ -178,8 +179,8 @@ async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
     new_id = await conn.fetchval(
         "INSERT INTO trials (experiment_id, request_id, hparams, seed, state, restarts, run_id,"
         " steps_completed, progress, start_time, end_time, searcher_metric_value,"
-        " log_retention_days) VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, $9,"
-        " coalesce($10, $9), $11, $12)"
+        " log_retention_days) VALUES ($1, $2, $3, 0, $4, $5, $6, $7, $8, $9::timestamptz,"
+        " coalesce($10::timestamptz, $9::timestamptz), $11, $12)"
         " ON CONFLICT (experiment_id, request_id) DO NOTHING RETURNING id",
         experiment_id, trial.id, trial.hparams, state, trial.restarts, trial.restarts + 1,
         trial.totalBatchesProcessed, 1.0 if state == TrialState.COMPLETED else 0.0,
@@ -227,7 +228,7 @@ async def import_checkpoint(conn: asyncpg.Connection, source_id: int,
     inserted = await conn.fetchval(
         "INSERT INTO checkpoints (uuid, trial_id, task_id, allocation_id, steps_completed,"
         " metadata, resources, storage_path, state, report_time)"
-        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10, now()))"
+        " VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, coalesce($10::timestamptz, now()))"
         " ON CONFLICT (uuid) DO NOTHING RETURNING uuid",
         checkpoint.uuid, trial_id, task_id, f"{task_id}.{row['run_id']}",
         steps if isinstance(steps, int) and steps >= 0 else 0, checkpoint.metadata,

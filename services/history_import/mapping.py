@@ -86,7 +86,7 @@ async def local_id(conn: Conn, source_id: int, kind: str, external_id: object) -
         return None
     table, column, kind_type = LOCAL_ROWS[kind]
     still = await conn.fetchval(
-        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} = $1::{kind_type})", found)
+        f"SELECT EXISTS (SELECT 1 FROM {table} WHERE {column} = $1::text::{kind_type})", found)
     return found if still else None
 
 
