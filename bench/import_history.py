@@ -120,6 +120,8 @@ class History:
     unreachable_storage: list[int] = field(default_factory=list)  # experiment ids
     sample_experiment: int = 0
     sample_trial: int = 0
+    # compared on both clusters after the import: one of each kind the generator makes
+    compared: list[int] = field(default_factory=list)
 
 
 # -- servers ----------------------------------------------------------------------------------
@@ -388,6 +390,9 @@ async def generate(db_url: str, args: argparse.Namespace, storage: Path) -> Hist
             trial_ids = [r["id"] for r in trial_rows]
             history.sample_trial = trial_ids[0]
             history.sample_experiment = ids[0]
+            # completed, unmounted storage, canceled, errored, archived, a fork, the last
+            history.compared = sorted({ids[i] for i in (0, 3, 5, 7, 9, 49, args.experiments - 1)
+                                       if i < args.experiments})
 
             # Metrics: training every 100 batches, validations spread evenly, as reported;
             # n is the report's index, its time a share of the trial's run.
@@ -663,6 +668,107 @@ def mib(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
+# -- what the target shows, next to the source ------------------------------------------------
+
+EXPERIMENT_FIELDS = ("name", "description", "labels", "state", "archived", "notes", "username",
+                     "startTime", "endTime", "numTrials", "searcherMetric", "projectName",
+                     "workspaceName", "bestTrialSearcherMetric")
+TRIAL_FIELDS = ("state", "hparams", "restarts", "totalBatchesProcessed", "searcherMetricValue",
+                "startTime", "endTime")
+CHECKPOINT_FIELDS = ("uuid", "state", "resources", "metadata", "reportTime")
+
+
+async def local_ids(db_url: str, kind: str) -> dict[int, int]:
+    """The target's ids of the source's objects of `kind` (experiment, trial)."""
+    pool = await create_pool(db_url)
+    try:
+        rows = await pool.fetch("SELECT external_id, local_id FROM import_objects"
+                                " WHERE kind = $1", kind)
+        return {int(r["external_id"]): int(r["local_id"]) for r in rows}
+    finally:
+        await pool.close()
+
+
+def compare(source: Master, target: Master, sample: list[int]) -> list[str]:
+    """The sampled experiments as both clusters answer them: fields, config, model definition,
+    trials, every metric report, checkpoints; what differs."""
+    experiments = asyncio.run(local_ids(target.db_url, "experiment"))
+    trials = asyncio.run(local_ids(target.db_url, "trial"))
+    differences: list[str] = []
+    reports = 0
+    with httpx.Client(base_url=f"{source.url}/api/v1", headers=source.headers,
+                      timeout=120) as src, httpx.Client(
+            base_url=f"{target.url}/api/v1", headers=target.headers, timeout=120) as dst:
+        def both(source_path: str, target_path: str, **params: Any) -> tuple[Any, Any]:
+            answers = [api.get(path, params=params) for api, path in
+                       ((src, source_path), (dst, target_path))]
+            for answer in answers:
+                answer.raise_for_status()
+            return answers[0].json(), answers[1].json()
+
+        def differ(what: str, fields: tuple[str, ...], old: dict[str, Any],
+                   new: dict[str, Any]) -> None:
+            for name in fields:
+                if old.get(name) != new.get(name):
+                    differences.append(f"{what} {name}: {old.get(name)!r} -> {new.get(name)!r}")
+
+        for experiment_id in sample:
+            local = experiments.get(experiment_id)
+            if local is None:
+                differences.append(f"experiment {experiment_id}: not imported")
+                continue
+            old, new = both(f"/experiments/{experiment_id}", f"/experiments/{local}")
+            what = f"experiment {experiment_id}"
+            differ(what, EXPERIMENT_FIELDS, old["experiment"], new["experiment"])
+            parent = old["experiment"].get("forkedFrom")
+            if experiments.get(parent) != new["experiment"].get("forkedFrom"):
+                differences.append(f"{what} forkedFrom: {parent} -> "
+                                   f"{new['experiment'].get('forkedFrom')}")
+            if old["config"] != new["config"]:
+                differences.append(f"{what} config differs")
+            old_def, new_def = both(f"/experiments/{experiment_id}/model_def",
+                                    f"/experiments/{local}/model_def")
+            if old_def["b64Tgz"] != new_def["b64Tgz"]:
+                differences.append(f"{what} model definition differs")
+            old_trials, new_trials = both(f"/experiments/{experiment_id}/trials",
+                                          f"/experiments/{local}/trials", limit=0)
+            for trial in old_trials["trials"]:
+                local_trial = trials.get(trial["id"])
+                mine = [t for t in new_trials["trials"] if t["id"] == local_trial]
+                if not mine:
+                    differences.append(f"trial {trial['id']}: not imported")
+                    continue
+                differ(f"trial {trial['id']}", TRIAL_FIELDS, trial, mine[0])
+                old_metrics, new_metrics = both(f"/trials/{trial['id']}/metrics",
+                                                f"/trials/{local_trial}/metrics")
+                seen = {(r["group"], r["stepsCompleted"]): r["metrics"]
+                        for r in new_metrics["metrics"]}
+                wrong = [r for r in old_metrics["metrics"]
+                         if seen.get((r["group"], r["stepsCompleted"])) != r["metrics"]]
+                reports += len(old_metrics["metrics"])
+                if wrong or len(seen) != len(old_metrics["metrics"]):
+                    first = wrong[0] if wrong else None
+                    differences.append(
+                        f"trial {trial['id']}: {len(wrong)} of {len(old_metrics['metrics'])} "
+                        f"reports differ ({len(seen)} on the target)" + (
+                            f", e.g. {first['group']} step {first['stepsCompleted']}: "
+                            f"{first['metrics']} -> "
+                            f"{seen.get((first['group'], first['stepsCompleted']))}"
+                            if first else ""))
+            old_points, new_points = both(f"/experiments/{experiment_id}/checkpoints",
+                                          f"/experiments/{local}/checkpoints", limit=0)
+            by_uuid = {c["uuid"]: c for c in new_points["checkpoints"]}
+            for checkpoint in old_points["checkpoints"]:
+                differ(f"checkpoint {checkpoint['uuid']}", CHECKPOINT_FIELDS, checkpoint,
+                       by_uuid.get(checkpoint["uuid"], {}))
+    print(f"compared {len(sample)} experiments on both clusters (fields, config, model "
+          f"definition, trials, {reports:,} metric reports, checkpoints): "
+          f"{len(differences)} differences", flush=True)
+    for line in differences[:20]:
+        print(f"    {line}", flush=True)
+    return differences
+
+
 # -- the run ----------------------------------------------------------------------------------
 
 
@@ -717,6 +823,7 @@ def measure(args: argparse.Namespace, root: Path, source: Master, target: Master
     short = {k: (held[k], v) for k, v in expected.items() if held[k] != v}
     if short:
         raise SystemExit(f"the target does not hold the history (held, expected): {short}")
+    differences = compare(source, target, history.compared)
     rows_per_s = history.metrics / first.seconds
     experiments_per_s = history.experiments / first.seconds
     print(f"target master RSS {mib(before_rss)} before, {mib(after_rss)} after, peak "
@@ -735,6 +842,9 @@ def measure(args: argparse.Namespace, root: Path, source: Master, target: Master
           f"{first.seconds:.1f} s = {rows_per_s:,.0f} rows/s, {experiments_per_s:.1f} "
           f"experiments/s; importer peak RSS {mib(first.peak_rss)}, target master "
           f"{mib(before_rss)} -> {mib(after_rss)} (peak {mib(peak_master)}){rerun}")
+    if differences:
+        raise SystemExit(f"the target shows {len(differences)} differences from the source "
+                         "(listed above)")
 
 
 def main() -> None:
