@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import copy
 import json
 import os
@@ -64,6 +65,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -138,16 +140,21 @@ def postgres(root: Path) -> Iterator[EmbeddedPostgres]:
 
 
 @contextmanager
-def temporal(root: Path) -> Iterator[str]:
-    """One headless dev server; the source's master works in `default`, the target's in a
-    namespace of its own (both run a scheduler workflow named after the pool)."""
+def temporal(root: Path) -> Iterator[Future[str]]:
+    """One headless dev server, started in the background (its address when it answers); the
+    source's master works in `default`, the target's in a namespace of its own (both run a
+    scheduler workflow named after the pool)."""
     server = TemporalDevServer(root / "temporal.db", log_file=root / "temporal.log",
                                pid_file=root / "temporal.pid")
-    try:
-        yield server.start(processes.free_port(), headless=True,
-                           extra_namespaces=(TARGET_NAMESPACE,))
-    finally:
-        server.stop()
+    with ThreadPoolExecutor(1) as starter:
+        address = starter.submit(server.start, processes.free_port(), headless=True,
+                                 extra_namespaces=(TARGET_NAMESPACE,))
+        try:
+            yield address
+        finally:
+            with contextlib.suppress(Exception):
+                address.result()
+            server.stop()
 
 
 @dataclass
@@ -779,7 +786,7 @@ def run(args: argparse.Namespace) -> None:
         storage = root / "checkpoints"
         storage.mkdir()
         began = time.perf_counter()
-        with postgres(root) as pg, temporal(root) as temporal_address:
+        with temporal(root) as temporal_address, postgres(root) as pg:
             source_db = pg.ensure_database("epochal_source")
             generating = time.perf_counter()
             history = asyncio.run(generate(source_db, args, storage))
@@ -792,7 +799,7 @@ def run(args: argparse.Namespace) -> None:
                   f" {history.checkpoints:,} checkpoints, {history.logs:,} log lines;"
                   f" {history.non_terminal} PAUSED experiments to skip; experiment"
                   f" {history.unreachable_storage[0]}'s storage unmounted", flush=True)
-            with masters(root, pg, temporal_address) as (source, target):
+            with masters(root, pg, temporal_address.result()) as (source, target):
                 print(f"clusters up in {time.perf_counter() - began:.1f} s "
                       f"(source {source.url}, target {target.url})", flush=True)
                 check_source(source, history, args)
