@@ -203,8 +203,10 @@ def test_a_rerun_after_a_kill_completes_and_a_third_adds_nothing(
     first, second, forked, paused = clusters.made["experiments"]
     full, again = imported["full"], imported["again"]
     kinds = full["kinds"]
-    assert kinds["experiments"]["created"] == 2  # the two the killed run had not done
-    assert kinds["experiments"]["alreadyThere"] == 1 and kinds["experiments"]["skipped"] == 1
+    # The fork is new; the second was new, or sent by the killed run but not done.
+    assert kinds["experiments"]["created"] in (1, 2), full
+    assert kinds["experiments"]["created"] + kinds["experiments"]["alreadyThere"] == 3
+    assert kinds["experiments"]["skipped"] == 1
     assert [line for line in full["skipped"] if f"experiment {paused} " in line
             and "PAUSED on the source: finish or kill it" in line]
     assert not any(k["failed"] for k in kinds.values()), full
