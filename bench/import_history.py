@@ -74,6 +74,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,6 +86,7 @@ from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from common import processes  # noqa: E402
 from common.expconf import planned_trials  # noqa: E402
+from common.processes import read_pid  # noqa: E402
 from common.states import TERMINAL_STATES  # noqa: E402
 from deploy.postgres import EmbeddedPostgres  # noqa: E402
 from deploy.temporal_server import TemporalDevServer  # noqa: E402
@@ -618,6 +620,7 @@ def expect(ok: bool, what: str) -> None:
 class ImportRun:
     seconds: float
     peak_rss: int  # bytes
+    cpu: float  # the importer's user+system seconds
     summary: dict[str, Any]  # the importer's --json summary
     progress: str  # what it wrote on stderr (its progress lines)
 
@@ -653,7 +656,8 @@ def run_import(source: Master, target: Master, root: Path, args: argparse.Namesp
                          f"{proc.returncode} after {seconds:.1f} s:\n{output[-3000:]}\n"
                          f"{progress[-3000:]}\nthe target master's log ends:\n"
                          f"{target.log_file.read_text(errors='replace')[-5000:]}")
-    return ImportRun(seconds, usage.ru_maxrss * 1024, json.loads(output), progress)
+    return ImportRun(seconds, usage.ru_maxrss * 1024, usage.ru_utime + usage.ru_stime,
+                     json.loads(output), progress)
 
 
 def show_summary(run: ImportRun, lines: int = 6) -> None:
@@ -807,17 +811,49 @@ def run(args: argparse.Namespace) -> None:
                     print(f"source only: {totals['metrics']:,} metric rows generated in "
                           f"{generated:.1f} s = {totals['metrics'] / generated:,.0f} rows/s")
                     return
-                measure(args, root, source, target, history)
+                servers = {"source master": source.pid, "target master": target.pid,
+                           "PostgreSQL": pg.pid() or 0,
+                           "Temporal": read_pid(root / "temporal.pid") or 0}
+                measure(args, root, source, target, history, servers)
+
+
+def cpu_seconds(pids: dict[str, int]) -> dict[str, float]:
+    """User+system seconds of each server so far, its children's with it (PostgreSQL's
+    backends, those still running and those it has reaped)."""
+    used = {}
+    for name, pid in pids.items():
+        try:
+            proc = psutil.Process(pid)
+            t = proc.cpu_times()
+            total = t.user + t.system + t.children_user + t.children_system
+            for child in proc.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    c = child.cpu_times()
+                    total += c.user + c.system
+        except psutil.Error:
+            total = 0.0
+        used[name] = total
+    return used
+
+
+def cpu_line(run: ImportRun, before: dict[str, float], after: dict[str, float]) -> str:
+    """Core-seconds each part spent during a run, the importer's first."""
+    parts = {"importer": run.cpu, **{k: after[k] - before[k] for k in after}}
+    return (f"CPU during it: {sum(parts.values()):.1f} core-s in {run.seconds:.1f} s ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in parts.items()) + ")")
 
 
 def measure(args: argparse.Namespace, root: Path, source: Master, target: Master,
-            history: History) -> None:
+            history: History, servers: dict[str, int]) -> None:
     before_rss, _ = rss(target.pid)
+    cpu_before = cpu_seconds(servers)
     first = run_import(source, target, root, args, "first")
+    cpu_after = cpu_seconds(servers)
     after_rss, peak_master = rss(target.pid)
     print(f"import ({'with' if args.logs else 'without'} logs): {first.seconds:.1f} s, "
           f"importer peak RSS {mib(first.peak_rss)}; its summary:", flush=True)
     show_summary(first)
+    print(cpu_line(first, cpu_before, cpu_after), flush=True)
     held = asyncio.run(target_counts(target.db_url))
     expected = {"experiments": history.experiments, "trials": history.trials,
                 "metrics": history.metrics, "checkpoints": history.checkpoints,
@@ -837,13 +873,16 @@ def measure(args: argparse.Namespace, root: Path, source: Master, target: Master
           f"{mib(peak_master)}", flush=True)
     rerun = ""
     if args.rerun:
+        cpu_before = cpu_seconds(servers)
         second = run_import(source, target, root, args, "rerun")
+        cpu_after = cpu_seconds(servers)
         again = asyncio.run(target_counts(target.db_url))
         if again != held:
             raise SystemExit(f"the second run changed the target: {held} -> {again}")
         print(f"rerun over the same history: {second.seconds:.1f} s, nothing added, peak RSS "
               f"{mib(second.peak_rss)}; its summary:", flush=True)
         show_summary(second, lines=2)
+        print(cpu_line(second, cpu_before, cpu_after), flush=True)
         rerun = f"; rerun {second.seconds:.1f} s (nothing added)"
     print(f"import of {history.experiments:,} experiments, {history.metrics:,} metric rows: "
           f"{first.seconds:.1f} s = {rows_per_s:,.0f} rows/s, {experiments_per_s:.1f} "
