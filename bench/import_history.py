@@ -7,7 +7,7 @@ Starts one PostgreSQL (two databases) and one Temporal dev server (two namespace
 directory, and two masters on them (`python -m deploy.master`, as `epochal master run`): the
 SOURCE and the TARGET, each with its own cluster id, port, state directory and admin. No agents.
 
-History (the defaults; `--smoke` is a hundredth of it):
+History (the defaults; `--smoke` is a hundredth of it, imported with --logs and --rerun):
   - users (`--users`, one of them an admin), workspaces (`--workspaces`, 2 projects each, beside
     Uncategorized), one template per workspace;
   - experiments (`--experiments` 1,000 terminal ones, and 1% more still PAUSED, the newest: not
@@ -34,19 +34,26 @@ Written in a few bulk statements (INSERT ... SELECT from unnest and generate_ser
 16 s for the default size on 2 cores.
 
 Then it checks the source answers as Determined would (experiments, one experiment, its model
-definition, trials, checkpoints, a trial's metrics, models) and runs the real importer,
-`epochal -m TARGET import determined --master SOURCE` (`python -m deploy.console`, the
-installed `epochal`), as a subprocess logged in to both as admin. Measured: the import's wall
-time, metric rows/s and experiments/s, the importer's peak memory (max RSS, from wait4), the
-target master's RSS before and after and its peak (VmHWM); then what the target holds is
-compared with what the source holds (terminal experiments only). `--rerun` times a second run
-over the same history, which must add nothing. `--source-only` stops after the source's checks
-(to measure the generator, or develop against it).
+definition, trials, checkpoints, a trial's metrics and logs, models, users, workspaces,
+projects, templates) and runs the real importer, `epochal -m TARGET import determined --master
+SOURCE --json` (`python -m deploy.console`, the installed `epochal`), as a subprocess logged in
+to both as admin (the target by EPOCHAL_TOKEN, the source by DET_USER and DET_PASS, as `det`):
+first `--dry-run` (its time and counts, checked against the history), then the import.
+Measured: the import's wall time, metric rows/s and experiments/s, the importer's peak memory
+(max RSS, from wait4), each part's CPU (the importer, both masters, PostgreSQL with its
+backends, Temporal), the target master's RSS before and after and its peak (VmHWM). Then what
+the target holds is counted against what the source holds (terminal experiments only), and
+sampled experiments (one of each kind the generator makes) are compared on both clusters:
+fields, config, model definition, trials, every metric report, checkpoints; a difference fails
+the bench, after its figures. `--rerun` times a second run over the same history, which must
+add nothing. `--source-only` stops after the source's checks (to measure the generator, or to
+develop against it).
 The last line is the one-line summary.
 
     .venv/bin/python bench/import_history.py [--experiments 1000] [--trials 2] \
-        [--training 450] [--validations 50] [--checkpoints 5] [--models 3] [--users 6] \
-        [--workspaces 3] [--log-lines 20] [--logs] [--rerun] [--source-only] [--smoke]
+        [--training 475] [--validations 50] [--checkpoints 5] [--models 3] [--users 6] \
+        [--workspaces 3] [--log-lines 20] [--logs] [--parallel N] [--rerun] [--source-only] \
+        [--smoke]
 """
 
 from __future__ import annotations
@@ -626,12 +633,12 @@ class ImportRun:
 
 
 def run_import(source: Master, target: Master, root: Path, args: argparse.Namespace,
-               label: str) -> ImportRun:
+               label: str, *extra: str) -> ImportRun:
     """`epochal -m TARGET import determined --master SOURCE --json` in a subprocess, as admin
     of both; its wall time and peak RSS (wait4's ru_maxrss: the process's own high-water mark,
     and its children's had it any)."""
     cmd = [sys.executable, "-m", "deploy.console", "-m", target.url, "import", "determined",
-           "--master", source.url, "--json"]
+           "--master", source.url, "--json", *extra]
     if args.logs:
         cmd.append("--logs")
     if args.parallel:
@@ -845,6 +852,17 @@ def cpu_line(run: ImportRun, before: dict[str, float], after: dict[str, float]) 
 
 def measure(args: argparse.Namespace, root: Path, source: Master, target: Master,
             history: History, servers: dict[str, int]) -> None:
+    dry = run_import(source, target, root, args, "dry-run", "--dry-run")
+    counts = dry.summary["counts"]
+    wanted = {"experiments": history.experiments, "trials": history.trials,
+              "checkpoints": history.checkpoints, "models": history.models,
+              "model-versions": history.model_versions}
+    print(f"dry run: {dry.seconds:.1f} s, peak RSS {mib(dry.peak_rss)}: " + ", ".join(
+        f"{counts.get(k)} {k}" for k in ("users", "workspaces", "projects", "templates",
+                                         *wanted)) + f"; {len(dry.summary['skipped'])} to skip",
+          flush=True)
+    if any(counts.get(k) != v for k, v in wanted.items()):
+        raise SystemExit(f"the dry run counts {counts}, the history holds {wanted}")
     before_rss, _ = rss(target.pid)
     cpu_before = cpu_seconds(servers)
     first = run_import(source, target, root, args, "first")
