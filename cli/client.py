@@ -79,6 +79,22 @@ class ApiError(CliError):
         self.status = status
 
 
+@contextlib.contextmanager
+def naming(url: str, who: str) -> Iterator[None]:
+    """The block's errors said as `who`'s (`{who} at {url}: ...`) unless they name `url`: which
+    of two masters failed, when a command talks to both."""
+    try:
+        yield
+    except ApiError as err:
+        if url in err.message:
+            raise
+        raise ApiError(err.status, f"{who} at {url}: {err.message}", err.details) from None
+    except CliError as err:
+        if url in err.message:
+            raise
+        raise CliError(f"{who} at {url}: {err.message}", err.details, err.exit_code) from None
+
+
 def resolve_master(option: str | None) -> str:
     """The master URL: the `-m/--master` option, else env EPOCHAL_MASTER, else the default."""
     url = (option or os.environ.get(MASTER_ENV) or DEFAULT_MASTER).strip()

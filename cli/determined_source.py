@@ -8,15 +8,15 @@ a whole list or a trial's whole series. Errors are `CliError`s that name the sou
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
-from cli.client import JSON, Client, CliError
+from cli.client import JSON, Client, CliError, naming
 
+SOURCE = "the Determined master"
 # Items per page of a list (Determined caps most lists at 1000 or less; 200 keeps an answer of
 # experiments with their configs small).
 PAGE = 200
@@ -34,18 +34,6 @@ def salted(password: str) -> str:
     return hashlib.sha512((PASSWORD_SALT + password).encode()).hexdigest() if password else ""
 
 
-@contextlib.contextmanager
-def naming(url: str) -> Iterator[None]:
-    """Errors of the block said as the source's: `the Determined master at URL: ...`."""
-    try:
-        yield
-    except CliError as err:
-        message = err.message
-        if url not in message:
-            message = f"the Determined master at {url}: {message}"
-        raise CliError(message, err.details, err.exit_code) from None
-
-
 class DeterminedSource:
     """A logged-in reader of one Determined master (its URL, without /api/v1)."""
 
@@ -56,7 +44,7 @@ class DeterminedSource:
     @classmethod
     def login(cls, url: str, username: str, password: str) -> DeterminedSource:
         """Log in as Determined's client does (POST /auth/login, hashed password)."""
-        with naming(url), Client(url, anonymous=True) as client:
+        with naming(url, SOURCE), Client(url, anonymous=True) as client:
             answer = client.post("/auth/login", {"username": username,
                                                  "password": salted(password), "isHashed": True})
         token = answer.get("token") if isinstance(answer, dict) else None
@@ -68,7 +56,7 @@ class DeterminedSource:
         self._client.close()
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> JSON:
-        with naming(self.url):
+        with naming(self.url, SOURCE):
             answer = self._client.get(path, params)
         if not isinstance(answer, dict):
             raise CliError(f"the Determined master at {self.url} answered GET /api/v1{path} "
@@ -102,7 +90,7 @@ class DeterminedSource:
     def stream(self, path: str, params: dict[str, Any]) -> Iterator[JSON]:
         """The `result` of each line of a streamed answer (grpc-gateway's `{"result": ...}`;
         a line `{"error": ...}` is the stream's failure)."""
-        with naming(self.url):
+        with naming(self.url, SOURCE):
             for line in self._client.stream_ndjson(path, params):
                 if not isinstance(line, dict):
                     continue

@@ -31,20 +31,20 @@ from typing import Annotated, Any
 import typer
 
 from cli import render
-from cli.client import JSON, UPLOAD_TIMEOUT, ApiError, Client, CliError
+from cli.client import JSON, UPLOAD_TIMEOUT, ApiError, Client, CliError, naming
 from cli.determined_source import TERMINAL, DeterminedSource, dumps_size
 
-# The target's limits (the contract): items per POST, reports or log lines per POST, body size.
-MAX_ITEMS = 500
-MAX_REPORTS = 20_000
+# The most objects the target lists per page.
 MAX_DONE_PAGE = 10_000
-# What one POST carries here: below the limits, so a batch of large items stays a few MiB.
+# What one POST carries: below the target's limits (500 items, 20,000 reports or log lines,
+# 64 MiB), so that a batch of large items stays a few MiB.
 ITEM_BATCH = 200
 ROW_BATCH = 5_000
 BODY_BYTES = 16 * 1024 * 1024
 
 STAGES = ("users", "workspaces", "projects", "templates", "experiments", "trials", "metrics",
           "checkpoints", "logs", "models", "model-versions")
+TARGET = "the Epochal master"
 DELETING = frozenset({"STATE_DELETING", "STATE_DELETE_FAILED", "STATE_DELETED"})
 
 
@@ -181,6 +181,48 @@ def batches(items: Iterable[Any], count: int, size: int = BODY_BYTES) -> Iterato
         yield batch
 
 
+def prefetched(items: Iterator[Any], depth: int = 1) -> Iterator[Any]:
+    """`items`, read ahead by a thread of their own (at most `depth` waiting): the next batch
+    streams from the source while the last one is written to the target. An error of the
+    reader comes out where its item would have."""
+    import queue
+
+    waiting: queue.Queue[tuple[bool, Any]] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    end = object()
+
+    def read() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        waiting.put((True, item), timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            waiting.put((True, end))
+        except BaseException as error:  # handed over to the consumer, raised there
+            waiting.put((False, error))
+
+    reader = threading.Thread(target=read, name="import-prefetch", daemon=True)
+    reader.start()
+    try:
+        while True:
+            ok, item = waiting.get()
+            if not ok:
+                raise item
+            if item is end:
+                return
+            yield item
+    finally:
+        stop.set()
+        with contextlib.suppress(queue.Empty):
+            waiting.get_nowait()  # unblock a reader waiting to put
+        reader.join(5)
+
+
 class Target:
     """The Epochal master's import routes, for one registered source."""
 
@@ -189,13 +231,22 @@ class Target:
         self.source_id = source_id
         self.base = f"/imports/{source_id}"
 
+    def _get(self, path: str, params: dict[str, Any]) -> JSON:
+        with naming(self.client.master_url, TARGET):
+            return dict(self.client.get(path, params))
+
+    def _post(self, path: str, body: JSON) -> JSON:
+        with naming(self.client.master_url, TARGET):
+            return dict(self.client.post(path, body, timeout=UPLOAD_TIMEOUT))
+
     @classmethod
     def register(cls, client: Client, source_url: str, master: JSON) -> Target:
-        answer = client.post("/imports", {
-            "kind": "determined", "url": source_url,
-            "clusterId": str(master.get("clusterId") or ""),
-            "clusterName": str(master.get("clusterName") or ""),
-            "version": str(master.get("version") or "")})
+        with naming(client.master_url, TARGET):
+            answer = client.post("/imports", {
+                "kind": "determined", "url": source_url,
+                "clusterId": str(master.get("clusterId") or ""),
+                "clusterName": str(master.get("clusterName") or ""),
+                "version": str(master.get("version") or "")})
         return cls(client, int(answer["sourceId"]))
 
     def done(self, kind: str) -> dict[str, str | None]:
@@ -203,8 +254,8 @@ class Target:
         found: dict[str, str | None] = {}
         offset = 0
         while True:
-            answer = self.client.get(f"{self.base}/objects",
-                                     {"kind": kind, "offset": offset, "limit": MAX_DONE_PAGE})
+            answer = self._get(f"{self.base}/objects",
+                               {"kind": kind, "offset": offset, "limit": MAX_DONE_PAGE})
             objects = answer.get("objects") or []
             for obj in objects:
                 if obj.get("done"):
@@ -214,24 +265,22 @@ class Target:
                 return found
 
     def post(self, kind: str, items: list[JSON]) -> list[JSON]:
-        return list(self.client.post(f"{self.base}/{kind}", {"items": items},
-                                     timeout=UPLOAD_TIMEOUT)["results"])
+        return list(self._post(f"{self.base}/{kind}", {"items": items})["results"])
 
     def metrics(self, trial_id: str, group: str, reports: list[JSON]) -> JSON:
         """`{"written": n, "warnings": [...]}` for a batch of a trial's reports of `group`."""
-        return dict(self.client.post(f"{self.base}/trials/{trial_id}/metrics",
-                                     {"group": group, "reports": reports},
-                                     timeout=UPLOAD_TIMEOUT))
+        return self._post(f"{self.base}/trials/{trial_id}/metrics",
+                          {"group": group, "reports": reports})
 
     def logs(self, trial_id: str, restart: bool, logs: list[JSON]) -> int:
-        answer = self.client.post(f"{self.base}/trials/{trial_id}/logs",
-                                  {"restart": restart, "logs": logs}, timeout=UPLOAD_TIMEOUT)
+        answer = self._post(f"{self.base}/trials/{trial_id}/logs",
+                            {"restart": restart, "logs": logs})
         return int(answer.get("written") or 0)
 
     def mark(self, kind: str, ids: list[str], states: list[str]) -> None:
         if ids:
-            self.client.post(f"{self.base}/done",
-                             {"kind": kind, "externalIds": ids, "sourceStates": states})
+            self._post(f"{self.base}/done",
+                       {"kind": kind, "externalIds": ids, "sourceStates": states})
 
 
 def external_id(item: JSON, kind: str) -> str:
@@ -360,19 +409,21 @@ class Importer:
         self.done_trials = self.target.done("trial")
         self.done_logs = self.target.done("trial-logs") if self.options.logs else {}
         total = self.source.total("/experiments", "experiments")
-        for stage in ("experiments", "trials", "metrics", "checkpoints",
-                      *(["logs"] if self.options.logs else [])):
+        stages = ("experiments", "trials", "metrics", "checkpoints",
+                  *(["logs"] if self.options.logs else []))
+        for stage in stages:
             self.bars.start(stage, total if stage == "experiments" else None)
         window = threading.BoundedSemaphore(self.options.parallel * 2)
         failures: list[BaseException] = []
 
         def ended(future: Future[None]) -> None:
             window.release()
-            error = future.exception()
+            error = None if future.cancelled() else future.exception()
             if error is not None:
                 failures.append(error)
 
-        with ThreadPoolExecutor(self.options.parallel, thread_name_prefix="import") as pool:
+        pool = ThreadPoolExecutor(self.options.parallel, thread_name_prefix="import")
+        try:
             for page in self.source.experiments():
                 for summary in page:
                     if failures:
@@ -385,10 +436,12 @@ class Importer:
                     pool.submit(job, summary).add_done_callback(ended)
                 if failures:
                     break
+        finally:
+            # On a failure (or an interrupt) the queued experiments are dropped, not started.
+            pool.shutdown(wait=True, cancel_futures=bool(failures) or sys.exc_info()[0] is not None)
         if failures:
             raise failures[0]
-        self.bars.finish("experiments", "trials", "metrics", "checkpoints",
-                         *(["logs"] if self.options.logs else []))
+        self.bars.finish(*stages)
 
     def _plan(self, summary: JSON, done: dict[str, str | None]
               ) -> Callable[[JSON], None] | None:
@@ -456,7 +509,7 @@ class Importer:
         """A trial's metrics of every group and its checkpoints, then the trial marked done."""
         trial_id = int(trial["id"])
         for group in self.source.metric_groups(trial):
-            for reports in batches(self.source.metrics(trial_id, group), ROW_BATCH):
+            for reports in prefetched(batches(self.source.metrics(trial_id, group), ROW_BATCH)):
                 answer = self.target.metrics(str(trial_id), group, reports)
                 written = int(answer.get("written") or 0)
                 for warning in answer.get("warnings") or []:
@@ -470,7 +523,7 @@ class Importer:
     def _logs(self, trial: JSON) -> None:
         trial_id = str(trial["id"])
         restart = True
-        for lines in batches(self.source.logs(int(trial_id)), ROW_BATCH):
+        for lines in prefetched(batches(self.source.logs(int(trial_id)), ROW_BATCH)):
             written = self.target.logs(trial_id, restart, lines)
             restart = False
             self.tally.count("logs", created=written, existing=len(lines) - written)

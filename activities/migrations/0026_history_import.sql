@@ -37,8 +37,9 @@ ALTER TABLE experiments
 -- Determined's project notes ([{name, contents}]), which the API showed as [] before.
 ALTER TABLE projects ADD COLUMN notes jsonb NOT NULL DEFAULT '[]';
 
--- An imported log line's id at its source: sent again, it is not written twice; a restarted log
+-- An imported log line's id at its source (Determined's is a string: a number from its database,
+-- or an Elasticsearch document's id): sent again, it is not written twice; a restarted log
 -- import of a trial deletes the lines that carry one.
-ALTER TABLE task_logs ADD COLUMN import_log_id bigint;
+ALTER TABLE task_logs ADD COLUMN import_log_id text;
 CREATE UNIQUE INDEX task_logs_import_idx ON task_logs (trial_id, import_log_id)
     WHERE import_log_id IS NOT NULL;

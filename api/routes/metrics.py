@@ -20,10 +20,9 @@ Either way at most M points come back, in step order.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
 import json
 from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import StreamingResponse

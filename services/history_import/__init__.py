@@ -66,14 +66,15 @@ async def import_items(pool: asyncpg.Pool, settings: StorageSettings, source_id:
     model, importer = IMPORT_KINDS[kind]
     items = [m.parse(model, raw, f"items[{i}]") for i, raw in enumerate(raw_items)]
     results = []
+    storages: dict[str, list[str]] = {}  # each storage checked once per page
     async with pool.acquire() as conn, conn.transaction():
         await require_source(conn, source_id)
         for i, item in enumerate(items):
             where = f"items[{i}]"
             if importer is None:
                 assert isinstance(item, m.ExperimentItem)
-                results.append(await experiments.import_experiment(conn, source_id, item, where,
-                                                                   settings))
+                results.append(await experiments.import_experiment(
+                    conn, source_id, item, where, settings, storages))
             else:
                 results.append(await importer(conn, source_id, item, where))
     return results

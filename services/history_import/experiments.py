@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import io
+import json
 import os
 import tarfile
 from typing import Any
@@ -98,8 +99,20 @@ def storage_warnings(config: dict[str, Any], settings: StorageSettings) -> list[
     return []
 
 
+async def _storage_warnings(config: dict[str, Any], settings: StorageSettings,
+                           checked: dict[str, list[str]]) -> list[str]:
+    """`storage_warnings`, once per storage (and credentials) in a page of experiments."""
+    key = json.dumps([config.get("checkpoint_storage"),
+                      (config.get("environment") or {}).get("environment_variables")],
+                     sort_keys=True)
+    if key not in checked:
+        checked[key] = await asyncio.to_thread(storage_warnings, config, settings)
+    return checked[key]
+
+
 async def import_experiment(conn: asyncpg.Connection, source_id: int, item: m.ExperimentItem,
-                            where: str, settings: StorageSettings) -> Result:
+                            where: str, settings: StorageSettings,
+                            storages: dict[str, list[str]]) -> Result:
     exp = item.experiment
     result = Result(str(exp.id))
     found = await local_int(conn, source_id, "experiment", exp.id)
@@ -127,9 +140,10 @@ async def import_experiment(conn: asyncpg.Connection, source_id: int, item: m.Ex
         result.skipped = "; ".join([err.message, *err.details])
         return result
     config = checked.data
-    result.warnings.extend(await asyncio.to_thread(storage_warnings, config, settings))
-    parent = (None if exp.forkedFrom is None else
-              await local_int(conn, source_id, "experiment", exp.forkedFrom))
+    result.warnings.extend(await _storage_warnings(config, settings, storages))
+    forked_from = exp.forkedFrom or exp.parentId
+    parent = (None if forked_from is None else
+              await local_int(conn, source_id, "experiment", forked_from))
     seed = (config.get("reproducibility") or {}).get("experiment_seed") or 0
     new_id = await conn.fetchval(
         "INSERT INTO experiments (name, description, labels, config, original_config, state,"
@@ -160,6 +174,15 @@ async def _experiment_of(conn: asyncpg.Connection, source_id: int, external_id: 
     return found
 
 
+async def _progress(conn: asyncpg.Connection, experiment_id: int, batches: int) -> float:
+    """How far a trial that did not complete got towards its searcher's length in batches (its
+    experiment's progress counts it; Determined's trial answers carry none): 0 when unknown."""
+    length = await conn.fetchval(
+        "SELECT config -> 'searcher' -> 'max_length' ->> 'batches' FROM experiments"
+        " WHERE id = $1", experiment_id)
+    return min(1.0, batches / int(length)) if length and length.isdigit() and int(length) else 0.0
+
+
 async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
                        where: str) -> Result:
     """Its searcher metric value is the source's until its validations are imported, which
@@ -172,6 +195,8 @@ async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
     experiment_id = await _experiment_of(conn, source_id, trial.experimentId,
                                          f"{where}.experimentId")
     state = _state(trial.state)
+    progress = 1.0 if state == TrialState.COMPLETED else await _progress(
+        conn, experiment_id, trial.totalBatchesProcessed)
     if state not in TERMINAL_STATES:
         result.warnings.append(f"trial {trial.id} is {trial.state} in an ended experiment: "
                                "imported as CANCELED")
@@ -183,7 +208,7 @@ async def import_trial(conn: asyncpg.Connection, source_id: int, trial: m.Trial,
         " coalesce($10::timestamptz, $9::timestamptz), $11, $12)"
         " ON CONFLICT (experiment_id, request_id) DO NOTHING RETURNING id",
         experiment_id, trial.id, trial.hparams, state, trial.restarts, trial.restarts + 1,
-        trial.totalBatchesProcessed, 1.0 if state == TrialState.COMPLETED else 0.0,
+        trial.totalBatchesProcessed, progress,
         trial.startTime, trial.endTime, trial.searcherMetricValue, trial.logRetentionDays)
     if new_id is None:  # mapped before and its mapping lost: the row is still here
         new_id = await conn.fetchval(

@@ -140,6 +140,7 @@ class Experiment(Item):
     startTime: datetime
     endTime: datetime | None = None
     forkedFrom: int | None = None
+    parentId: int | None = None  # the contract's other name for it
     unmanaged: bool = False
     originalConfig: Annotated[str, StringConstraints(max_length=4 * MAX_JSON_BYTES)] | None = None
 
@@ -244,7 +245,7 @@ class MetricsReport(Item):
 class TrialLog(Item):
     """v1TrialLogsResponse, one `result` of Determined's trial logs stream."""
 
-    id: int | None = None
+    id: Annotated[str, StringConstraints(min_length=1, max_length=200)] | int | None = None
     trialId: int | None = None
     timestamp: datetime | None = None
     message: Text | None = None

@@ -118,11 +118,11 @@ async def import_logs(pool: asyncpg.Pool, source_id: int, external_trial_id: str
             " import_log_id)"
             " SELECT $1, $2, a, s, l, g, coalesce(t, now()), i"
             " FROM unnest($3::text[], $4::text[], $5::text[], $6::text[], $7::timestamptz[],"
-            "  $8::bigint[]) AS u(a, s, l, g, t, i)"
+            "  $8::text[]) AS u(a, s, l, g, t, i)"
             " ON CONFLICT (trial_id, import_log_id) WHERE import_log_id IS NOT NULL DO NOTHING"
             " RETURNING id",
             trial_id, f"{experiment_id}.{trial_id}", [log.agentId for log in logs],
             [log.stdtype for log in logs], [log.level for log in logs],
             [log.log if log.log is not None else (log.message or "") for log in logs],
-            [log.timestamp for log in logs], [log.id for log in logs])
+            [log.timestamp for log in logs], [str(log.id) for log in logs])
     return len(written)

@@ -183,7 +183,7 @@ def imported(clusters: Clusters) -> dict[str, Any]:
                 done = objects(clusters.target, "experiment")
             except httpx.HTTPStatusError:
                 return False
-            return done.get(str(first), {}).get("done", False)
+            return bool(done.get(str(first), {}).get("done"))
 
         wait_for(first_done, 120, "the first experiment to be imported", interval=0.02)
         proc.send_signal(signal.SIGKILL)
@@ -240,7 +240,7 @@ def test_every_object_is_the_same_on_both_sides(
     projects = _mapped(target, "projects")
     source_ws = {w["name"]: w for w in source.get("/workspaces")["workspaces"]}["imported-ws"]
     target_ws = target.get(f"/workspaces/{workspaces[source_ws['id']]}")["workspace"]
-    same = ("name", "archived", "username", "immutable")
+    same: tuple[str, ...] = ("name", "archived", "username", "immutable")
     assert {k: target_ws[k] for k in same} == {k: source_ws[k] for k in same}
     [source_project] = source.get(f"/workspaces/{source_ws['id']}/projects")["projects"]
     target_project = target.get(f"/projects/{projects[source_project['id']]}")["project"]

@@ -105,13 +105,17 @@ async def test_dry_run_counts_the_source_and_writes_nothing(
     target = f"http://127.0.0.1:{free_port()}"
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "DET_PASS": ADMIN_PASSWORD,
            "EPOCHAL_AUTH_FILE": str(tmp_path / "auth.json"), "HOME": str(tmp_path)}
-    done = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "deploy.console", "-m", target, "import", "determined",
-         "--master", live_master.url, "-u", "admin", "--dry-run", "--json"],
-        env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
+
+    async def dry_run(*args: str) -> dict[str, Any]:
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "deploy.console", "-m", target, "import", "determined",
+             "--master", live_master.url, "-u", "admin", "--dry-run", "--json", *args],
+            env=env, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    answer = await dry_run()
     counts = answer["counts"]
     assert answer["dryRun"] is True
 
@@ -126,3 +130,6 @@ async def test_dry_run_counts_the_source_and_writes_nothing(
     assert all(line.startswith("experiment ") and "on the source" in line
                for line in answer["skipped"])
     assert not (tmp_path / "auth.json").exists()  # no login was made on the target
+    later = await dry_run("--since", "2999-01-01T00:00:00Z")
+    assert later["counts"].get("experiments", 0) == 0
+    assert later["counts"]["users"] == counts["users"]

@@ -187,7 +187,7 @@ async def import_all(api: httpx.AsyncClient, source: Source, *, restart_logs: bo
                                      json={"group": group, "reports": reports})
             assert written.status_code == 200, written.text
             out.setdefault(f"metrics-{trial}", []).append(written.json())
-    logs = [{"id": 1000 + i, "trialId": trial_101, "timestamp": f"2024-11-01T10:0{i}:00Z",
+    logs = [{"id": str(1000 + i), "trialId": trial_101, "timestamp": f"2024-11-01T10:0{i}:00Z",
              "message": f"line {i}\n", "log": f"line {i}\n", "level": "LOG_LEVEL_INFO",
              "agentId": "det-agent-1", "containerId": "c0ffee", "rankId": 0, "source": "",
              "stdtype": "stdout"} for i in range(3)]
@@ -283,6 +283,9 @@ async def test_an_imported_history_reads_back_through_epochal_routes(
     [data] = [s["data"] for s in series["trials"][0]["metrics"]]
     assert [(p["batches"], p["values"]) for p in data] == [(50, {"loss": 0.9}),
                                                            (100, {"loss": 0.5})]
+    workloads = await api.get(f"/api/v1/trials/{trial_102}/workloads")
+    assert workloads.status_code == 200, workloads.text
+    assert len(workloads.json()["workloads"]) == 5  # 2 trainings, 2 validations, 1 checkpoint
     summary = (await api.get(f"/api/v1/trials/{trial_102}")).json()["trial"]["summaryMetrics"]
     assert summary["validation_metrics"]["validation_loss"]["min"] == 0.25
 
@@ -334,6 +337,12 @@ async def test_an_imported_history_reads_back_through_epochal_routes(
     marked = (await api.get(f"/api/v1/imports/{source.id}/objects",
                             params={"kind": "experiment"})).json()["objects"]
     assert (marked[0]["done"], marked[0]["sourceState"]) == (True, "STATE_COMPLETED")
+
+    [fork] = await post_items(api, source.id, "experiments", [
+        source.experiment_item(id=42, forkedFrom=41, state="STATE_CANCELED", archived=True)])
+    forked = (await api.get(f"/api/v1/experiments/{fork['localId']}")).json()["experiment"]
+    assert (forked["forkedFrom"], forked["state"], forked["archived"]) == (
+        experiment_id, "STATE_CANCELED", True)
 
     await finished_experiment_behaviour(api, experiment_id, trial_101)
 
@@ -418,7 +427,7 @@ async def test_what_cannot_be_imported_is_skipped_with_the_reason(
     assert "already exists" in existing["warnings"][0]
     await post_items(api, source.id, "workspaces", [source.workspace])
     await post_items(api, source.id, "projects", [source.project])
-    running, orphan, refused, outside = await post_items(api, source.id, "experiments", [
+    running, orphan, refused, outside, s3 = await post_items(api, source.id, "experiments", [
         source.experiment_item(id=50, state="STATE_ACTIVE"),
         source.experiment_item(id=51, username="nobody-here"),
         {**source.experiment_item(id=52, username="admin"),
@@ -426,12 +435,17 @@ async def test_what_cannot_be_imported_is_skipped_with_the_reason(
         {**source.experiment_item(id=53, username="admin"),
          "config": {**CONFIG, "checkpoint_storage": {"type": "shared_fs",
                                                      "host_path": "/opt/det-checkpoints"}}},
+        {**source.experiment_item(id=54, username="admin"),
+         "config": {**CONFIG, "checkpoint_storage": {"type": "s3", "bucket": "det-ckpts",
+                                                     "save_trial_best": 1}}},
     ])
     assert "STATE_ACTIVE" in running["skipped"] and running["localId"] is None
     assert "'nobody-here' was not imported" in orphan["skipped"]
     assert refused["skipped"].startswith("invalid experiment config") and (
         "searcher" in refused["skipped"])
     assert outside["created"] and "/opt/det-checkpoints is outside" in outside["warnings"][0]
+    assert s3["created"] and "det-ckpts" in s3["warnings"][0] and (
+        "credentials" in s3["warnings"][0])
     template = {"name": f"tpl-{source.uid}", "config": {"description": "a"}, "workspaceId": 1}
     assert (await post_items(api, source.id, "templates", [template]))[0]["created"]
     [clash] = await post_items(api, source.id, "templates", [{**template, "config": {}}])
@@ -446,6 +460,12 @@ async def test_what_cannot_be_imported_is_skipped_with_the_reason(
     download = await api.get(f"/api/v1/checkpoints/{checkpoint['uuid']}/download")
     assert download.status_code == 409 and "outside" in download.json()["message"]
     assert trial["created"]
+    [stuck] = await post_items(api, source.id, "trials", [{
+        **source.trials[0], "id": 531, "experimentId": 53, "state": "STATE_RUNNING",
+        "totalBatchesProcessed": 50}])
+    assert "imported as CANCELED" in stuck["warnings"][0]
+    shown = (await api.get(f"/api/v1/trials/{stuck['localId']}")).json()["trial"]
+    assert (shown["state"], shown["progress"]) == ("STATE_CANCELED", 0.5)  # of 100 batches
     # Deleted as any finished experiment; files outside the roots are never touched.
     deleted = await api.delete(f"/api/v1/experiments/{outside['localId']}")
     assert deleted.status_code == 200, deleted.text

@@ -258,9 +258,11 @@ async def test_get_metrics_streams_every_report_in_pages(
     unknown = await api.get("/api/v1/trials/metrics/trial_metrics",
                             params={"trialIds": [first, 99999997], "group": "training"})
     assert unknown.status_code == 404 and "99999997" in unknown.json()["message"]
-    for params, field in (({"group": "training"}, "trialIds"), ({"trialIds": first}, "group"),
-                          ({"trialIds": 2**40, "group": "training"}, "trialIds"),
-                          ({"trialIds": first, "group": ""}, "group")):
+    bad: list[tuple[dict[str, Any], str]] = [
+        ({"group": "training"}, "trialIds"), ({"trialIds": first}, "group"),
+        ({"trialIds": 2**40, "group": "training"}, "trialIds"),
+        ({"trialIds": first, "group": ""}, "group")]
+    for params, field in bad:
         refused = await api.get("/api/v1/trials/metrics/trial_metrics", params=params)
         assert refused.status_code == 400, (params, refused.text)
         assert any(d.startswith((f"{field}:", f"{field}.")) for d in refused.json()["details"])
