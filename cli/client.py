@@ -64,6 +64,7 @@ class MasterUnreachable(CliError):
             f"cannot reach the master at {url}: {reason} (is the cluster up? `epochal cluster up`)"
         )
         self.url = url
+        self.reason = reason
 
 
 class ConnectionLost(CliError):
@@ -85,6 +86,8 @@ def naming(url: str, who: str) -> Iterator[None]:
     of two masters failed, when a command talks to both."""
     try:
         yield
+    except MasterUnreachable as err:
+        raise CliError(f"cannot reach {who} at {url}: {err.reason}") from None
     except ApiError as err:
         if url in err.message:
             raise

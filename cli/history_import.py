@@ -283,12 +283,6 @@ class Target:
                        {"kind": kind, "externalIds": ids, "sourceStates": states})
 
 
-def external_id(item: JSON, kind: str) -> str:
-    if kind == "checkpoints":
-        return str(item.get("uuid"))
-    return str(item.get("id"))
-
-
 def started(experiment: JSON) -> datetime | None:
     text = experiment.get("startTime")
     if not isinstance(text, str):
@@ -316,6 +310,10 @@ class Importer:
         self.bars = bars
         self.tally = Tally()
         self.skipped_experiments: set[int] = set()
+        # What the target holds done (external id -> source state), read once at the start.
+        self.done_trials: dict[str, str | None] = {}
+        self.done_logs: dict[str, str | None] = {}
+        # The experiments of this run being sent: a fork waits until its parent is in.
         self._posted: dict[int, threading.Event] = {}
 
     # Objects sent as they are listed.
@@ -660,6 +658,10 @@ def determined(
             target = Target.register(client, source_url, master)
             with Bars() as bars:
                 tally = Importer(source, target, options, bars).run()
+    except (KeyError, TypeError, ValueError) as err:  # an answer of an unexpected shape
+        raise CliError(f"the import stopped on an answer it did not expect ({type(err).__name__}: "
+                       f"{err}); what was imported stays, and a later run goes on from there"
+                       ) from None
     finally:
         source.close()
     if as_json:

@@ -88,7 +88,7 @@ async def test_errors_name_the_source(live_master: LiveMaster) -> None:
     assert live_master.url in wrong and "Traceback" not in wrong
     nowhere = f"http://127.0.0.1:{free_port()}"
     unreachable = await run_sync(attempt, lambda: DeterminedSource.login(nowhere, "admin", "x"))
-    assert f"cannot reach the master at {nowhere}" in unreachable
+    assert unreachable.startswith(f"cannot reach the Determined master at {nowhere}: ")
     bad_token = await run_sync(attempt, lambda: DeterminedSource(live_master.url, "nope").get(
         "/experiments"))
     assert live_master.url in bad_token and "401" not in bad_token.split(":")[0]
