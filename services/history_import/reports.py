@@ -32,10 +32,17 @@ _NOT_FINITE = ("NaN", "Infinity", "-Infinity")
 
 
 def _metric_values(metrics: dict[str, Any]) -> tuple[dict[str, Any], int]:
-    """The report's average metrics (a generic group's flat mapping as it is): numbers, text
-    and booleans kept, NaN and infinities null (as the API stores them; Determined's JSON spells
-    them "NaN", "Infinity"), and how many values of another type were left out."""
-    values = metrics.get("avg_metrics", metrics.get("avgMetrics", metrics))
+    """The report's values: Determined's stream nests them under `validation_metrics` for the
+    validation group and `avg_metrics` for the others (a mapping without either is taken as it
+    is); numbers, text and booleans kept, NaN and infinities null (as the API stores them;
+    Determined's JSON spells them "NaN", "Infinity"), and how many values of another type were
+    left out."""
+    for key in ("avg_metrics", "validation_metrics", "avgMetrics", "validationMetrics"):
+        if key in metrics:
+            values = metrics[key]
+            break
+    else:
+        values = metrics
     if not isinstance(values, dict):
         return {}, 1
     kept: dict[str, Any] = {}

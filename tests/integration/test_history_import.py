@@ -146,8 +146,10 @@ def objects(uid: str, storage: Path) -> dict[str, Any]:
 
 def report(trial_id: int, group: str, steps: int, values: dict[str, Any], **extra: Any
            ) -> dict[str, Any]:
-    """A v1MetricsReport as Determined's trial_metrics stream sends it."""
-    metrics: dict[str, Any] = {"avg_metrics": values}
+    """A v1MetricsReport as Determined's trial_metrics stream sends it (a validation's values
+    under `validation_metrics`, any other group's under `avg_metrics`)."""
+    metrics: dict[str, Any] = {
+        "validation_metrics" if group == "validation" else "avg_metrics": values}
     if group == "training":
         metrics["batch_metrics"] = [values, values]
     return {"id": steps, "trialId": trial_id, "endTime": f"2024-11-01T10:{steps // 2:02d}:00Z",
