@@ -18,6 +18,7 @@ from api.auth import open_session
 from common.temporal_names import resource_pool_workflow_id
 from tests.integration.test_api import config_yaml, model_definition, serve_pool
 from tests.master_fixtures import LiveMaster
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -426,8 +427,14 @@ async def test_job_update_moves_a_waiting_experiment_to_another_pool(
     config = (await api.get(f"/api/v1/experiments/{moved}")).json()["experiment"]["config"]
     assert config["resources"]["resource_pool"] == other
     await eventually_queued(full, [])
-    jobs = (await api.get("/api/v1/job-queues", params={"resourcePool": other})).json()["jobs"]
-    assert [j["entityId"] for j in jobs] == [str(moved)]  # granted there (a phantom agent)
+
+    async def only_moved_in_other() -> bool:
+        answer = await api.get("/api/v1/job-queues", params={"resourcePool": other})
+        return [j["entityId"] for j in answer.json()["jobs"]] == [str(moved)]
+
+    # Its request leaves the old pool before it reaches the new one (granted there: a phantom
+    # agent): the second step is waited for too.
+    await eventually(only_moved_in_other, 10, f"experiment {moved} alone in pool {other}")
 
     await api.post(f"/api/v1/experiments/{holder}/kill")
     for _ in range(200):
