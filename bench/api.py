@@ -74,6 +74,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from activities.database import apply_migrations, create_pool  # noqa: E402
+from bench.common.postgres import postgres  # noqa: E402
 from bench.common.reads import ReadPath, time_reads  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from bench.common.temporal import dev_server  # noqa: E402
@@ -122,16 +123,6 @@ print(json.dumps({"seconds": elapsed, "stored": stored}))
 
 
 # -- servers ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def postgres(root: Path) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(root / "postgres", log_file=root / "postgres.log")
-    server.start(processes.free_port())
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @contextmanager

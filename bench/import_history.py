@@ -89,6 +89,7 @@ sys.path.insert(0, str(REPO))
 
 from activities.database import apply_migrations, create_pool  # noqa: E402
 from api.model_definition import build_tarball  # noqa: E402
+from bench.common.postgres import postgres  # noqa: E402
 from bench.common.smoke import add_smoke_option, parse_args  # noqa: E402
 from cli.model_dir import package  # noqa: E402
 from common import processes  # noqa: E402
@@ -136,16 +137,6 @@ class History:
 
 
 # -- servers ----------------------------------------------------------------------------------
-
-
-@contextmanager
-def postgres(root: Path) -> Iterator[EmbeddedPostgres]:
-    server = EmbeddedPostgres(root / "postgres", log_file=root / "postgres.log")
-    server.start(processes.free_port())
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @contextmanager
