@@ -12,10 +12,13 @@ test's timeout) takes the command with it.
 This file is run by the client's own interpreter (Determined's venv has no Epochal), so it uses
 the standard library only.
 
-    python -P cli_zygote.py serve SOCKET MODULE:FUNCTION [PRELOAD ...]
+    python -P cli_zygote.py serve SOCKET MODULE:FUNCTION [--fresh=PACKAGE,...] [PRELOAD ...]
 
 FUNCTION is called without arguments (it reads sys.argv), or as `FUNCTION(argv)` with the
-command's arguments.
+command's arguments. The FRESH packages are imported anew in every call: a client may read its
+environment and the clock at import (`det` takes its `--master` default from DET_MASTER and
+`cluster-message set`'s start time from the clock when its modules load), and a call must see
+its own. Their dependencies, most of the import time, stay imported.
 """
 
 from __future__ import annotations
@@ -55,7 +58,8 @@ def _receive(conn: socket.socket) -> tuple[dict[str, object], list[int]]:
     return json.loads(message), list(fds)
 
 
-def _run_command(entry: str, request: dict[str, object], fds: list[int]) -> None:
+def _run_command(entry: str, fresh: list[str], request: dict[str, object],
+                 fds: list[int]) -> None:
     """In the command's process: become the caller's process and run the client's main."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
@@ -64,6 +68,9 @@ def _run_command(entry: str, request: dict[str, object], fds: list[int]) -> None
     os.environ.update(request["env"])  # type: ignore[arg-type]
     os.chdir(str(request["cwd"]))
     sys.argv = list(request["argv"])  # type: ignore[arg-type]
+    inside = tuple(f"{package}." for package in fresh)
+    for name in [name for name in sys.modules if name in fresh or name.startswith(inside)]:
+        del sys.modules[name]
     module_name, function_name = entry.split(":")
     # `NAME(argv)`: a main whose default arguments were bound to sys.argv at its import (det's).
     with_argv = function_name.endswith("(argv)")
@@ -98,7 +105,7 @@ def _run_command(entry: str, request: dict[str, object], fds: list[int]) -> None
     os._exit(status)
 
 
-def _supervise(conn: socket.socket, entry: str) -> None:
+def _supervise(conn: socket.socket, entry: str, fresh: list[str]) -> None:
     """In a child of the zygote: start the command, report its pid and status to the launcher,
     and kill it if the launcher goes away first."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -109,7 +116,7 @@ def _supervise(conn: socket.socket, entry: str) -> None:
         os.setpgid(0, 0)  # the command and whatever it starts, killed together
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        _run_command(entry, request, fds)
+        _run_command(entry, fresh, request, fds)
     for fd in fds:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
@@ -128,7 +135,7 @@ def _supervise(conn: socket.socket, entry: str) -> None:
                 os.killpg(pid, signal.SIGKILL)
 
 
-def serve(socket_path: str, entry: str, preload: list[str]) -> None:
+def serve(socket_path: str, entry: str, fresh: list[str], preload: list[str]) -> None:
     module_name = entry.split(":")[0]
     for name in (module_name, *preload):
         importlib.import_module(name)
@@ -145,7 +152,7 @@ def serve(socket_path: str, entry: str, preload: list[str]) -> None:
         if os.fork() == 0:
             server.close()
             try:
-                _supervise(conn, entry)
+                _supervise(conn, entry, fresh)
             finally:
                 os._exit(0)
         conn.close()
@@ -181,14 +188,16 @@ def write_launcher(path: Path, name: str, socket_path: str) -> Path:
 
 
 @contextlib.contextmanager
-def zygote(python: Path, name: str, entry: str, directory: Path,
-           *preload: str) -> Iterator[Path]:
+def zygote(python: Path, name: str, entry: str, directory: Path, *preload: str,
+           fresh: tuple[str, ...] = ()) -> Iterator[Path]:
     """A zygote of `entry` run by `python` while the block runs; the launcher named `name` in
-    `directory` (a short path: a Unix socket's is at most 107 bytes)."""
+    `directory` (a short path: a Unix socket's is at most 107 bytes). The `fresh` packages are
+    imported anew in each call (see the module's docstring)."""
     socket_path = str(directory / f"{name}.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DET_", "EPOCHAL_"))}
     server = subprocess.Popen(
-        [str(python), "-P", __file__, "serve", socket_path, entry, *preload],
+        [str(python), "-P", __file__, "serve", socket_path, entry,
+         f"--fresh={','.join(fresh)}", *preload],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
         text=True)
     try:
@@ -205,4 +214,7 @@ def zygote(python: Path, name: str, entry: str, directory: Path,
 if __name__ == "__main__":
     if len(sys.argv) < 4 or sys.argv[1] != "serve":
         sys.exit(__doc__)
-    serve(sys.argv[2], sys.argv[3], sys.argv[4:])
+    fresh_option = [arg for arg in sys.argv[4:] if arg.startswith("--fresh=")]
+    fresh = [p for arg in fresh_option for p in arg.removeprefix("--fresh=").split(",") if p]
+    serve(sys.argv[2], sys.argv[3], fresh,
+          [arg for arg in sys.argv[4:] if not arg.startswith("--fresh=")])

@@ -87,9 +87,12 @@ def det_venv() -> Path:
 @pytest.fixture(scope="session")
 def det_cli(det_venv: Path) -> Iterator[Path]:
     """The `det` command the tests run: Determined's CLI from `det_venv`, imported once per
-    session and forked per call (tests/cli_zygote.py), as the venv's `det` script runs it."""
+    session and forked per call (tests/cli_zygote.py), as the venv's `det` script runs it.
+    Its own package, `determined.cli`, is imported anew in each call: it reads DET_MASTER and
+    the clock at import (the SDK below it, most of the import time, is imported once)."""
     with tempfile.TemporaryDirectory(prefix="det-cli-") as directory, zygote(
-            det_venv / "python", "det", "determined.cli.cli:main(argv)", Path(directory)) as det:
+            det_venv / "python", "det", "determined.cli.cli:main(argv)", Path(directory),
+            fresh=("determined.cli",)) as det:
         yield det
 
 

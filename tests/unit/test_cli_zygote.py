@@ -72,3 +72,26 @@ def test_a_killed_caller_takes_its_command_with_it(launcher: Path) -> None:
     while command.is_running() and command.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the command outlived its killed caller"
         time.sleep(0.05)
+
+
+def test_a_fresh_package_is_imported_anew_in_each_call(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `det` needs: a client whose modules read the environment and the clock at import
+    (its `--master` default, `cluster-message set`'s start time) sees each call's."""
+    package = tmp_path / "stateful"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "defaults.py").write_text(
+        "import os, time\nMASTER = os.environ.get('ZYGOTE_MASTER')\nLOADED = time.time()\n")
+    (package / "main.py").write_text(
+        "import time\nfrom stateful import defaults\n"
+        "def main():\n    print(defaults.MASTER, round(time.time() - defaults.LOADED))\n")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    with zygote(Path(sys.executable), "tool", "stateful.main:main", tmp_path,
+                fresh=("stateful",)) as tool:
+        time.sleep(2)
+        outputs = [subprocess.run([str(tool)], capture_output=True, text=True, timeout=30,
+                                  stdin=subprocess.DEVNULL, env={"ZYGOTE_MASTER": master},
+                                  check=True).stdout.split()
+                   for master in ("http://one:8080", "http://two:8080")]
+    assert outputs == [["http://one:8080", "0"], ["http://two:8080", "0"]]
