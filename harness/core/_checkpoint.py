@@ -24,7 +24,7 @@ import pathlib
 import shutil
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from harness.core._distributed import DistributedContext, single
@@ -44,10 +44,15 @@ class CheckpointContext:
     """Stores and restores checkpoint directories. Use it as ``core.checkpoint``."""
 
     def __init__(self, info: TrialInfo, session: Session | None, *,
-                 distributed: DistributedContext | None = None) -> None:
+                 distributed: DistributedContext | None = None,
+                 before_report: Callable[[], None] | None = None) -> None:
         storage = info.checkpoint_storage
         self._info = info
         self._session = session
+        # Stores the training metrics reported so far (core.train's queue): a checkpoint the
+        # master knows of before them would let a run killed just after it resume past steps
+        # whose metrics were never stored.
+        self._before_report = before_report
         self._distributed = distributed or single()
         self._closed = False
         self._transfer: Transfer | None = None
@@ -221,6 +226,8 @@ class CheckpointContext:
             },
             "storagePath": str(path),
         }
+        if self._before_report is not None:
+            self._before_report()
         # Waits for a master that is away (the report is what lets the trial resume from it);
         # the files stay if the master refuses it.
         self._session.deliver("/api/v1/checkpoints", body=body,

@@ -170,19 +170,21 @@ def init(
     if session is None:
         assert info.master_url is not None
         session = Session(info.master_url, token=info.session_token, transport=transport)
+    preempt = PreemptContext(session, info.allocation_id, distributed=distributed)
+    # A validation report's answer may carry the searcher's stop: should_preempt() is then
+    # true at once, not when the preemption poll hears of it.
+    train = TrainContext(info, session, close_timeout=close_timeout,
+                         distributed=distributed, on_stop=preempt._stop_requested)
     try:
-        checkpoint = CheckpointContext(info, session, distributed=distributed)
+        checkpoint = CheckpointContext(info, session, distributed=distributed,
+                                       before_report=train._store_reported)
     except Exception:
         if owns_session:
             session.close()
         raise
-    preempt = PreemptContext(session, info.allocation_id, distributed=distributed)
     return Context(
         info=info,
-        # A validation report's answer may carry the searcher's stop: should_preempt() is
-        # then true at once, not when the preemption poll hears of it.
-        train=TrainContext(info, session, close_timeout=close_timeout,
-                           distributed=distributed, on_stop=preempt._stop_requested),
+        train=train,
         checkpoint=checkpoint,
         preempt=preempt,
         distributed=distributed,

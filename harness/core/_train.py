@@ -330,6 +330,12 @@ class TrainContext:
                 )
             self._raise_sender_error()
 
+    def _store_reported(self) -> None:
+        """Wait, for as long as the master takes, until every metric reported so far is stored
+        (core.checkpoint calls it before it registers a checkpoint)."""
+        if self._sender is not None:
+            self._sender.flush(None, what="metrics reported before the checkpoint")
+
     def report_progress(self, fraction: float) -> None:
         """Report how much of the searcher's length is done, a number in [0, 1]."""
         self._check_started("report_progress")

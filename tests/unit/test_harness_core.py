@@ -196,6 +196,32 @@ def test_a_master_away_past_every_retry_count_loses_no_report(tmp_path) -> None:
     assert fake.fail_batches == 0 and fake.fail_checkpoints == 0
 
 
+def test_metrics_reported_before_a_checkpoint_are_stored_before_it_is_registered(tmp_path) -> None:
+    """A run killed just after its checkpoint is registered resumes after that checkpoint's
+    step: the metrics up to it must be stored by then, not waiting in the sender's queue."""
+    fake = FakeMaster()
+    arrivals: list[object] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        response = fake.handle(request)
+        if request.url.path.endswith("/metrics/batch"):
+            arrivals.extend(r["metrics"]["stepsCompleted"]
+                            for r in json.loads(request.content)["reports"])
+        elif request.url.path == "/api/v1/checkpoints":
+            arrivals.append("checkpoint")
+        return response
+
+    with harness.core.init(info=cluster_info(tmp_path),
+                           transport=httpx.MockTransport(handler)) as core:
+        core.train.report_training_metrics(1, {"loss": 1.0})
+        wait_for(lambda: arrivals == [1], 5.0, "the first report, sent at once", interval=0.01)
+        for step in range(2, 6):  # these wait for the sender's interval (0.5 s)
+            core.train.report_training_metrics(step, {"loss": 1.0 / step})
+        with core.checkpoint.store_path({"steps_completed": 5}) as (path, _):
+            (path / "w.bin").write_bytes(b"w")
+        assert arrivals == [1, 2, 3, 4, 5, "checkpoint"]
+
+
 def test_reports_spill_to_disk_while_the_master_is_away_and_arrive_in_order(tmp_path) -> None:
     fake = FakeMaster()
     fake.fail_batches = 10**9
