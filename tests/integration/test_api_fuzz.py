@@ -1,26 +1,29 @@
 """Schemathesis fuzzes every operation of the master's OpenAPI schema: none may answer 5xx.
 
-The fuzzer gets a master of its own (a fresh database, its own Temporal namespace and worker), so
-what it creates, registers, pauses or kills never reaches the test session's shared master. It
-runs as schemathesis' CLI in a subprocess, so this test's event loop keeps serving the master.
-
-Four passes (three tests), each with another caller's token: the admin's and an ordinary
-user's for every operation but the three with which the fuzzer could lock itself out (logging
-out, deactivating or re-passwording its own user); then those three with another ordinary user's
-token, which may only change that user; last a running trial's token (what a user's training
-code holds).
+Four callers, each on a master of its own (a fresh database, its own Temporal namespace and
+worker), so what one creates, registers, pauses or kills never reaches another or the test
+session's shared master: the admin and an ordinary user, for every operation but the three with
+which the fuzzer could lock itself out (logging out, deactivating or re-passwording its own
+user); those three as another ordinary user on the admin's master, which may only change that
+user; and a running trial's token (what a user's training code holds). One schemathesis run
+generates the cases once and sends each to every caller whose selection holds it
+(fuzz_callers.py); it runs as schemathesis' CLI in a subprocess, so the event loop keeps serving
+the masters. Each test reads its callers' part of the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import sys
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import httpx
@@ -47,10 +50,17 @@ SELF_LOCKING = (
     ("PATCH", "/api/v1/users/{user_id}"),
     ("POST", "/api/v1/users/{user_id}/password"),
 )
-# Bounded so the test takes well under two minutes on two cores; env overrides for deeper runs.
+# The master's logs, followed, stream until the caller hangs up (as on Determined): only an
+# admin may read them, and the fuzzer would wait for its timeout.
+MASTER_LOGS = ("GET", "/api/v1/master/logs")
+# For a running trial the streams, followed logs and the preemption long poll stay open until
+# the request times out, which would only spend the test's time.
+TRIAL_WAITS = r"/stream$|/signals/preemption$|/(trials|experiments)/\{[a-z_]+\}/logs$"
+# Bounded so the run takes about two minutes on two cores; env overrides for deeper runs.
 EXAMPLES_PER_OPERATION = int(os.environ.get("EPOCHAL_FUZZ_EXAMPLES", "8"))
 SEED = os.environ.get("EPOCHAL_FUZZ_SEED", "20261122")
 SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -61,17 +71,17 @@ class FuzzMaster:
     pool: asyncpg.Pool
 
 
-@pytest_asyncio.fixture(loop_scope="session")
-async def fuzz_master(
-    postgres_url: str, temporal_address: str, tmp_path: Path
-) -> AsyncIterator[FuzzMaster]:
+@asynccontextmanager
+async def serving_fuzz_master(postgres_url: str, temporal_address: str,
+                              checkpoints: Path) -> AsyncIterator[FuzzMaster]:
+    """A master of its own: a fresh database, Temporal namespace and worker, and API server."""
     with fresh_database(postgres_url, "epochal_fuzz") as db_url:
         pool = await create_pool(db_url)
         await apply_migrations(pool)
         await ensure_admin_password(pool, PASSWORD)
         temporal = await fresh_namespace(temporal_address, "fuzz")
         port = free_port()
-        settings = Settings(db_url=db_url, api_port=port, checkpoint_dir=str(tmp_path),
+        settings = Settings(db_url=db_url, api_port=port, checkpoint_dir=str(checkpoints),
                             cluster_token=uuid.uuid4().hex, admin_password=PASSWORD)
         server = uvicorn.Server(uvicorn.Config(
             create_app(settings, pool, temporal), host="127.0.0.1", port=port,
@@ -95,6 +105,14 @@ async def fuzz_master(
                     await task
         finally:
             await pool.close()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def fuzz_master(
+    postgres_url: str, temporal_address: str, tmp_path: Path
+) -> AsyncIterator[FuzzMaster]:
+    async with serving_fuzz_master(postgres_url, temporal_address, tmp_path) as master:
+        yield master
 
 
 async def _user_token(master: FuzzMaster) -> str:
@@ -128,74 +146,93 @@ async def _trial_token(master: FuzzMaster) -> str:
     return mint_trial_token(master.cluster_token, trial_id, 1)
 
 
-def _operation_filter(include: bool, *others: tuple[str, str]) -> list[str]:
-    """schemathesis arguments selecting (or leaving out) the self-locking operations (and
-    `others`: schemathesis ANDs filters of different kinds, so they go in one regex)."""
-    regex = "|".join(f"^{method} {path}$".replace("{", r"\{").replace("}", r"\}")
-                     for method, path in (*SELF_LOCKING, *others))
-    return [f"--{'include' if include else 'exclude'}-name-regex", regex]
+def _operations(*operations: tuple[str, str]) -> str:
+    """A regex matching exactly these operations' "METHOD /path" names."""
+    return "|".join(f"^{re.escape(f'{method} {path}')}$" for method, path in operations)
 
 
-async def _fuzz(master: FuzzMaster, token: str, selection: list[str], report: Path) -> str:
-    """Run schemathesis in `report`'s directory (its cache goes there, not into the tree)."""
-    cmd = [
-        str(SCHEMATHESIS), "run", f"{master.url}/openapi.json",
-        "--checks", "not_a_server_error",
-        "--max-examples", str(EXAMPLES_PER_OPERATION),
-        "--phases", "examples,coverage,fuzzing",
-        "--workers", "1",
-        "--seed", SEED,
-        "--no-shrink",
-        "--request-timeout", "30",
-        "--header", f"Authorization: Bearer {token}",
-        "--report", "junit", "--report-junit-path", str(report),
-        *selection,
-    ]
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        stdin=asyncio.subprocess.DEVNULL, env={**os.environ, "NO_COLOR": "1"}, cwd=report.parent,
-    )
-    output, _ = await proc.communicate()
-    text = output.decode(errors="replace")
-    assert proc.returncode == 0, f"schemathesis found 5xx answers (exit {proc.returncode}):\n{text}"
-    return text
+@dataclass(frozen=True)
+class FuzzRun:
+    """One schemathesis run over every operation, as every caller."""
+    output: str
+    exit_code: int
+    results: dict[str, dict[str, Any]]
+
+    def verdict(self, caller: str) -> dict[str, Any]:
+        """`caller`'s part, failing (with schemathesis' report) on a 5xx it got or on a failed
+        run that no caller's 5xx explains."""
+        result = self.results[caller]
+        assert not result["server_errors"], (
+            f"{caller} got 5xx answers: {result['server_errors']}\n{self.output}")
+        explained = any(part["server_errors"] for part in self.results.values())
+        assert self.exit_code == 0 or explained, (
+            f"schemathesis failed (exit {self.exit_code}):\n{self.output}")
+        return result
 
 
-def _tested(summary: str) -> int:
-    """How many operations schemathesis says it tested (its summary's "Tested: N")."""
-    found = re.search(r"Tested: (\d+)", summary)
-    assert found, f"no summary in schemathesis' output:\n{summary}"
-    return int(found.group(1))
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def fuzz_run(
+    postgres_url: str, temporal_address: str, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[FuzzRun]:
+    """Three masters (the admin's and the self-locking user's, the user's, the trial's) and
+    one run of schemathesis against them, in a scratch directory (its cache goes there)."""
+    work = tmp_path_factory.mktemp("fuzz")
+    async with AsyncExitStack() as stack:
+        admins, users, trials = await asyncio.gather(*(
+            stack.enter_async_context(serving_fuzz_master(
+                postgres_url, temporal_address, work / name))
+            for name in ("admin", "user", "trial")))
+        callers = [
+            {"name": "admin", "url": admins.url, "token": admins.admin_token,
+             "exclude": _operations(*SELF_LOCKING, MASTER_LOGS)},
+            {"name": "self", "url": admins.url, "token": await _user_token(admins),
+             "include": _operations(*SELF_LOCKING)},
+            {"name": "user", "url": users.url, "token": await _user_token(users),
+             "exclude": _operations(*SELF_LOCKING)},
+            {"name": "trial", "url": trials.url, "token": await _trial_token(trials),
+             "exclude": TRIAL_WAITS},
+        ]
+        (work / "callers.json").write_text(json.dumps(callers))
+        cmd = [
+            str(SCHEMATHESIS), "run", f"{admins.url}/openapi.json",
+            "--checks", "not_a_server_error,no_caller_gets_a_server_error",
+            "--max-examples", str(EXAMPLES_PER_OPERATION),
+            "--phases", "examples,coverage,fuzzing",
+            "--workers", "1",
+            "--seed", SEED,
+            "--no-shrink",
+            "--request-timeout", "30",
+        ]
+        env = {**os.environ, "NO_COLOR": "1",
+               "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO),
+                                                           os.environ.get("PYTHONPATH")))),
+               "SCHEMATHESIS_HOOKS": "tests.integration.fuzz_callers",
+               "EPOCHAL_FUZZ_CALLERS": str(work / "callers.json"),
+               "EPOCHAL_FUZZ_RESULTS": str(work / "results.json")}
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+            stdin=asyncio.subprocess.DEVNULL, env=env, cwd=work)
+        output, _ = await proc.communicate()
+        text = output.decode(errors="replace")
+        assert (work / "results.json").exists(), f"schemathesis wrote no results:\n{text}"
+        yield FuzzRun(text, proc.returncode or 0,
+                      json.loads((work / "results.json").read_text()))
 
 
-async def test_no_operation_answers_5xx(fuzz_master: FuzzMaster, tmp_path: Path) -> None:
+async def test_no_operation_answers_5xx(fuzz_run: FuzzRun) -> None:
     assert SCHEMATHESIS.exists(), "schemathesis is part of the `test` extra"
-    # The master's logs, followed, stream until the caller hangs up (as on Determined): only
-    # an admin may read them, and the fuzzer would wait for its timeout.
-    summary = await _fuzz(fuzz_master, fuzz_master.admin_token,
-                          _operation_filter(False, ("GET", "/api/v1/master/logs")),
-                          tmp_path / "admin.xml")
-    assert _tested(summary) >= 40, summary
-    user = await _user_token(fuzz_master)
-    summary = await _fuzz(fuzz_master, user, _operation_filter(True), tmp_path / "self.xml")
-    assert _tested(summary) == len(SELF_LOCKING), summary
+    assert len(fuzz_run.verdict("admin")["operations"]) >= 40, fuzz_run.output
+    tested = fuzz_run.verdict("self")["operations"]
+    assert tested == sorted(f"{method} {path}" for method, path in SELF_LOCKING), tested
 
 
-async def test_an_ordinary_users_calls_get_no_5xx(fuzz_master: FuzzMaster, tmp_path: Path) -> None:
-    user = await _user_token(fuzz_master)
-    summary = await _fuzz(fuzz_master, user, _operation_filter(False), tmp_path / "user.xml")
-    assert _tested(summary) >= 40, summary
+async def test_an_ordinary_users_calls_get_no_5xx(fuzz_run: FuzzRun) -> None:
+    assert len(fuzz_run.verdict("user")["operations"]) >= 40, fuzz_run.output
 
 
-async def test_a_trial_tokens_calls_get_no_5xx(fuzz_master: FuzzMaster, tmp_path: Path) -> None:
-    """What a user's training code could send with the token it holds. The streams, followed
-    logs and the preemption long poll are left out: for a running trial they stay open until
-    the request times out, which would only spend the test's time."""
-    trial = await _trial_token(fuzz_master)
-    waiting = r"/stream$|/signals/preemption$|/(trials|experiments)/\{[a-z_]+\}/logs$"
-    summary = await _fuzz(fuzz_master, trial, ["--exclude-path-regex", waiting],
-                          tmp_path / "trial.xml")
-    assert _tested(summary) >= 40, summary
+async def test_a_trial_tokens_calls_get_no_5xx(fuzz_run: FuzzRun) -> None:
+    """What a user's training code could send with the token it holds."""
+    assert len(fuzz_run.verdict("trial")["operations"]) >= 40, fuzz_run.output
 
 
 async def test_values_the_database_cannot_hold_are_bad_requests(
