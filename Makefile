@@ -43,18 +43,24 @@ demo: install
 	$(BIN)/epochal experiment create examples/digits/grid.yaml examples/digits --follow
 	$(BIN)/epochal cluster status
 
-# Lint and type checks first, so CI (`make test`) fails on them too; then the suite, which
-# starts the PostgreSQL and Temporal servers it needs (tests/conftest.py).
-# At the end, pass or fail, the wall time of each stage.
-test: lint docker browser torch determined
+# Lint and type checks first, so CI (`make test`) fails on them too, side by side with the rest
+# of the setup, which on a fresh machine waits mostly on downloads and apt (Docker and its task
+# image, Chromium, torch, Determined's venv; apt-get takes turns through a lock); then the suite,
+# which starts the PostgreSQL and Temporal servers it needs (tests/conftest.py). At the end, pass
+# or fail, the wall time of each stage.
+SETUP := lint docker browser torch determined
+test: install
+	$(MAKE) --no-print-directory -j$(words $(SETUP)) --output-sync=target $(SETUP)
 	$(STAGE) pytest -- $(BIN)/python -m pytest -q -ra -p no:cacheprovider --durations=25 \
 		-n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; $(PYTHON) -m deploy.stages report; exit $$status
 
 # PyTorch (CPU) for the distributed example's tests, apart from `install` so `make demo` stays
 # light.
 TORCH_STAMP := $(VENV)/.torch-installed
+# Its install reinstalls the editable project, whose .pth file lint-imports needs to find our
+# packages: when lint runs too (the setup of `make test`), torch waits for it.
 torch: $(TORCH_STAMP)
-$(TORCH_STAMP): $(STAMP)
+$(TORCH_STAMP): $(STAMP) | $(filter lint,$(MAKECMDGOALS))
 	$(STAGE) torch -- $(UV) -e '.[torch]'
 	touch $(TORCH_STAMP)
 

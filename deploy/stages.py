@@ -4,10 +4,12 @@
     python -m deploy.stages report                   # print the stages noted, then forget them
 
 `run` exits with COMMAND's status, and reports when it fails (make stops there); a stage run in
-several commands is reported once, summed. The notes live in one file (`EPOCHAL_STAGES_FILE`,
-default `.stages` in the working directory), so the Makefile's recipes, each its own shell, add
-to one list. It imports only the standard library: it times the install too, before any venv
-exists.
+several commands is reported once, summed. Stages may run side by side (`make test` runs its
+setup in parallel), so the total is the wall time from the first start to the last end, not the
+stages' sum. The notes live in one file (`EPOCHAL_STAGES_FILE`, default `.stages` in the working
+directory), so the Makefile's recipes, each its own shell, add to one list (each note one
+appended line, written whole). It imports only the standard library: it times the install too,
+before any venv exists.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ def _notes() -> Path:
 
 
 def run(name: str, command: list[str]) -> int:
-    start = time.monotonic()
+    started = time.time()  # the wall clock: the notes of several processes are compared
     status = subprocess.call(command)
-    seconds = time.monotonic() - start
+    ended = time.time()
     with _notes().open("a", encoding="utf-8") as notes:
-        notes.write(f"{name}\t{seconds:.1f}\t{status}\n")
+        notes.write(f"{name}\t{ended - started:.1f}\t{status}\t{started:.3f}\t{ended:.3f}\n")
     if status != 0:  # make stops here: the stages so far are all there will be
         report()
     return status
@@ -39,10 +41,14 @@ def report() -> None:
     if not notes.is_file():
         return
     stages: dict[str, tuple[float, str]] = {}
+    starts: list[float] = []
+    ends: list[float] = []
     for line in notes.read_text(encoding="utf-8").splitlines():
-        name, noted, status = line.split("\t")
+        name, noted, status, started, ended = line.split("\t")
         before, worst = stages.get(name, (0.0, "0"))
         stages[name] = (before + float(noted), status if status != "0" else worst)
+        starts.append(float(started))
+        ends.append(float(ended))
     notes.unlink()
     if not stages:
         return
@@ -51,7 +57,7 @@ def report() -> None:
     for name, (seconds, status) in stages.items():
         failed = "" if status == "0" else f"  (exit {status})"
         print(f"  {name:<{width}}  {_clock(seconds)}{failed}")
-    print(f"  {'total':<{width}}  {_clock(sum(s for s, _ in stages.values()))}")
+    print(f"  {'total':<{width}}  {_clock(max(ends) - min(starts))}")
 
 
 def _clock(seconds: float) -> str:

@@ -42,7 +42,10 @@ from tests.conftest import fresh_database
 from tests.integration.test_api import config_yaml, model_definition
 from tests.master_fixtures import fresh_namespace
 
-pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.slow]
+# The run (in the first test's setup) takes about 200 s alone and more than the suite's 300 s per
+# test on two cores shared with two other workers: it is every caller's pass at once.
+pytestmark = [pytest.mark.asyncio(loop_scope="session"), pytest.mark.slow,
+              pytest.mark.timeout(900)]
 
 PASSWORD = "fuzz-admin-password"
 SELF_LOCKING = (
