@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from common.flags import TRUE_WORDS
+from deploy.cache import cache_root
 
 
 def in_ci() -> bool:
@@ -34,7 +35,7 @@ DPKG_LOCK_WAIT_SECONDS = 300
 def _apt_turn() -> Path:
     """The lock file our apt-gets take turns through (apt's own lock on the package lists
     fails a second `apt-get update` at once instead of waiting)."""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "epochal"
+    cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
     return cache / "apt-get.lock"
 

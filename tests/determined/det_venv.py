@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.cache import cache_root
 from tests.cli_zygote import zygote
 
 DETERMINED_VERSION = "0.38.1"
@@ -37,20 +37,13 @@ TASK_PACKAGES = ("torch==2.13.0", "tensorboard==2.21.0")
 _MARKER = "epochal-venv-complete"
 
 
-def _cache_root() -> Path:
-    configured = os.environ.get("EPOCHAL_CACHE_DIR")
-    if configured:
-        return Path(configured)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "epochal"
-
-
 def _content_key() -> str:
     content = "\n".join([DETERMINED_VERSION, *TASK_PACKAGES, sys.version,
                           str(Path(sys.base_prefix).resolve())])
     return hashlib.sha256(content.encode()).hexdigest()[:12]
 
 
-VENV_DIR = _cache_root() / f"determined-{DETERMINED_VERSION}-{_content_key()}"
+VENV_DIR = cache_root() / f"determined-{DETERMINED_VERSION}-{_content_key()}"
 
 
 def ensure_det_venv(venv: Path = VENV_DIR) -> Path:
