@@ -26,6 +26,14 @@ export function replace(node, ...children) {
   return node;
 }
 
+// A string equal for equal content, whatever order its objects' keys came in (two endpoints
+// answer the same experiment with its fields in another order): what a view last drew.
+export function contentKey(value) {
+  return JSON.stringify(value, (key, part) => (part && typeof part === "object"
+    && !Array.isArray(part) ? Object.fromEntries(Object.entries(part).sort(
+      ([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) : part));
+}
+
 // Every state by kind, named by its one home, common/states.py, through the page's
 // <body data-states>: `STATES.experiment.ACTIVE`, and `STATES.terminal` (a list).
 const stateNames = JSON.parse(document.body.dataset.states || "{}");

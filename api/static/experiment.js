@@ -16,8 +16,8 @@ import { drawImportance, drawParallel, drawScatter, importanceNote, rankColor }
 import { CurvePanel } from "/static/curves.js";
 import { notebookButton, tensorBoardButton } from "/static/launch.js";
 import { LogPanel } from "/static/logs.js";
-import { STATES, el, flatHparams, fmtBytes, fmtNumber, fmtTime, progressBar, replace, shortState,
-  sortButton, stateBadge, table, unmanagedBadge, workflowLink } from "/static/dom.js";
+import { STATES, contentKey, el, flatHparams, fmtBytes, fmtNumber, fmtTime, progressBar, replace,
+  shortState, sortButton, stateBadge, table, unmanagedBadge, workflowLink } from "/static/dom.js";
 
 const CURVE_REFRESH_SECONDS = 2;
 const PAGE_SIZE = 100;
@@ -449,7 +449,16 @@ function compareButton() {
   `compare ${selected.size} selected`);
 }
 
+// What the trial table last drew. The stream's first event, and each poll, repeat what a turn
+// of page or sort has just drawn: the table is left as it is then, since a redraw replaces its
+// pager and sort buttons and loses a click landing in between (a fresh-clone run lost one).
+let trialsDrawn = "";
+
 function renderTrials(exp, trials, total) {
+  const drawing = contentKey([exp, trials, total, page, filterRefused, [...hiddenColumns],
+    [...selected.keys()]]);
+  if (drawing === trialsDrawn) return;
+  trialsDrawn = drawing;
   renderFilterNote();
   if (filterRefused !== null) {
     replace(trialCount, "Trials (none shown)");

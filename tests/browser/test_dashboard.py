@@ -774,9 +774,26 @@ def test_experiment_of_many_trials_pages_its_table(
     expect(rows).to_have_count(50)
     expect(page.locator("#trials-next")).to_be_disabled()
 
-    page.select_option("#trial-sort", "SORT_BY_ID")
+    # The stream the page follows after a turn first repeats what the turn drew: the table is
+    # drawn once (a second draw would replace the sort buttons under a click in flight).
+    page.evaluate("""() => {
+      window.tableDraws = 0;
+      new MutationObserver((changes) => {
+        for (const change of changes) {
+          for (const node of change.addedNodes) {
+            if (node.querySelector && (node.matches("table") || node.querySelector("table"))) {
+              window.tableDraws += 1;
+            }
+          }
+        }
+      }).observe(document.querySelector("#trials"), { childList: true, subtree: true });
+    }""")
+    with page.expect_response(lambda response: "/stream" in response.url) as stream:
+        page.select_option("#trial-sort", "SORT_BY_ID")
     expect(page.locator("#trials-range")).to_have_text("trials 1–100 of 250")
     expect(rows.first).to_have_attribute("data-trial-id", str(min(best_first)))
+    stream.value.finished()  # the experiment has ended: its stream sends one event and ends
+    assert page.evaluate("() => window.tableDraws") == 1
     page.click("th button[data-sort='SORT_BY_ID']")  # again: the other way
     expect(rows.first).to_have_attribute("data-trial-id", str(max(best_first)))
     expect(page.locator("th button[data-sort='SORT_BY_ID']")).to_have_attribute(
