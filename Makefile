@@ -55,13 +55,13 @@ test: install
 		-n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS); status=$$?; $(PYTHON) -m deploy.stages report; exit $$status
 
 # PyTorch (CPU) for the distributed example's tests, apart from `install` so `make demo` stays
-# light.
+# light. Only the extra's requirements (`-r pyproject.toml`), not the project again: reinstalled,
+# its editable .pth file went missing for a moment, and lint-imports, alongside, found none of
+# our packages.
 TORCH_STAMP := $(VENV)/.torch-installed
-# Its install reinstalls the editable project, whose .pth file lint-imports needs to find our
-# packages: when lint runs too (the setup of `make test`), torch waits for it.
 torch: $(TORCH_STAMP)
-$(TORCH_STAMP): $(STAMP) | $(filter lint,$(MAKECMDGOALS))
-	$(STAGE) torch -- $(UV) -e '.[torch]'
+$(TORCH_STAMP): $(STAMP)
+	$(STAGE) torch -- $(UV) -r pyproject.toml --extra torch
 	touch $(TORCH_STAMP)
 
 # Determined 0.38.1's client and a task environment for its training code, in a venv apart,

@@ -13,6 +13,7 @@ exactly as a session does, until it expires or is revoked.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -92,9 +93,13 @@ async def hash_password(password: str, *, is_hashed: bool) -> str:
     return await run_in_threadpool(_hasher.hash, prepared)
 
 
-# Checked against when the user does not exist, so that an unknown name costs the same argon2
-# verification as a wrong password and the answer's timing does not tell names apart.
-_NO_USER_HASH = PasswordHasher().hash(secrets.token_urlsafe(16))
+@functools.cache
+def _no_user_hash() -> str:
+    """Checked against when the user does not exist, so that an unknown name costs the same
+    argon2 verification as a wrong password and the answer's timing does not tell names apart.
+    Made at the first such login, not at import: a hash is 0.2 s of CPU, and every master (and
+    every process that imports the API) paid it when it started."""
+    return PasswordHasher().hash(secrets.token_urlsafe(16))
 
 
 async def password_matches(stored_hash: str | None, password: str, *, is_hashed: bool) -> bool:
@@ -103,7 +108,7 @@ async def password_matches(stored_hash: str | None, password: str, *, is_hashed:
     prepared = password if is_hashed else salted_password(password)
     try:
         matches = bool(await run_in_threadpool(
-            _hasher.verify, stored_hash or _NO_USER_HASH, prepared))
+            lambda: _hasher.verify(stored_hash or _no_user_hash(), prepared)))
     except (VerificationError, InvalidHashError):
         return False
     return matches and stored_hash is not None

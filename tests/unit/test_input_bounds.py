@@ -108,7 +108,7 @@ async def test_an_unknown_name_costs_a_password_check(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(auth, "_hasher", Counting())
     assert await auth.password_matches(None, "secret-password", is_hashed=False) is False
-    assert checked == [auth._NO_USER_HASH]
+    assert checked == [auth._no_user_hash()]
 
 
 def test_a_log_hyperparameter_of_base_one_is_refused() -> None:
