@@ -117,6 +117,10 @@ def _supervise(conn: socket.socket, entry: str, fresh: list[str]) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _run_command(entry, fresh, request, fds)
+    # Here too, so that the group exists before the launcher learns the pid (the child may not
+    # have run yet when a killed launcher asks for the group to go).
+    with contextlib.suppress(OSError):
+        os.setpgid(pid, pid)
     for fd in fds:
         os.close(fd)
     conn.sendall(f"{pid}\n".encode())
@@ -130,7 +134,11 @@ def _supervise(conn: socket.socket, entry: str, fresh: list[str]) -> None:
             with contextlib.suppress(OSError):
                 conn.sendall(f"{status}\n".encode())
             return
-        if not conn.recv(1):  # the launcher is gone (killed by a test's timeout)
+        try:
+            gone = not conn.recv(1)
+        except ConnectionResetError:  # killed before it read the pid: its socket resets
+            gone = True
+        if gone:  # the launcher is gone (killed by a test's timeout)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, signal.SIGKILL)
 

@@ -788,11 +788,13 @@ def test_experiment_of_many_trials_pages_its_table(
         }
       }).observe(document.querySelector("#trials"), { childList: true, subtree: true });
     }""")
-    with page.expect_response(lambda response: "/stream" in response.url) as stream:
+    # The experiment has ended: the stream of the new order sends one event and ends (a
+    # stream of an earlier page, closed by the turn, never finishes).
+    with page.expect_event("requestfinished", lambda request: "/stream" in request.url
+                           and "sortBy=SORT_BY_ID" in request.url, timeout=60_000):
         page.select_option("#trial-sort", "SORT_BY_ID")
     expect(page.locator("#trials-range")).to_have_text("trials 1–100 of 250")
     expect(rows.first).to_have_attribute("data-trial-id", str(min(best_first)))
-    stream.value.finished()  # the experiment has ended: its stream sends one event and ends
     assert page.evaluate("() => window.tableDraws") == 1
     page.click("th button[data-sort='SORT_BY_ID']")  # again: the other way
     expect(rows.first).to_have_attribute("data-trial-id", str(max(best_first)))

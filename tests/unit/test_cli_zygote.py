@@ -4,6 +4,10 @@ exit status, and an end when its caller is killed."""
 
 from __future__ import annotations
 
+import array
+import json
+import os
+import socket
 import subprocess
 import sys
 import time
@@ -14,6 +18,7 @@ import psutil
 import pytest
 
 from tests.cli_zygote import zygote
+from tests.waiting import wait_for
 
 ENTRY = '''
 import json, os, sys, time
@@ -72,6 +77,27 @@ def test_a_killed_caller_takes_its_command_with_it(launcher: Path) -> None:
     while command.is_running() and command.status() != psutil.STATUS_ZOMBIE:
         assert time.monotonic() < deadline, "the command outlived its killed caller"
         time.sleep(0.05)
+
+
+def test_a_caller_gone_before_it_read_the_pid_takes_its_command_with_it(
+    launcher: Path, tmp_path: Path
+) -> None:
+    """A launcher killed before it read the command's pid (which the command may print first,
+    under load) leaves that line unread, and its socket resets: the command goes too."""
+    caller = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    caller.connect(str(tmp_path / "tool.sock"))
+    read_end, write_end = os.pipe()
+    request = json.dumps({"argv": ["tool", "sleep"], "env": {}, "cwd": str(tmp_path)}).encode()
+    caller.sendmsg([request + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                                        array.array("i", [0, write_end, 2]))])
+    os.close(write_end)
+    with os.fdopen(read_end) as printed:
+        command = psutil.Process(int(printed.readline()))
+        wait_for(lambda: caller.recv(64, socket.MSG_PEEK), timeout=30,
+                 what="the pid line in the caller's socket")
+        caller.close()  # with the pid line unread
+    wait_for(lambda: not command.is_running() or command.status() == psutil.STATUS_ZOMBIE,
+             timeout=10, what="the command to end with its caller")
 
 
 def test_a_fresh_package_is_imported_anew_in_each_call(tmp_path: Path,
