@@ -6,9 +6,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
-# Three workers, for CI's two cores: the suite waits on clusters more than it computes (two
-# workers kept less than one core busy: 15.6 CPU-minutes in a 16.8-minute fresh-clone run). Four
-# loaded the machine until clusters missed their deadlines (docs/ARCHITECTURE.md, Tests).
+# Three workers, for CI's two cores: they keep both cores 94-100 % busy through the cluster
+# tests (`time` shows less: trials and servers are not its descendants). Five took longer
+# (1,245 s of pytest against 1,080 s) and four missed clusters' deadlines (docs/ARCHITECTURE.md).
 PYTEST_WORKERS ?= 3
 # Each stage of `make test` notes its wall time here (deploy/stages.py); `test` prints them last.
 ifndef EPOCHAL_STAGES_FILE
