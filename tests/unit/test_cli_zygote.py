@@ -91,10 +91,10 @@ def test_a_caller_gone_before_it_read_the_pid_takes_its_command_with_it(
     caller.sendmsg([request + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
                                         array.array("i", [0, write_end, 2]))])
     os.close(write_end)
+    caller.settimeout(30)
     with os.fdopen(read_end) as printed:
         command = psutil.Process(int(printed.readline()))
-        wait_for(lambda: caller.recv(64, socket.MSG_PEEK), timeout=30,
-                 what="the pid line in the caller's socket")
+        assert caller.recv(64, socket.MSG_PEEK), "no pid line in the caller's socket"
         caller.close()  # with the pid line unread
     wait_for(lambda: not command.is_running() or command.status() == psutil.STATUS_ZOMBIE,
              timeout=10, what="the command to end with its caller")
