@@ -8,6 +8,7 @@ harness, the CLI) talks to it over real HTTP. Its workflows run on `master_worke
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import queue
 import threading
 import uuid
@@ -134,6 +135,32 @@ class LiveMaster:
         return {"Authorization": f"Bearer {self.settings.cluster_token}"}
 
 
+@asynccontextmanager
+async def serving_in_process(app: FastAPI, port: int, *, keep_alive: int = 5,
+                             log_level: str = "warning") -> AsyncIterator[uvicorn.Server]:
+    """`app` served by uvicorn on `port` inside the running event loop, until the block ends.
+
+    The server takes no signals: uvicorn binds SIGTERM to the server that serves and, stopping,
+    puts back the handler it found, so servers of one process stopped out of their starting
+    order left SIGTERM bound to a stopped one; sse_starlette ends every stream of the process
+    when the server SIGTERM names is exiting, and every later stream of the worker came back
+    empty."""
+    server = uvicorn.Server(uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level=log_level,
+        lifespan="on",  # closes the app's LISTEN connection (api/preemption.py)
+        timeout_graceful_shutdown=1, timeout_keep_alive=keep_alive))
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not task.done(), "the API server did not start"
+            await asyncio.sleep(0.02)
+        yield server
+    finally:
+        server.should_exit = True
+        await task
+
+
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def live_master(
     postgres_url: str,
@@ -153,32 +180,15 @@ async def live_master(
     )
     await ensure_admin_password(pool, ADMIN_PASSWORD)
     app = create_app(settings, pool, temporal_client, findable=True)
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=port,
-            log_level="warning",
-            lifespan="on",  # closes the app's LISTEN connection (api/preemption.py)
-            timeout_graceful_shutdown=1,
-            timeout_keep_alive=MASTER_KEEP_ALIVE_SECONDS,
+    async with serving_in_process(app, port, keep_alive=MASTER_KEEP_ALIVE_SECONDS):
+        async with httpx.AsyncClient(base_url=settings.master_url) as client:
+            answer = await client.post(
+                "/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD}
+            )
+            answer.raise_for_status()
+        yield LiveMaster(
+            settings.master_url, settings, pool, temporal_client, app, answer.json()["token"]
         )
-    )
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        assert not task.done(), "the API server did not start"
-        await asyncio.sleep(0.02)
-    async with httpx.AsyncClient(base_url=settings.master_url) as client:
-        answer = await client.post(
-            "/api/v1/auth/login", json={"username": "admin", "password": ADMIN_PASSWORD}
-        )
-        answer.raise_for_status()
-    yield LiveMaster(
-        settings.master_url, settings, pool, temporal_client, app, answer.json()["token"]
-    )
-    server.should_exit = True
-    await task
 
 
 @pytest_asyncio.fixture(loop_scope="session")

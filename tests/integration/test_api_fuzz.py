@@ -29,7 +29,6 @@ import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
-import uvicorn
 
 from activities.database import apply_migrations, create_pool
 from api.app import create_app
@@ -40,7 +39,7 @@ from common.tokens import mint_trial_token
 from deploy.master import build_worker
 from tests.conftest import fresh_database
 from tests.integration.test_api import config_yaml, model_definition
-from tests.master_fixtures import fresh_namespace
+from tests.master_fixtures import fresh_namespace, serving_in_process
 
 # The run (in the first test's setup) takes about 200 s alone and more than the suite's 300 s per
 # test on two cores shared with two other workers: it is every caller's pass at once.
@@ -86,26 +85,16 @@ async def serving_fuzz_master(postgres_url: str, temporal_address: str,
         port = free_port()
         settings = Settings(db_url=db_url, api_port=port, checkpoint_dir=str(checkpoints),
                             cluster_token=uuid.uuid4().hex, admin_password=PASSWORD)
-        server = uvicorn.Server(uvicorn.Config(
-            create_app(settings, pool, temporal), host="127.0.0.1", port=port,
-            log_level="critical", lifespan="on", timeout_graceful_shutdown=1))
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
+        app = create_app(settings, pool, temporal)
         try:
-            async with build_worker(temporal, pool):
-                task = asyncio.create_task(server.serve())
-                while not server.started:
-                    assert not task.done(), "the fuzzer's API server did not start"
-                    await asyncio.sleep(0.02)
+            async with build_worker(temporal, pool), \
+                    serving_in_process(app, port, log_level="critical"):
                 async with httpx.AsyncClient(base_url=settings.master_url) as client:
                     login = await client.post("/api/v1/auth/login",
                                               json={"username": "admin", "password": PASSWORD})
                     login.raise_for_status()
-                try:
-                    yield FuzzMaster(settings.master_url, login.json()["token"],
-                                     settings.cluster_token, pool)
-                finally:
-                    server.should_exit = True
-                    await task
+                yield FuzzMaster(settings.master_url, login.json()["token"],
+                                 settings.cluster_token, pool)
         finally:
             await pool.close()
 

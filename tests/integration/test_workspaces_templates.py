@@ -379,26 +379,23 @@ async def test_job_update_moves_a_waiting_experiment_to_another_pool(
     await serve_pool(api, full, slots=2)
     await serve_pool(api, other, slots=2)
     searcher = {"name": "single", "metric": "loss", "max_length": {"batches": 5}}
-    ids = []
-    for _ in range(2):
+
+    async def submit() -> int:
         answer = await create_experiment(
             api, config_yaml(full, searcher=searcher, hyperparameters={"lr": 0.1},
                              resources={"resource_pool": full, "slots_per_trial": 2}))
         assert answer.status_code == 200, answer.text
-        ids.append(answer.json()["experiment"]["id"])
-    holder, moved = ids
+        return int(answer.json()["experiment"]["id"])
 
-    async def queued_in(pool_name: str) -> list[int]:
+    async def in_state(pool_name: str, state: str) -> list[int]:
         jobs = (await api.get("/api/v1/job-queues", params={"resourcePool": pool_name})).json()
-        return [int(j["entityId"]) for j in jobs["jobs"]
-                if j["summary"]["state"] == "STATE_QUEUED"]
+        return [int(j["entityId"]) for j in jobs["jobs"] if j["summary"]["state"] == state]
 
     async def eventually_queued(pool_name: str, expected: list[int]) -> None:
-        for _ in range(200):
-            if await queued_in(pool_name) == expected:
-                return
-            await asyncio.sleep(0.05)
-        assert await queued_in(pool_name) == expected, f"waiting in {pool_name}"
+        async def queued() -> bool:
+            return await in_state(pool_name, "STATE_QUEUED") == expected
+
+        await eventually(queued, 30, f"{expected} waiting in {pool_name}")
 
     async def update(experiment_id: int, pool_name: str) -> httpx.Response:
         return await api.post("/api/v1/job-queues", json={
@@ -409,6 +406,15 @@ async def test_job_update_moves_a_waiting_experiment_to_another_pool(
         assert any(d.startswith("resourcePool:") and all(w in d for w in words)
                    for d in answer.json()["details"]), answer.json()
 
+    # The holder takes the pool's slots before the other is submitted: two submitted together
+    # reach the pool in either order.
+    holder = await submit()
+
+    async def holding() -> bool:
+        return await in_state(full, "STATE_SCHEDULED") == [holder]
+
+    await eventually(holding, 30, f"experiment {holder} holding pool {full}")
+    moved = await submit()
     await eventually_queued(full, [moved])
     refused_naming(await update(moved, "no-such-pool"), "no resource pool", "no-such-pool")
     workspace = (await api.post("/api/v1/workspaces", json={"name": unique("ws")})).json()
