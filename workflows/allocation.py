@@ -16,7 +16,8 @@ it with the request.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 
 from temporalio import workflow
@@ -124,6 +125,11 @@ class Allocator:
                                    non_retryable=True) from None
         return reply
 
+    def held(self, resources: Resources,
+             allocation_id: str) -> AbstractAsyncContextManager[None]:
+        """A block after which the allocation is released, however it ends (`released_after`)."""
+        return released_after(lambda: self.release(resources, allocation_id))
+
     async def release(self, resources: Resources, allocation_id: str) -> None:
         """Give the slots back (the pool ignores a repeated release): by signal, or when
         `local` through the `release_slots` local activity (the master's client signals)."""
@@ -134,3 +140,19 @@ class Allocator:
             return
         pool = workflow.get_external_workflow_handle(resource_pool_workflow_id(resources.pool))
         await pool.signal(PoolMessages.RELEASE, SlotRelease(allocation_id=allocation_id))
+
+
+@asynccontextmanager
+async def released_after(release: Callable[[], Awaitable[None]]) -> AsyncIterator[None]:
+    """Await `release` after the block, whether it returned or raised (a cancellation too: an
+    eviction cancels the workflow's tasks), but not when the block's coroutine is closed: a
+    workflow collected while suspended in the block is closed outside its event loop, where a
+    workflow call cannot run (it raised there, reported as an unraisable exception)."""
+    try:
+        yield
+    except GeneratorExit:
+        raise
+    except BaseException:
+        await release()
+        raise
+    await release()

@@ -103,12 +103,10 @@ class TaskWorkflow:
         if allocation is None:
             self._ended_as = EndState.CANCELED
             return await self._end(inp, "killed while it waited for slots")
-        try:
+        async with self._allocator.held(resources, allocation.allocation_id):
             self._agent_id = allocation.agent_id
             await self._record(inp, TaskState.STARTING)
             status = await self._run(inp, allocation)
-        finally:
-            await self._allocator.release(resources, allocation.allocation_id)
         return await self._end(inp, status)
 
     async def _run(self, inp: TaskInput, allocation: Allocation) -> str:

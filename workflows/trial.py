@@ -212,10 +212,8 @@ class TrialWorkflow:
             self._allocation_id = allocation.allocation_id
             await self._record(inp, TrialState.RUNNING, run_id=self._run_id)
             run_target = self._target  # a promotion may raise the target while the run ends
-            try:
+            async with self._allocator.held(self._resources, allocation.allocation_id):
                 ended, result = await self._run_once(inp, resume, allocation)
-            finally:
-                await self._allocator.release(self._resources, allocation.allocation_id)
 
             if self._kill or (self._cancel and ended != "failed"):
                 return await self._end(inp, EndState.CANCELED)
